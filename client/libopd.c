@@ -1,0 +1,911 @@
+/* libopd: connection, request/reply routing, arenas, runs. See opd.h.
+ *
+ * DESIGN
+ * Requests are framed into a local buffer and sent whole under `send_mu`,
+ * so threads never interleave bytes. Replies are routed by id: the thread
+ * that finds no reader becomes the reader (leader/follower), reads whatever
+ * frames have arrived, marks each waiting slot done and wakes the others;
+ * its own reply may come first or last. The socket stays blocking; waits
+ * with a timeout use poll().
+ *
+ * A connection remembers the pid that made it: after fork() the child
+ * gets OPD_ESTATE instead of reading replies meant for its parent.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "client/json.h"
+#include "common/paths.h"
+#include "common/wire.h"
+#include "opd/opd.h"
+
+typedef struct slot {
+  uint64_t id;
+  int done;
+  int want_body;                 /* keep the reply payload */
+  int code;
+  char *msg;                     /* error message (malloc) */
+  char *payload;                 /* whole reply payload (malloc) */
+  size_t payload_len;
+} slot_t;
+
+typedef struct carena {
+  uint64_t id;
+  void *base;
+  uint64_t size;
+} carena_t;
+
+struct opd_client {
+  int fd;
+  pid_t pid;                     /* process that connected */
+  char path[108];
+  pthread_mutex_t mu;            /* everything below but rbuf */
+  pthread_cond_t cv;             /* a slot completed or the reader left */
+  pthread_mutex_t send_mu;       /* one frame on the wire at a time */
+  int reading;                   /* a thread is reading the socket */
+  int broken;                    /* 0, or why the connection is unusable */
+  char broken_msg[480];
+  uint64_t next_id;
+  slot_t *slots;
+  size_t n_slots, cap_slots;
+  size_t n_pending;              /* slots not done */
+  unsigned char *rbuf;           /* owned by the reading thread */
+  size_t rlen, rcap;
+  msgpack_zone zone;             /* under mu */
+  uint32_t max_frame;
+  uint32_t max_inflight;
+  carena_t *arenas;
+  size_t n_arenas, cap_arenas;
+  char *hello_json;
+  size_t hello_len;
+};
+
+static __thread char last_error[512];
+
+static int fail(int code, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static int fail(int code, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(last_error, sizeof last_error, fmt, ap);
+  va_end(ap);
+  return code;
+}
+
+const char *opd_last_error(void) { return last_error; }
+const char *opd_strerror(int code) { return opd__errdefault(code); }
+const char *opd_errname(int code) { return opd__errname(code); }
+const char *opd_dtype_name(int32_t dtype) { return opd__dtype_name(dtype); }
+int32_t opd_dtype_size(int32_t dtype) {
+  switch (dtype) {
+#define X(name, val, size, str) case val: return size;
+    OPD_DTYPE_MAP(X)
+#undef X
+  }
+  return 0;
+}
+int32_t opd_dtype_from_name(const char *name) {
+  return name ? opd__dtype_from_name(name) : 0;
+}
+const char *opd_version(void) { return OPD_VERSION; }
+void opd_free(void *p) { free(p); }
+
+int opd_socket_path(const char *given, char *buf, size_t cap) {
+  return opd__socket_path(given, buf, cap);
+}
+
+/* ---- frame building ----------------------------------------------------- */
+
+/* A growable buffer with room on the stack for the common small frame. */
+typedef struct fbuf {
+  char *data;
+  size_t size, cap;
+  int oom;
+  char local[1024];
+} fbuf_t;
+
+static int fbuf_write(void *data, const char *buf, size_t len) {
+  fbuf_t *b = data;
+  if (b->size + len > b->cap) {
+    size_t cap = b->cap * 2;
+    while (cap < b->size + len) cap *= 2;
+    char *nd = b->data == b->local ? malloc(cap) : realloc(b->data, cap);
+    if (nd == NULL) {
+      b->oom = 1;
+      return -1;
+    }
+    if (b->data == b->local) memcpy(nd, b->local, b->size);
+    b->data = nd;
+    b->cap = cap;
+  }
+  memcpy(b->data + b->size, buf, len);
+  b->size += len;
+  return 0;
+}
+
+/* Starts a request frame [type, id, body...]; the caller packs the body
+ * map next. */
+static void frame_begin(fbuf_t *b, msgpack_packer *pk, int type, uint64_t id) {
+  b->data = b->local;
+  b->size = OPD_FRAME_HEADER;
+  b->cap = sizeof b->local;
+  b->oom = 0;
+  msgpack_packer_init(pk, b, fbuf_write);
+  msgpack_pack_array(pk, 3);
+  msgpack_pack_uint32(pk, (uint32_t)type);
+  msgpack_pack_uint64(pk, id);
+}
+
+static void fbuf_free(fbuf_t *b) {
+  if (b->data != b->local) free(b->data);
+}
+
+#define PACK_STR(pk, s) msgpack_pack_str_with_body((pk), (s), strlen(s))
+
+/* ---- connection state ----------------------------------------------------- */
+
+static int check_usable(opd_client_t *c) {
+  if (c == NULL) return fail(OPD_EINVAL, "no connection (NULL)");
+  if (getpid() != c->pid)
+    return fail(OPD_ESTATE,
+                "this connection was made in process %d; after fork() "
+                "connect again in the child",
+                (int)c->pid);
+  return 0;
+}
+
+static slot_t *slot_find(opd_client_t *c, uint64_t id) {
+  for (size_t i = 0; i < c->n_slots; i++)
+    if (c->slots[i].id == id) return &c->slots[i];
+  return NULL;
+}
+
+static void slot_remove(opd_client_t *c, slot_t *s) {
+  free(s->msg);
+  free(s->payload);
+  *s = c->slots[--c->n_slots];
+}
+
+/* Adds a pending slot; caller holds mu. */
+static int slot_add(opd_client_t *c, uint64_t id, int want_body) {
+  if (c->n_slots == c->cap_slots) {
+    size_t cap = c->cap_slots ? c->cap_slots * 2 : 16;
+    slot_t *ns = realloc(c->slots, cap * sizeof *ns);
+    if (ns == NULL) return OPD_ENOMEM;
+    c->slots = ns;
+    c->cap_slots = cap;
+  }
+  c->slots[c->n_slots++] = (slot_t){.id = id, .want_body = want_body};
+  c->n_pending++;
+  return 0;
+}
+
+static void set_broken(opd_client_t *c, int code, const char *msg) {
+  if (c->broken) return;
+  c->broken = code;
+  snprintf(c->broken_msg, sizeof c->broken_msg, "%s", msg);
+}
+
+/* Handles one reply payload; caller holds mu. */
+static void deliver(opd_client_t *c, const unsigned char *p, uint32_t len) {
+  char err[160];
+  msgpack_object o;
+  size_t off = 0;
+
+  if (opd__mp_check(p, len, OPD_MAX_DEPTH, err, sizeof err) != 0 ||
+      msgpack_unpack((const char *)p, len, &off, &c->zone, &o) !=
+          MSGPACK_UNPACK_SUCCESS ||
+      o.type != MSGPACK_OBJECT_ARRAY || o.via.array.size != 4) {
+    set_broken(c, OPD_EPROTO, "the daemon sent a malformed reply");
+    msgpack_zone_clear(&c->zone);
+    return;
+  }
+  const msgpack_object *f = o.via.array.ptr;
+  uint64_t type = 0, id = 0;
+  int64_t code = 0;
+  opd__mp_uint(&f[0], &type);
+  opd__mp_uint(&f[1], &id);
+  opd__mp_int(&f[2], &code);
+  const msgpack_object *m = opd__mp_get(&f[3], "message");
+  char msg[400] = "";
+  if (m != NULL) opd__mp_str(m, msg, sizeof msg);
+
+  if (type == OPD_MSG_GOODBYE) {
+    char full[460];
+    snprintf(full, sizeof full, "the daemon closed the connection: %s",
+             msg[0] ? msg : opd__errdefault((int)code));
+    set_broken(c, code < 0 ? (int)code : OPD_ECLOSED, full);
+  } else if (type == OPD_MSG_REPLY) {
+    slot_t *s = slot_find(c, id);
+    if (s != NULL && !s->done) {
+      s->done = 1;
+      s->code = (int)code;
+      c->n_pending--;
+      if (code < 0) s->msg = strdup(msg[0] ? msg : opd__errdefault((int)code));
+      if (s->want_body && code == 0 && (s->payload = malloc(len)) != NULL) {
+        memcpy(s->payload, p, len);
+        s->payload_len = len;
+      }
+    }
+  }
+  msgpack_zone_clear(&c->zone);
+}
+
+/* Reads what has arrived (waiting up to timeout_ms, < 0 forever) into rbuf.
+ * Called without mu by the one reading thread. Returns 0, OPD_ETIMEDOUT,
+ * or a connection error. */
+static int read_some(opd_client_t *c, int timeout_ms) {
+  if (c->rcap - c->rlen < 65536) {
+    size_t cap = c->rcap ? c->rcap * 2 : 65536 * 2;
+    size_t max = (size_t)c->max_frame + OPD_FRAME_HEADER + 65536;
+    if (cap > max && c->rcap >= max) cap = c->rcap;
+    if (cap != c->rcap) {
+      unsigned char *nb = realloc(c->rbuf, cap);
+      if (nb == NULL) return OPD_ENOMEM;
+      c->rbuf = nb;
+      c->rcap = cap;
+    }
+  }
+  if (timeout_ms >= 0) {
+    struct pollfd pfd = {.fd = c->fd, .events = POLLIN};
+    int r;
+    do r = poll(&pfd, 1, timeout_ms);
+    while (r < 0 && errno == EINTR);
+    if (r == 0) return OPD_ETIMEDOUT;
+  }
+  ssize_t n;
+  do n = recv(c->fd, c->rbuf + c->rlen, c->rcap - c->rlen, 0);
+  while (n < 0 && errno == EINTR);
+  if (n == 0) return OPD_ECLOSED;
+  if (n < 0) return OPD_EIO;
+  c->rlen += (size_t)n;
+  return 0;
+}
+
+/* Delivers complete frames in rbuf; caller holds mu and is the reader. */
+static void deliver_frames(opd_client_t *c) {
+  size_t off = 0;
+  while (c->rlen - off >= OPD_FRAME_HEADER) {
+    uint32_t len = opd__frame_get_len(c->rbuf + off);
+    if (len > c->max_frame + 1024u) {
+      set_broken(c, OPD_EPROTO, "the daemon sent an oversized frame");
+      break;
+    }
+    if (c->rlen - off < OPD_FRAME_HEADER + (size_t)len) break;
+    deliver(c, c->rbuf + off + OPD_FRAME_HEADER, len);
+    off += OPD_FRAME_HEADER + len;
+  }
+  memmove(c->rbuf, c->rbuf + off, c->rlen - off);
+  c->rlen -= off;
+}
+
+static int64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Waits (holding mu on entry and exit) until done(c, arg) is true, the
+ * connection breaks, or the deadline (< 0: none) passes. Returns 0,
+ * OPD_ETIMEDOUT or the broken code. */
+static int progress(opd_client_t *c, int (*done)(opd_client_t *, void *),
+                    void *arg, int64_t deadline) {
+  while (!done(c, arg)) {
+    if (c->broken) return c->broken;
+    int64_t left = deadline < 0 ? -1 : deadline - now_ms();
+    if (deadline >= 0 && left <= 0) return OPD_ETIMEDOUT;
+    if (!c->reading) {
+      c->reading = 1;
+      pthread_mutex_unlock(&c->mu);
+      int rc = read_some(c, (int)(left > INT32_MAX ? INT32_MAX : left));
+      pthread_mutex_lock(&c->mu);
+      c->reading = 0;
+      if (rc == OPD_ECLOSED)
+        set_broken(c, rc, "the daemon closed the connection");
+      else if (rc != 0 && rc != OPD_ETIMEDOUT)
+        set_broken(c, rc, "reading from the daemon failed");
+      deliver_frames(c);
+      pthread_cond_broadcast(&c->cv);
+    } else if (deadline < 0) {
+      pthread_cond_wait(&c->cv, &c->mu);
+    } else {
+      struct timespec ts;
+      clock_gettime(CLOCK_MONOTONIC, &ts);
+      int64_t ns = ts.tv_nsec + (left % 1000) * 1000000;
+      ts.tv_sec += left / 1000 + ns / 1000000000;
+      ts.tv_nsec = ns % 1000000000;
+      pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+    }
+  }
+  return 0;
+}
+
+static int slot_done(opd_client_t *c, void *arg) {
+  slot_t *s = slot_find(c, *(uint64_t *)arg);
+  return s == NULL || s->done;
+}
+
+static int below_inflight(opd_client_t *c, void *arg) {
+  (void)arg;
+  return c->n_pending < c->max_inflight;
+}
+
+/* Sends a framed request (fbuf starts with room for the header). */
+static int send_frame(opd_client_t *c, fbuf_t *b, int pass_fd) {
+  if (b->oom) return fail(OPD_ENOMEM, "out of memory building a request");
+  if (b->size - OPD_FRAME_HEADER > c->max_frame)
+    return fail(OPD_ETOOBIG, "request of %zu bytes exceeds the daemon's "
+                "frame limit of %u", b->size - OPD_FRAME_HEADER, c->max_frame);
+  opd__frame_put_len((unsigned char *)b->data,
+                     (uint32_t)(b->size - OPD_FRAME_HEADER));
+  union {
+    char buf[CMSG_SPACE(sizeof(int))];
+    struct cmsghdr align;
+  } cbuf;
+  size_t off = 0;
+  int rc = 0;
+  pthread_mutex_lock(&c->send_mu);
+  while (off < b->size) {
+    struct iovec iov = {b->data + off, b->size - off};
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
+    if (pass_fd >= 0 && off == 0) {
+      memset(&cbuf, 0, sizeof cbuf);
+      msg.msg_control = cbuf.buf;
+      msg.msg_controllen = sizeof cbuf.buf;
+      struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
+      cm->cmsg_level = SOL_SOCKET;
+      cm->cmsg_type = SCM_RIGHTS;
+      cm->cmsg_len = CMSG_LEN(sizeof(int));
+      memcpy(CMSG_DATA(cm), &pass_fd, sizeof(int));
+    }
+    ssize_t n = sendmsg(c->fd, &msg, MSG_NOSIGNAL);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      rc = fail(errno == EPIPE || errno == ECONNRESET ? OPD_ECLOSED : OPD_EIO,
+                "sending to the daemon failed: %s", strerror(errno));
+      break;
+    }
+    off += (size_t)n;
+  }
+  pthread_mutex_unlock(&c->send_mu);
+  return rc;
+}
+
+/* Registers slot `id`, sends the frame. On failure the slot is gone. */
+static int submit_frame(opd_client_t *c, fbuf_t *b, uint64_t id, int want_body,
+                        int pass_fd) {
+  pthread_mutex_lock(&c->mu);
+  int rc = c->broken ? c->broken : 0;
+  if (rc == 0 && c->n_pending >= c->max_inflight)
+    rc = progress(c, below_inflight, NULL, -1);
+  if (rc == 0) rc = slot_add(c, id, want_body);
+  pthread_mutex_unlock(&c->mu);
+  if (rc != 0)
+    return rc == OPD_ENOMEM ? fail(rc, "out of memory")
+                            : fail(rc, "%s", c->broken_msg);
+  rc = send_frame(c, b, pass_fd);
+  if (rc != 0) {
+    pthread_mutex_lock(&c->mu);
+    slot_t *s = slot_find(c, id);
+    if (s != NULL) {
+      if (!s->done) c->n_pending--;
+      slot_remove(c, s);
+    }
+    pthread_mutex_unlock(&c->mu);
+  }
+  return rc;
+}
+
+/* Waits for request id; on success with a body, *payload (malloc) is the
+ * whole reply payload. */
+static int wait_reply(opd_client_t *c, uint64_t id, int timeout_ms,
+                      char **payload, size_t *len) {
+  int64_t deadline = timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
+  pthread_mutex_lock(&c->mu);
+  slot_t *s = slot_find(c, id);
+  if (s == NULL) {
+    pthread_mutex_unlock(&c->mu);
+    return fail(OPD_EINVAL, "request %llu is not pending on this connection",
+                (unsigned long long)id);
+  }
+  int rc = progress(c, slot_done, &id, deadline);
+  s = slot_find(c, id);
+  if (rc == OPD_ETIMEDOUT && s != NULL && !s->done) {
+    pthread_mutex_unlock(&c->mu);
+    return fail(rc, "request %llu: no reply within %d ms",
+                (unsigned long long)id, timeout_ms);
+  }
+  if (s != NULL && s->done) {
+    rc = s->code;
+    if (rc != 0) fail(rc, "%s", s->msg ? s->msg : opd__errdefault(rc));
+    if (payload) {
+      *payload = s->payload;
+      *len = s->payload_len;
+      s->payload = NULL;
+    }
+    slot_remove(c, s);
+  } else {
+    if (s != NULL) {
+      c->n_pending--;
+      slot_remove(c, s);
+    }
+    fail(rc, "%s", c->broken_msg);
+  }
+  pthread_mutex_unlock(&c->mu);
+  return rc;
+}
+
+static uint64_t new_id(opd_client_t *c) {
+  return __atomic_add_fetch(&c->next_id, 1, __ATOMIC_RELAXED);
+}
+
+/* A request with a body packed by `pack`; *payload gets the reply. */
+static int call(opd_client_t *c, int type,
+                void (*pack)(msgpack_packer *, const void *), const void *arg,
+                int pass_fd, char **payload, size_t *len) {
+  fbuf_t b;
+  msgpack_packer pk;
+  uint64_t id = new_id(c);
+  frame_begin(&b, &pk, type, id);
+  if (pack) pack(&pk, arg);
+  else msgpack_pack_map(&pk, 0);
+  int rc = submit_frame(c, &b, id, payload != NULL, pass_fd);
+  fbuf_free(&b);
+  if (rc != 0) return rc;
+  return wait_reply(c, id, -1, payload, len);
+}
+
+/* Unpacks a reply payload's body into obj (zone owned by caller). */
+static const msgpack_object *reply_body(const char *payload, size_t len,
+                                        msgpack_zone *z, msgpack_object *o) {
+  size_t off = 0;
+  if (msgpack_unpack(payload, len, &off, z, o) != MSGPACK_UNPACK_SUCCESS ||
+      o->type != MSGPACK_OBJECT_ARRAY || o->via.array.size != 4)
+    return NULL;
+  return &o->via.array.ptr[3];
+}
+
+/* ---- connect / close ------------------------------------------------------ */
+
+static void pack_hello(msgpack_packer *pk, const void *arg) {
+  (void)arg;
+  char name[64];
+  snprintf(name, sizeof name, "libopd %s pid %d", OPD_VERSION, (int)getpid());
+  msgpack_pack_map(pk, 2);
+  PACK_STR(pk, "protocol");
+  msgpack_pack_uint32(pk, OPD_PROTOCOL_VERSION);
+  PACK_STR(pk, "client");
+  PACK_STR(pk, name);
+}
+
+int opd_connect(const char *socket_path, opd_client_t **out) {
+  struct sockaddr_un addr = {.sun_family = AF_UNIX};
+  opd_client_t *c = NULL;
+  char *payload = NULL;
+  size_t len = 0;
+  int rc;
+
+  if (out == NULL) return fail(OPD_EINVAL, "opd_connect: out is NULL");
+  *out = NULL;
+  c = calloc(1, sizeof *c);
+  if (c == NULL) return fail(OPD_ENOMEM, "out of memory");
+  c->fd = -1;
+  c->pid = getpid();
+  c->max_frame = OPD_MAX_FRAME_DEFAULT;
+  c->max_inflight = 64;
+  pthread_mutex_init(&c->mu, NULL);
+  pthread_mutex_init(&c->send_mu, NULL);
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&c->cv, &ca);
+  pthread_condattr_destroy(&ca);
+  msgpack_zone_init(&c->zone, 4096);
+
+  if (opd__socket_path(socket_path, c->path, sizeof c->path) != 0) {
+    rc = fail(OPD_EINVAL, "socket path too long");
+    goto error;
+  }
+  strcpy(addr.sun_path, c->path);
+  c->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (c->fd < 0 ||
+      connect(c->fd, (struct sockaddr *)&addr, sizeof addr) != 0) {
+    rc = fail(OPD_ECONNECT,
+              "cannot connect to the opd daemon at %s: %s. Is it running? "
+              "Start it with `opd --socket %s` (or `systemctl start opd`), "
+              "or point OPD_SOCKET at the socket it serves",
+              c->path, strerror(errno), c->path);
+    goto error;
+  }
+  rc = call(c, OPD_MSG_HELLO, pack_hello, NULL, -1, &payload, &len);
+  if (rc != 0) {
+    if (rc != OPD_EVERSION)
+      fail(rc, "opd at %s refused the connection: %s", c->path,
+           opd_last_error());
+    goto error;
+  }
+  msgpack_zone z;
+  msgpack_object o;
+  msgpack_zone_init(&z, 2048);
+  const msgpack_object *body = reply_body(payload, len, &z, &o);
+  const msgpack_object *lim = body ? opd__mp_get(body, "limits") : NULL;
+  uint64_t v;
+  if (lim && opd__mp_uint(opd__mp_get(lim, "max_frame"), &v) == 0)
+    c->max_frame = (uint32_t)v;
+  if (lim && opd__mp_uint(opd__mp_get(lim, "max_inflight"), &v) == 0 && v > 0)
+    c->max_inflight = (uint32_t)v;
+  if (body) opd__json_from_msgpack(body, &c->hello_json, &c->hello_len);
+  msgpack_zone_destroy(&z);
+  free(payload);
+  *out = c;
+  return 0;
+error:
+  free(payload);
+  opd_close(c);
+  return rc;
+}
+
+void opd_close(opd_client_t *c) {
+  if (c == NULL) return;
+  /* after fork() the child only drops its copy: the parent's session and
+   * mappings are the parent's */
+  if (c->fd >= 0) close(c->fd);
+  for (size_t i = 0; i < c->n_arenas; i++)
+    munmap(c->arenas[i].base, c->arenas[i].size);
+  for (size_t i = 0; i < c->n_slots; i++) {
+    free(c->slots[i].msg);
+    free(c->slots[i].payload);
+  }
+  free(c->slots);
+  free(c->arenas);
+  free(c->rbuf);
+  free(c->hello_json);
+  msgpack_zone_destroy(&c->zone);
+  pthread_mutex_destroy(&c->mu);
+  pthread_mutex_destroy(&c->send_mu);
+  pthread_cond_destroy(&c->cv);
+  free(c);
+}
+
+static int copy_out(const char *src, size_t n, char **json, size_t *len) {
+  if (json == NULL) return fail(OPD_EINVAL, "json is NULL");
+  *json = malloc(n + 1);
+  if (*json == NULL) return fail(OPD_ENOMEM, "out of memory");
+  memcpy(*json, src, n);
+  (*json)[n] = '\0';
+  if (len) *len = n;
+  return 0;
+}
+
+int opd_server_info(opd_client_t *c, char **json, size_t *len) {
+  int rc = check_usable(c);
+  if (rc) return rc;
+  if (c->hello_json == NULL) return fail(OPD_EINTERNAL, "no hello reply");
+  return copy_out(c->hello_json, c->hello_len, json, len);
+}
+
+/* ---- arenas --------------------------------------------------------------- */
+
+static void pack_register(msgpack_packer *pk, const void *arg) {
+  msgpack_pack_map(pk, 1);
+  PACK_STR(pk, "size");
+  msgpack_pack_uint64(pk, *(const uint64_t *)arg);
+}
+
+int opd_arena_register_fd(opd_client_t *c, int fd, uint64_t size,
+                          uint64_t *arena) {
+  char *payload = NULL;
+  size_t len = 0;
+  int rc = check_usable(c);
+  if (rc) return rc;
+  if (arena == NULL) return fail(OPD_EINVAL, "arena is NULL");
+  rc = call(c, OPD_MSG_ARENA_REGISTER, pack_register, &size, fd, &payload,
+            &len);
+  if (rc != 0) return rc;
+  msgpack_zone z;
+  msgpack_object o;
+  msgpack_zone_init(&z, 512);
+  const msgpack_object *body = reply_body(payload, len, &z, &o);
+  if (body == NULL || opd__mp_uint(opd__mp_get(body, "arena"), arena) != 0)
+    rc = fail(OPD_EPROTO, "arena_register: reply without an arena id");
+  msgpack_zone_destroy(&z);
+  free(payload);
+  return rc;
+}
+
+int opd_arena_create(opd_client_t *c, uint64_t size, uint64_t *arena,
+                     void **base) {
+  int rc = check_usable(c);
+  if (rc) return rc;
+  if (arena == NULL || base == NULL)
+    return fail(OPD_EINVAL, "arena and base must not be NULL");
+  if (size == 0) return fail(OPD_EINVAL, "an arena needs at least one byte");
+  *base = NULL;
+  int fd = memfd_create("opd-arena", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0) return fail(OPD_EIO, "memfd_create: %s", strerror(errno));
+  void *p = MAP_FAILED;
+  if (ftruncate(fd, (off_t)size) != 0) {
+    rc = fail(errno == EFBIG || errno == EINVAL ? OPD_EINVAL : OPD_ENOMEM,
+              "cannot size an arena of %llu bytes: %s",
+              (unsigned long long)size, strerror(errno));
+    goto out;
+  }
+  if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+    rc = fail(OPD_EIO, "sealing the arena: %s", strerror(errno));
+    goto out;
+  }
+  p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) {
+    rc = fail(OPD_ENOMEM, "mapping an arena of %llu bytes: %s",
+              (unsigned long long)size, strerror(errno));
+    goto out;
+  }
+  pthread_mutex_lock(&c->mu);
+  if (c->n_arenas == c->cap_arenas) {
+    size_t cap = c->cap_arenas ? c->cap_arenas * 2 : 8;
+    carena_t *na = realloc(c->arenas, cap * sizeof *na);
+    if (na != NULL) c->arenas = na, c->cap_arenas = cap;
+  }
+  int room = c->n_arenas < c->cap_arenas;
+  pthread_mutex_unlock(&c->mu);
+  if (!room) {
+    rc = fail(OPD_ENOMEM, "out of memory");
+    goto out;
+  }
+  rc = opd_arena_register_fd(c, fd, size, arena);
+  if (rc != 0) goto out;
+  pthread_mutex_lock(&c->mu);
+  c->arenas[c->n_arenas++] = (carena_t){*arena, p, size};
+  pthread_mutex_unlock(&c->mu);
+  *base = p;
+  p = MAP_FAILED;
+out:
+  if (p != MAP_FAILED) munmap(p, size);
+  close(fd); /* the daemon holds its own reference */
+  return rc;
+}
+
+static void pack_release(msgpack_packer *pk, const void *arg) {
+  msgpack_pack_map(pk, 1);
+  PACK_STR(pk, "arena");
+  msgpack_pack_uint64(pk, *(const uint64_t *)arg);
+}
+
+int opd_arena_release(opd_client_t *c, uint64_t arena) {
+  int rc = check_usable(c);
+  if (rc) return rc;
+  rc = call(c, OPD_MSG_ARENA_RELEASE, pack_release, &arena, -1, NULL, NULL);
+  /* unmap our side even if the daemon did not know it */
+  pthread_mutex_lock(&c->mu);
+  for (size_t i = 0; i < c->n_arenas; i++) {
+    if (c->arenas[i].id != arena) continue;
+    munmap(c->arenas[i].base, c->arenas[i].size);
+    c->arenas[i] = c->arenas[--c->n_arenas];
+    break;
+  }
+  pthread_mutex_unlock(&c->mu);
+  return rc;
+}
+
+/* ---- runs ----------------------------------------------------------------- */
+
+int opd_tensor_init(opd_tensor_t *t, uint64_t arena, uint64_t offset,
+                    int32_t dtype, int32_t rank, const int64_t *shape) {
+  if (t == NULL || rank < 0 || rank > OPD_MAX_RANK || (rank && !shape))
+    return fail(OPD_EINVAL, "opd_tensor_init: rank %d out of 0..%d", rank,
+                OPD_MAX_RANK);
+  memset(t, 0, sizeof *t);
+  t->arena = arena;
+  t->offset = offset;
+  t->dtype = dtype;
+  t->rank = rank;
+  for (int i = 0; i < rank; i++) t->shape[i] = shape[i];
+  return 0;
+}
+
+static int pack_tensors(msgpack_packer *pk, const opd_tensor_t *t, uint32_t n,
+                        const char *what) {
+  msgpack_pack_array(pk, n);
+  for (uint32_t i = 0; i < n; i++) {
+    if (t[i].rank < 0 || t[i].rank > OPD_MAX_RANK)
+      return fail(OPD_ELIMIT, "%s %u: rank %d out of 0..%d", what, i,
+                  t[i].rank, OPD_MAX_RANK);
+    opd_desc_t d = {.arena = t[i].arena, .offset = t[i].offset,
+                    .dtype = t[i].dtype, .rank = t[i].rank,
+                    .contiguous = !t[i].strided};
+    memcpy(d.shape, t[i].shape, sizeof d.shape);
+    memcpy(d.strides, t[i].strides, sizeof d.strides);
+    opd__desc_pack(pk, &d);
+  }
+  return 0;
+}
+
+static int pack_attrs(msgpack_packer *pk, const opd_attr_t *a, uint32_t n) {
+  msgpack_pack_map(pk, n);
+  for (uint32_t i = 0; i < n; i++) {
+    if (a[i].name == NULL) return fail(OPD_EINVAL, "attribute %u has no name", i);
+    PACK_STR(pk, a[i].name);
+    switch (a[i].type) {
+      case OPD_ATTR_INT: msgpack_pack_int64(pk, a[i].i); break;
+      case OPD_ATTR_FLOAT: msgpack_pack_double(pk, a[i].f); break;
+      case OPD_ATTR_BOOL:
+        if (a[i].i) msgpack_pack_true(pk);
+        else msgpack_pack_false(pk);
+        break;
+      case OPD_ATTR_STR:
+        if (a[i].s == NULL)
+          return fail(OPD_EINVAL, "attribute \"%s\" has no string", a[i].name);
+        PACK_STR(pk, a[i].s);
+        break;
+      case OPD_ATTR_INTS:
+        if (a[i].n < 0 || a[i].n > OPD_MAX_RANK)
+          return fail(OPD_EINVAL, "attribute \"%s\": %d ints, at most %d",
+                      a[i].name, a[i].n, OPD_MAX_RANK);
+        msgpack_pack_array(pk, (size_t)a[i].n);
+        for (int k = 0; k < a[i].n; k++) msgpack_pack_int64(pk, a[i].ints[k]);
+        break;
+      default:
+        return fail(OPD_EINVAL, "attribute \"%s\" has unknown type %d",
+                    a[i].name, a[i].type);
+    }
+  }
+  return 0;
+}
+
+/* Builds a RUN or INFER frame for id into b. */
+static int build_run(fbuf_t *b, int type, uint64_t id, const char *op,
+                     const opd_tensor_t *in, uint32_t n_in,
+                     const opd_tensor_t *out, uint32_t n_out,
+                     const opd_attr_t *attrs, uint32_t n_attrs) {
+  msgpack_packer pk;
+  if (op == NULL) return fail(OPD_EINVAL, "op name is NULL");
+  if ((n_in && !in) || (n_out && !out) || (n_attrs && !attrs))
+    return fail(OPD_EINVAL, "NULL tensor or attribute array with a count");
+  frame_begin(b, &pk, type, id);
+  msgpack_pack_map(&pk, type == OPD_MSG_RUN ? 4 : 3);
+  PACK_STR(&pk, "op");
+  PACK_STR(&pk, op);
+  PACK_STR(&pk, "in");
+  int rc = pack_tensors(&pk, in, n_in, "input");
+  if (rc == 0 && type == OPD_MSG_RUN) {
+    PACK_STR(&pk, "out");
+    rc = pack_tensors(&pk, out, n_out, "output");
+  }
+  if (rc == 0) {
+    PACK_STR(&pk, "attrs");
+    rc = pack_attrs(&pk, attrs, n_attrs);
+  }
+  if (rc != 0) fbuf_free(b);
+  return rc;
+}
+
+int opd_submit(opd_client_t *c, const char *op, const opd_tensor_t *in,
+               uint32_t n_in, const opd_tensor_t *out, uint32_t n_out,
+               const opd_attr_t *attrs, uint32_t n_attrs, uint64_t *req) {
+  fbuf_t b;
+  int rc = check_usable(c);
+  if (rc) return rc;
+  if (req == NULL) return fail(OPD_EINVAL, "req is NULL");
+  uint64_t id = new_id(c);
+  rc = build_run(&b, OPD_MSG_RUN, id, op, in, n_in, out, n_out, attrs, n_attrs);
+  if (rc != 0) return rc;
+  rc = submit_frame(c, &b, id, 0, -1);
+  fbuf_free(&b);
+  if (rc == 0) *req = id;
+  return rc;
+}
+
+int opd_wait(opd_client_t *c, uint64_t req, int timeout_ms) {
+  int rc = check_usable(c);
+  if (rc) return rc;
+  return wait_reply(c, req, timeout_ms, NULL, NULL);
+}
+
+int opd_run(opd_client_t *c, const char *op, const opd_tensor_t *in,
+            uint32_t n_in, const opd_tensor_t *out, uint32_t n_out,
+            const opd_attr_t *attrs, uint32_t n_attrs) {
+  uint64_t req;
+  int rc = opd_submit(c, op, in, n_in, out, n_out, attrs, n_attrs, &req);
+  if (rc != 0) return rc;
+  return wait_reply(c, req, -1, NULL, NULL);
+}
+
+int opd_infer(opd_client_t *c, const char *op, const opd_tensor_t *in,
+              uint32_t n_in, const opd_attr_t *attrs, uint32_t n_attrs,
+              opd_tensor_t *out, uint32_t cap, uint32_t *n_out) {
+  fbuf_t b;
+  char *payload = NULL;
+  size_t len = 0;
+  int rc = check_usable(c);
+  if (rc) return rc;
+  if (n_out == NULL || (cap && out == NULL))
+    return fail(OPD_EINVAL, "opd_infer: NULL output array");
+  uint64_t id = new_id(c);
+  rc = build_run(&b, OPD_MSG_INFER, id, op, in, n_in, NULL, 0, attrs, n_attrs);
+  if (rc != 0) return rc;
+  rc = submit_frame(c, &b, id, 1, -1);
+  fbuf_free(&b);
+  if (rc == 0) rc = wait_reply(c, id, -1, &payload, &len);
+  if (rc != 0) return rc;
+
+  msgpack_zone z;
+  msgpack_object o;
+  msgpack_zone_init(&z, 1024);
+  const msgpack_object *body = reply_body(payload, len, &z, &o);
+  const msgpack_object *arr = body ? opd__mp_get(body, "out") : NULL;
+  if (arr == NULL || arr->type != MSGPACK_OBJECT_ARRAY) {
+    rc = fail(OPD_EPROTO, "infer: malformed reply");
+  } else if (arr->via.array.size > cap) {
+    rc = fail(OPD_ELIMIT, "infer: %s has %u outputs, room for %u", op,
+              arr->via.array.size, cap);
+  } else {
+    *n_out = arr->via.array.size;
+    for (uint32_t i = 0; i < arr->via.array.size && rc == 0; i++) {
+      const msgpack_object *e = &arr->via.array.ptr[i];
+      uint64_t dt;
+      if (e->type != MSGPACK_OBJECT_ARRAY || e->via.array.size != 2 ||
+          opd__mp_uint(&e->via.array.ptr[0], &dt) != 0 ||
+          e->via.array.ptr[1].type != MSGPACK_OBJECT_ARRAY ||
+          e->via.array.ptr[1].via.array.size > OPD_MAX_RANK) {
+        rc = fail(OPD_EPROTO, "infer: malformed reply");
+        break;
+      }
+      const msgpack_object *sh = &e->via.array.ptr[1];
+      memset(&out[i], 0, sizeof out[i]);
+      out[i].dtype = (int32_t)dt;
+      out[i].rank = (int32_t)sh->via.array.size;
+      for (uint32_t d = 0; d < sh->via.array.size; d++)
+        opd__mp_int(&sh->via.array.ptr[d], &out[i].shape[d]);
+    }
+  }
+  msgpack_zone_destroy(&z);
+  free(payload);
+  return rc;
+}
+
+int opd_ping(opd_client_t *c) {
+  int rc = check_usable(c);
+  if (rc) return rc;
+  return call(c, OPD_MSG_PING, NULL, NULL, -1, NULL, NULL);
+}
+
+/* ---- introspection -------------------------------------------------------- */
+
+static int json_call(opd_client_t *c, int type, char **json, size_t *len) {
+  char *payload = NULL;
+  size_t plen = 0;
+  int rc = check_usable(c);
+  if (rc) return rc;
+  if (json == NULL) return fail(OPD_EINVAL, "json is NULL");
+  rc = call(c, type, NULL, NULL, -1, &payload, &plen);
+  if (rc != 0) return rc;
+  msgpack_zone z;
+  msgpack_object o;
+  msgpack_zone_init(&z, 8192);
+  const msgpack_object *body = reply_body(payload, plen, &z, &o);
+  if (body == NULL) rc = fail(OPD_EPROTO, "malformed reply");
+  else if (opd__json_from_msgpack(body, json, len) != 0)
+    rc = fail(OPD_ENOMEM, "out of memory");
+  msgpack_zone_destroy(&z);
+  free(payload);
+  return rc;
+}
+
+int opd_ops_json(opd_client_t *c, char **json, size_t *len) {
+  return json_call(c, OPD_MSG_OPS, json, len);
+}
+
+int opd_stats_json(opd_client_t *c, char **json, size_t *len) {
+  return json_call(c, OPD_MSG_STATS, json, len);
+}

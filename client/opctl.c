@@ -1,0 +1,378 @@
+/* opctl: the admin CLI of opd (ping, ops, stats, version, info).
+ *
+ * DESIGN
+ * A thin user of libopd: every command is one or a few library calls, so
+ * opctl exercises exactly what applications use. Replies arrive as JSON
+ * from libopd; opctl parses just enough of it (a tiny reader for the
+ * daemon's own, well-formed output) to print tables, and `--json` prints
+ * the raw JSON for scripts.
+ */
+#include <ctype.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "opd/opd.h"
+
+/* ---- a minimal JSON reader: enough to walk libopd's output --------------- */
+
+typedef struct jv {
+  char type;                       /* 'o' object, 'a' array, 's' string,
+                                      'n' number, 'b' bool, 'z' null */
+  char *str;                       /* 's' (unescaped), 'n' (text) */
+  double num;
+  int boolean;
+  int n;                           /* children */
+  char **keys;                     /* 'o' */
+  struct jv **vals;                /* 'o' and 'a' */
+} jv_t;
+
+static const char *jp;
+
+static void ws(void) { while (isspace((unsigned char)*jp)) jp++; }
+
+static jv_t *jparse(void);
+
+static char *jstring(void) {
+  size_t cap = 16, n = 0;
+  char *s = malloc(cap);
+  jp++; /* opening quote */
+  while (*jp && *jp != '"') {
+    char ch = *jp++;
+    if (ch == '\\' && *jp) {
+      ch = *jp++;
+      if (ch == 'n') ch = '\n';
+      else if (ch == 't') ch = '\t';
+      else if (ch == 'u') { /* control chars only, from our own encoder */
+        ch = (char)strtol((char[]){jp[0], jp[1], jp[2], jp[3], 0}, NULL, 16);
+        jp += 4;
+      }
+    }
+    if (n + 2 > cap) s = realloc(s, cap *= 2);
+    s[n++] = ch;
+  }
+  if (*jp == '"') jp++;
+  s[n] = '\0';
+  return s;
+}
+
+static jv_t *jparse(void) {
+  jv_t *v = calloc(1, sizeof *v);
+  ws();
+  if (*jp == '{' || *jp == '[') {
+    char close = *jp == '{' ? '}' : ']';
+    v->type = *jp == '{' ? 'o' : 'a';
+    jp++;
+    ws();
+    while (*jp && *jp != close) {
+      v->keys = realloc(v->keys, sizeof(char *) * (size_t)(v->n + 1));
+      v->vals = realloc(v->vals, sizeof(jv_t *) * (size_t)(v->n + 1));
+      v->keys[v->n] = NULL;
+      if (v->type == 'o') {
+        v->keys[v->n] = jstring();
+        ws();
+        if (*jp == ':') jp++;
+      }
+      v->vals[v->n++] = jparse();
+      ws();
+      if (*jp == ',') jp++;
+      ws();
+    }
+    if (*jp) jp++;
+  } else if (*jp == '"') {
+    v->type = 's';
+    v->str = jstring();
+  } else if (strncmp(jp, "true", 4) == 0 || strncmp(jp, "false", 5) == 0) {
+    v->type = 'b';
+    v->boolean = *jp == 't';
+    jp += v->boolean ? 4 : 5;
+  } else if (strncmp(jp, "null", 4) == 0) {
+    v->type = 'z';
+    jp += 4;
+  } else {
+    const char *start = jp;
+    v->type = 'n';
+    v->num = strtod(jp, (char **)&jp);
+    if (jp == start) jp++; /* never loop on garbage */
+    v->str = strndup(start, (size_t)(jp - start));
+  }
+  return v;
+}
+
+static void jfree(jv_t *v) {
+  if (v == NULL) return;
+  for (int i = 0; i < v->n; i++) {
+    if (v->keys) free(v->keys[i]);
+    jfree(v->vals[i]);
+  }
+  free(v->keys);
+  free(v->vals);
+  free(v->str);
+  free(v);
+}
+
+static jv_t *jget(const jv_t *o, const char *key) {
+  if (o == NULL || o->type != 'o') return NULL;
+  for (int i = 0; i < o->n; i++)
+    if (strcmp(o->keys[i], key) == 0) return o->vals[i];
+  return NULL;
+}
+
+static const char *jstr(const jv_t *v) {
+  return v && (v->type == 's' || v->type == 'n') ? v->str : "";
+}
+
+/* Renders a scalar or a flat array as text ("[1,2]", "1e-05", "none"). */
+static void jtext(const jv_t *v, char *buf, size_t cap) {
+  if (v == NULL || v->type == 'z') {
+    snprintf(buf, cap, "-");
+  } else if (v->type == 'b') {
+    snprintf(buf, cap, "%s", v->boolean ? "true" : "false");
+  } else if (v->type == 'a') {
+    size_t n = (size_t)snprintf(buf, cap, "[");
+    for (int i = 0; i < v->n && n < cap; i++)
+      n += (size_t)snprintf(buf + n, cap - n, "%s%s", i ? "," : "",
+                            jstr(v->vals[i]));
+    if (n < cap) snprintf(buf + n, cap - n, "]");
+  } else {
+    snprintf(buf, cap, "%s", v->str);
+  }
+}
+
+/* ---- commands -------------------------------------------------------------- */
+
+static double now_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static int cmd_ping(opd_client_t *c, int count) {
+  double *t = malloc(sizeof(double) * (size_t)count);
+  for (int i = 0; i < count; i++) {
+    double t0 = now_us();
+    int rc = opd_ping(c);
+    t[i] = now_us() - t0;
+    if (rc != 0) {
+      fprintf(stderr, "opctl: ping: %s\n", opd_last_error());
+      free(t);
+      return 1;
+    }
+    if (count <= 10) printf("reply from opd: time=%.1f us\n", t[i]);
+  }
+  qsort(t, (size_t)count, sizeof *t, cmp_double);
+  double sum = 0;
+  for (int i = 0; i < count; i++) sum += t[i];
+  printf("%d pings: min %.1f us, p50 %.1f us, p99 %.1f us, max %.1f us, "
+         "mean %.1f us\n",
+         count, t[0], t[count / 2], t[(int)(count * 0.99)], t[count - 1],
+         sum / count);
+  free(t);
+  return 0;
+}
+
+static void print_io(const char *what, const jv_t *list) {
+  for (int i = 0; list && i < list->n; i++) {
+    const jv_t *io = list->vals[i];
+    const jv_t *dts = jget(io, "dtypes");
+    char dt[200];
+    jtext(dts, dt, sizeof dt);
+    if (dts && dts->n >= 9) snprintf(dt, sizeof dt, "any");
+    const jv_t *opt = jget(io, "optional");
+    printf("    %-7s %-8s %-22s %s%s\n", what, jstr(jget(io, "name")),
+           jstr(jget(io, "shape")), dt,
+           opt && opt->boolean ? " (optional)" : "");
+  }
+}
+
+static int cmd_ops(opd_client_t *c, int json) {
+  char *text;
+  size_t len;
+  if (opd_ops_json(c, &text, &len) != 0) {
+    fprintf(stderr, "opctl: ops: %s\n", opd_last_error());
+    return 1;
+  }
+  if (json) {
+    printf("%s\n", text);
+    opd_free(text);
+    return 0;
+  }
+  jp = text;
+  jv_t *root = jparse();
+  jv_t *ops = jget(root, "ops");
+  printf("%d operators\n", ops ? ops->n : 0);
+  for (int i = 0; ops && i < ops->n; i++) {
+    const jv_t *op = ops->vals[i];
+    const jv_t *inplace = jget(op, "inplace");
+    printf("\n%-10s %s\n", jstr(jget(op, "name")), jstr(jget(op, "summary")));
+    printf("    shape   %s%s\n", jstr(jget(op, "shape")),
+           inplace && inplace->boolean ? "   (in-place allowed)" : "");
+    print_io("input", jget(op, "inputs"));
+    print_io("output", jget(op, "outputs"));
+    const jv_t *attrs = jget(op, "attrs");
+    for (int a = 0; attrs && a < attrs->n; a++) {
+      const jv_t *at = attrs->vals[a];
+      const jv_t *req = jget(at, "required");
+      char def[120];
+      jtext(jget(at, "default"), def, sizeof def);
+      const jv_t *ch = jget(at, "choices");
+      printf("    attr    %-8s %-6s %s %s%s%s\n", jstr(jget(at, "name")),
+             jstr(jget(at, "type")),
+             req && req->boolean ? "required" : "default", 
+             req && req->boolean ? "" : def,
+             ch && ch->type == 's' ? "  one of " : "",
+             ch && ch->type == 's' ? ch->str : "");
+      const char *doc = jstr(jget(at, "doc"));
+      if (doc[0]) printf("            %s\n", doc);
+    }
+  }
+  jfree(root);
+  opd_free(text);
+  return 0;
+}
+
+static void print_num(const char *label, const jv_t *v) {
+  printf("  %-16s %s\n", label, jstr(v));
+}
+
+static int cmd_stats(opd_client_t *c, int json) {
+  char *text;
+  size_t len;
+  if (opd_stats_json(c, &text, &len) != 0) {
+    fprintf(stderr, "opctl: stats: %s\n", opd_last_error());
+    return 1;
+  }
+  if (json) {
+    printf("%s\n", text);
+    opd_free(text);
+    return 0;
+  }
+  jp = text;
+  jv_t *root = jparse();
+  const jv_t *h = jget(root, "healthy");
+  printf("opd daemon: %s\n", h && h->boolean ? "healthy" : "UNHEALTHY");
+  print_num("sessions", jget(root, "sessions"));
+  print_num("sessions total", jget(root, "sessions_total"));
+  print_num("requests", jget(root, "requests"));
+  print_num("errors", jget(root, "errors"));
+  print_num("arenas", jget(root, "arenas"));
+  print_num("bytes mapped", jget(root, "bytes_mapped"));
+  const jv_t *up = jget(root, "uptime_ns");
+  printf("  %-16s %.1f s\n", "uptime", up ? up->num / 1e9 : 0.0);
+  const jv_t *ops = jget(root, "ops");
+  printf("\n  %-10s %10s %8s %12s %10s\n", "op", "calls", "errors",
+         "kernel ms", "mean us");
+  for (int i = 0; ops && i < ops->n; i++) {
+    const jv_t *o = ops->vals[i];
+    const jv_t *calls = jget(o, "calls"), *ns = jget(o, "ns");
+    double nc = calls ? calls->num : 0, t = ns ? ns->num : 0;
+    printf("  %-10s %10.0f %8s %12.3f %10.2f\n", ops->keys[i], nc,
+           jstr(jget(o, "errors")), t / 1e6, nc > 0 ? t / nc / 1e3 : 0.0);
+  }
+  jfree(root);
+  opd_free(text);
+  return 0;
+}
+
+static int cmd_info(opd_client_t *c) {
+  char *text;
+  size_t len;
+  if (opd_server_info(c, &text, &len) != 0) {
+    fprintf(stderr, "opctl: info: %s\n", opd_last_error());
+    return 1;
+  }
+  printf("%s\n", text);
+  opd_free(text);
+  return 0;
+}
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: opctl [--socket PATH] [--json] COMMAND\n"
+          "\n"
+          "commands:\n"
+          "  ping [-c N]   round trips to the daemon (N, default 5) with times\n"
+          "  ops           the operators with their inputs, outputs, attributes\n"
+          "  stats         sessions, requests, errors, bytes mapped, per-op counts\n"
+          "  info          the daemon's hello: version, backends, limits (JSON)\n"
+          "  version       opctl's and the daemon's versions\n"
+          "\n"
+          "  -s, --socket PATH   daemon socket (default: $OPD_SOCKET, else\n"
+          "                      /run/opd/opd.sock as root, else\n"
+          "                      $XDG_RUNTIME_DIR/opd.sock)\n"
+          "  -j, --json          print raw JSON (ops, stats)\n");
+}
+
+int main(int argc, char **argv) {
+  static const struct option opts[] = {{"socket", required_argument, 0, 's'},
+                                       {"json", no_argument, 0, 'j'},
+                                       {"help", no_argument, 0, 'h'},
+                                       {0, 0, 0, 0}};
+  const char *sock = NULL;
+  int json = 0, c;
+  while ((c = getopt_long(argc, argv, "+s:jh", opts, NULL)) != -1) {
+    switch (c) {
+      case 's': sock = optarg; break;
+      case 'j': json = 1; break;
+      case 'h': usage(stdout); return 0;
+      default: usage(stderr); return 2;
+    }
+  }
+  if (optind >= argc) {
+    usage(stderr);
+    return 2;
+  }
+  const char *cmd = argv[optind];
+  int count = 5;
+  if (strcmp(cmd, "ping") == 0 && optind + 2 < argc + 0 &&
+      strcmp(argv[optind + 1], "-c") == 0) {
+    count = atoi(argv[optind + 2]);
+    if (count < 1 || count > 10000000) {
+      fprintf(stderr, "opctl: ping -c expects 1 to 10000000\n");
+      return 2;
+    }
+  }
+  if (strcmp(cmd, "ping") && strcmp(cmd, "ops") && strcmp(cmd, "stats") &&
+      strcmp(cmd, "info") && strcmp(cmd, "version")) {
+    fprintf(stderr, "opctl: unknown command \"%s\"\n", cmd);
+    usage(stderr);
+    return 2;
+  }
+  opd_client_t *cl;
+  if (opd_connect(sock, &cl) != 0) {
+    if (strcmp(cmd, "version") == 0)
+      printf("opctl %s (protocol %d); daemon: not reachable\n", opd_version(),
+             OPD_PROTOCOL_VERSION);
+    fprintf(stderr, "opctl: %s\n", opd_last_error());
+    return 1;
+  }
+  int rc = 0;
+  if (strcmp(cmd, "ping") == 0) rc = cmd_ping(cl, count);
+  else if (strcmp(cmd, "ops") == 0) rc = cmd_ops(cl, json);
+  else if (strcmp(cmd, "stats") == 0) rc = cmd_stats(cl, json);
+  else if (strcmp(cmd, "info") == 0) rc = cmd_info(cl);
+  else {
+    char *text;
+    size_t len;
+    printf("opctl %s (protocol %d)\n", opd_version(), OPD_PROTOCOL_VERSION);
+    if (opd_server_info(cl, &text, &len) == 0) {
+      jp = text;
+      jv_t *root = jparse();
+      printf("opd %s (protocol %s) at session %s\n",
+             jstr(jget(root, "version")), jstr(jget(root, "protocol")),
+             jstr(jget(root, "session")));
+      jfree(root);
+      opd_free(text);
+    }
+  }
+  opd_close(cl);
+  return rc;
+}

@@ -1,0 +1,148 @@
+/* Shared-memory arenas: checking, mapping and releasing client memfds.
+ *
+ * DESIGN
+ * A client's arena is a memfd it sealed with F_SEAL_SHRINK|F_SEAL_GROW.
+ * The seals are what make mapping it safe: a client that could shrink the
+ * file after we mapped it would turn our next access into SIGBUS. So we
+ * refuse any fd that is not a memfd (F_GET_SEALS fails on other files, and
+ * /proc names it "/memfd:..."), lacks either seal, or whose size differs from
+ * the size the client claimed. Ids are daemon-wide and never reused, so a
+ * stale or foreign id is always "unknown", never someone else's arena.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/wire.h"
+#include "daemon/log.h"
+#include "daemon/server.h"
+
+static int is_memfd(int fd) {
+  char path[64], target[64];
+  snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+  ssize_t n = readlink(path, target, sizeof target - 1);
+  if (n < 0) return 1; /* no /proc: the seal check below still applies */
+  target[n] = '\0';
+  return strncmp(target, "/memfd:", 7) == 0;
+}
+
+/* Takes ownership of fd (closed in every case). On success the arena is in
+ * s's table and *id names it. */
+int opd__arena_register(opd_session_t *s, int fd, uint64_t size,
+                        uint64_t *id, char *err, size_t errlen) {
+  const opd_limits_t *l = &s->srv->cfg.limits;
+  struct stat st;
+  opd_arena_t *a = NULL;
+  void *base = MAP_FAILED;
+  int rc = 0, seals;
+
+  if (s->n_arenas >= l->max_arenas) {
+    snprintf(err, errlen, "session has %u arenas, the limit", s->n_arenas);
+    rc = OPD_ELIMIT;
+    goto out;
+  }
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || !is_memfd(fd) ||
+      (seals = fcntl(fd, F_GET_SEALS)) < 0) {
+    snprintf(err, errlen, "the file descriptor is not a memfd");
+    rc = OPD_EFD;
+    goto out;
+  }
+  if ((seals & (F_SEAL_SHRINK | F_SEAL_GROW)) !=
+      (F_SEAL_SHRINK | F_SEAL_GROW)) {
+    snprintf(err, errlen,
+             "the memfd lacks F_SEAL_SHRINK|F_SEAL_GROW (seals 0x%x)", seals);
+    rc = OPD_EFD;
+    goto out;
+  }
+  if (size == 0 || (uint64_t)st.st_size != size) {
+    snprintf(err, errlen, "claimed size %llu but the memfd holds %lld bytes",
+             (unsigned long long)size, (long long)st.st_size);
+    rc = OPD_EINVAL;
+    goto out;
+  }
+  if (size > l->max_arena_bytes) {
+    snprintf(err, errlen, "arena of %llu bytes exceeds the limit of %llu",
+             (unsigned long long)size,
+             (unsigned long long)l->max_arena_bytes);
+    rc = OPD_ELIMIT;
+    goto out;
+  }
+  if (s->bytes_mapped + size > l->max_session_bytes) {
+    snprintf(err, errlen,
+             "session would map %llu bytes, over the limit of %llu",
+             (unsigned long long)(s->bytes_mapped + size),
+             (unsigned long long)l->max_session_bytes);
+    rc = OPD_ELIMIT;
+    goto out;
+  }
+  base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (base == MAP_FAILED) {
+    snprintf(err, errlen, "mmap of the memfd failed: %s", strerror(errno));
+    rc = errno == ENOMEM ? OPD_ENOMEM : OPD_EFD;
+    goto out;
+  }
+  if ((a = calloc(1, sizeof *a)) == NULL) {
+    snprintf(err, errlen, "out of memory");
+    rc = OPD_ENOMEM;
+    goto out;
+  }
+  a->id = ++s->srv->next_arena_id;
+  a->base = base;
+  a->size = size;
+  a->refs = 1;
+  a->srv = s->srv;
+  s->arenas[s->n_arenas++] = a;
+  s->bytes_mapped += size;
+  s->srv->bytes_mapped += size;
+  s->srv->arenas++;
+  *id = a->id;
+  base = MAP_FAILED;
+  LOG_DEBUG("session %llu: arena %llu mapped, %llu bytes",
+            (unsigned long long)s->id, (unsigned long long)a->id,
+            (unsigned long long)size);
+out:
+  if (base != MAP_FAILED) munmap(base, size);
+  close(fd);
+  return rc;
+}
+
+opd_arena_t *opd__arena_find(opd_session_t *s, uint64_t id) {
+  for (uint32_t i = 0; i < s->n_arenas; i++)
+    if (s->arenas[i]->id == id) return s->arenas[i];
+  return NULL;
+}
+
+void opd__arena_unref(opd_arena_t *a) {
+  if (--a->refs > 0) return;
+  munmap(a->base, a->size);
+  a->srv->bytes_mapped -= a->size;
+  a->srv->arenas--;
+  free(a);
+}
+
+/* Removes the arena from the table; memory stays mapped while jobs use it.
+ * Returns 0 or OPD_EARENA. */
+int opd__arena_release(opd_session_t *s, uint64_t id) {
+  for (uint32_t i = 0; i < s->n_arenas; i++) {
+    opd_arena_t *a = s->arenas[i];
+    if (a->id != id) continue;
+    s->arenas[i] = s->arenas[--s->n_arenas];
+    s->bytes_mapped -= a->size;
+    opd__arena_unref(a);
+    return 0;
+  }
+  return OPD_EARENA;
+}
+
+void opd__arena_release_all(opd_session_t *s) {
+  while (s->n_arenas > 0) {
+    opd_arena_t *a = s->arenas[--s->n_arenas];
+    s->bytes_mapped -= a->size;
+    opd__arena_unref(a);
+  }
+}

@@ -1,0 +1,316 @@
+/* Request handlers: one function per message type of protocol.h.
+ *
+ * DESIGN
+ * Every handler runs on the loop thread, reads only the unpacked request
+ * (never the raw frame), and answers with exactly one reply: a packed body
+ * on success or an error naming the request and the problem. RUN and INFER
+ * go to run.c; everything else is answered here, at once.
+ */
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/wire.h"
+#include "daemon/log.h"
+#include "daemon/server.h"
+
+#define PACK_STR(pk, s) msgpack_pack_str_with_body((pk), (s), strlen(s))
+
+/* The packer for srv->scratch, emptied. Loop thread only. */
+static msgpack_packer *scratch(opd_server_t *srv) {
+  static msgpack_packer pk;
+  msgpack_sbuffer_clear(&srv->scratch);
+  msgpack_packer_init(&pk, &srv->scratch, msgpack_sbuffer_write);
+  return &pk;
+}
+
+static void reply_scratch(opd_session_t *s, uint64_t id) {
+  opd__reply(s, id, 0, s->srv->scratch.data, s->srv->scratch.size);
+}
+
+static void handle_hello(opd_session_t *s, uint64_t id,
+                         const msgpack_object *body) {
+  opd_server_t *srv = s->srv;
+  const opd_limits_t *l = &srv->cfg.limits;
+  uint64_t proto;
+
+  if (opd__mp_uint(opd__mp_get(body, "protocol"), &proto) != 0) {
+    opd__reply_error(s, id, OPD_EPROTO,
+                     "hello: \"protocol\" (unsigned) is required");
+    return;
+  }
+  if (proto != OPD_PROTOCOL_VERSION) {
+    opd__reply_error(s, id, OPD_EVERSION,
+                     "hello: the daemon speaks protocol %d, the client %llu",
+                     OPD_PROTOCOL_VERSION, (unsigned long long)proto);
+    return;
+  }
+  const msgpack_object *name = opd__mp_get(body, "client");
+  if (name != NULL && opd__mp_str(name, s->client, sizeof s->client) != 0)
+    snprintf(s->client, sizeof s->client, "?");
+  s->hello = 1;
+
+  msgpack_packer *pk = scratch(srv);
+  msgpack_pack_map(pk, 5);
+  PACK_STR(pk, "protocol");
+  msgpack_pack_uint32(pk, OPD_PROTOCOL_VERSION);
+  PACK_STR(pk, "version");
+  PACK_STR(pk, OPD_VERSION);
+  PACK_STR(pk, "session");
+  msgpack_pack_uint64(pk, s->id);
+  PACK_STR(pk, "backends");
+  msgpack_pack_array(pk, 1);
+  PACK_STR(pk, "cpu");
+  PACK_STR(pk, "limits");
+  msgpack_pack_map(pk, 8);
+  PACK_STR(pk, "max_frame");
+  msgpack_pack_uint32(pk, l->max_frame);
+  PACK_STR(pk, "max_rank");
+  msgpack_pack_uint32(pk, OPD_MAX_RANK);
+  PACK_STR(pk, "max_tensors");
+  msgpack_pack_uint32(pk, OPD_MAX_TENSORS);
+  PACK_STR(pk, "max_attrs");
+  msgpack_pack_uint32(pk, OPD_MAX_ATTRS);
+  PACK_STR(pk, "max_arenas");
+  msgpack_pack_uint32(pk, l->max_arenas);
+  PACK_STR(pk, "max_arena_bytes");
+  msgpack_pack_uint64(pk, l->max_arena_bytes);
+  PACK_STR(pk, "max_session_bytes");
+  msgpack_pack_uint64(pk, l->max_session_bytes);
+  PACK_STR(pk, "max_inflight");
+  msgpack_pack_uint32(pk, l->max_inflight);
+  LOG_INFO("session %llu: hello from \"%s\"", (unsigned long long)s->id,
+           s->client);
+  reply_scratch(s, id);
+}
+
+static void handle_register(opd_session_t *s, uint64_t id,
+                            const msgpack_object *body) {
+  uint64_t size, arena;
+  char err[200];
+
+  if (s->n_fds == 0) {
+    opd__reply_error(s, id, OPD_EFD,
+                     "arena_register: no file descriptor was sent with the "
+                     "request (send the memfd with SCM_RIGHTS in the same "
+                     "sendmsg)");
+    return;
+  }
+  int fd = s->fds[0];
+  memmove(s->fds, s->fds + 1, (size_t)--s->n_fds * sizeof(int));
+  if (opd__mp_uint(opd__mp_get(body, "size"), &size) != 0) {
+    close(fd);
+    opd__reply_error(s, id, OPD_EPROTO,
+                     "arena_register: \"size\" (unsigned) is required");
+    return;
+  }
+  int rc = opd__arena_register(s, fd, size, &arena, err, sizeof err);
+  if (rc != 0) {
+    opd__reply_error(s, id, rc, "arena_register: %s", err);
+    return;
+  }
+  msgpack_packer *pk = scratch(s->srv);
+  msgpack_pack_map(pk, 1);
+  PACK_STR(pk, "arena");
+  msgpack_pack_uint64(pk, arena);
+  reply_scratch(s, id);
+}
+
+static void handle_release(opd_session_t *s, uint64_t id,
+                           const msgpack_object *body) {
+  uint64_t arena;
+  if (opd__mp_uint(opd__mp_get(body, "arena"), &arena) != 0) {
+    opd__reply_error(s, id, OPD_EPROTO,
+                     "arena_release: \"arena\" (unsigned) is required");
+    return;
+  }
+  if (opd__arena_release(s, arena) != 0) {
+    opd__reply_error(s, id, OPD_EARENA,
+                     "arena_release: unknown arena %llu (not registered by "
+                     "this session)",
+                     (unsigned long long)arena);
+    return;
+  }
+  opd__reply(s, id, 0, NULL, 0);
+}
+
+static void handle_stats(opd_session_t *s, uint64_t id) {
+  opd_server_t *srv = s->srv;
+  msgpack_packer *pk = scratch(srv);
+  msgpack_pack_map(pk, 9);
+  PACK_STR(pk, "sessions");
+  msgpack_pack_uint32(pk, srv->n_sessions);
+  PACK_STR(pk, "sessions_total");
+  msgpack_pack_uint64(pk, srv->sessions_total);
+  PACK_STR(pk, "requests");
+  msgpack_pack_uint64(pk, srv->requests);
+  PACK_STR(pk, "errors");
+  msgpack_pack_uint64(pk, srv->errors);
+  PACK_STR(pk, "arenas");
+  msgpack_pack_uint64(pk, srv->arenas);
+  PACK_STR(pk, "bytes_mapped");
+  msgpack_pack_uint64(pk, srv->bytes_mapped);
+  PACK_STR(pk, "uptime_ns");
+  msgpack_pack_uint64(pk, opd__now_ns() - srv->start_ns);
+  PACK_STR(pk, "healthy");
+  msgpack_pack_true(pk);
+  PACK_STR(pk, "ops");
+  msgpack_pack_map(pk, (size_t)opd__n_ops);
+  for (int i = 0; i < opd__n_ops; i++) {
+    PACK_STR(pk, opd__ops[i]->name);
+    msgpack_pack_map(pk, 3);
+    PACK_STR(pk, "calls");
+    msgpack_pack_uint64(pk, srv->op_stats[i].calls);
+    PACK_STR(pk, "errors");
+    msgpack_pack_uint64(pk, srv->op_stats[i].errors);
+    PACK_STR(pk, "ns");
+    msgpack_pack_uint64(pk, srv->op_stats[i].ns);
+  }
+  reply_scratch(s, id);
+}
+
+void opd__handle(opd_session_t *s, const msgpack_object *req) {
+  uint64_t type = req->via.array.ptr[0].via.u64;
+  uint64_t id = req->via.array.ptr[1].via.u64;
+  const msgpack_object *body = &req->via.array.ptr[2];
+
+  if (!s->hello && type != OPD_MSG_HELLO && type != OPD_MSG_PING) {
+    opd__reply_error(s, id, OPD_ESTATE, "%s: send hello first",
+                     opd__msg_name((int)type));
+    return;
+  }
+  switch (type) {
+    case OPD_MSG_HELLO: handle_hello(s, id, body); break;
+    case OPD_MSG_ARENA_REGISTER: handle_register(s, id, body); break;
+    case OPD_MSG_ARENA_RELEASE: handle_release(s, id, body); break;
+    case OPD_MSG_RUN: opd__run_request(s, id, body, 0); break;
+    case OPD_MSG_INFER: opd__run_request(s, id, body, 1); break;
+    case OPD_MSG_OPS:
+      opd__reply(s, id, 0, s->srv->ops_body, s->srv->ops_body_len);
+      break;
+    case OPD_MSG_STATS: handle_stats(s, id); break;
+    case OPD_MSG_PING: opd__reply(s, id, 0, NULL, 0); break;
+    default:
+      opd__reply_error(s, id, OPD_EPROTO, "unknown message type %llu",
+                       (unsigned long long)type);
+  }
+}
+
+/* ---- the OPS body, packed once at start ------------------------------- */
+
+static void pack_dtypes(msgpack_packer *pk, uint32_t mask) {
+  int n = 0;
+#define X(name, val, size, str) n += (mask >> val) & 1;
+  OPD_DTYPE_MAP(X)
+#undef X
+  msgpack_pack_array(pk, (size_t)n);
+#define X(name, val, size, str) \
+  if ((mask >> val) & 1) PACK_STR(pk, str);
+  OPD_DTYPE_MAP(X)
+#undef X
+}
+
+static void pack_io(msgpack_packer *pk, const opd_io_spec_t *io, int n,
+                    int n_min) {
+  msgpack_pack_array(pk, (size_t)n);
+  for (int i = 0; i < n; i++) {
+    msgpack_pack_map(pk, 4);
+    PACK_STR(pk, "name");
+    PACK_STR(pk, io[i].name ? io[i].name : "");
+    PACK_STR(pk, "dtypes");
+    pack_dtypes(pk, io[i].dtypes);
+    PACK_STR(pk, "shape");
+    PACK_STR(pk, io[i].doc ? io[i].doc : "");
+    PACK_STR(pk, "optional");
+    if (i >= n_min) msgpack_pack_true(pk);
+    else msgpack_pack_false(pk);
+  }
+}
+
+static void pack_attr_val(msgpack_packer *pk, const opd_attr_val_t *v,
+                          int type) {
+  switch (type) {
+    case OPD_ATTR_INT: msgpack_pack_int64(pk, v->i); break;
+    case OPD_ATTR_FLOAT: msgpack_pack_double(pk, v->f); break;
+    case OPD_ATTR_BOOL:
+      if (v->i) msgpack_pack_true(pk);
+      else msgpack_pack_false(pk);
+      break;
+    case OPD_ATTR_STR: PACK_STR(pk, v->s); break;
+    case OPD_ATTR_INTS:
+      msgpack_pack_array(pk, (size_t)v->n);
+      for (int i = 0; i < v->n; i++) msgpack_pack_int64(pk, v->ints[i]);
+      break;
+    default: msgpack_pack_nil(pk);
+  }
+}
+
+int opd__ops_pack(opd_server_t *srv) {
+  msgpack_sbuffer sb;
+  msgpack_packer pk;
+  msgpack_sbuffer_init(&sb);
+  msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+  msgpack_pack_map(&pk, 1);
+  PACK_STR(&pk, "ops");
+  msgpack_pack_array(&pk, (size_t)opd__n_ops);
+  for (int i = 0; i < opd__n_ops; i++) {
+    const opd_op_def_t *op = opd__ops[i];
+    msgpack_pack_map(&pk, 10);
+    PACK_STR(&pk, "name");
+    PACK_STR(&pk, op->name);
+    PACK_STR(&pk, "min_inputs");
+    msgpack_pack_int32(&pk, op->n_in_min);
+    PACK_STR(&pk, "max_inputs");
+    msgpack_pack_int32(&pk, op->n_in_max);
+    PACK_STR(&pk, "summary");
+    PACK_STR(&pk, op->summary ? op->summary : "");
+    /* a variadic op (noop) repeats its last input spec: list it once */
+    int n_in = op->n_in_max;
+    while (n_in > 1 && op->in[n_in - 1].name != NULL &&
+           op->in[n_in - 2].name != NULL &&
+           strcmp(op->in[n_in - 1].name, op->in[n_in - 2].name) == 0)
+      n_in--;
+    PACK_STR(&pk, "inputs");
+    pack_io(&pk, op->in, n_in, op->n_in_min);
+    PACK_STR(&pk, "outputs");
+    pack_io(&pk, op->out, op->n_out, op->n_out);
+    PACK_STR(&pk, "attrs");
+    msgpack_pack_array(&pk, (size_t)op->n_attrs);
+    for (int a = 0; a < op->n_attrs; a++) {
+      const opd_attr_spec_t *sp = &op->attrs[a];
+      msgpack_pack_map(&pk, 6);
+      PACK_STR(&pk, "name");
+      PACK_STR(&pk, sp->name);
+      PACK_STR(&pk, "type");
+      PACK_STR(&pk, opd__attr_type_name(sp->type));
+      PACK_STR(&pk, "default");
+      if (sp->required) msgpack_pack_nil(&pk);
+      else pack_attr_val(&pk, &sp->def, sp->type);
+      PACK_STR(&pk, "required");
+      if (sp->required) msgpack_pack_true(&pk);
+      else msgpack_pack_false(&pk);
+      PACK_STR(&pk, "doc");
+      PACK_STR(&pk, sp->doc ? sp->doc : "");
+      PACK_STR(&pk, "choices");
+      if (sp->choices) PACK_STR(&pk, sp->choices);
+      else msgpack_pack_nil(&pk);
+    }
+    PACK_STR(&pk, "shape");
+    PACK_STR(&pk, op->shape_doc ? op->shape_doc : "");
+    PACK_STR(&pk, "inplace");
+    if (op->flags & OPD_OPF_INPLACE) msgpack_pack_true(&pk);
+    else msgpack_pack_false(&pk);
+    PACK_STR(&pk, "strided");
+    if (op->flags & OPD_OPF_STRIDED) msgpack_pack_true(&pk);
+    else msgpack_pack_false(&pk);
+  }
+  if (sb.size > srv->cfg.limits.max_frame - 64) {
+    LOG_ERROR("the operator list (%zu bytes) does not fit in a frame",
+              sb.size);
+    msgpack_sbuffer_destroy(&sb);
+    return OPD_ELIMIT;
+  }
+  srv->ops_body = sb.data;
+  srv->ops_body_len = sb.size;
+  return 0;
+}

@@ -1,0 +1,175 @@
+/* opd: the operator daemon's entry point (options, loop, exit status).
+ *
+ * DESIGN
+ * opd runs in the foreground and logs to stderr, which is what systemd
+ * (Type=simple/notify) and a SysV script with a pid file both want. It
+ * exits 0 after a clean drain on SIGINT/SIGTERM, 1 when it cannot start
+ * (bad option, socket in use), so an init system can tell the two apart.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/paths.h"
+#include "daemon/log.h"
+#include "daemon/server.h"
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: opd [options]\n"
+          "\n"
+          "The opd operator daemon: clients hand it tensors in shared memory\n"
+          "and ask it to run operators (see `opctl ops`).\n"
+          "\n"
+          "  -s, --socket PATH          listen here (default: $OPD_SOCKET, else\n"
+          "                             /run/opd/opd.sock as root, else\n"
+          "                             $XDG_RUNTIME_DIR/opd.sock)\n"
+          "  -t, --threads N            kernel threads (default: all CPUs)\n"
+          "  -l, --log-level LEVEL      error, warn, info (default) or debug\n"
+          "      --max-frame BYTES      largest request frame (default %u)\n"
+          "      --max-clients N        sessions at once (default 1024)\n"
+          "      --max-arenas N         arenas per session (default 64)\n"
+          "      --max-arena-bytes B    bytes of one arena (default 64 GiB)\n"
+          "      --max-session-bytes B  bytes one session may map (default 256 GiB)\n"
+          "      --max-inflight N       runs queued per session (default 1024)\n"
+          "      --inline-bytes B       runs touching at most B bytes execute on\n"
+          "                             the event loop (default 16384)\n"
+          "  -V, --version              print the version and exit\n"
+          "  -h, --help                 print this help and exit\n",
+          OPD_MAX_FRAME_DEFAULT);
+}
+
+static int parse_u64(const char *opt, const char *s, uint64_t lo, uint64_t hi,
+                     uint64_t *out) {
+  char *end;
+  errno = 0;
+  unsigned long long v = strtoull(s, &end, 0);
+  if (errno || end == s || *end != '\0' || s[0] == '-' || v < lo || v > hi) {
+    fprintf(stderr, "opd: %s expects a number from %llu to %llu, got \"%s\"\n",
+            opt, (unsigned long long)lo, (unsigned long long)hi, s);
+    return -1;
+  }
+  *out = v;
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  enum { O_FRAME = 256, O_CLIENTS, O_ARENAS, O_ARENA_BYTES, O_SESSION_BYTES,
+         O_INFLIGHT, O_INLINE };
+  static const struct option opts[] = {
+      {"socket", required_argument, 0, 's'},
+      {"threads", required_argument, 0, 't'},
+      {"log-level", required_argument, 0, 'l'},
+      {"max-frame", required_argument, 0, O_FRAME},
+      {"max-clients", required_argument, 0, O_CLIENTS},
+      {"max-arenas", required_argument, 0, O_ARENAS},
+      {"max-arena-bytes", required_argument, 0, O_ARENA_BYTES},
+      {"max-session-bytes", required_argument, 0, O_SESSION_BYTES},
+      {"max-inflight", required_argument, 0, O_INFLIGHT},
+      {"inline-bytes", required_argument, 0, O_INLINE},
+      {"version", no_argument, 0, 'V'},
+      {"help", no_argument, 0, 'h'},
+      {0, 0, 0, 0}};
+  opd_config_t cfg = {
+      .threads = 0,
+      .log_level = OPD_LOG_INFO,
+      .limits = {.max_frame = OPD_MAX_FRAME_DEFAULT,
+                 .max_arenas = 64,
+                 .max_arena_bytes = 64ull << 30,
+                 .max_session_bytes = 256ull << 30,
+                 .max_inflight = 1024,
+                 .max_clients = 1024,
+                 .max_wbuf = 4u << 20,
+                 .inline_bytes = 16384}};
+  const char *socket_opt = NULL;
+  uint64_t v;
+  int c;
+
+  while ((c = getopt_long(argc, argv, "s:t:l:Vh", opts, NULL)) != -1) {
+    switch (c) {
+      case 's': socket_opt = optarg; break;
+      case 't':
+        if (parse_u64("--threads", optarg, 1, 1024, &v)) return 1;
+        cfg.threads = (int)v;
+        break;
+      case 'l':
+        if ((cfg.log_level = opd__log_parse(optarg)) < 0) {
+          fprintf(stderr, "opd: --log-level expects error, warn, info or "
+                          "debug, got \"%s\"\n", optarg);
+          return 1;
+        }
+        break;
+      case O_FRAME:
+        if (parse_u64("--max-frame", optarg, 4096, 64u << 20, &v)) return 1;
+        cfg.limits.max_frame = (uint32_t)v;
+        break;
+      case O_CLIENTS:
+        if (parse_u64("--max-clients", optarg, 1, 1u << 20, &v)) return 1;
+        cfg.limits.max_clients = (uint32_t)v;
+        break;
+      case O_ARENAS:
+        if (parse_u64("--max-arenas", optarg, 1, 1u << 16, &v)) return 1;
+        cfg.limits.max_arenas = (uint32_t)v;
+        break;
+      case O_ARENA_BYTES:
+        if (parse_u64("--max-arena-bytes", optarg, 1, UINT64_MAX, &v)) return 1;
+        cfg.limits.max_arena_bytes = v;
+        break;
+      case O_SESSION_BYTES:
+        if (parse_u64("--max-session-bytes", optarg, 1, UINT64_MAX, &v))
+          return 1;
+        cfg.limits.max_session_bytes = v;
+        break;
+      case O_INFLIGHT:
+        if (parse_u64("--max-inflight", optarg, 1, 1u << 20, &v)) return 1;
+        cfg.limits.max_inflight = (uint32_t)v;
+        break;
+      case O_INLINE:
+        if (parse_u64("--inline-bytes", optarg, 0, 1u << 30, &v)) return 1;
+        cfg.limits.inline_bytes = (uint32_t)v;
+        break;
+      case 'V': printf("opd %s (protocol %d)\n", OPD_VERSION,
+                       OPD_PROTOCOL_VERSION);
+        return 0;
+      case 'h': usage(stdout); return 0;
+      default: usage(stderr); return 1;
+    }
+  }
+  if (optind < argc) {
+    fprintf(stderr, "opd: unexpected argument \"%s\"\n", argv[optind]);
+    usage(stderr);
+    return 1;
+  }
+  if (opd__socket_path(socket_opt, cfg.socket_path, sizeof cfg.socket_path)) {
+    fprintf(stderr, "opd: socket path is too long\n");
+    return 1;
+  }
+  opd__log_level = cfg.log_level;
+  signal(SIGPIPE, SIG_IGN);
+  /* libuv's pool runs the sessions' ops: at least as many as kernel
+   * threads, so that concurrent clients' ops really run concurrently */
+  if (getenv("UV_THREADPOOL_SIZE") == NULL) {
+    char n[24];
+    long cpus = cfg.threads ? cfg.threads : sysconf(_SC_NPROCESSORS_ONLN);
+    snprintf(n, sizeof n, "%ld", cpus > 4 ? cpus : 4);
+    setenv("UV_THREADPOOL_SIZE", n, 1);
+  }
+
+  uv_loop_t *loop = uv_default_loop();
+  static opd_server_t srv;
+  if (opd__server_init(&srv, loop, &cfg) != 0) {
+    LOG_ERROR("could not start; exiting");
+    opd__server_free(&srv);
+    return 1;
+  }
+  uv_run(loop, UV_RUN_DEFAULT);
+  opd__server_free(&srv);
+  uv_loop_close(loop);
+  LOG_INFO("stopped");
+  return 0;
+}

@@ -1,0 +1,553 @@
+/* RUN and INFER: from a request body to a validated kernel call, and its
+ * execution.
+ *
+ * DESIGN
+ * prepare() turns the request into an opd_kcall_t in a fixed order, each
+ * step on private copies only: operator lookup, arity, attributes (types,
+ * choices, required, defaults), then per input: descriptor decode, dtype
+ * against the schema, arena lookup, bounds/overflow (opd__desc_validate),
+ * layout; then the op's shape rule, and per output the same checks plus
+ * dtype and shape equal to what the rule computed; finally aliasing between
+ * outputs and inputs. Every error message starts with the op name and
+ * names the tensor ("softmax: input 0 (x) has dtype int32, expected
+ * float32"). Kernels see only calls that passed all of it.
+ *
+ * Runs of one session execute in order, one at a time (like a CUDA
+ * stream); different sessions' runs execute concurrently. A run whose
+ * tensors total at most limits.inline_bytes executes on the loop thread
+ * (a pool hand-off would cost more than the kernel); larger ones go to
+ * libuv's thread pool and use the kernel pool for intra-op parallelism, so
+ * one client's big op never stalls another client's I/O.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/wire.h"
+#include "daemon/log.h"
+#include "daemon/server.h"
+#include "kernels/common/kutil.h"
+
+#define ERR(code, ...) (snprintf(err, errlen, __VA_ARGS__), (code))
+
+static const char *mp_type_name(const msgpack_object *o) {
+  switch (o->type) {
+    case MSGPACK_OBJECT_NIL: return "nil";
+    case MSGPACK_OBJECT_BOOLEAN: return "bool";
+    case MSGPACK_OBJECT_POSITIVE_INTEGER:
+    case MSGPACK_OBJECT_NEGATIVE_INTEGER: return "int";
+    case MSGPACK_OBJECT_FLOAT32:
+    case MSGPACK_OBJECT_FLOAT64: return "float";
+    case MSGPACK_OBJECT_STR: return "str";
+    case MSGPACK_OBJECT_ARRAY: return "array";
+    case MSGPACK_OBJECT_MAP: return "map";
+    default: return "other";
+  }
+}
+
+static int op_index(const char *name) {
+  for (int i = 0; i < opd__n_ops; i++)
+    if (strcmp(opd__ops[i]->name, name) == 0) return i;
+  return -1;
+}
+
+/* "x, weight, bias" */
+static void io_names(const opd_io_spec_t *io, int n, char *buf, size_t cap) {
+  size_t len = 0;
+  buf[0] = '\0';
+  for (int i = 0; i < n && len < cap; i++)
+    len += (size_t)snprintf(buf + len, cap - len, "%s%s", i ? ", " : "",
+                            io[i].name ? io[i].name : "?");
+}
+
+static int check_arity(const opd_op_def_t *op, const char *what, int given,
+                       int lo, int hi, const opd_io_spec_t *io, char *err,
+                       size_t errlen) {
+  char names[160];
+  if (given >= lo && given <= hi) return 0;
+  io_names(io, hi, names, sizeof names);
+  if (lo == hi)
+    return ERR(OPD_EARITY, "expects %d %s%s%s%s%s, got %d", lo, what,
+               lo == 1 ? "" : "s", hi ? " (" : "", names, hi ? ")" : "",
+               given);
+  return ERR(OPD_EARITY, "expects %d to %d %ss (%s), got %d", lo, hi, what,
+             names, given);
+  (void)op;
+}
+
+/* ---- attributes ------------------------------------------------------- */
+
+static int attr_convert(const opd_attr_spec_t *sp, const msgpack_object *v,
+                        opd_attr_val_t *out, char *err, size_t errlen) {
+  int64_t iv;
+  memset(out, 0, sizeof *out);
+  out->type = sp->type;
+  switch (sp->type) {
+    case OPD_ATTR_INT:
+      if (opd__mp_int(v, &iv) != 0) break;
+      out->i = iv;
+      return 0;
+    case OPD_ATTR_FLOAT:
+      if (v->type == MSGPACK_OBJECT_FLOAT32 ||
+          v->type == MSGPACK_OBJECT_FLOAT64) {
+        out->f = v->via.f64;
+        return 0;
+      }
+      if (opd__mp_int(v, &iv) != 0) break;
+      out->f = (double)iv;
+      return 0;
+    case OPD_ATTR_BOOL:
+      if (v->type != MSGPACK_OBJECT_BOOLEAN) break;
+      out->i = v->via.boolean;
+      return 0;
+    case OPD_ATTR_STR:
+      if (v->type != MSGPACK_OBJECT_STR) break;
+      if (opd__mp_str(v, out->s, sizeof out->s) != 0)
+        return ERR(OPD_EATTR, "attribute \"%s\" is longer than %d bytes",
+                   sp->name, OPD_MAX_NAME - 1);
+      if (sp->choices != NULL) {
+        /* choices is "a|b|c": match a whole word */
+        const char *p = sp->choices;
+        size_t n = strlen(out->s);
+        int ok = 0;
+        while (*p && !ok) {
+          const char *bar = strchr(p, '|');
+          size_t w = bar ? (size_t)(bar - p) : strlen(p);
+          ok = w == n && strncmp(p, out->s, n) == 0;
+          p += w + (bar != NULL);
+        }
+        if (!ok)
+          return ERR(OPD_EATTR, "attribute \"%s\" must be one of %s, got \"%s\"",
+                     sp->name, sp->choices, out->s);
+      }
+      return 0;
+    case OPD_ATTR_INTS:
+      if (opd__mp_int(v, &iv) == 0) {
+        out->n = 1;
+        out->ints[0] = iv;
+        return 0;
+      }
+      if (v->type != MSGPACK_OBJECT_ARRAY) break;
+      if (v->via.array.size == 0 || v->via.array.size > OPD_MAX_RANK)
+        return ERR(OPD_EATTR, "attribute \"%s\" must hold 1 to %d ints",
+                   sp->name, OPD_MAX_RANK);
+      for (uint32_t i = 0; i < v->via.array.size; i++)
+        if (opd__mp_int(&v->via.array.ptr[i], &out->ints[i]) != 0)
+          return ERR(OPD_EATTR, "attribute \"%s\" must hold ints", sp->name);
+      out->n = (int32_t)v->via.array.size;
+      return 0;
+  }
+  return ERR(OPD_EATTR, "attribute \"%s\" must be %s, got %s", sp->name,
+             opd__attr_type_name(sp->type), mp_type_name(v));
+}
+
+static int resolve_attrs(const opd_op_def_t *op, const msgpack_object *attrs,
+                         opd_kcall_t *call, char *err, size_t errlen) {
+  int seen[OPD_MAX_ATTRS] = {0};
+  for (int a = 0; a < op->n_attrs; a++) {
+    call->attr[a] = op->attrs[a].def;
+    call->attr[a].type = op->attrs[a].required ? OPD_ATTR_NONE
+                                               : op->attrs[a].type;
+  }
+  if (attrs != NULL && attrs->type != MSGPACK_OBJECT_NIL) {
+    if (attrs->type != MSGPACK_OBJECT_MAP)
+      return ERR(OPD_EPROTO, "\"attrs\" must be a map");
+    for (uint32_t k = 0; k < attrs->via.map.size; k++) {
+      const msgpack_object_kv *kv = &attrs->via.map.ptr[k];
+      char name[OPD_MAX_NAME];
+      if (opd__mp_str(&kv->key, name, sizeof name) != 0)
+        return ERR(OPD_EATTR, "attribute names must be short strings");
+      int a;
+      for (a = 0; a < op->n_attrs; a++)
+        if (strcmp(op->attrs[a].name, name) == 0) break;
+      if (a == op->n_attrs) {
+        char list[200];
+        size_t len = 0;
+        list[0] = '\0';
+        for (int i = 0; i < op->n_attrs && len < sizeof list; i++)
+          len += (size_t)snprintf(list + len, sizeof list - len, "%s%s",
+                                  i ? ", " : "", op->attrs[i].name);
+        if (op->n_attrs == 0)
+          return ERR(OPD_EATTR, "unknown attribute \"%s\" (takes none)", name);
+        return ERR(OPD_EATTR, "unknown attribute \"%s\" (takes %s)", name,
+                   list);
+      }
+      if (seen[a]++)
+        return ERR(OPD_EATTR, "attribute \"%s\" given twice", name);
+      int rc = attr_convert(&op->attrs[a], &kv->val, &call->attr[a], err,
+                            errlen);
+      if (rc != 0) return rc;
+    }
+  }
+  for (int a = 0; a < op->n_attrs; a++)
+    if (call->attr[a].type == OPD_ATTR_NONE)
+      return ERR(OPD_EATTR, "attribute \"%s\" is required",
+                 op->attrs[a].name);
+  return 0;
+}
+
+/* ---- tensors ---------------------------------------------------------- */
+
+typedef struct tref {
+  opd_arena_t *arena;
+  opd_desc_t d;
+  uint64_t extent;
+} tref_t;
+
+/* Decodes and validates one tensor; fills view (data set when arena). */
+static int load_tensor(opd_session_t *s, const opd_op_def_t *op,
+                       const msgpack_object *o, const char *what, int idx,
+                       const opd_io_spec_t *io, int strided_ok, int infer,
+                       tref_t *ref, opd_tview_t *view, char *err,
+                       size_t errlen) {
+  char why[200], label[96];
+  int64_t numel;
+  int rc;
+
+  snprintf(label, sizeof label, "%s %d (%s)", what, idx,
+           io->name ? io->name : "?");
+  if ((rc = opd__desc_decode(o, &ref->d, why, sizeof why)) != 0)
+    return ERR(rc, "%s: %s", label, why);
+  if (ref->d.dtype <= 0 || ref->d.dtype >= OPD_DTYPE_COUNT_)
+    return ERR(OPD_EDTYPE, "%s has unknown dtype %d", label, ref->d.dtype);
+  if (!((io->dtypes >> ref->d.dtype) & 1)) {
+    char want[120];
+    size_t len = 0;
+    want[0] = '\0';
+#define X(name, val, size, str)                                     \
+  if (((io->dtypes >> val) & 1) && len < sizeof want)               \
+    len += (size_t)snprintf(want + len, sizeof want - len, "%s%s", \
+                            len ? " or " : "", str);
+    OPD_DTYPE_MAP(X)
+#undef X
+    return ERR(OPD_EDTYPE, "%s has dtype %s, expected %s", label,
+               opd__dtype_name(ref->d.dtype), want);
+  }
+  uint64_t arena_size = UINT64_MAX;
+  ref->arena = NULL;
+  if (infer) {
+    ref->d.offset = 0;
+  } else {
+    ref->arena = opd__arena_find(s, ref->d.arena);
+    if (ref->arena == NULL)
+      return ERR(OPD_EARENA,
+                 "%s: unknown arena %llu (not registered by this session)",
+                 label, (unsigned long long)ref->d.arena);
+    arena_size = ref->arena->size;
+  }
+  if ((rc = opd__desc_validate(&ref->d, arena_size, &numel, &ref->extent, why,
+                               sizeof why)) != 0)
+    return ERR(rc, "%s: %s", label, why);
+  if (!strided_ok && !ref->d.contiguous && !opd__desc_is_contiguous(&ref->d)) {
+    char sbuf[120];
+    return ERR(OPD_ELAYOUT,
+               "%s is not contiguous (strides %s); %s needs C-contiguous "
+               "tensors (the copy op makes one)",
+               label, opd__shape_str(sbuf, sizeof sbuf, ref->d.strides,
+                                     ref->d.rank),
+               op->name);
+  }
+  view->data = ref->arena ? (char *)ref->arena->base + ref->d.offset : NULL;
+  view->dtype = ref->d.dtype;
+  view->rank = ref->d.rank;
+  memcpy(view->shape, ref->d.shape, sizeof view->shape);
+  memcpy(view->strides, ref->d.strides, sizeof view->strides);
+  view->numel = numel;
+  return 0;
+}
+
+static int overlaps(const tref_t *a, const tref_t *b) {
+  if (a->arena != b->arena || a->extent == 0 || b->extent == 0) return 0;
+  return a->d.offset < b->d.offset + b->extent &&
+         b->d.offset < a->d.offset + a->extent;
+}
+
+static int same_tensor(const tref_t *a, const tref_t *b) {
+  return a->arena == b->arena && a->d.offset == b->d.offset &&
+         a->d.dtype == b->d.dtype && a->d.rank == b->d.rank &&
+         memcmp(a->d.shape, b->d.shape, sizeof(int64_t) * (size_t)a->d.rank) == 0 &&
+         memcmp(a->d.strides, b->d.strides,
+                sizeof(int64_t) * (size_t)a->d.rank) == 0;
+}
+
+static int prepare(opd_session_t *s, const opd_op_def_t *op,
+                   const msgpack_object *body, int infer, opd_job_t *job,
+                   opd_tshape_t *expect, char *err, size_t errlen) {
+  opd_kcall_t *call = &job->call;
+  tref_t in[OPD_MAX_TENSORS], out[OPD_MAX_TENSORS];
+  const msgpack_object *o_in = opd__mp_get(body, "in");
+  const msgpack_object *o_out = opd__mp_get(body, "out");
+  int n_in = 0, n_out = 0, rc;
+
+  if (o_in != NULL && o_in->type != MSGPACK_OBJECT_NIL) {
+    if (o_in->type != MSGPACK_OBJECT_ARRAY)
+      return ERR(OPD_EPROTO, "\"in\" must be an array of tensors");
+    n_in = (int)o_in->via.array.size;
+  }
+  if (!infer && o_out != NULL && o_out->type != MSGPACK_OBJECT_NIL) {
+    if (o_out->type != MSGPACK_OBJECT_ARRAY)
+      return ERR(OPD_EPROTO, "\"out\" must be an array of tensors");
+    n_out = (int)o_out->via.array.size;
+  }
+  if (n_in + n_out > OPD_MAX_TENSORS)
+    return ERR(OPD_ELIMIT, "%d tensors exceed the limit of %d per run",
+               n_in + n_out, OPD_MAX_TENSORS);
+  if ((rc = check_arity(op, "input", n_in, op->n_in_min, op->n_in_max,
+                        op->in, err, errlen)) != 0)
+    return rc;
+  if (!infer && (rc = check_arity(op, "output", n_out, op->n_out, op->n_out,
+                                  op->out, err, errlen)) != 0)
+    return rc;
+  call->op = op;
+  call->n_in = n_in;
+  call->n_out = infer ? op->n_out : n_out;
+  call->err[0] = '\0';
+  if ((rc = resolve_attrs(op, opd__mp_get(body, "attrs"), call, err,
+                          errlen)) != 0)
+    return rc;
+
+  job->bytes = 0;
+  for (int i = 0; i < n_in; i++) {
+    /* a variadic op (noop) names its first inputs; the rest reuse the
+       last named spec */
+    int k = i;
+    while (k > 0 && op->in[k].name == NULL) k--;
+    const opd_io_spec_t *io = &op->in[k];
+    rc = load_tensor(s, op, &o_in->via.array.ptr[i], "input", i, io,
+                     (op->flags & OPD_OPF_STRIDED) != 0, infer, &in[i],
+                     &call->in[i], err, errlen);
+    if (rc != 0) return rc;
+    job->bytes += in[i].extent;
+  }
+
+  /* the shape rule sees shapes and dtypes only */
+  void *data[OPD_MAX_TENSORS];
+  for (int i = 0; i < n_in; i++) data[i] = call->in[i].data, call->in[i].data = NULL;
+  rc = op->shape(call, expect);
+  for (int i = 0; i < n_in; i++) call->in[i].data = data[i];
+  if (rc != 0) return ERR(rc, "%s", call->err);
+  if (infer) return 0;
+
+  for (int i = 0; i < n_out; i++) {
+    char a[120], b[120];
+    rc = load_tensor(s, op, &o_out->via.array.ptr[i], "output", i, &op->out[i],
+                     0, 0, &out[i], &call->out[i], err, errlen);
+    if (rc != 0) return rc;
+    if (out[i].d.dtype != expect[i].dtype)
+      return ERR(OPD_EDTYPE, "output %d (%s) has dtype %s, expected %s", i,
+                 op->out[i].name, opd__dtype_name(out[i].d.dtype),
+                 opd__dtype_name(expect[i].dtype));
+    if (out[i].d.rank != expect[i].rank ||
+        memcmp(out[i].d.shape, expect[i].shape,
+               sizeof(int64_t) * (size_t)expect[i].rank) != 0)
+      return ERR(OPD_ESHAPE, "output %d (%s) has shape %s, expected %s", i,
+                 op->out[i].name,
+                 opd__shape_str(a, sizeof a, out[i].d.shape, out[i].d.rank),
+                 opd__shape_str(b, sizeof b, expect[i].shape, expect[i].rank));
+    job->bytes += out[i].extent;
+  }
+  for (int i = 0; i < n_out; i++) {
+    for (int j = 0; j < i; j++)
+      if (overlaps(&out[i], &out[j]))
+        return ERR(OPD_EALIAS, "outputs %d (%s) and %d (%s) overlap", j,
+                   op->out[j].name, i, op->out[i].name);
+    for (int j = 0; j < n_in; j++) {
+      if (!overlaps(&out[i], &in[j])) continue;
+      if ((op->flags & OPD_OPF_INPLACE) && same_tensor(&out[i], &in[j]))
+        continue;
+      return ERR(OPD_EALIAS,
+                 "output %d (%s) overlaps input %d (%s)%s", i,
+                 op->out[i].name, j, op->in[j].name,
+                 (op->flags & OPD_OPF_INPLACE)
+                     ? "; only an exact in-place output is allowed"
+                     : "; this op cannot run in place");
+    }
+  }
+
+  /* hold each distinct arena while the job exists */
+  job->n_arenas = 0;
+  for (int i = 0; i < n_in + n_out; i++) {
+    opd_arena_t *a = i < n_in ? in[i].arena : out[i - n_in].arena;
+    int k;
+    for (k = 0; k < job->n_arenas && job->arenas[k] != a; k++) {
+    }
+    if (k == job->n_arenas) {
+      job->arenas[job->n_arenas++] = a;
+      a->refs++;
+    }
+  }
+  return 0;
+}
+
+/* ---- jobs ------------------------------------------------------------- */
+
+static opd_job_t *job_alloc(opd_server_t *srv) {
+  opd_job_t *j = srv->job_free;
+  if (j != NULL) srv->job_free = j->next;
+  else if ((j = malloc(sizeof *j)) == NULL) return NULL;
+  j->next = NULL;
+  j->n_arenas = 0;
+  j->rc = 0;
+  j->ns = 0;
+  return j;
+}
+
+static void job_recycle(opd_server_t *srv, opd_job_t *j) {
+  for (int i = 0; i < j->n_arenas; i++) opd__arena_unref(j->arenas[i]);
+  j->n_arenas = 0;
+  j->next = srv->job_free;
+  srv->job_free = j;
+}
+
+void opd__job_drop(opd_job_t *job, int code, const char *msg) {
+  opd_session_t *s = job->s;
+  if (code != 0 && s->fd >= 0)
+    opd__reply_error(s, job->req_id, code, "%s: %s",
+                     opd__ops[job->op_index]->name, msg);
+  job_recycle(s->srv, job);
+}
+
+static void run_kernel(opd_job_t *job) {
+  const opd_op_def_t *op = job->call.op;
+  uint64_t t0 = opd__now_ns();
+  job->rc = (op->cpu_fast ? op->cpu_fast : op->cpu_ref)(&job->call);
+  job->ns = opd__now_ns() - t0;
+}
+
+/* Replies and frees the job; the session's queue moves on in pump. */
+static void job_finish(opd_job_t *job) {
+  opd_session_t *s = job->s;
+  opd_server_t *srv = s->srv;
+  opd_op_stats_t *st = &srv->op_stats[job->op_index];
+
+  s->running = NULL;
+  s->n_queued--;
+  st->calls++;
+  st->ns += job->ns;
+  if (job->rc != 0) {
+    st->errors++;
+    opd__reply_error(s, job->req_id, job->rc, "%s: %s", job->call.op->name,
+                     job->call.err[0] ? job->call.err
+                                      : opd__errdefault(job->rc));
+  } else if (s->fd >= 0) {
+    /* {"ns": uint} */
+    char body[16];
+    msgpack_sbuffer sb = {.size = 0, .data = body, .alloc = sizeof body};
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    msgpack_pack_map(&pk, 1);
+    msgpack_pack_str_with_body(&pk, "ns", 2);
+    msgpack_pack_uint64(&pk, job->ns);
+    opd__reply(s, job->req_id, 0, body, sb.size);
+  }
+  job_recycle(srv, job);
+}
+
+static void work_cb(uv_work_t *w) {
+  run_kernel((opd_job_t *)w);
+}
+
+static void after_work_cb(uv_work_t *w, int status) {
+  opd_job_t *job = (opd_job_t *)w;
+  opd_session_t *s = job->s;
+  (void)status; /* jobs are never cancelled */
+  job_finish(job);
+  opd__session_pump(s);
+}
+
+void opd__job_start(opd_job_t *job) {
+  opd_server_t *srv = job->s->srv;
+  if (job->bytes <= srv->cfg.limits.inline_bytes) {
+    job->call.exec = &opd__exec_serial;
+    run_kernel(job);
+    job_finish(job);
+    return;
+  }
+  job->call.exec = &srv->exec;
+  int rc = uv_queue_work(srv->loop, &job->work, work_cb, after_work_cb);
+  if (rc != 0) {
+    job->rc = OPD_EINTERNAL;
+    snprintf(job->call.err, sizeof job->call.err, "uv_queue_work: %s",
+             uv_strerror(rc));
+    job_finish(job);
+  }
+}
+
+/* ---- the request ------------------------------------------------------ */
+
+static int check_device(const msgpack_object *o, char *err, size_t errlen) {
+  char dev[OPD_MAX_NAME];
+  if (o == NULL || o->type == MSGPACK_OBJECT_NIL) return 0;
+  if (opd__mp_str(o, dev, sizeof dev) != 0)
+    return ERR(OPD_EPROTO, "\"device\" must be a short string");
+  if (strcmp(dev, "cpu") == 0 || strcmp(dev, "auto") == 0) return 0;
+  if (strncmp(dev, "cuda", 4) == 0)
+    return ERR(OPD_EDEVICE,
+               "device \"%s\" is not available: this daemon runs the cpu "
+               "backend only",
+               dev);
+  return ERR(OPD_EDEVICE, "unknown device \"%s\" (use cpu, cuda, cuda:N or auto)",
+             dev);
+}
+
+void opd__run_request(opd_session_t *s, uint64_t id, const msgpack_object *body,
+                      int infer) {
+  opd_server_t *srv = s->srv;
+  const char *what = infer ? "infer" : "run";
+  char name[OPD_MAX_NAME], err[400];
+  opd_tshape_t expect[OPD_MAX_TENSORS];
+
+  if (opd__mp_str(opd__mp_get(body, "op"), name, sizeof name) != 0) {
+    opd__reply_error(s, id, OPD_EPROTO, "%s: \"op\" (a string) is required",
+                     what);
+    return;
+  }
+  int idx = op_index(name);
+  if (idx < 0) {
+    opd__reply_error(s, id, OPD_ENOOP,
+                     "%s: unknown operator \"%s\" (`opctl ops` lists them)",
+                     what, name);
+    return;
+  }
+  const opd_op_def_t *op = opd__ops[idx];
+  int rc = check_device(opd__mp_get(body, "device"), err, sizeof err);
+  opd_job_t *job = rc == 0 ? job_alloc(srv) : NULL;
+  if (rc == 0 && job == NULL)
+    rc = OPD_ENOMEM, snprintf(err, sizeof err, "out of memory");
+  if (rc == 0) {
+    job->s = s;
+    job->req_id = id;
+    job->op_index = idx;
+    rc = prepare(s, op, body, infer, job, expect, err, sizeof err);
+  }
+  if (rc != 0) {
+    srv->op_stats[idx].errors++;
+    opd__reply_error(s, id, rc, "%s: %s", op->name, err);
+    if (job) job_recycle(srv, job);
+    return;
+  }
+  if (infer) {
+    msgpack_packer pk;
+    msgpack_sbuffer_clear(&srv->scratch);
+    msgpack_packer_init(&pk, &srv->scratch, msgpack_sbuffer_write);
+    msgpack_pack_map(&pk, 1);
+    msgpack_pack_str_with_body(&pk, "out", 3);
+    msgpack_pack_array(&pk, (size_t)op->n_out);
+    for (int i = 0; i < op->n_out; i++) {
+      msgpack_pack_array(&pk, 2);
+      msgpack_pack_uint32(&pk, (uint32_t)expect[i].dtype);
+      msgpack_pack_array(&pk, (size_t)expect[i].rank);
+      for (int d = 0; d < expect[i].rank; d++)
+        msgpack_pack_int64(&pk, expect[i].shape[d]);
+    }
+    opd__reply(s, id, 0, srv->scratch.data, srv->scratch.size);
+    job_recycle(srv, job);
+    return;
+  }
+  if (s->q_tail) s->q_tail->next = job;
+  else s->q_head = job;
+  s->q_tail = job;
+  s->n_queued++;
+  opd__session_pump(s);
+}

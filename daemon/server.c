@@ -1,0 +1,219 @@
+/* The listening socket, signals and graceful shutdown.
+ *
+ * DESIGN
+ * The socket is created with umask 0117 and chmod'ed to 0660 so that only
+ * the daemon's user and group can connect. A stale socket file (left by a
+ * crash) is replaced; a live one (another daemon answers) is an error.
+ * SIGINT/SIGTERM start a drain: the listener closes and the socket file is
+ * removed at once, every session stops reading, queued runs fail with
+ * OPD_ESHUTDOWN, running ones finish and reply, each client gets a goodbye,
+ * and the loop ends when the last session is gone (or after
+ * OPD_DRAIN_TIMEOUT_MS, when lingering sessions are dropped).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/wire.h"
+#include "daemon/log.h"
+#include "daemon/server.h"
+#include "kernels/exec.h"
+
+#define OPD_DRAIN_TIMEOUT_MS 10000
+
+uint64_t opd__now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void on_listen(uv_poll_t *h, int status, int events) {
+  opd_server_t *srv = h->data;
+  (void)events;
+  if (status < 0) {
+    LOG_ERROR("listener: %s", uv_strerror(status));
+    return;
+  }
+  for (int i = 0; i < 64; i++) { /* bounded: let other events run */
+    int fd = accept4(srv->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) {
+      if (errno == EMFILE || errno == ENFILE)
+        LOG_WARN("accept: %s (raise the fd limit)", strerror(errno));
+      else if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
+        LOG_WARN("accept: %s", strerror(errno));
+      return;
+    }
+    opd__session_accept(srv, fd);
+  }
+}
+
+/* Returns a listening fd, or -1 with a logged reason. */
+static int listen_on(const char *path) {
+  struct sockaddr_un addr = {.sun_family = AF_UNIX};
+  int fd = -1;
+
+  if (strlen(path) >= sizeof addr.sun_path) {
+    LOG_ERROR("socket path too long: %s", path);
+    return -1;
+  }
+  strcpy(addr.sun_path, path);
+  /* create the runtime directory if it is missing (e.g. /run/opd) */
+  char dir[sizeof addr.sun_path];
+  strcpy(dir, path);
+  char *slash = strrchr(dir, '/');
+  if (slash != NULL && slash != dir) {
+    *slash = '\0';
+    if (mkdir(dir, 0750) != 0 && errno != EEXIST) {
+      LOG_ERROR("cannot create %s: %s", dir, strerror(errno));
+      return -1;
+    }
+  }
+  for (int attempt = 0; attempt < 2; attempt++) {
+    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) {
+      LOG_ERROR("socket: %s", strerror(errno));
+      return -1;
+    }
+    mode_t old = umask(0117);
+    int rc = bind(fd, (struct sockaddr *)&addr, sizeof addr);
+    umask(old);
+    if (rc == 0) break;
+    int err = errno;
+    close(fd);
+    fd = -1;
+    if (err != EADDRINUSE || attempt > 0) {
+      LOG_ERROR("bind %s: %s", path, strerror(err));
+      return -1;
+    }
+    /* in use: a live daemon, or a stale file left by a crash? */
+    int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (probe >= 0 &&
+        connect(probe, (struct sockaddr *)&addr, sizeof addr) == 0) {
+      close(probe);
+      LOG_ERROR("another opd is already serving %s", path);
+      return -1;
+    }
+    if (probe >= 0) close(probe);
+    LOG_WARN("removing stale socket %s", path);
+    unlink(path);
+  }
+  if (chmod(path, 0660) != 0)
+    LOG_WARN("chmod %s: %s", path, strerror(errno));
+  if (listen(fd, 128) != 0) {
+    LOG_ERROR("listen %s: %s", path, strerror(errno));
+    close(fd);
+    unlink(path);
+    return -1;
+  }
+  return fd;
+}
+
+static void on_drain_timeout(uv_timer_t *t) {
+  opd_server_t *srv = t->data;
+  LOG_WARN("shutdown: %u sessions did not finish in %d ms; dropping them",
+           srv->n_sessions, OPD_DRAIN_TIMEOUT_MS);
+  for (opd_session_t *s = srv->sessions; s; s = s->next)
+    opd__session_close(s);
+}
+
+static void stop(opd_server_t *srv, const char *why) {
+  if (srv->stopping) {
+    LOG_WARN("%s again: still draining %u sessions", why, srv->n_sessions);
+    return;
+  }
+  srv->stopping = 1;
+  LOG_INFO("%s: stopping; draining %u sessions", why, srv->n_sessions);
+  uv_close((uv_handle_t *)&srv->listen_poll, NULL);
+  close(srv->listen_fd);
+  srv->listen_fd = -1;
+  unlink(srv->cfg.socket_path);
+  uv_timer_start(&srv->drain_timer, on_drain_timeout, OPD_DRAIN_TIMEOUT_MS, 0);
+  uv_unref((uv_handle_t *)&srv->drain_timer);
+  for (opd_session_t *s = srv->sessions, *next; s; s = next) {
+    next = s->next; /* shutdown may free s */
+    opd__session_shutdown(s);
+  }
+  if (srv->n_sessions == 0) uv_stop(srv->loop);
+}
+
+static void on_signal(uv_signal_t *h, int signum) {
+  opd_server_t *srv = h->data;
+  if (signum == SIGHUP) {
+    LOG_INFO("SIGHUP: nothing to reload (options come from the command line)");
+    return;
+  }
+  stop(srv, signum == SIGINT ? "SIGINT" : "SIGTERM");
+}
+
+int opd__server_init(opd_server_t *srv, uv_loop_t *loop,
+                     const opd_config_t *cfg) {
+  memset(srv, 0, sizeof *srv);
+  srv->loop = loop;
+  srv->cfg = *cfg;
+  srv->listen_fd = -1;
+  srv->start_ns = opd__now_ns();
+  msgpack_sbuffer_init(&srv->scratch);
+  if (!msgpack_zone_init(&srv->zone, 8192)) return OPD_ENOMEM;
+  srv->op_stats = calloc((size_t)opd__n_ops, sizeof *srv->op_stats);
+  if (srv->op_stats == NULL) return OPD_ENOMEM;
+  if (opd__ops_pack(srv) != 0) return OPD_EINTERNAL;
+  int threads = cfg->threads > 0 ? cfg->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+  if (threads < 1) threads = 1;
+  if (opd__exec_pool_create(&srv->exec, threads) != 0) {
+    LOG_ERROR("cannot start %d kernel threads", threads);
+    return OPD_ENOMEM;
+  }
+
+  srv->listen_fd = listen_on(cfg->socket_path);
+  if (srv->listen_fd < 0) return OPD_EIO;
+  uv_poll_init(loop, &srv->listen_poll, srv->listen_fd);
+  srv->listen_poll.data = srv;
+  uv_poll_start(&srv->listen_poll, UV_READABLE, on_listen);
+
+  uv_signal_t *sigs[] = {&srv->sig_int, &srv->sig_term, &srv->sig_hup};
+  int nums[] = {SIGINT, SIGTERM, SIGHUP};
+  for (int i = 0; i < 3; i++) {
+    uv_signal_init(loop, sigs[i]);
+    sigs[i]->data = srv;
+    uv_signal_start(sigs[i], on_signal, nums[i]);
+    uv_unref((uv_handle_t *)sigs[i]); /* signals alone keep nothing alive */
+  }
+  uv_timer_init(loop, &srv->drain_timer);
+  srv->drain_timer.data = srv;
+  LOG_INFO("opd %s listening on %s (protocol %d, cpu backend, %d kernel "
+           "threads, %d operators)",
+           OPD_VERSION, cfg->socket_path, OPD_PROTOCOL_VERSION, threads,
+           opd__n_ops);
+  return 0;
+}
+
+static void close_cb(uv_handle_t *h, void *arg) {
+  (void)arg;
+  if (!uv_is_closing(h)) uv_close(h, NULL);
+}
+
+void opd__server_free(opd_server_t *srv) {
+  if (srv->listen_fd >= 0) {
+    close(srv->listen_fd);
+    unlink(srv->cfg.socket_path);
+  }
+  uv_walk(srv->loop, close_cb, NULL);
+  uv_run(srv->loop, UV_RUN_DEFAULT);
+  while (srv->job_free) {
+    opd_job_t *j = srv->job_free;
+    srv->job_free = j->next;
+    free(j);
+  }
+  opd__exec_pool_destroy(&srv->exec);
+  free(srv->op_stats);
+  free(srv->ops_body);
+  msgpack_sbuffer_destroy(&srv->scratch);
+  msgpack_zone_destroy(&srv->zone);
+}

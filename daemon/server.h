@@ -1,0 +1,174 @@
+/* The daemon's internal types: server, sessions, arenas, jobs.
+ *
+ * DESIGN
+ * One libuv loop thread owns every structure here; only a job's kernel call
+ * runs elsewhere (libuv's thread pool), and it touches nothing but its own
+ * opd_job_t and the arena memory its views point into. So counters,
+ * reference counts and lists need no locks.
+ *
+ * Connections are driven with uv_poll_t on the raw socket rather than a
+ * uv_pipe_t: arenas arrive as memfds over SCM_RIGHTS, and libuv's stream
+ * API accepts only sockets and pipes as passed handles. We read with
+ * recvmsg() (checking MSG_CTRUNC) and write with send(), queueing what the
+ * socket does not take and waiting for UV_WRITABLE.
+ *
+ * Lifetimes: an arena is reference counted (the session's table holds one
+ * reference, each queued or running job one per arena it uses); it is
+ * unmapped when the count reaches zero. A session is freed when its socket
+ * is closed and its running job, if any, has finished.
+ */
+#ifndef OPD_SERVER_H
+#define OPD_SERVER_H
+
+#include <stdint.h>
+#include <sys/types.h>
+#include <msgpack.h>
+#include <uv.h>
+
+#include "kernels/kernel.h"
+
+typedef struct opd_limits {
+  uint32_t max_frame;            /* payload bytes per frame */
+  uint32_t max_arenas;           /* arenas per session */
+  uint64_t max_arena_bytes;      /* bytes of one arena */
+  uint64_t max_session_bytes;    /* bytes mapped by one session */
+  uint32_t max_inflight;         /* runs queued or running per session */
+  uint32_t max_clients;          /* sessions at once */
+  uint32_t max_wbuf;             /* unsent reply bytes before we stop
+                                    reading a session */
+  uint32_t inline_bytes;         /* runs touching at most this many bytes
+                                    execute on the loop thread */
+} opd_limits_t;
+
+typedef struct opd_config {
+  char socket_path[108];
+  int threads;                   /* kernel threads (0: number of CPUs) */
+  int log_level;
+  opd_limits_t limits;
+} opd_config_t;
+
+typedef struct opd_arena {
+  uint64_t id;                   /* daemon-wide, never reused */
+  void *base;                    /* mmap'ed MAP_SHARED */
+  uint64_t size;                 /* bytes */
+  int refs;                      /* table + jobs */
+  struct opd_server *srv;
+} opd_arena_t;
+
+typedef struct opd_op_stats {
+  uint64_t calls, errors, ns;
+} opd_op_stats_t;
+
+typedef struct opd_job opd_job_t;
+typedef struct opd_session opd_session_t;
+
+typedef struct opd_server {
+  uv_loop_t *loop;
+  opd_config_t cfg;
+  int listen_fd;
+  uv_poll_t listen_poll;
+  uv_signal_t sig_int, sig_term, sig_hup;
+  uv_timer_t drain_timer;        /* bounds how long a shutdown waits */
+  int stopping;                  /* a signal asked us to stop */
+  opd_session_t *sessions;       /* doubly linked list */
+  uint32_t n_sessions;
+  uint64_t next_session_id, next_arena_id;
+  opd_exec_t exec;               /* kernel thread pool */
+  uint64_t start_ns;
+  /* stats */
+  uint64_t sessions_total, requests, errors, bytes_mapped, arenas;
+  opd_op_stats_t *op_stats;      /* one per registry entry */
+  /* the OPS reply body, packed once */
+  char *ops_body;
+  size_t ops_body_len;
+  opd_job_t *job_free;           /* recycled jobs */
+  msgpack_zone zone;             /* decodes one frame, cleared after it */
+  msgpack_sbuffer scratch;       /* packs one reply body at a time */
+} opd_server_t;
+
+struct opd_job {
+  uv_work_t work;                /* pool request; work.data unused */
+  opd_session_t *s;
+  opd_job_t *next;               /* session queue / free list */
+  uint64_t req_id;
+  int op_index;                  /* into opd__ops */
+  int rc;                        /* kernel result */
+  uint64_t ns;                   /* kernel time */
+  uint64_t bytes;                /* bytes of all its tensors */
+  int n_arenas;
+  opd_arena_t *arenas[OPD_MAX_TENSORS]; /* references held */
+  opd_kcall_t call;
+};
+
+#define OPD_MAX_PENDING_FDS 8
+
+struct opd_session {
+  opd_server_t *srv;
+  opd_session_t *prev, *next;    /* server list */
+  uint64_t id;
+  int fd;                        /* -1 once closed */
+  uv_poll_t poll;
+  int poll_events;               /* UV_READABLE | UV_WRITABLE now armed */
+  int poll_closed;               /* uv_close finished */
+  pid_t pid;                     /* SO_PEERCRED at accept */
+  uid_t uid;
+  gid_t gid;
+  char client[OPD_MAX_NAME];     /* name given at hello */
+  int hello;                     /* hello done */
+  int parsing;                   /* inside parse_frames (no re-entry) */
+  int pumping;                   /* inside opd__session_pump */
+  int closing;                   /* no more requests are read */
+  int goodbye;                   /* send goodbye, then close, once idle */
+  unsigned char *rbuf;           /* received, not yet parsed */
+  size_t rlen, rcap;
+  unsigned char *wbuf;           /* replies not yet taken by the socket */
+  size_t woff, wlen, wcap;
+  int fds[OPD_MAX_PENDING_FDS];  /* received fds not yet claimed */
+  int n_fds;
+  opd_arena_t **arenas;          /* table, limits.max_arenas slots */
+  uint32_t n_arenas;
+  uint64_t bytes_mapped;
+  opd_job_t *q_head, *q_tail;    /* runs waiting, in order */
+  uint32_t n_queued;             /* waiting + running */
+  opd_job_t *running;            /* at most one per session */
+};
+
+/* server.c */
+int opd__server_init(opd_server_t *srv, uv_loop_t *loop,
+                     const opd_config_t *cfg);
+void opd__server_free(opd_server_t *srv);
+uint64_t opd__now_ns(void);
+
+/* session.c */
+void opd__session_accept(opd_server_t *srv, int fd);
+void opd__session_shutdown(opd_session_t *s); /* graceful: drain, goodbye */
+void opd__session_close(opd_session_t *s);    /* now: drop the socket */
+/* Queues a framed reply; `body` is a packed msgpack map (may be NULL for
+ * {}). On error `code` < 0 and `msg` is the message. */
+void opd__reply(opd_session_t *s, uint64_t id, int code, const char *body,
+                size_t body_len);
+void opd__reply_error(opd_session_t *s, uint64_t id, int code,
+                      const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* A session's pending work changed: start the next job, finish a close. */
+void opd__session_pump(opd_session_t *s);
+
+/* arena.c */
+int opd__arena_register(opd_session_t *s, int fd, uint64_t size,
+                        uint64_t *id, char *err, size_t errlen);
+int opd__arena_release(opd_session_t *s, uint64_t id);
+opd_arena_t *opd__arena_find(opd_session_t *s, uint64_t id);
+void opd__arena_unref(opd_arena_t *a);
+void opd__arena_release_all(opd_session_t *s);
+
+/* handlers.c: every request type */
+void opd__handle(opd_session_t *s, const msgpack_object *req);
+int opd__ops_pack(opd_server_t *srv); /* fills srv->ops_body */
+
+/* run.c */
+void opd__run_request(opd_session_t *s, uint64_t id, const msgpack_object *body,
+                      int infer);
+void opd__job_start(opd_job_t *job);
+void opd__job_drop(opd_job_t *job, int code, const char *msg);
+
+#endif /* OPD_SERVER_H */

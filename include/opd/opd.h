@@ -1,0 +1,175 @@
+/* libopd: the C client of the opd operator daemon. The whole public API.
+ *
+ * DESIGN
+ * A client connects to the daemon's Unix socket, creates arenas (sealed
+ * memfds mapped in both processes), writes tensors into them, and asks the
+ * daemon to run operators on descriptors of those tensors. No tensor byte
+ * crosses the socket.
+ *
+ * The ABI is plain C for ctypes and other FFIs: every function returns an
+ * int (0 or a negative OPD_E* code from opd/protocol.h) unless noted, no
+ * struct is passed by value, every buffer comes with its size. Structs
+ * passed by pointer (opd_tensor_t, opd_attr_t) have fixed layouts with
+ * explicit padding-free field order.
+ *
+ * Threads: a connection MAY be shared by any number of threads. Requests
+ * from different threads are sent whole (a send lock) and each reply is
+ * routed to the thread waiting for its id (one thread reads at a time and
+ * hands other threads' replies over). opd_last_error() is per thread.
+ *
+ * fork(): a connection must not be used in a child after fork(); connect
+ * again in the child (the Python package does this automatically). Arena
+ * mappings stay valid in the child but belong to the parent's session.
+ *
+ * Minimal use:
+ *
+ *     opd_client_t *c;
+ *     if (opd_connect(NULL, &c)) { fprintf(stderr, "%s\n", opd_last_error()); }
+ *     uint64_t arena; void *base;
+ *     opd_arena_create(c, 1 << 20, &arena, &base);
+ *     int64_t shape[2] = {8, 1024};
+ *     opd_tensor_t x, y;
+ *     opd_tensor_init(&x, arena, 0, OPD_DTYPE_FLOAT32, 2, shape);
+ *     opd_tensor_init(&y, arena, 8 * 1024 * 4, OPD_DTYPE_FLOAT32, 2, shape);
+ *     ... fill (float *)base ...
+ *     opd_run(c, "softmax", &x, 1, &y, 1, NULL, 0);
+ *     opd_close(c);
+ */
+#ifndef OPD_H
+#define OPD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "opd/protocol.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct opd_client opd_client_t;
+
+/* A tensor descriptor. Set strided = 0 for C-contiguous (strides are then
+ * ignored and computed by the daemon), 1 to send `strides` (in elements). */
+typedef struct opd_tensor {
+  uint64_t arena;                  /* id from opd_arena_create */
+  uint64_t offset;                 /* byte offset of element 0 */
+  int32_t dtype;                   /* OPD_DTYPE_* */
+  int32_t rank;                    /* 0..OPD_MAX_RANK */
+  int64_t shape[OPD_MAX_RANK];
+  int64_t strides[OPD_MAX_RANK];   /* in elements, used when strided */
+  int32_t strided;                 /* 0: contiguous */
+  int32_t reserved;                /* 0 */
+} opd_tensor_t;
+
+/* An operator attribute. `type` (OPD_ATTR_*) says which field is read:
+ * INT and BOOL read i, FLOAT reads f, STR reads s, INTS reads ints[0..n). */
+typedef struct opd_attr {
+  const char *name;
+  int32_t type;
+  int32_t n;
+  int64_t i;
+  double f;
+  const char *s;
+  int64_t ints[OPD_MAX_RANK];
+} opd_attr_t;
+
+/* ---- connections -------------------------------------------------------- */
+
+/* Connects and says hello. socket_path NULL or "" means $OPD_SOCKET, else
+ * /run/opd/opd.sock for root, else $XDG_RUNTIME_DIR/opd.sock. On failure
+ * *out is NULL and opd_last_error() says which socket was tried and how to
+ * start the daemon. Returns 0, OPD_ECONNECT, OPD_EVERSION or OPD_ENOMEM. */
+int opd_connect(const char *socket_path, opd_client_t **out);
+
+/* Closes the connection and unmaps every arena made through it. Waits for
+ * nothing: the daemon finishes what it was running and drops the rest. */
+void opd_close(opd_client_t *c);
+
+/* The hello reply (daemon version, session id, backends, limits) as JSON.
+ * *json is allocated; free it with opd_free. */
+int opd_server_info(opd_client_t *c, char **json, size_t *len);
+
+/* The socket path opd_connect would use for `given` (NULL: the default). */
+int opd_socket_path(const char *given, char *buf, size_t cap);
+
+/* ---- arenas ------------------------------------------------------------- */
+
+/* Creates a sealed memfd of `size` bytes, maps it here and registers it
+ * with the daemon. On success *arena is its id and *base its address here
+ * (zero-filled, page-aligned). On failure nothing is left mapped. */
+int opd_arena_create(opd_client_t *c, uint64_t size, uint64_t *arena,
+                     void **base);
+
+/* Unregisters and unmaps an arena. Tensors in it must not be used again. */
+int opd_arena_release(opd_client_t *c, uint64_t arena);
+
+/* Registers an fd the caller made (for tests and custom allocators): the
+ * caller keeps its fd and mapping. */
+int opd_arena_register_fd(opd_client_t *c, int fd, uint64_t size,
+                          uint64_t *arena);
+
+/* ---- running operators ------------------------------------------------- */
+
+/* Fills a contiguous descriptor. Returns OPD_EINVAL if rank is out of range. */
+int opd_tensor_init(opd_tensor_t *t, uint64_t arena, uint64_t offset,
+                    int32_t dtype, int32_t rank, const int64_t *shape);
+
+/* Runs `op` and waits for it. The outputs must already have the shapes and
+ * dtypes the op writes (opd_infer tells them). On an error the outputs may
+ * be partly written. */
+int opd_run(opd_client_t *c, const char *op, const opd_tensor_t *in,
+            uint32_t n_in, const opd_tensor_t *out, uint32_t n_out,
+            const opd_attr_t *attrs, uint32_t n_attrs);
+
+/* Sends a run without waiting; *req identifies it for opd_wait. Runs of
+ * one connection execute in the order they were submitted. */
+int opd_submit(opd_client_t *c, const char *op, const opd_tensor_t *in,
+               uint32_t n_in, const opd_tensor_t *out, uint32_t n_out,
+               const opd_attr_t *attrs, uint32_t n_attrs, uint64_t *req);
+
+/* Waits for a submitted run; returns its result. timeout_ms < 0 waits
+ * forever; on OPD_ETIMEDOUT the request is still pending and may be waited
+ * for again. Each request is waited for once. */
+int opd_wait(opd_client_t *c, uint64_t req, int timeout_ms);
+
+/* Asks which outputs `op` would write for these inputs (only dtype, rank
+ * and shape of the inputs are used). Fills out[0..*n_out) (dtype, rank,
+ * shape; arena and offset 0). cap is the room in out. */
+int opd_infer(opd_client_t *c, const char *op, const opd_tensor_t *in,
+              uint32_t n_in, const opd_attr_t *attrs, uint32_t n_attrs,
+              opd_tensor_t *out, uint32_t cap, uint32_t *n_out);
+
+/* A round trip that runs nothing (answered by the daemon's event loop). */
+int opd_ping(opd_client_t *c);
+
+/* ---- introspection ----------------------------------------------------- */
+
+/* The operator list with schemas, as JSON: {"ops": [{"name", "summary",
+ * "inputs", "outputs", "attrs", "shape", "inplace", "strided"}]}. */
+int opd_ops_json(opd_client_t *c, char **json, size_t *len);
+
+/* Daemon statistics as JSON (see docs/protocol.md). */
+int opd_stats_json(opd_client_t *c, char **json, size_t *len);
+
+/* Frees memory returned by this library. */
+void opd_free(void *p);
+
+/* ---- errors and names -------------------------------------------------- */
+
+/* The message of the last failed call on this thread: the daemon's own
+ * words for a rejected request ("softmax: input 0 (x) has dtype int32,
+ * expected float32"), or what went wrong locally. */
+const char *opd_last_error(void);
+const char *opd_strerror(int code);   /* "unsupported dtype" */
+const char *opd_errname(int code);    /* "EDTYPE" */
+const char *opd_dtype_name(int32_t dtype);    /* "float32" */
+int32_t opd_dtype_size(int32_t dtype);        /* bytes; 0 if unknown */
+int32_t opd_dtype_from_name(const char *name); /* 0 if unknown */
+const char *opd_version(void);                /* library version */
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* OPD_H */

@@ -1,0 +1,174 @@
+/* opd wire protocol: every message, its fields, the dtypes and error codes.
+ *
+ * DESIGN
+ * A connection is a Unix stream socket. Each message is one frame:
+ *
+ *     u32 little-endian payload length | payload (msgpack, <= max_frame bytes)
+ *
+ * Every payload is a msgpack array of fixed shape:
+ *
+ *     request  [type:uint, id:uint, body:map]
+ *     reply    [OPD_MSG_REPLY, id:uint, code:int, body:map]
+ *     goodbye  [OPD_MSG_GOODBYE, 0, code:int, {"message": str}]   (daemon -> client)
+ *
+ * `id` is chosen by the client and echoed in the reply, so a client may
+ * pipeline any number of requests (up to limits.max_inflight) and match the
+ * replies. `code` is 0 on success or a negative OPD_E* value; an error reply's
+ * body is {"message": str} naming the op and what was wrong.
+ *
+ * Body maps use short string keys. The RUN body is self-contained (no file
+ * descriptors, no reference to the frame it came in): the same bytes can be
+ * carried by a shared-memory submission ring instead of the socket.
+ *
+ * Requests of one session are answered as they complete; RUN requests of one
+ * session execute in the order they were sent (like a CUDA stream), requests
+ * of different sessions run concurrently. Control requests (ping, stats, ops,
+ * arena register/release) are answered immediately, never queued behind runs.
+ *
+ * Messages (body keys; "?" marks an optional key):
+ *
+ *   HELLO           {"protocol": uint, "client"?: str}
+ *                   -> {"protocol": uint, "version": str, "session": uint,
+ *                       "backends": [str], "limits": {max_frame, max_rank,
+ *                       max_tensors, max_attrs, max_arenas, max_arena_bytes,
+ *                       max_session_bytes, max_inflight}}
+ *                   Must be the first request; any other first request gets
+ *                   OPD_ESTATE. A different major protocol gets OPD_EVERSION.
+ *   ARENA_REGISTER  {"size": uint}   + exactly one memfd sent with SCM_RIGHTS
+ *                   in the same sendmsg() as the frame's bytes. The memfd must
+ *                   carry F_SEAL_SHRINK|F_SEAL_GROW and be exactly `size`
+ *                   bytes long.  -> {"arena": uint}
+ *   ARENA_RELEASE   {"arena": uint}  -> {}   (unmapped once no run uses it)
+ *   RUN             {"op": str, "in": [tensor], "out": [tensor],
+ *                    "attrs"?: {name: value}, "device"?: str}  -> {"ns": uint}
+ *                   tensor = [arena:uint, offset:uint, dtype:uint,
+ *                             shape:[int], strides:[int] | nil]
+ *                   strides are in elements; nil means C-contiguous.
+ *                   attribute values: int, float, bool, str, or [int].
+ *                   device: "cpu" or "auto" (default); later "cuda[:N]".
+ *   INFER           same body as RUN without "out" -> {"out": [[dtype,
+ *                   [shape]]]}: the outputs RUN would expect. Tensors' arena
+ *                   and offset are not checked.
+ *   OPS             {} -> {"ops": [schema]}; see docs/protocol.md
+ *   STATS           {} -> {"sessions", "sessions_total", "requests", "errors",
+ *                   "arenas", "bytes_mapped", "uptime_ns", "healthy",
+ *                   "ops": {name: {"calls", "errors", "ns"}}}
+ *   PING            {} -> {}   (answered on the event loop; measures transport)
+ *
+ * Framing errors (length over max_frame, payload that is not msgpack, counts
+ * larger than the bytes left, nesting deeper than OPD_MAX_DEPTH, a payload
+ * that is not the array above) close that one connection: the stream can
+ * no longer be trusted. Every other error is an error reply and the session
+ * goes on.
+ */
+#ifndef OPD_PROTOCOL_H
+#define OPD_PROTOCOL_H
+
+#include <stdint.h>
+
+#define OPD_PROTOCOL_VERSION 1
+#define OPD_VERSION "0.1.0"
+
+/* Fixed limits of the encoding (the daemon reports its configured limits,
+ * which are never larger, in the HELLO reply). */
+#define OPD_FRAME_HEADER 4               /* u32 little-endian length */
+#define OPD_MAX_FRAME_DEFAULT (1u << 20) /* bytes of payload per frame */
+#define OPD_MAX_RANK 8                   /* dimensions of a tensor */
+#define OPD_MAX_TENSORS 16               /* inputs + outputs of one run */
+#define OPD_MAX_ATTRS 16                 /* attributes of one run */
+#define OPD_MAX_DEPTH 8                  /* msgpack nesting of a payload */
+#define OPD_MAX_NAME 64                  /* op and attribute names, strings */
+
+/* Message types: X(name, value, string). */
+#define OPD_MSG_MAP(X)                     \
+  X(REPLY, 0, "reply")                     \
+  X(HELLO, 1, "hello")                     \
+  X(ARENA_REGISTER, 2, "arena_register")   \
+  X(ARENA_RELEASE, 3, "arena_release")     \
+  X(RUN, 4, "run")                         \
+  X(INFER, 5, "infer")                     \
+  X(OPS, 6, "ops")                         \
+  X(STATS, 7, "stats")                     \
+  X(PING, 8, "ping")                       \
+  X(GOODBYE, 9, "goodbye")
+
+typedef enum {
+#define X(name, val, str) OPD_MSG_##name = val,
+  OPD_MSG_MAP(X)
+#undef X
+  OPD_MSG_COUNT_
+} opd_msg_t;
+
+/* Error codes: X(name, value, default message). 0 is success. */
+#define OPD_ERRNO_MAP(X)                                          \
+  X(EINVAL, -1, "invalid argument")                               \
+  X(EPROTO, -2, "malformed message")                              \
+  X(EVERSION, -3, "protocol version mismatch")                    \
+  X(ESTATE, -4, "request not valid in this state")                \
+  X(ENOOP, -5, "unknown operator")                                \
+  X(EARITY, -6, "wrong number of tensors")                        \
+  X(EDTYPE, -7, "unsupported dtype")                              \
+  X(ESHAPE, -8, "shapes do not fit the operator")                 \
+  X(ELAYOUT, -9, "unsupported tensor layout")                     \
+  X(EBOUNDS, -10, "tensor extends outside its arena")             \
+  X(EOVERFLOW, -11, "size computation overflows")                 \
+  X(EARENA, -12, "unknown arena")                                 \
+  X(EFD, -13, "file descriptor is not a sealed memfd")            \
+  X(EATTR, -14, "bad attribute")                                  \
+  X(ELIMIT, -15, "limit exceeded")                                \
+  X(ENOMEM, -16, "out of memory")                                 \
+  X(ETOOBIG, -17, "frame larger than the limit")                  \
+  X(ECONNECT, -18, "cannot connect to the daemon")                \
+  X(ECLOSED, -19, "connection closed")                            \
+  X(ESHUTDOWN, -20, "daemon is shutting down")                    \
+  X(EIO, -21, "I/O error")                                        \
+  X(EDEVICE, -22, "no such device")                               \
+  X(EBACKEND, -23, "backend failure")                             \
+  X(ETIMEDOUT, -24, "timed out")                                  \
+  X(EINTERNAL, -25, "internal error")                             \
+  X(EALIAS, -26, "output overlaps an input")
+
+typedef enum {
+  OPD_OK = 0,
+#define X(name, val, str) OPD_##name = val,
+  OPD_ERRNO_MAP(X)
+#undef X
+  OPD_ERRNO_LAST_ = -26
+} opd_errno_t;
+
+/* Element types: X(name, value, size in bytes, string). 0 is invalid. */
+#define OPD_DTYPE_MAP(X)            \
+  X(FLOAT32, 1, 4, "float32")       \
+  X(FLOAT16, 2, 2, "float16")       \
+  X(BFLOAT16, 3, 2, "bfloat16")     \
+  X(FLOAT64, 4, 8, "float64")       \
+  X(INT8, 5, 1, "int8")             \
+  X(UINT8, 6, 1, "uint8")           \
+  X(INT32, 7, 4, "int32")           \
+  X(INT64, 8, 8, "int64")           \
+  X(BOOL, 9, 1, "bool")
+
+typedef enum {
+  OPD_DTYPE_INVALID = 0,
+#define X(name, val, size, str) OPD_DTYPE_##name = val,
+  OPD_DTYPE_MAP(X)
+#undef X
+  OPD_DTYPE_COUNT_
+} opd_dtype_t;
+
+/* Attribute value types, as they appear in schemas ("type" of an attr). */
+#define OPD_ATTR_TYPE_MAP(X) \
+  X(INT, 1, "int")           \
+  X(FLOAT, 2, "float")       \
+  X(BOOL, 3, "bool")         \
+  X(STR, 4, "str")           \
+  X(INTS, 5, "ints")
+
+typedef enum {
+  OPD_ATTR_NONE = 0,
+#define X(name, val, str) OPD_ATTR_##name = val,
+  OPD_ATTR_TYPE_MAP(X)
+#undef X
+} opd_attr_type_t;
+
+#endif /* OPD_PROTOCOL_H */
