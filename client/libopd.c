@@ -76,10 +76,12 @@ static __thread char last_error[512];
 static int fail(int code, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 static int fail(int code, const char *fmt, ...) {
+  char msg[sizeof last_error]; /* arguments may point into last_error */
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(last_error, sizeof last_error, fmt, ap);
+  vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
+  memcpy(last_error, msg, sizeof msg);
   return code;
 }
 
@@ -529,6 +531,18 @@ int opd_connect(const char *socket_path, opd_client_t **out) {
     goto error;
   }
   rc = call(c, OPD_MSG_HELLO, pack_hello, NULL, -1, &payload, &len);
+  if (rc == OPD_ECLOSED || rc == OPD_EIO) {
+    /* a daemon that refuses us writes a goodbye and closes, possibly before
+     * our hello went out: read the goodbye for the real reason */
+    pthread_mutex_lock(&c->mu);
+    if (!c->broken || c->broken == OPD_ECLOSED) {
+      c->broken = 0;
+      if (read_some(c, 200) == 0) deliver_frames(c);
+    }
+    if (c->broken && c->broken != OPD_ECLOSED)
+      rc = fail(c->broken, "%s", c->broken_msg);
+    pthread_mutex_unlock(&c->mu);
+  }
   if (rc != 0) {
     if (rc != OPD_EVERSION)
       fail(rc, "opd at %s refused the connection: %s", c->path,

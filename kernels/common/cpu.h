@@ -1,0 +1,33 @@
+/* The CPU backend's kernel entry points, one pair per op.
+ *
+ * DESIGN
+ * kernels/<op>/cpu.c defines them, kernels/<op>/op.c puts them in the op's
+ * row. `_ref` is the plain reference (the truth the tests compare with),
+ * `_fast` the vectorized / BLAS / pooled variant the daemon runs.
+ */
+#ifndef OPD_KERNELS_CPU_H
+#define OPD_KERNELS_CPU_H
+
+#include "kernels/kernel.h"
+
+#define OPD_CPU_OPS(X) \
+  X(noop)              \
+  X(copy)              \
+  X(add)               \
+  X(mul)               \
+  X(relu)              \
+  X(gelu)              \
+  X(softmax)           \
+  X(layernorm)         \
+  X(rmsnorm)           \
+  X(matmul)            \
+  X(conv2d)            \
+  X(nms)
+
+#define X(name)                                 \
+  int opd__##name##_cpu_ref(opd_kcall_t *call); \
+  int opd__##name##_cpu_fast(opd_kcall_t *call);
+OPD_CPU_OPS(X)
+#undef X
+
+#endif /* OPD_KERNELS_CPU_H */

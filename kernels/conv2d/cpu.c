@@ -1,0 +1,134 @@
+/* conv2d on the CPU (groups=1).
+ *
+ * Variants:
+ *   cpu_ref   direct 7-deep loop, double accumulation (truth)
+ *   cpu_fast  per image: im2col into cols (C*R*S, P*Q) with its rows spread
+ *             over call->exec, then y_n (K, P*Q) = weight (K, C*R*S) @ cols
+ *             with OpenBLAS cblas_sgemm (threaded by OpenBLAS), the bias
+ *             pre-filled into y_n and added through beta = 1. A 1x1 kernel
+ *             with stride 1 and no padding skips im2col: cols is x_n.
+ * Test: build/tests/ops, suite conv2d
+ */
+#include <cblas.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/common/cpu.h"
+#include "kernels/common/kutil.h"
+#include "kernels/conv2d/plan.h"
+
+int opd__conv2d_cpu_ref(opd_kcall_t *call) {
+  conv_plan_t p;
+  int rc = opd__conv2d_plan(call, &p);
+  if (rc) return rc;
+  const float *x = call->in[0].data, *w = call->in[1].data;
+  const float *bias = p.has_bias ? call->in[2].data : NULL;
+  float *y = call->out[0].data;
+  for (int64_t n = 0; n < p.N; n++)
+    for (int64_t k = 0; k < p.K; k++)
+      for (int64_t op = 0; op < p.P; op++)
+        for (int64_t oq = 0; oq < p.Q; oq++) {
+          double acc = bias ? bias[k] : 0.0;
+          for (int64_t c = 0; c < p.C; c++)
+            for (int64_t r = 0; r < p.R; r++) {
+              int64_t ih = op * p.sh - p.ph + r * p.dh;
+              if (ih < 0 || ih >= p.H) continue;
+              for (int64_t s = 0; s < p.S; s++) {
+                int64_t iw = oq * p.sw - p.pw + s * p.dw;
+                if (iw < 0 || iw >= p.W) continue;
+                acc += (double)x[((n * p.C + c) * p.H + ih) * p.W + iw] *
+                       w[((k * p.C + c) * p.R + r) * p.S + s];
+              }
+            }
+          y[((n * p.K + k) * p.P + op) * p.Q + oq] = (float)acc;
+        }
+  return 0;
+}
+
+typedef struct im2col_job {
+  const conv_plan_t *p;            /* geometry */
+  const float *x;                  /* one image (C, H, W) */
+  float *col;                      /* (C*R*S, P*Q) */
+} im2col_job_t;
+
+/* Smallest q >= 0 with q*st + off >= lim (for lim > off), capped at Q. */
+static int64_t first_q(int64_t lim, int64_t off, int64_t st, int64_t Q) {
+  if (off >= lim) return 0;
+  int64_t q = (lim - off + st - 1) / st;
+  return q < Q ? q : Q;
+}
+
+/* Rows [b, e) of cols; row (c, r, s) holds x[c, p*sh-ph+r*dh, q*sw-pw+s*dw]
+ * over (p, q), zero outside the image. */
+OPD_FAST static void im2col_rows(void *arg, int64_t b, int64_t e) {
+  const im2col_job_t *j = arg;
+  const conv_plan_t *p = j->p;
+  int64_t PQ = p->P * p->Q;
+  for (int64_t row = b; row < e; row++) {
+    int64_t s = row % p->S, r = row / p->S % p->R, c = row / (p->S * p->R);
+    float *dst = j->col + row * PQ;
+    int64_t off = s * p->dw - p->pw;
+    int64_t q0 = first_q(0, off, p->sw, p->Q);
+    int64_t q1 = first_q(p->W, off, p->sw, p->Q);
+    if (q1 < q0) q1 = q0;
+    for (int64_t op = 0; op < p->P; op++, dst += p->Q) {
+      int64_t ih = op * p->sh - p->ph + r * p->dh;
+      if (ih < 0 || ih >= p->H) {
+        memset(dst, 0, (size_t)p->Q * sizeof(float));
+        continue;
+      }
+      const float *src = j->x + (c * p->H + ih) * p->W; /* the input row */
+      for (int64_t q = 0; q < q0; q++) dst[q] = 0;
+      if (p->sw == 1)
+        memcpy(dst + q0, src + q0 + off, (size_t)(q1 - q0) * sizeof(float));
+      else
+        for (int64_t q = q0; q < q1; q++) dst[q] = src[q * p->sw + off];
+      for (int64_t q = q1; q < p->Q; q++) dst[q] = 0;
+    }
+  }
+}
+
+int opd__conv2d_cpu_fast(opd_kcall_t *call) {
+  conv_plan_t p;
+  int rc = opd__conv2d_plan(call, &p);
+  if (rc) return rc;
+  int64_t PQ = p.P * p.Q, CRS = p.C * p.R * p.S;
+  if (PQ > INT_MAX || CRS > INT_MAX || p.K > INT_MAX)
+    return opd__conv2d_cpu_ref(call); /* beyond BLAS's int sizes */
+  if (p.N == 0 || p.K == 0 || PQ == 0) return 0;
+  const float *x = call->in[0].data, *w = call->in[1].data;
+  const float *bias = p.has_bias ? call->in[2].data : NULL;
+  float *y = call->out[0].data;
+  int direct = p.R == 1 && p.S == 1 && p.sh == 1 && p.sw == 1 && p.ph == 0 &&
+               p.pw == 0;
+  float *col = NULL;
+  if (!direct && CRS > 0) {
+    col = malloc((size_t)(CRS * PQ) * sizeof(float));
+    if (!col)
+      return opd__kerr(call, OPD_ENOMEM,
+                       "cannot allocate %lld bytes for im2col",
+                       (long long)(CRS * PQ * (int64_t)sizeof(float)));
+  }
+  for (int64_t n = 0; n < p.N; n++) {
+    const float *xn = x + n * p.C * p.H * p.W;
+    float *yn = y + n * p.K * PQ;
+    for (int64_t k = 0; k < p.K; k++) {
+      float v = bias ? bias[k] : 0.0f;
+      for (int64_t i = 0; i < PQ; i++) yn[k * PQ + i] = v;
+    }
+    if (CRS == 0) continue;
+    const float *cols = xn;
+    if (!direct) {
+      im2col_job_t j = {&p, xn, col};
+      call->exec->parallel_for(call->exec, CRS, opd__row_grain(PQ),
+                               im2col_rows, &j);
+      cols = col;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)p.K,
+                (blasint)PQ, (blasint)CRS, 1.0f, w, (blasint)CRS, cols,
+                (blasint)PQ, 1.0f, yn, (blasint)PQ);
+  }
+  free(col);
+  return 0;
+}

@@ -1,0 +1,25 @@
+/* mul: a, b -> out = a * b with torch broadcasting, float32.
+ *
+ * DESIGN
+ * The rule and kernels are shared with the other broadcasting binary op
+ * (kernels/common/binary.c); this row only names them. INPLACE: out may be
+ * exactly a (or b, when that operand has the output's shape).
+ */
+#include "kernels/common/binary.h"
+#include "kernels/common/cpu.h"
+
+const opd_op_def_t opd__op_mul = {
+    .name = "mul",
+    .summary = "elementwise a * b with broadcasting (torch.mul)",
+    .n_in_min = 2,
+    .n_in_max = 2,
+    .n_out = 1,
+    .in = {{"a", OPD_DT_FLOAT, "(...) broadcastable with b"},
+           {"b", OPD_DT_FLOAT, "(...) broadcastable with a"}},
+    .out = {{"out", OPD_DT_FLOAT, "broadcast shape of a and b"}},
+    .flags = OPD_OPF_INPLACE,
+    .shape_doc = "a (...), b (...) -> out (broadcast(a, b))",
+    .shape = opd__binary_shape,
+    .cpu_ref = opd__mul_cpu_ref,
+    .cpu_fast = opd__mul_cpu_fast,
+};

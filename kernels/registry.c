@@ -1,0 +1,54 @@
+/* The operator table: one row per op, looked up by name.
+ *
+ * DESIGN
+ * Each op lives in kernels/<op>/ and exports `opd__op_<name>`; this file
+ * only lists them, in the order `opctl ops` shows them. Adding an op is one
+ * extern line and one row.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "kernels/kernel.h"
+
+#define OPD_OPS(X) \
+  X(noop)          \
+  X(copy)          \
+  X(add)           \
+  X(mul)           \
+  X(relu)          \
+  X(gelu)          \
+  X(softmax)       \
+  X(layernorm)     \
+  X(rmsnorm)       \
+  X(matmul)        \
+  X(conv2d)        \
+  X(nms)
+
+#define X(name) extern const opd_op_def_t opd__op_##name;
+OPD_OPS(X)
+#undef X
+
+const opd_op_def_t *const opd__ops[] = {
+#define X(name) &opd__op_##name,
+    OPD_OPS(X)
+#undef X
+};
+
+const int opd__n_ops = (int)(sizeof opd__ops / sizeof opd__ops[0]);
+
+/* Returns the op named `name`, or NULL. */
+const opd_op_def_t *opd__op_find(const char *name) {
+  if (!name) return NULL;
+  for (int i = 0; i < opd__n_ops; i++)
+    if (strcmp(opd__ops[i]->name, name) == 0) return opd__ops[i];
+  return NULL;
+}
+
+int opd__kerr(opd_kcall_t *call, int code, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(call->err, sizeof call->err, fmt, ap);
+  va_end(ap);
+  return code;
+}

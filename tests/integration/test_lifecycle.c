@@ -1,0 +1,164 @@
+/* Integration: lifetimes — a client that leaves with work in flight, a
+ * big op that must not stall others, SIGTERM draining, socket files, the
+ * command line. */
+#include <criterion/criterion.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "tests/integration/harness.h"
+
+TestSuite(lifecycle, .init = th_start_default, .fini = th_stop_default,
+          .timeout = 120);
+
+/* A matmul big enough to take a good fraction of a second on 2 cores. */
+enum { BIG = 1536 };
+
+static uint64_t submit_big(opd_client_t *c, uint64_t *req) {
+  void *base;
+  uint64_t bytes = (uint64_t)3 * BIG * BIG * 4;
+  uint64_t a = th_arena(c, bytes, &base);
+  float *f = base;
+  for (uint64_t i = 0; i < (uint64_t)2 * BIG * BIG; i++) f[i] = (float)(i % 7) * 0.1f;
+  opd_tensor_t in[2] = {th_f32(a, 0, 2, (int64_t)BIG, (int64_t)BIG),
+                        th_f32(a, (uint64_t)BIG * BIG * 4, 2, (int64_t)BIG,
+                               (int64_t)BIG)};
+  opd_tensor_t out = th_f32(a, (uint64_t)2 * BIG * BIG * 4, 2, (int64_t)BIG,
+                            (int64_t)BIG);
+  cr_assert_eq(opd_submit(c, "matmul", in, 2, &out, 1, NULL, 0, req), 0, "%s",
+               opd_last_error());
+  return bytes;
+}
+
+Test(lifecycle, client_disconnects_with_work_in_flight) {
+  opd_client_t *c = th_connect();
+  uint64_t req;
+  submit_big(c, &req);
+  opd_close(c); /* gone while its matmul runs */
+  th_assert_alive();
+  /* once the matmul finished, everything of that session is released */
+  cr_assert_eq(th_wait_stat("arenas", 0, 30000), 0, "arena not released");
+  cr_assert_eq(th_wait_stat("bytes_mapped", 0, 1000), 0);
+  cr_assert_eq(th_wait_stat("sessions", 1, 2000), 1);
+}
+
+Test(lifecycle, a_big_op_does_not_stall_other_clients) {
+  opd_client_t *c = th_connect(), *other = th_connect();
+  uint64_t req;
+  submit_big(c, &req);
+  /* a few hundred round trips by another client while the matmul runs */
+  for (int i = 0; i < 200; i++) cr_assert_eq(opd_ping(other), 0);
+  void *base;
+  uint64_t a = th_arena(other, 4096, &base);
+  opd_tensor_t x = th_f32(a, 0, 1, (int64_t)16), y = th_f32(a, 64, 1, (int64_t)16);
+  cr_assert_eq(opd_run(other, "relu", &x, 1, &y, 1, NULL, 0), 0);
+  int still = opd_wait(c, req, 0);
+  cr_expect_eq(still, OPD_ETIMEDOUT,
+               "the matmul should still be running (got %s)", opd_errname(still));
+  cr_assert_eq(opd_wait(c, req, 60000), 0, "%s", opd_last_error());
+  opd_close(other);
+  opd_close(c);
+}
+
+Test(lifecycle, sigterm_finishes_running_work_then_says_goodbye) {
+  opd_client_t *c = th_connect();
+  uint64_t req, queued;
+  submit_big(c, &req);
+  /* a second run queued behind the first */
+  void *base;
+  uint64_t a = th_arena(c, 4096, &base);
+  opd_tensor_t x = th_f32(a, 0, 1, (int64_t)4), y = th_f32(a, 64, 1, (int64_t)4);
+  cr_assert_eq(opd_submit(c, "relu", &x, 1, &y, 1, NULL, 0, &queued), 0);
+  usleep(100 * 1000);
+  kill(th_d.pid, SIGTERM);
+  cr_assert_eq(opd_wait(c, req, 60000), 0, "the running matmul completes: %s",
+               opd_last_error());
+  int rc = opd_wait(c, queued, 10000);
+  cr_assert(rc == OPD_ESHUTDOWN || rc == 0, "queued run: %s (%s)",
+            opd_errname(rc), opd_last_error());
+  rc = opd_ping(c);
+  cr_assert(rc == OPD_ESHUTDOWN || rc == OPD_ECLOSED, "after goodbye: %s",
+            opd_errname(rc));
+  opd_close(c);
+  th_stop(); /* asserts exit 0 and the socket file removed */
+}
+
+Test(lifecycle, stale_socket_file_is_replaced, .init = NULL) {
+  char dir[] = "/tmp/opd-stale.XXXXXX", path[128];
+  cr_assert_not_null(mkdtemp(dir));
+  snprintf(path, sizeof path, "%s/opd.sock", dir);
+  struct sockaddr_un addr = {.sun_family = AF_UNIX};
+  strcpy(addr.sun_path, path);
+  int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+  cr_assert_eq(bind(fd, (struct sockaddr *)&addr, sizeof addr), 0);
+  close(fd); /* the file stays, nobody listens: what a crash leaves */
+  const char *args[] = {"--socket", path, NULL};
+  th_start(args);
+  th_assert_alive();
+  struct stat st;
+  cr_assert_eq(stat(th_d.sock, &st), 0);
+  cr_assert_eq(st.st_mode & 0777, 0660, "socket mode %o", st.st_mode & 0777);
+  th_stop();
+  rmdir(dir);
+}
+
+static int run_opd(const char *const *argv, char *out, size_t cap) {
+  int p[2];
+  cr_assert_eq(pipe(p), 0);
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(p[1], 1);
+    dup2(p[1], 2);
+    const char *bin = getenv("OPD_BIN") ? getenv("OPD_BIN") : "build/opd";
+    execv(bin, (char *const *)argv);
+    _exit(127);
+  }
+  close(p[1]);
+  size_t n = 0;
+  ssize_t r;
+  while (n + 1 < cap && (r = read(p[0], out + n, cap - 1 - n)) > 0) n += (size_t)r;
+  out[n] = '\0';
+  close(p[0]);
+  int status;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+}
+
+Test(lifecycle, second_daemon_on_the_same_socket_refuses) {
+  char out[4096];
+  const char *argv[] = {"opd", "--socket", th_d.sock, NULL};
+  cr_assert_eq(run_opd(argv, out, sizeof out), 1);
+  cr_assert(strstr(out, "another opd is already serving") != NULL, "%s", out);
+  th_assert_alive();
+}
+
+Test(lifecycle, command_line, .init = NULL, .fini = NULL) {
+  char out[4096];
+  const char *v[] = {"opd", "--version", NULL};
+  cr_assert_eq(run_opd(v, out, sizeof out), 0);
+  cr_assert(strstr(out, "opd " OPD_VERSION) != NULL, "%s", out);
+  const char *h[] = {"opd", "--help", NULL};
+  cr_assert_eq(run_opd(h, out, sizeof out), 0);
+  cr_assert(strstr(out, "--socket PATH") != NULL, "%s", out);
+  const char *bad[] = {"opd", "--threads", "zero", NULL};
+  cr_assert_eq(run_opd(bad, out, sizeof out), 1);
+  cr_assert(strstr(out, "--threads expects a number") != NULL, "%s", out);
+  const char *lvl[] = {"opd", "--log-level", "loud", NULL};
+  cr_assert_eq(run_opd(lvl, out, sizeof out), 1);
+}
+
+Test(lifecycle, no_daemon_gives_one_clear_sentence, .init = NULL, .fini = NULL) {
+  opd_client_t *c = NULL;
+  int rc = opd_connect("/tmp/opd-nonexistent-dir/opd.sock", &c);
+  cr_assert_eq(rc, OPD_ECONNECT);
+  cr_assert_null(c);
+  cr_assert(strstr(opd_last_error(), "/tmp/opd-nonexistent-dir/opd.sock") != NULL);
+  cr_assert(strstr(opd_last_error(), "Start it with `opd --socket") != NULL,
+            "%s", opd_last_error());
+}
