@@ -44,11 +44,13 @@ typedef struct carena {
   uint64_t id;
   void *base;
   uint64_t size;
+  int fd;                        /* the memfd, kept for sharing */
 } carena_t;
 
 struct opd_client {
   int fd;
   pid_t pid;                     /* process that connected */
+  unsigned fork_gen;             /* fork_gen when it connected */
   char path[108];
   pthread_mutex_t mu;            /* everything below but rbuf */
   pthread_cond_t cv;             /* a slot completed or the reader left */
@@ -72,6 +74,13 @@ struct opd_client {
 };
 
 static __thread char last_error[512];
+
+/* Bumped in the child of every fork(): a connection made before it is not
+ * the child's. Cheaper than getpid() (a system call) on every request. */
+static unsigned fork_gen;
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+static void on_fork_child(void) { fork_gen++; }
+static void install_atfork(void) { pthread_atfork(NULL, NULL, on_fork_child); }
 
 static int fail(int code, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
@@ -159,7 +168,7 @@ static void fbuf_free(fbuf_t *b) {
 
 static int check_usable(opd_client_t *c) {
   if (c == NULL) return fail(OPD_EINVAL, "no connection (NULL)");
-  if (getpid() != c->pid)
+  if (c->fork_gen != __atomic_load_n(&fork_gen, __ATOMIC_RELAXED))
     return fail(OPD_ESTATE,
                 "this connection was made in process %d; after fork() "
                 "connect again in the child",
@@ -503,7 +512,9 @@ int opd_connect(const char *socket_path, opd_client_t **out) {
   c = calloc(1, sizeof *c);
   if (c == NULL) return fail(OPD_ENOMEM, "out of memory");
   c->fd = -1;
+  pthread_once(&atfork_once, install_atfork);
   c->pid = getpid();
+  c->fork_gen = fork_gen;
   c->max_frame = OPD_MAX_FRAME_DEFAULT;
   c->max_inflight = 64;
   pthread_mutex_init(&c->mu, NULL);
@@ -575,8 +586,10 @@ void opd_close(opd_client_t *c) {
   /* after fork() the child only drops its copy: the parent's session and
    * mappings are the parent's */
   if (c->fd >= 0) close(c->fd);
-  for (size_t i = 0; i < c->n_arenas; i++)
+  for (size_t i = 0; i < c->n_arenas; i++) {
     munmap(c->arenas[i].base, c->arenas[i].size);
+    close(c->arenas[i].fd);
+  }
   for (size_t i = 0; i < c->n_slots; i++) {
     free(c->slots[i].msg);
     free(c->slots[i].payload);
@@ -680,13 +693,26 @@ int opd_arena_create(opd_client_t *c, uint64_t size, uint64_t *arena,
   rc = opd_arena_register_fd(c, fd, size, arena);
   if (rc != 0) goto out;
   pthread_mutex_lock(&c->mu);
-  c->arenas[c->n_arenas++] = (carena_t){*arena, p, size};
+  c->arenas[c->n_arenas++] = (carena_t){*arena, p, size, fd};
   pthread_mutex_unlock(&c->mu);
   *base = p;
-  p = MAP_FAILED;
+  return 0;
 out:
   if (p != MAP_FAILED) munmap(p, size);
-  close(fd); /* the daemon holds its own reference */
+  close(fd);
+  return rc;
+}
+
+int opd_arena_fd(opd_client_t *c, uint64_t arena, int *fd) {
+  int rc = check_usable(c);
+  if (rc) return rc;
+  if (fd == NULL) return fail(OPD_EINVAL, "fd is NULL");
+  rc = fail(OPD_EARENA, "arena %llu was not created by this connection",
+            (unsigned long long)arena);
+  pthread_mutex_lock(&c->mu);
+  for (size_t i = 0; i < c->n_arenas; i++)
+    if (c->arenas[i].id == arena) *fd = c->arenas[i].fd, rc = 0;
+  pthread_mutex_unlock(&c->mu);
   return rc;
 }
 
@@ -705,6 +731,7 @@ int opd_arena_release(opd_client_t *c, uint64_t arena) {
   for (size_t i = 0; i < c->n_arenas; i++) {
     if (c->arenas[i].id != arena) continue;
     munmap(c->arenas[i].base, c->arenas[i].size);
+    close(c->arenas[i].fd);
     c->arenas[i] = c->arenas[--c->n_arenas];
     break;
   }

@@ -137,6 +137,8 @@ static void jtext(const jv_t *v, char *buf, size_t cap) {
       n += (size_t)snprintf(buf + n, cap - n, "%s%s", i ? "," : "",
                             jstr(v->vals[i]));
     if (n < cap) snprintf(buf + n, cap - n, "]");
+  } else if (v->type == 'n' && strpbrk(v->str, ".eE") != NULL) {
+    snprintf(buf, cap, "%g", v->num); /* 1.0000000000000001e-05 -> 1e-05 */
   } else {
     snprintf(buf, cap, "%s", v->str);
   }

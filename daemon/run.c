@@ -201,16 +201,17 @@ static int load_tensor(opd_session_t *s, const opd_op_def_t *op,
                        const opd_io_spec_t *io, int strided_ok, int infer,
                        tref_t *ref, opd_tview_t *view, char *err,
                        size_t errlen) {
-  char why[200], label[96];
+  char why[200];
   int64_t numel;
   int rc;
-
-  snprintf(label, sizeof label, "%s %d (%s)", what, idx,
-           io->name ? io->name : "?");
+  /* the tensor's name in messages, formatted only on an error */
+#define LABEL "%s %d (%s)"
+#define LABEL_ARGS what, idx, io->name ? io->name : "?"
   if ((rc = opd__desc_decode(o, &ref->d, why, sizeof why)) != 0)
-    return ERR(rc, "%s: %s", label, why);
+    return ERR(rc, LABEL ": %s", LABEL_ARGS, why);
   if (ref->d.dtype <= 0 || ref->d.dtype >= OPD_DTYPE_COUNT_)
-    return ERR(OPD_EDTYPE, "%s has unknown dtype %d", label, ref->d.dtype);
+    return ERR(OPD_EDTYPE, LABEL " has unknown dtype %d", LABEL_ARGS,
+               ref->d.dtype);
   if (!((io->dtypes >> ref->d.dtype) & 1)) {
     char want[120];
     size_t len = 0;
@@ -221,7 +222,7 @@ static int load_tensor(opd_session_t *s, const opd_op_def_t *op,
                             len ? " or " : "", str);
     OPD_DTYPE_MAP(X)
 #undef X
-    return ERR(OPD_EDTYPE, "%s has dtype %s, expected %s", label,
+    return ERR(OPD_EDTYPE, LABEL " has dtype %s, expected %s", LABEL_ARGS,
                opd__dtype_name(ref->d.dtype), want);
   }
   uint64_t arena_size = UINT64_MAX;
@@ -232,19 +233,19 @@ static int load_tensor(opd_session_t *s, const opd_op_def_t *op,
     ref->arena = opd__arena_find(s, ref->d.arena);
     if (ref->arena == NULL)
       return ERR(OPD_EARENA,
-                 "%s: unknown arena %llu (not registered by this session)",
-                 label, (unsigned long long)ref->d.arena);
+                 LABEL ": unknown arena %llu (not registered by this session)",
+                 LABEL_ARGS, (unsigned long long)ref->d.arena);
     arena_size = ref->arena->size;
   }
   if ((rc = opd__desc_validate(&ref->d, arena_size, &numel, &ref->extent, why,
                                sizeof why)) != 0)
-    return ERR(rc, "%s: %s", label, why);
+    return ERR(rc, LABEL ": %s", LABEL_ARGS, why);
   if (!strided_ok && !ref->d.contiguous && !opd__desc_is_contiguous(&ref->d)) {
     char sbuf[120];
     return ERR(OPD_ELAYOUT,
-               "%s is not contiguous (strides %s); %s needs C-contiguous "
+               LABEL " is not contiguous (strides %s); %s needs C-contiguous "
                "tensors (the copy op makes one)",
-               label, opd__shape_str(sbuf, sizeof sbuf, ref->d.strides,
+               LABEL_ARGS, opd__shape_str(sbuf, sizeof sbuf, ref->d.strides,
                                      ref->d.rank),
                op->name);
   }
@@ -255,6 +256,8 @@ static int load_tensor(opd_session_t *s, const opd_op_def_t *op,
   memcpy(view->strides, ref->d.strides, sizeof view->strides);
   view->numel = numel;
   return 0;
+#undef LABEL
+#undef LABEL_ARGS
 }
 
 static int overlaps(const tref_t *a, const tref_t *b) {

@@ -104,6 +104,12 @@ int opd_arena_create(opd_client_t *c, uint64_t size, uint64_t *arena,
 /* Unregisters and unmaps an arena. Tensors in it must not be used again. */
 int opd_arena_release(opd_client_t *c, uint64_t arena);
 
+/* The memfd behind an arena made by opd_arena_create (owned by the
+ * connection: do not close it). Another process of the same user can open
+ * /proc/<pid>/fd/<fd>, map it, and register it with its own connection
+ * through opd_arena_register_fd: both then share the same memory. */
+int opd_arena_fd(opd_client_t *c, uint64_t arena, int *fd);
+
 /* Registers an fd the caller made (for tests and custom allocators): the
  * caller keeps its fd and mapping. */
 int opd_arena_register_fd(opd_client_t *c, int fd, uint64_t size,

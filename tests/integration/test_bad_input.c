@@ -351,7 +351,7 @@ Test(bad, count_larger_than_the_bytes_left) {
   cr_assert_eq(th_raw_expect_close(fd, 2000), OPD_EPROTO);
   /* str32 longer than the frame */
   fd = th_raw_connect();
-  send_raw_frame(fd, "\xdb\x00\x10\x00\x00ab", 7);
+  send_raw_frame(fd, "\xdb\x00\x10\x00\x00" "ab", 7);
   cr_assert_eq(th_raw_expect_close(fd, 2000), OPD_EPROTO);
   th_assert_alive();
 }

@@ -162,3 +162,24 @@ Test(lifecycle, no_daemon_gives_one_clear_sentence, .init = NULL, .fini = NULL) 
   cr_assert(strstr(opd_last_error(), "Start it with `opd --socket") != NULL,
             "%s", opd_last_error());
 }
+
+Test(lifecycle, a_connection_is_not_used_across_fork) {
+  opd_client_t *c = th_connect();
+  pid_t pid = fork();
+  if (pid == 0) {
+    /* the parent's connection refuses to work here... */
+    int rc = opd_ping(c);
+    if (rc != OPD_ESTATE || strstr(opd_last_error(), "fork") == NULL) _exit(1);
+    /* ...and a new one works */
+    opd_client_t *mine;
+    if (opd_connect(th_d.sock, &mine) != 0 || opd_ping(mine) != 0) _exit(2);
+    opd_close(mine);
+    _exit(0);
+  }
+  int status;
+  waitpid(pid, &status, 0);
+  cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %d",
+            WEXITSTATUS(status));
+  cr_assert_eq(opd_ping(c), 0, "the parent's connection still works");
+  opd_close(c);
+}
