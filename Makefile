@@ -10,10 +10,18 @@
 #   make install    install binaries, library, header and init files
 #
 # Variables: CUDA=auto|0|1 (auto: CUDA sources compile when nvcc is found),
-# ASAN=1 (address + undefined sanitizers), DEBUG=1 (-O0 -g3), PREFIX.
+# BLAS=1|0 (0: no OpenBLAS, the CPU matmul/conv2d fast kernels fall back to
+# the reference), ASAN=1 (address + undefined sanitizers), DEBUG=1 (-O0
+# -g3), PREFIX.
+#
+#   make CUDA=1 BLAS=0 build/tests/gpu_kernels
+#                   the CUDA kernels' check against the CPU reference and
+#                   their benchmark (--bench); needs only nvcc, cudart and
+#                   cuBLASLt (the GPU machine)
 
 CC      ?= cc
 CUDA    ?= auto
+BLAS    ?= 1
 ASAN    ?= 0
 DEBUG   ?= 0
 PREFIX  ?= /usr/local
@@ -41,18 +49,56 @@ ifeq ($(ASAN),1)
   LDFLAGS += -fsanitize=address,undefined
 endif
 LDFLAGS += -pthread
-ifeq ($(CUDA_ON),1)
-  CPPFLAGS += -DOPD_HAVE_CUDA_BUILD=1
+# DEPS=dir: take libuv and msgpack-c from a folder of unpacked Debian
+# packages (headers in dir/include, static archives in dir/lib) — how the
+# daemon is built on a machine where they cannot be installed (the GPU
+# machine; see docs/gpu.md). Default: the system's.
+DEPS ?=
+ifneq ($(DEPS),)
+  CPPFLAGS += -I$(DEPS)/include
+  UV_LIB := $(DEPS)/lib/libuv_a.a
+  MSGPACK_LIB := $(DEPS)/lib/libmsgpackc.a
+else
+  UV_LIB := -luv
+  MSGPACK_LIB := -lmsgpackc
 endif
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+ifeq ($(BLAS),0)
+  CPPFLAGS += -DOPD_NO_BLAS
+  BLAS_LIBS :=
+else
+  BLAS_LIBS := -L$(OPENBLAS_LIB) -lopenblas
+endif
+DAEMON_LIBS := $(UV_LIB) $(MSGPACK_LIB) $(BLAS_LIBS) -lm
+# The objects that differ with BLAS rebuild when it changes (stamp file).
+BLAS_STAMP := $(B)/.blas
+$(shell mkdir -p $(B); [ "$$(cat $(BLAS_STAMP) 2>/dev/null)" = "$(BLAS)" ] || echo $(BLAS) > $(BLAS_STAMP))
+$(B)/obj/kernels/matmul/cpu.o $(B)/obj/kernels/conv2d/cpu.o: $(BLAS_STAMP)
+ifeq ($(CUDA_ON),1)
+  CPPFLAGS += -DOPD_HAVE_CUDA_BUILD=1 -isystem $(CUDA_HOME)/include
+  # cudart static (nvcc's default); cuBLASLt from the toolkit's lib64
+  CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \
+               -lcublasLt -lcudart_static -ldl -lrt
+endif
+CLIENT_LIBS := $(MSGPACK_LIB)
 
-DAEMON_LIBS := -luv -lmsgpackc -L$(OPENBLAS_LIB) -lopenblas -lm
-CLIENT_LIBS := -lmsgpackc
+# CUDA code: machine code for sm_80 and sm_90 (H100/H200) plus compute_90
+# PTX for newer GPUs. -MMD: header dependencies, as for C.
+NVCC_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
+             -gencode arch=compute_90,code=compute_90
+NVCCFLAGS := -std=c++17 -O2 -Iinclude -I. $(NVCC_ARCH) -Xcompiler -fPIC,-Wall -MMD -MP
 
-$(info opd: CC=$(CC) CUDA=$(CUDA)->$(CUDA_ON)$(if $(NVCC), (nvcc: $(NVCC)),) ASAN=$(ASAN) DEBUG=$(DEBUG))
+$(info opd: CC=$(CC) CUDA=$(CUDA)->$(CUDA_ON)$(if $(NVCC), (nvcc: $(NVCC)),) BLAS=$(BLAS) ASAN=$(ASAN) DEBUG=$(DEBUG))
 
 COMMON_SRC  := $(sort $(wildcard common/*.c))
 KERNEL_SRC  := $(sort $(wildcard kernels/*.c kernels/*/*.c))
 DAEMON_SRC  := $(filter-out daemon/main.c,$(sort $(wildcard daemon/*.c)))
+# the CUDA backend, or its stand-in in a build without CUDA
+ifeq ($(CUDA_ON),1)
+  DAEMON_SRC := $(filter-out daemon/cuda_none.c,$(DAEMON_SRC))
+else
+  DAEMON_SRC := $(filter-out daemon/cuda.c,$(DAEMON_SRC))
+endif
 CLIENT_SRC  := client/libopd.c client/json.c
 UNIT_SRC    := $(sort $(wildcard tests/unit/*.c))
 OPS_SRC     := $(sort $(wildcard tests/ops/*.c))
@@ -76,7 +122,7 @@ BINS := $(B)/opd $(B)/libopd.so $(B)/libopd.a $(B)/opctl
 EXAMPLES := $(B)/examples/softmax_conv
 BENCHES := $(patsubst bench/%.c,$(B)/bench/%,$(sort $(wildcard bench/*.c)))
 
-.PHONY: all deps check-deps test test-c run bench install clean cuda
+.PHONY: all deps check-deps test test-c run bench install clean cuda python-lib
 all: check-deps $(BINS) $(EXAMPLES) cuda
 
 # ---- dependencies --------------------------------------------------------
@@ -107,12 +153,12 @@ $(B)/obj/%.o: %.c
 
 $(B)/obj/%.cu.o: %.cu
 	@mkdir -p $(dir $@)
-	$(NVCC) -std=c++17 -O2 -Iinclude -I. -Xcompiler -fPIC,-Wall -c $< -o $@
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
 cuda: $(CUDA_OBJ)
 
-$(B)/opd: $(B)/obj/daemon/main.o $(DAEMON_OBJ) $(KERNEL_OBJ) $(COMMON_OBJ)
-	$(CC) $(LDFLAGS) $^ -o $@ $(DAEMON_LIBS)
+$(B)/opd: $(B)/obj/daemon/main.o $(DAEMON_OBJ) $(KERNEL_OBJ) $(CUDA_OBJ) $(COMMON_OBJ)
+	$(CC) $(LDFLAGS) $^ -o $@ $(DAEMON_LIBS) $(CUDA_LIBS) $(if $(CUDA_OBJ),-lstdc++)
 
 $(B)/libopd.so: $(CLIENT_OBJ) $(COMMON_OBJ)
 	$(CC) $(LDFLAGS) -shared -Wl,-soname,libopd.so.0 $^ -o $@ $(CLIENT_LIBS)
@@ -134,14 +180,28 @@ $(B)/bench/%: bench/%.c $(B)/libopd.a $(KERNEL_OBJ)
 	$(CC) $(CPPFLAGS) $(CFLAGS) $< -o $@ $(LDFLAGS) $(B)/libopd.a $(KERNEL_OBJ) $(DAEMON_LIBS)
 
 # ---- tests ---------------------------------------------------------------
-$(B)/tests/unit: $(UNIT_OBJ) $(DAEMON_OBJ) $(KERNEL_OBJ) $(COMMON_OBJ)
+$(B)/tests/unit: $(UNIT_OBJ) $(DAEMON_OBJ) $(KERNEL_OBJ) $(CUDA_OBJ) $(COMMON_OBJ)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) $^ -o $@ -lcriterion $(DAEMON_LIBS)
+	$(CC) $(LDFLAGS) $^ -o $@ -lcriterion $(DAEMON_LIBS) $(CUDA_LIBS) $(if $(CUDA_OBJ),-lstdc++)
 
 # Operator tests need only the kernels: they build while the daemon changes.
 $(B)/tests/ops: $(OPS_OBJ) $(KERNEL_OBJ)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) $^ -o $@ -lcriterion -L$(OPENBLAS_LIB) -lopenblas -lm
+	$(CC) $(LDFLAGS) $^ -o $@ -lcriterion $(BLAS_LIBS) -lm
+
+# The CUDA kernels against the CPU reference, and their benchmark: a plain
+# program (no criterion), linked by nvcc with the kernels' objects and the
+# shared cudart and cuBLASLt. Build it with CUDA=1 BLAS=0 on the GPU machine.
+GPU_KOBJ := $(patsubst %.cu,$(B)/obj/%.cu.o,$(sort $(wildcard kernels/*/*.cu)))
+$(B)/tests/gpu_kernels: $(B)/obj/tests/gpu/gpu_kernels.cu.o $(KERNEL_OBJ) $(GPU_KOBJ)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCC_ARCH) -cudart shared $^ -o $@ -L$(CUDA_HOME)/lib64 \
+	  -Xlinker -rpath,$(CUDA_HOME)/lib64 -lcublasLt $(BLAS_LIBS) -lm -Xcompiler -pthread
+
+# GPU machine: the CUDA backend through libopd (plain C, no criterion)
+$(B)/tests/daemon_gpu: tests/gpu/daemon_gpu.c $(B)/libopd.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $< -o $@ $(LDFLAGS) $(B)/libopd.a $(CLIENT_LIBS) -lm
 
 $(B)/tests/integration: $(INTEG_OBJ) $(B)/libopd.a
 	@mkdir -p $(dir $@)
@@ -164,6 +224,12 @@ install: all
 	install -m 755 $(B)/libopd.so $(DESTDIR)$(PREFIX)/lib/libopd.so.0
 	ln -sf libopd.so.0 $(DESTDIR)$(PREFIX)/lib/libopd.so
 	install -m 644 include/opd/opd.h include/opd/protocol.h $(DESTDIR)$(PREFIX)/include/opd/
+
+# Python: copies libopd.so into the package so that a wheel (or
+# `pip install ./python`) carries it; `make install` also works (the
+# package looks in /usr/local/lib). See docs/python.md.
+python-lib: $(B)/libopd.so
+	install -m 755 $(B)/libopd.so python/opd/libopd.so
 
 clean:
 	rm -rf $(B)

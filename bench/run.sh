@@ -84,6 +84,11 @@ run_all() {
   else
     echo "# bench_cpu_ops: not built, skipped"
   fi
+  if /usr/bin/python3 -c 'import numpy' 2>/dev/null; then
+    OPD_LIB=$build/libopd.so /usr/bin/python3 "$here/bench_python.py" --socket "$sock"
+  else
+    echo "# bench_python: no numpy for /usr/bin/python3, skipped"
+  fi
 }
 
 st=0

@@ -490,10 +490,14 @@ static const msgpack_object *reply_body(const char *payload, size_t len,
 /* ---- connect / close ------------------------------------------------------ */
 
 static void pack_hello(msgpack_packer *pk, const void *arg) {
-  (void)arg;
+  uint32_t flags = *(const uint32_t *)arg;
   char name[64];
   snprintf(name, sizeof name, "libopd %s pid %d", OPD_VERSION, (int)getpid());
-  msgpack_pack_map(pk, 2);
+  msgpack_pack_map(pk, (flags & OPD_CONNECT_HIGH_PRIORITY) ? 3 : 2);
+  if (flags & OPD_CONNECT_HIGH_PRIORITY) {
+    PACK_STR(pk, "priority");
+    PACK_STR(pk, "high");
+  }
   PACK_STR(pk, "protocol");
   msgpack_pack_uint32(pk, OPD_PROTOCOL_VERSION);
   PACK_STR(pk, "client");
@@ -501,6 +505,11 @@ static void pack_hello(msgpack_packer *pk, const void *arg) {
 }
 
 int opd_connect(const char *socket_path, opd_client_t **out) {
+  return opd_connect_flags(socket_path, 0, out);
+}
+
+int opd_connect_flags(const char *socket_path, uint32_t flags,
+                      opd_client_t **out) {
   struct sockaddr_un addr = {.sun_family = AF_UNIX};
   opd_client_t *c = NULL;
   char *payload = NULL;
@@ -541,7 +550,7 @@ int opd_connect(const char *socket_path, opd_client_t **out) {
               c->path, strerror(errno), c->path);
     goto error;
   }
-  rc = call(c, OPD_MSG_HELLO, pack_hello, NULL, -1, &payload, &len);
+  rc = call(c, OPD_MSG_HELLO, pack_hello, &flags, -1, &payload, &len);
   if (rc == OPD_ECLOSED || rc == OPD_EIO) {
     /* a daemon that refuses us writes a goodbye and closes, possibly before
      * our hello went out: read the goodbye for the real reason */
@@ -716,6 +725,42 @@ int opd_arena_fd(opd_client_t *c, uint64_t arena, int *fd) {
   return rc;
 }
 
+typedef struct alloc_args {
+  const char *device;
+  uint64_t size;
+} alloc_args_t;
+
+static void pack_alloc(msgpack_packer *pk, const void *arg) {
+  const alloc_args_t *a = arg;
+  msgpack_pack_map(pk, 2);
+  PACK_STR(pk, "device");
+  PACK_STR(pk, a->device);
+  PACK_STR(pk, "size");
+  msgpack_pack_uint64(pk, a->size);
+}
+
+int opd_alloc(opd_client_t *c, const char *device, uint64_t size,
+              uint64_t *arena) {
+  char *payload = NULL;
+  size_t len = 0;
+  int rc = check_usable(c);
+  if (rc) return rc;
+  if (device == NULL || arena == NULL)
+    return fail(OPD_EINVAL, "opd_alloc: device and arena must not be NULL");
+  alloc_args_t a = {device, size};
+  rc = call(c, OPD_MSG_ALLOC, pack_alloc, &a, -1, &payload, &len);
+  if (rc != 0) return rc;
+  msgpack_zone z;
+  msgpack_object o;
+  msgpack_zone_init(&z, 512);
+  const msgpack_object *body = reply_body(payload, len, &z, &o);
+  if (body == NULL || opd__mp_uint(opd__mp_get(body, "arena"), arena) != 0)
+    rc = fail(OPD_EPROTO, "alloc: reply without an arena id");
+  msgpack_zone_destroy(&z);
+  free(payload);
+  return rc;
+}
+
 static void pack_release(msgpack_packer *pk, const void *arg) {
   msgpack_pack_map(pk, 1);
   PACK_STR(pk, "arena");
@@ -805,8 +850,8 @@ static int pack_attrs(msgpack_packer *pk, const opd_attr_t *a, uint32_t n) {
 }
 
 /* Builds a RUN or INFER frame for id into b. */
-static int build_run(fbuf_t *b, int type, uint64_t id, const char *op,
-                     const opd_tensor_t *in, uint32_t n_in,
+static int build_run(fbuf_t *b, int type, uint64_t id, const char *device,
+                     const char *op, const opd_tensor_t *in, uint32_t n_in,
                      const opd_tensor_t *out, uint32_t n_out,
                      const opd_attr_t *attrs, uint32_t n_attrs) {
   msgpack_packer pk;
@@ -814,7 +859,11 @@ static int build_run(fbuf_t *b, int type, uint64_t id, const char *op,
   if ((n_in && !in) || (n_out && !out) || (n_attrs && !attrs))
     return fail(OPD_EINVAL, "NULL tensor or attribute array with a count");
   frame_begin(b, &pk, type, id);
-  msgpack_pack_map(&pk, type == OPD_MSG_RUN ? 4 : 3);
+  msgpack_pack_map(&pk, (type == OPD_MSG_RUN ? 4 : 3) + (device != NULL));
+  if (device != NULL) {
+    PACK_STR(&pk, "device");
+    PACK_STR(&pk, device);
+  }
   PACK_STR(&pk, "op");
   PACK_STR(&pk, op);
   PACK_STR(&pk, "in");
@@ -834,12 +883,20 @@ static int build_run(fbuf_t *b, int type, uint64_t id, const char *op,
 int opd_submit(opd_client_t *c, const char *op, const opd_tensor_t *in,
                uint32_t n_in, const opd_tensor_t *out, uint32_t n_out,
                const opd_attr_t *attrs, uint32_t n_attrs, uint64_t *req) {
+  return opd_submit_on(c, NULL, op, in, n_in, out, n_out, attrs, n_attrs, req);
+}
+
+int opd_submit_on(opd_client_t *c, const char *device, const char *op,
+                  const opd_tensor_t *in, uint32_t n_in,
+                  const opd_tensor_t *out, uint32_t n_out,
+                  const opd_attr_t *attrs, uint32_t n_attrs, uint64_t *req) {
   fbuf_t b;
   int rc = check_usable(c);
   if (rc) return rc;
   if (req == NULL) return fail(OPD_EINVAL, "req is NULL");
   uint64_t id = new_id(c);
-  rc = build_run(&b, OPD_MSG_RUN, id, op, in, n_in, out, n_out, attrs, n_attrs);
+  rc = build_run(&b, OPD_MSG_RUN, id, device, op, in, n_in, out, n_out, attrs,
+                 n_attrs);
   if (rc != 0) return rc;
   rc = submit_frame(c, &b, id, 0, -1);
   fbuf_free(&b);
@@ -856,8 +913,15 @@ int opd_wait(opd_client_t *c, uint64_t req, int timeout_ms) {
 int opd_run(opd_client_t *c, const char *op, const opd_tensor_t *in,
             uint32_t n_in, const opd_tensor_t *out, uint32_t n_out,
             const opd_attr_t *attrs, uint32_t n_attrs) {
+  return opd_run_on(c, NULL, op, in, n_in, out, n_out, attrs, n_attrs);
+}
+
+int opd_run_on(opd_client_t *c, const char *device, const char *op,
+               const opd_tensor_t *in, uint32_t n_in, const opd_tensor_t *out,
+               uint32_t n_out, const opd_attr_t *attrs, uint32_t n_attrs) {
   uint64_t req;
-  int rc = opd_submit(c, op, in, n_in, out, n_out, attrs, n_attrs, &req);
+  int rc = opd_submit_on(c, device, op, in, n_in, out, n_out, attrs, n_attrs,
+                         &req);
   if (rc != 0) return rc;
   return wait_reply(c, req, -1, NULL, NULL);
 }
@@ -873,7 +937,8 @@ int opd_infer(opd_client_t *c, const char *op, const opd_tensor_t *in,
   if (n_out == NULL || (cap && out == NULL))
     return fail(OPD_EINVAL, "opd_infer: NULL output array");
   uint64_t id = new_id(c);
-  rc = build_run(&b, OPD_MSG_INFER, id, op, in, n_in, NULL, 0, attrs, n_attrs);
+  rc = build_run(&b, OPD_MSG_INFER, id, NULL, op, in, n_in, NULL, 0, attrs,
+                 n_attrs);
   if (rc != 0) return rc;
   rc = submit_frame(c, &b, id, 1, -1);
   fbuf_free(&b);

@@ -261,6 +261,7 @@ static int cmd_stats(opd_client_t *c, int json) {
   jv_t *root = jparse();
   const jv_t *h = jget(root, "healthy");
   printf("opd daemon: %s\n", h && h->boolean ? "healthy" : "UNHEALTHY");
+  print_num("cuda devices", jget(root, "devices"));
   print_num("sessions", jget(root, "sessions"));
   print_num("sessions total", jget(root, "sessions_total"));
   print_num("requests", jget(root, "requests"));

@@ -96,6 +96,8 @@ int opd__arena_register(opd_session_t *s, int fd, uint64_t size,
   a->size = size;
   a->refs = 1;
   a->srv = s->srv;
+  a->device = -1;
+  opd__cuda_host_register(s->srv, a); /* pinned: copies at full speed */
   s->arenas[s->n_arenas++] = a;
   s->bytes_mapped += size;
   s->srv->bytes_mapped += size;
@@ -117,11 +119,58 @@ opd_arena_t *opd__arena_find(opd_session_t *s, uint64_t id) {
   return NULL;
 }
 
+/* Allocates device memory on CUDA device `dev` as an arena of s. */
+int opd__arena_alloc_device(opd_session_t *s, int dev, uint64_t size,
+                            uint64_t *id, char *err, size_t errlen) {
+  const opd_limits_t *l = &s->srv->cfg.limits;
+  opd_arena_t *a;
+  void *ptr;
+  int rc;
+
+  if (s->n_arenas >= l->max_arenas) {
+    snprintf(err, errlen, "session has %u arenas, the limit", s->n_arenas);
+    return OPD_ELIMIT;
+  }
+  if (size == 0 || size > l->max_arena_bytes ||
+      s->bytes_mapped + size > l->max_session_bytes) {
+    snprintf(err, errlen, "%llu bytes: size must be 1 to %llu and the "
+             "session's total at most %llu",
+             (unsigned long long)size, (unsigned long long)l->max_arena_bytes,
+             (unsigned long long)l->max_session_bytes);
+    return size == 0 ? OPD_EINVAL : OPD_ELIMIT;
+  }
+  if ((a = calloc(1, sizeof *a)) == NULL) {
+    snprintf(err, errlen, "out of memory");
+    return OPD_ENOMEM;
+  }
+  if ((rc = opd__cuda_alloc(s->srv, dev, size, &ptr, err, errlen)) != 0) {
+    free(a);
+    return rc;
+  }
+  a->id = ++s->srv->next_arena_id;
+  a->base = ptr;
+  a->size = size;
+  a->refs = 1;
+  a->srv = s->srv;
+  a->device = dev;
+  s->arenas[s->n_arenas++] = a;
+  s->bytes_mapped += size;
+  s->srv->bytes_mapped += size;
+  s->srv->arenas++;
+  *id = a->id;
+  return 0;
+}
+
 void opd__arena_unref(opd_arena_t *a) {
   if (--a->refs > 0) return;
-  munmap(a->base, a->size);
   a->srv->bytes_mapped -= a->size;
   a->srv->arenas--;
+  if (a->device >= 0) {
+    opd__cuda_free(a->srv, a->device, a->base);
+    free(a);
+    return;
+  }
+  opd__cuda_host_unregister(a);
   free(a);
 }
 

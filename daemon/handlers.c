@@ -48,10 +48,19 @@ static void handle_hello(opd_session_t *s, uint64_t id,
   const msgpack_object *name = opd__mp_get(body, "client");
   if (name != NULL && opd__mp_str(name, s->client, sizeof s->client) != 0)
     snprintf(s->client, sizeof s->client, "?");
+  char prio[16] = "normal";
+  const msgpack_object *po = opd__mp_get(body, "priority");
+  if (po != NULL && (opd__mp_str(po, prio, sizeof prio) != 0 ||
+                     (strcmp(prio, "high") && strcmp(prio, "normal")))) {
+    opd__reply_error(s, id, OPD_EINVAL,
+                     "hello: \"priority\" must be \"high\" or \"normal\"");
+    return;
+  }
+  s->priority = strcmp(prio, "high") == 0;
   s->hello = 1;
 
   msgpack_packer *pk = scratch(srv);
-  msgpack_pack_map(pk, 5);
+  msgpack_pack_map(pk, 6);
   PACK_STR(pk, "protocol");
   msgpack_pack_uint32(pk, OPD_PROTOCOL_VERSION);
   PACK_STR(pk, "version");
@@ -59,8 +68,11 @@ static void handle_hello(opd_session_t *s, uint64_t id,
   PACK_STR(pk, "session");
   msgpack_pack_uint64(pk, s->id);
   PACK_STR(pk, "backends");
-  msgpack_pack_array(pk, 1);
+  msgpack_pack_array(pk, srv->n_devices ? 2 : 1);
   PACK_STR(pk, "cpu");
+  if (srv->n_devices) PACK_STR(pk, "cuda");
+  PACK_STR(pk, "devices");
+  opd__cuda_pack_devices(srv, pk);
   PACK_STR(pk, "limits");
   msgpack_pack_map(pk, 8);
   PACK_STR(pk, "max_frame");
@@ -79,8 +91,8 @@ static void handle_hello(opd_session_t *s, uint64_t id,
   msgpack_pack_uint64(pk, l->max_session_bytes);
   PACK_STR(pk, "max_inflight");
   msgpack_pack_uint32(pk, l->max_inflight);
-  LOG_INFO("session %llu: hello from \"%s\"", (unsigned long long)s->id,
-           s->client);
+  LOG_INFO("session %llu: hello from \"%s\"%s", (unsigned long long)s->id,
+           s->client, s->priority ? " (high priority)" : "");
   reply_scratch(s, id);
 }
 
@@ -116,6 +128,36 @@ static void handle_register(opd_session_t *s, uint64_t id,
   reply_scratch(s, id);
 }
 
+static void handle_alloc(opd_session_t *s, uint64_t id,
+                         const msgpack_object *body) {
+  char dev[OPD_MAX_NAME], err[300];
+  uint64_t size, arena;
+  int req;
+  if (opd__mp_str(opd__mp_get(body, "device"), dev, sizeof dev) != 0 ||
+      opd__mp_uint(opd__mp_get(body, "size"), &size) != 0) {
+    opd__reply_error(s, id, OPD_EPROTO,
+                     "alloc: \"device\" (a string) and \"size\" (unsigned) "
+                     "are required");
+    return;
+  }
+  int rc = opd__device_parse(s->srv, dev, &req, err, sizeof err);
+  if (rc == 0 && req < 0) {
+    rc = OPD_EDEVICE;
+    snprintf(err, sizeof err, "device \"%s\" is not a cuda device (host "
+             "memory comes from arena_register)", dev);
+  }
+  if (rc == 0) rc = opd__arena_alloc_device(s, req, size, &arena, err, sizeof err);
+  if (rc != 0) {
+    opd__reply_error(s, id, rc, "alloc: %s", err);
+    return;
+  }
+  msgpack_packer *pk = scratch(s->srv);
+  msgpack_pack_map(pk, 1);
+  PACK_STR(pk, "arena");
+  msgpack_pack_uint64(pk, arena);
+  reply_scratch(s, id);
+}
+
 static void handle_release(opd_session_t *s, uint64_t id,
                            const msgpack_object *body) {
   uint64_t arena;
@@ -137,7 +179,9 @@ static void handle_release(opd_session_t *s, uint64_t id,
 static void handle_stats(opd_session_t *s, uint64_t id) {
   opd_server_t *srv = s->srv;
   msgpack_packer *pk = scratch(srv);
-  msgpack_pack_map(pk, 9);
+  msgpack_pack_map(pk, 10);
+  PACK_STR(pk, "devices");
+  msgpack_pack_uint32(pk, (uint32_t)srv->n_devices);
   PACK_STR(pk, "sessions");
   msgpack_pack_uint32(pk, srv->n_sessions);
   PACK_STR(pk, "sessions_total");
@@ -153,7 +197,8 @@ static void handle_stats(opd_session_t *s, uint64_t id) {
   PACK_STR(pk, "uptime_ns");
   msgpack_pack_uint64(pk, opd__now_ns() - srv->start_ns);
   PACK_STR(pk, "healthy");
-  msgpack_pack_true(pk);
+  if (srv->healthy) msgpack_pack_true(pk);
+  else msgpack_pack_false(pk);
   PACK_STR(pk, "ops");
   msgpack_pack_map(pk, (size_t)opd__n_ops);
   for (int i = 0; i < opd__n_ops; i++) {
@@ -183,6 +228,7 @@ void opd__handle(opd_session_t *s, const msgpack_object *req) {
     case OPD_MSG_HELLO: handle_hello(s, id, body); break;
     case OPD_MSG_ARENA_REGISTER: handle_register(s, id, body); break;
     case OPD_MSG_ARENA_RELEASE: handle_release(s, id, body); break;
+    case OPD_MSG_ALLOC: handle_alloc(s, id, body); break;
     case OPD_MSG_RUN: opd__run_request(s, id, body, 0); break;
     case OPD_MSG_INFER: opd__run_request(s, id, body, 1); break;
     case OPD_MSG_OPS:

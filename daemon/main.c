@@ -30,6 +30,8 @@ static void usage(FILE *f) {
           "                             /run/opd/opd.sock as root, else\n"
           "                             $XDG_RUNTIME_DIR/opd.sock)\n"
           "  -t, --threads N            kernel threads (default: all CPUs)\n"
+          "  -d, --devices LIST         CUDA devices to use: all (default), none\n"
+          "                             (cpu backend only), or a list like 0,1\n"
           "  -l, --log-level LEVEL      error, warn, info (default) or debug\n"
           "      --max-frame BYTES      largest request frame (default %u)\n"
           "      --max-clients N        sessions at once (default 1024)\n"
@@ -64,6 +66,7 @@ int main(int argc, char **argv) {
   static const struct option opts[] = {
       {"socket", required_argument, 0, 's'},
       {"threads", required_argument, 0, 't'},
+      {"devices", required_argument, 0, 'd'},
       {"log-level", required_argument, 0, 'l'},
       {"max-frame", required_argument, 0, O_FRAME},
       {"max-clients", required_argument, 0, O_CLIENTS},
@@ -76,6 +79,7 @@ int main(int argc, char **argv) {
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   opd_config_t cfg = {
+      .devices = "all",
       .threads = 0,
       .log_level = OPD_LOG_INFO,
       .limits = {.max_frame = OPD_MAX_FRAME_DEFAULT,
@@ -90,8 +94,15 @@ int main(int argc, char **argv) {
   uint64_t v;
   int c;
 
-  while ((c = getopt_long(argc, argv, "s:t:l:Vh", opts, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, "s:t:d:l:Vh", opts, NULL)) != -1) {
     switch (c) {
+      case 'd':
+        if (strlen(optarg) >= sizeof cfg.devices) {
+          fprintf(stderr, "opd: --devices is too long\n");
+          return 1;
+        }
+        strcpy(cfg.devices, optarg);
+        break;
       case 's': socket_opt = optarg; break;
       case 't':
         if (parse_u64("--threads", optarg, 1, 1024, &v)) return 1;
@@ -169,7 +180,8 @@ int main(int argc, char **argv) {
   }
   uv_run(loop, UV_RUN_DEFAULT);
   opd__server_free(&srv);
-  uv_loop_close(loop);
+  /* EBUSY: the signal handles stay open until exit (see server.c) */
+  (void)uv_loop_close(loop);
   LOG_INFO("stopped");
   return 0;
 }

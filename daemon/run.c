@@ -274,9 +274,13 @@ static int same_tensor(const tref_t *a, const tref_t *b) {
                 sizeof(int64_t) * (size_t)a->d.rank) == 0;
 }
 
+static int place(opd_job_t *job, int req, tref_t *in, tref_t *out, char *err,
+                 size_t errlen);
+
 static int prepare(opd_session_t *s, const opd_op_def_t *op,
-                   const msgpack_object *body, int infer, opd_job_t *job,
-                   opd_tshape_t *expect, char *err, size_t errlen) {
+                   const msgpack_object *body, int infer, int req,
+                   opd_job_t *job, opd_tshape_t *expect, char *err,
+                   size_t errlen) {
   opd_kcall_t *call = &job->call;
   tref_t in[OPD_MAX_TENSORS], out[OPD_MAX_TENSORS];
   const msgpack_object *o_in = opd__mp_get(body, "in");
@@ -368,6 +372,8 @@ static int prepare(opd_session_t *s, const opd_op_def_t *op,
     }
   }
 
+  if ((rc = place(job, req, in, out, err, errlen)) != 0) return rc;
+
   /* hold each distinct arena while the job exists */
   job->n_arenas = 0;
   for (int i = 0; i < n_in + n_out; i++) {
@@ -393,6 +399,8 @@ static opd_job_t *job_alloc(opd_server_t *srv) {
   j->n_arenas = 0;
   j->rc = 0;
   j->ns = 0;
+  j->device = -1;
+  j->cuda_kernel = NULL;
   return j;
 }
 
@@ -452,15 +460,26 @@ static void work_cb(uv_work_t *w) {
 }
 
 static void after_work_cb(uv_work_t *w, int status) {
-  opd_job_t *job = (opd_job_t *)w;
-  opd_session_t *s = job->s;
   (void)status; /* jobs are never cancelled */
+  opd__job_done((opd_job_t *)w);
+}
+
+void opd__job_done(opd_job_t *job) {
+  opd_session_t *s = job->s;
   job_finish(job);
   opd__session_pump(s);
 }
 
 void opd__job_start(opd_job_t *job) {
   opd_server_t *srv = job->s->srv;
+  if (job->device >= 0) {
+    int rc = opd__cuda_job_launch(job); /* done later via opd__job_done */
+    if (rc != 0) {
+      job->rc = rc;
+      job_finish(job);
+    }
+    return;
+  }
   if (job->bytes <= srv->cfg.limits.inline_bytes) {
     job->call.exec = &opd__exec_serial;
     run_kernel(job);
@@ -479,19 +498,103 @@ void opd__job_start(opd_job_t *job) {
 
 /* ---- the request ------------------------------------------------------ */
 
-static int check_device(const msgpack_object *o, char *err, size_t errlen) {
+int opd__device_parse(opd_server_t *srv, const char *dev, int *req, char *err,
+                      size_t errlen) {
+  *req = OPD_DEV_AUTO;
+  if (strcmp(dev, "auto") == 0) return 0;
+  if (strcmp(dev, "cpu") == 0) {
+    *req = OPD_DEV_CPU;
+    return 0;
+  }
+  if (strcmp(dev, "cuda") == 0 || strncmp(dev, "cuda:", 5) == 0) {
+    char *end = NULL;
+    long n = dev[4] == ':' ? strtol(dev + 5, &end, 10) : 0;
+    if (dev[4] == ':' && (end == dev + 5 || *end != '\0' || n < 0))
+      return ERR(OPD_EDEVICE, "device \"%s\" is not cuda, cuda:N, cpu or auto",
+                 dev);
+    if (n >= srv->n_devices)
+      return ERR(OPD_EDEVICE,
+                 srv->n_devices == 0
+                     ? "device \"%s\" is not available: this daemon has no "
+                       "CUDA device (backends: cpu)"
+                     : "device \"%s\" does not exist: this daemon has %d "
+                       "CUDA device(s)",
+                 dev, srv->n_devices);
+    *req = (int)n;
+    return 0;
+  }
+  return ERR(OPD_EDEVICE, "unknown device \"%s\" (use cpu, cuda, cuda:N or auto)",
+             dev);
+}
+
+static int parse_device(opd_server_t *srv, const msgpack_object *o, int *req,
+                        char *err, size_t errlen) {
   char dev[OPD_MAX_NAME];
+  *req = OPD_DEV_AUTO;
   if (o == NULL || o->type == MSGPACK_OBJECT_NIL) return 0;
   if (opd__mp_str(o, dev, sizeof dev) != 0)
     return ERR(OPD_EPROTO, "\"device\" must be a short string");
-  if (strcmp(dev, "cpu") == 0 || strcmp(dev, "auto") == 0) return 0;
-  if (strncmp(dev, "cuda", 4) == 0)
+  return opd__device_parse(srv, dev, req, err, errlen);
+}
+
+/* Picks where the job runs from the request and where its tensors live;
+ * checks dtypes against that backend; fills the staging plan of a CUDA
+ * run. */
+static int place(opd_job_t *job, int req, tref_t *in, tref_t *out, char *err,
+                 size_t errlen) {
+  opd_kcall_t *call = &job->call;
+  const opd_op_def_t *op = call->op;
+  int n = call->n_in + call->n_out, dev = -1, who = -1;
+
+  for (int i = 0; i < n; i++) {
+    const tref_t *t = i < call->n_in ? &in[i] : &out[i - call->n_in];
+    int d = t->arena ? t->arena->device : -1;
+    if (d < 0) continue;
+    if (dev >= 0 && d != dev) {
+      int j = i < call->n_in ? i : i - call->n_in;
+      return ERR(OPD_EDEVICE, "%s %d is on cuda:%d but %s %d is on cuda:%d",
+                 i < call->n_in ? "input" : "output", j, d,
+                 who < call->n_in ? "input" : "output",
+                 who < call->n_in ? who : who - call->n_in, dev);
+    }
+    dev = d, who = i;
+  }
+  if (req == OPD_DEV_CPU && dev >= 0)
     return ERR(OPD_EDEVICE,
-               "device \"%s\" is not available: this daemon runs the cpu "
-               "backend only",
-               dev);
-  return ERR(OPD_EDEVICE, "unknown device \"%s\" (use cpu, cuda, cuda:N or auto)",
-             dev);
+               "%s %d is on cuda:%d; run it with device cuda:%d or auto",
+               who < call->n_in ? "input" : "output",
+               who < call->n_in ? who : who - call->n_in, dev, dev);
+  if (req >= 0 && dev >= 0 && req != dev)
+    return ERR(OPD_EDEVICE, "device cuda:%d was asked for, but %s %d is on "
+               "cuda:%d", req, who < call->n_in ? "input" : "output",
+               who < call->n_in ? who : who - call->n_in, dev);
+  if (req >= 0) dev = req;
+  job->device = dev;
+
+  if (dev < 0) { /* the CPU backend */
+    for (int i = 0; i < call->n_in && op->cpu_dtypes; i++)
+      if (!((op->cpu_dtypes >> call->in[i].dtype) & 1))
+        return ERR(OPD_EDTYPE,
+                   "input %d has dtype %s, which the cpu backend does not "
+                   "take; run it on a cuda device",
+                   i, opd__dtype_name(call->in[i].dtype));
+    return 0;
+  }
+  int dtype = call->n_in > 0 ? call->in[0].dtype : 0;
+  char why[200];
+  job->cuda_kernel = opd__cuda_kernel(op->name, dtype, why, sizeof why);
+  if (job->cuda_kernel == NULL) return ERR(OPD_EDEVICE, "%s", why);
+  for (int i = 0; i < call->n_in; i++) {
+    int host = in[i].arena != NULL && in[i].arena->device < 0;
+    job->host_in[i] = host ? call->in[i].data : NULL;
+    job->in_bytes[i] = host ? in[i].extent : 0;
+  }
+  for (int i = 0; i < call->n_out; i++) {
+    int host = out[i].arena != NULL && out[i].arena->device < 0;
+    job->host_out[i] = host ? call->out[i].data : NULL;
+    job->out_bytes[i] = host ? out[i].extent : 0;
+  }
+  return 0;
 }
 
 void opd__run_request(opd_session_t *s, uint64_t id, const msgpack_object *body,
@@ -514,7 +617,8 @@ void opd__run_request(opd_session_t *s, uint64_t id, const msgpack_object *body,
     return;
   }
   const opd_op_def_t *op = opd__ops[idx];
-  int rc = check_device(opd__mp_get(body, "device"), err, sizeof err);
+  int req;
+  int rc = parse_device(srv, opd__mp_get(body, "device"), &req, err, sizeof err);
   opd_job_t *job = rc == 0 ? job_alloc(srv) : NULL;
   if (rc == 0 && job == NULL)
     rc = OPD_ENOMEM, snprintf(err, sizeof err, "out of memory");
@@ -522,7 +626,7 @@ void opd__run_request(opd_session_t *s, uint64_t id, const msgpack_object *body,
     job->s = s;
     job->req_id = id;
     job->op_index = idx;
-    rc = prepare(s, op, body, infer, job, expect, err, sizeof err);
+    rc = prepare(s, op, body, infer, req, job, expect, err, sizeof err);
   }
   if (rc != 0) {
     srv->op_stats[idx].errors++;

@@ -164,6 +164,7 @@ int opd__server_init(opd_server_t *srv, uv_loop_t *loop,
   srv->op_stats = calloc((size_t)opd__n_ops, sizeof *srv->op_stats);
   if (srv->op_stats == NULL) return OPD_ENOMEM;
   if (opd__ops_pack(srv) != 0) return OPD_EINTERNAL;
+  if (opd__cuda_init(srv) != 0) return OPD_EDEVICE;
   int threads = cfg->threads > 0 ? cfg->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
   if (threads < 1) threads = 1;
   if (opd__exec_pool_create(&srv->exec, threads) != 0) {
@@ -187,15 +188,18 @@ int opd__server_init(opd_server_t *srv, uv_loop_t *loop,
   }
   uv_timer_init(loop, &srv->drain_timer);
   srv->drain_timer.data = srv;
-  LOG_INFO("opd %s listening on %s (protocol %d, cpu backend, %d kernel "
-           "threads, %d operators)",
-           OPD_VERSION, cfg->socket_path, OPD_PROTOCOL_VERSION, threads,
-           opd__n_ops);
+  LOG_INFO("opd %s listening on %s (protocol %d, %d CUDA device(s), %d "
+           "kernel threads, %d operators)",
+           OPD_VERSION, cfg->socket_path, OPD_PROTOCOL_VERSION, srv->n_devices,
+           threads, opd__n_ops);
   return 0;
 }
 
 static void close_cb(uv_handle_t *h, void *arg) {
   (void)arg;
+  /* signal handles stay: closing them restores the default actions, and a
+   * late SIGTERM would then kill us mid-teardown with a signal status */
+  if (h->type == UV_SIGNAL) return;
   if (!uv_is_closing(h)) uv_close(h, NULL);
 }
 
@@ -212,6 +216,7 @@ void opd__server_free(opd_server_t *srv) {
     free(j);
   }
   opd__exec_pool_destroy(&srv->exec);
+  opd__cuda_shutdown(srv);
   free(srv->op_stats);
   free(srv->ops_body);
   msgpack_sbuffer_destroy(&srv->scratch);

@@ -40,8 +40,11 @@ typedef struct opd_limits {
                                     execute on the loop thread */
 } opd_limits_t;
 
+#define OPD_MAX_DEVICES 16
+
 typedef struct opd_config {
   char socket_path[108];
+  char devices[128];             /* --devices: "all", "none", "0,1" */
   int threads;                   /* kernel threads (0: number of CPUs) */
   int log_level;
   opd_limits_t limits;
@@ -49,8 +52,11 @@ typedef struct opd_config {
 
 typedef struct opd_arena {
   uint64_t id;                   /* daemon-wide, never reused */
-  void *base;                    /* mmap'ed MAP_SHARED */
+  void *base;                    /* host: mmap'ed MAP_SHARED; device:
+                                    device pointer */
   uint64_t size;                 /* bytes */
+  int device;                    /* -1: host memory; else CUDA device */
+  int pinned;                    /* host arena registered with CUDA */
   int refs;                      /* table + jobs */
   struct opd_server *srv;
 } opd_arena_t;
@@ -82,6 +88,9 @@ typedef struct opd_server {
   char *ops_body;
   size_t ops_body_len;
   opd_job_t *job_free;           /* recycled jobs */
+  int n_devices;                 /* CUDA devices in use (0: cpu only) */
+  int healthy;                   /* 0 once a CUDA context is poisoned */
+  void *cuda;                    /* backend state (daemon/cuda.c) */
   msgpack_zone zone;             /* decodes one frame, cleared after it */
   msgpack_sbuffer scratch;       /* packs one reply body at a time */
 } opd_server_t;
@@ -95,6 +104,13 @@ struct opd_job {
   int rc;                        /* kernel result */
   uint64_t ns;                   /* kernel time */
   uint64_t bytes;                /* bytes of all its tensors */
+  int device;                    /* -1: cpu; else the CUDA device */
+  uint64_t t_start;              /* when it was launched */
+  const void *cuda_kernel;       /* opd_cuda_kernel_t of a CUDA run */
+  /* host tensors of a CUDA run are staged through device scratch */
+  void *host_in[OPD_MAX_TENSORS];  /* host address, or NULL */
+  void *host_out[OPD_MAX_TENSORS];
+  uint64_t in_bytes[OPD_MAX_TENSORS], out_bytes[OPD_MAX_TENSORS];
   int n_arenas;
   opd_arena_t *arenas[OPD_MAX_TENSORS]; /* references held */
   opd_kcall_t call;
@@ -131,6 +147,8 @@ struct opd_session {
   opd_job_t *q_head, *q_tail;    /* runs waiting, in order */
   uint32_t n_queued;             /* waiting + running */
   opd_job_t *running;            /* at most one per session */
+  int priority;                  /* 1: asked for high-priority streams */
+  void *streams[OPD_MAX_DEVICES]; /* cudaStream_t per device, lazily */
 };
 
 /* server.c */
@@ -157,6 +175,8 @@ void opd__session_pump(opd_session_t *s);
 int opd__arena_register(opd_session_t *s, int fd, uint64_t size,
                         uint64_t *id, char *err, size_t errlen);
 int opd__arena_release(opd_session_t *s, uint64_t id);
+int opd__arena_alloc_device(opd_session_t *s, int dev, uint64_t size,
+                            uint64_t *id, char *err, size_t errlen);
 opd_arena_t *opd__arena_find(opd_session_t *s, uint64_t id);
 void opd__arena_unref(opd_arena_t *a);
 void opd__arena_release_all(opd_session_t *s);
@@ -165,7 +185,34 @@ void opd__arena_release_all(opd_session_t *s);
 void opd__handle(opd_session_t *s, const msgpack_object *req);
 int opd__ops_pack(opd_server_t *srv); /* fills srv->ops_body */
 
+/* cuda.c (or cuda_none.c in a build without CUDA): the CUDA backend.
+ * All on the loop thread. */
+int opd__cuda_init(opd_server_t *srv);         /* 0, or a logged error */
+void opd__cuda_shutdown(opd_server_t *srv);
+void opd__cuda_pack_devices(opd_server_t *srv, msgpack_packer *pk);
+int opd__cuda_host_register(opd_server_t *srv, opd_arena_t *a);
+void opd__cuda_host_unregister(opd_arena_t *a);
+int opd__cuda_alloc(opd_server_t *srv, int dev, uint64_t size, void **ptr,
+                    char *err, size_t errlen);
+void opd__cuda_free(opd_server_t *srv, int dev, void *ptr);
+/* The CUDA kernel of op for dtype, or NULL with err set. */
+const void *opd__cuda_kernel(const char *op, int dtype, char *err,
+                             size_t errlen);
+/* Starts a CUDA job; it finishes through job_finish on the loop. Returns
+ * 0, or an error (job not started, call->err set). */
+int opd__cuda_job_launch(opd_job_t *job);
+void opd__cuda_session_release(opd_session_t *s);
+/* Called by the backend on the loop when a launched job completed. */
+void opd__job_done(opd_job_t *job);
+
 /* run.c */
+#define OPD_DEV_CPU (-2)
+#define OPD_DEV_AUTO (-1)
+/* Parses a device name ("cpu", "auto", "cuda", "cuda:N") into *req:
+ * OPD_DEV_CPU, OPD_DEV_AUTO or a CUDA device index of this daemon.
+ * Returns 0 or OPD_EDEVICE with err set. */
+int opd__device_parse(opd_server_t *srv, const char *dev, int *req, char *err,
+                      size_t errlen);
 void opd__run_request(opd_session_t *s, uint64_t id, const msgpack_object *body,
                       int infer);
 void opd__job_start(opd_job_t *job);

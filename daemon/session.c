@@ -355,6 +355,7 @@ static void maybe_free(opd_session_t *s) {
   if (!s->poll_closed || s->running != NULL) return;
   opd_server_t *srv = s->srv;
   opd__arena_release_all(s);
+  opd__cuda_session_release(s);
   if (s->prev) s->prev->next = s->next;
   else srv->sessions = s->next;
   if (s->next) s->next->prev = s->prev;
@@ -388,13 +389,15 @@ static void drop_queue(opd_session_t *s, int code, const char *msg) {
 
 void opd__session_close(opd_session_t *s) {
   if (s->fd < 0) return;
+  int fd = s->fd;
   s->closing = 1;
+  s->fd = -1; /* first: dropped jobs send nothing, and a failed send cannot
+                 get back here to close the handle twice */
   drop_queue(s, OPD_ECLOSED, "connection closed");
   for (int i = 0; i < s->n_fds; i++) close(s->fds[i]);
   s->n_fds = 0;
   uv_close((uv_handle_t *)&s->poll, on_poll_closed);
-  close(s->fd);
-  s->fd = -1;
+  close(fd);
 }
 
 void opd__session_shutdown(opd_session_t *s) {

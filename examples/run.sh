@@ -34,6 +34,12 @@ for job in $(jobs -p | grep -v "^$pid\$"); do wait "$job" || fails=$((fails + 1)
 grep -h "all results match\|FAILED" "$dir"/client*.out | sort | uniq -c
 [ "$fails" = 0 ] || { echo "$fails clients failed"; cat "$dir"/client*.out; exit 1; }
 
+if /usr/bin/python3 -c 'import numpy' 2>/dev/null; then
+  echo "== Python: examples/multiprocess_workers.py (a Pool of workers on shared tensors)"
+  OPD_LIB=$B/libopd.so /usr/bin/python3 examples/multiprocess_workers.py --socket "$sock" \
+    --rows 2048 --rounds 2
+fi
+
 echo "== daemon statistics"
 "$B/opctl" --socket "$sock" stats
 

@@ -119,6 +119,11 @@ typedef struct opd_op_def {
   int32_t n_attrs;
   opd_attr_spec_t attrs[OPD_MAX_ATTRS];
   uint32_t flags;                  /* OPD_OPF_* */
+  uint32_t cpu_dtypes;             /* dtypes the CPU kernels take in their
+                                      float inputs; 0: every dtype the io
+                                      masks accept. The io masks may list
+                                      more (float16, bfloat16) for the CUDA
+                                      kernels. */
   const char *shape_doc;           /* "x (..., C) -> y (..., C)" */
   /* Shape rule: from call->in (shapes/dtypes, data NULL) and call->attr,
    * fill out[0..n_out) with the outputs the op writes. Returns 0, or

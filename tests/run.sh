@@ -31,6 +31,28 @@ run_criterion "unit: framing, msgpack, descriptors" "$B/tests/unit"
 run_criterion "ops: every CPU operator against its reference" "$B/tests/ops"
 run_criterion "integration: a real daemon through libopd" "$B/tests/integration"
 
+# The Python package against a real daemon (Debian's python3: numpy, pytest).
+run_pytest() {
+  echo "== python: the opd package (pytest tests/python)"
+  local out rc
+  out=$(OPD_LIB=${OPD_LIB:-$B/libopd.so} /usr/bin/python3 -m pytest -q -p no:cacheprovider \
+        tests/python 2>&1); rc=$?
+  echo "$out" | grep -E '^(FAILED|ERROR)|passed|failed|error' | tail -n 40
+  local line p f e
+  line=$(echo "$out" | grep -E '^=*.*[0-9]+ (passed|failed|error)' | tail -n 1)
+  if [ -z "$line" ]; then
+    echo "$out" | tail -n 30
+    echo "python: no pytest summary (exit $rc)"
+    failed=$((failed + 1)); status=1; return
+  fi
+  p=$(echo "$line" | grep -oE '[0-9]+ passed' | grep -oE '[0-9]+' || echo 0)
+  f=$(echo "$line" | grep -oE '[0-9]+ failed' | grep -oE '[0-9]+' || echo 0)
+  e=$(echo "$line" | grep -oE '[0-9]+ error' | grep -oE '[0-9]+' || echo 0)
+  passed=$((passed + p)); failed=$((failed + f + e))
+  [ "$rc" = 0 ] || status=1
+}
+run_pytest
+
 echo
 echo "$passed passed, $failed failed"
 exit $status

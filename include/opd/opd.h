@@ -82,6 +82,12 @@ typedef struct opd_attr {
  * start the daemon. Returns 0, OPD_ECONNECT, OPD_EVERSION or OPD_ENOMEM. */
 int opd_connect(const char *socket_path, opd_client_t **out);
 
+/* opd_connect with flags: OPD_CONNECT_HIGH_PRIORITY asks for high-priority
+ * CUDA streams (latency-critical clients). */
+#define OPD_CONNECT_HIGH_PRIORITY 0x1u
+int opd_connect_flags(const char *socket_path, uint32_t flags,
+                      opd_client_t **out);
+
 /* Closes the connection and unmaps every arena made through it. Waits for
  * nothing: the daemon finishes what it was running and drops the rest. */
 void opd_close(opd_client_t *c);
@@ -115,6 +121,14 @@ int opd_arena_fd(opd_client_t *c, uint64_t arena, int *fd);
 int opd_arena_register_fd(opd_client_t *c, int fd, uint64_t size,
                           uint64_t *arena);
 
+/* Allocates `size` bytes of device memory owned by the daemon on `device`
+ * ("cuda" or "cuda:N"), zero-filled; *arena names it in tensors like a host
+ * arena (it is not mapped here). Freed by opd_arena_release or when the
+ * connection closes. No CUDA library is needed here. Returns 0, OPD_EDEVICE
+ * (no such device), OPD_ENOMEM (device memory exhausted) or OPD_ELIMIT. */
+int opd_alloc(opd_client_t *c, const char *device, uint64_t size,
+              uint64_t *arena);
+
 /* ---- running operators ------------------------------------------------- */
 
 /* Fills a contiguous descriptor. Returns OPD_EINVAL if rank is out of range. */
@@ -133,6 +147,17 @@ int opd_run(opd_client_t *c, const char *op, const opd_tensor_t *in,
 int opd_submit(opd_client_t *c, const char *op, const opd_tensor_t *in,
                uint32_t n_in, const opd_tensor_t *out, uint32_t n_out,
                const opd_attr_t *attrs, uint32_t n_attrs, uint64_t *req);
+
+/* The same on a named device: "cpu", "cuda", "cuda:N" or "auto" (NULL:
+ * auto, which runs where the device tensors are, else on the cpu). Host
+ * tensors used on a cuda device are staged through device memory. */
+int opd_run_on(opd_client_t *c, const char *device, const char *op,
+               const opd_tensor_t *in, uint32_t n_in, const opd_tensor_t *out,
+               uint32_t n_out, const opd_attr_t *attrs, uint32_t n_attrs);
+int opd_submit_on(opd_client_t *c, const char *device, const char *op,
+                  const opd_tensor_t *in, uint32_t n_in,
+                  const opd_tensor_t *out, uint32_t n_out,
+                  const opd_attr_t *attrs, uint32_t n_attrs, uint64_t *req);
 
 /* Waits for a submitted run; returns its result. timeout_ms < 0 waits
  * forever; on OPD_ETIMEDOUT the request is still pending and may be waited

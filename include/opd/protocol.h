@@ -27,7 +27,7 @@
  *
  * Messages (body keys; "?" marks an optional key):
  *
- *   HELLO           {"protocol": uint, "client"?: str}
+ *   HELLO           {"protocol": uint, "client"?: str, "priority"?: "high"}
  *                   -> {"protocol": uint, "version": str, "session": uint,
  *                       "backends": [str], "limits": {max_frame, max_rank,
  *                       max_tensors, max_attrs, max_arenas, max_arena_bytes,
@@ -45,7 +45,8 @@
  *                             shape:[int], strides:[int] | nil]
  *                   strides are in elements; nil means C-contiguous.
  *                   attribute values: int, float, bool, str, or [int].
- *                   device: "cpu" or "auto" (default); later "cuda[:N]".
+ *                   device: "cpu", "cuda", "cuda:N" or "auto" (default:
+ *                   the device of its device tensors, else the cpu).
  *   INFER           same body as RUN without "out" -> {"out": [[dtype,
  *                   [shape]]]}: the outputs RUN would expect. Tensors' arena
  *                   and offset are not checked.
@@ -54,6 +55,10 @@
  *                   "arenas", "bytes_mapped", "uptime_ns", "healthy",
  *                   "ops": {name: {"calls", "errors", "ns"}}}
  *   PING            {} -> {}   (answered on the event loop; measures transport)
+ *   ALLOC           {"device": "cuda" | "cuda:N", "size": uint} -> {"arena":
+ *                   uint}: device memory owned by the daemon, used in
+ *                   tensors like a host arena (its id), released with
+ *                   ARENA_RELEASE or with the session. Zero-filled.
  *
  * Framing errors (length over max_frame, payload that is not msgpack, counts
  * larger than the bytes left, nesting deeper than OPD_MAX_DEPTH, a payload
@@ -90,7 +95,8 @@
   X(OPS, 6, "ops")                         \
   X(STATS, 7, "stats")                     \
   X(PING, 8, "ping")                       \
-  X(GOODBYE, 9, "goodbye")
+  X(GOODBYE, 9, "goodbye")                 \
+  X(ALLOC, 10, "alloc")
 
 typedef enum {
 #define X(name, val, str) OPD_MSG_##name = val,

@@ -23,7 +23,9 @@
 int opd__binary_shape(opd_kcall_t *call, opd_tshape_t *out) {
   const opd_tview_t *a = &call->in[0], *b = &call->in[1];
   int rank;
-  int rc = opd__bcast_shape(a->shape, a->rank, b->shape, b->rank,
+  int rc = opd__same_dtype(call); /* mixed dtypes: OPD_EDTYPE */
+  if (rc) return rc;
+  rc = opd__bcast_shape(a->shape, a->rank, b->shape, b->rank,
                             out[0].shape, &rank);
   if (rc < 0) {
     char sa[128], sb[128];
@@ -44,7 +46,7 @@ int opd__binary_shape(opd_kcall_t *call, opd_tshape_t *out) {
                      r - d);
   }
   out[0].rank = rank;
-  out[0].dtype = OPD_DTYPE_FLOAT32;
+  out[0].dtype = a->dtype;
   return 0;
 }
 

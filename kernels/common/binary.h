@@ -15,8 +15,10 @@
 
 typedef enum { OPD_BIN_ADD, OPD_BIN_MUL } opd_binop_t;
 
-/* Shape rule: out = broadcast(a, b), float32; OPD_ESHAPE naming the dims
- * that do not broadcast. */
+/* Shape rule: out = broadcast(a, b) in a's dtype; OPD_EDTYPE when a and b
+ * differ in dtype ("a is float16 but b is float32": no implicit
+ * promotion, unlike torch), OPD_ESHAPE naming the dims that do not
+ * broadcast. */
 int opd__binary_shape(opd_kcall_t *call, opd_tshape_t *out);
 
 /* Kernels: always return 0. */

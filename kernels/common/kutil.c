@@ -57,8 +57,21 @@ void opd__bcast_strides(const int64_t *shape, int rank, int rank_out,
 
 int opd__same_shape(opd_kcall_t *call, opd_tshape_t *out) {
   const opd_tview_t *x = &call->in[0];
-  out[0].dtype = OPD_DTYPE_FLOAT32;
+  out[0].dtype = x->dtype;
   out[0].rank = x->rank;
   for (int i = 0; i < x->rank; i++) out[0].shape[i] = x->shape[i];
+  return 0;
+}
+
+int opd__same_dtype(opd_kcall_t *call) {
+  for (int i = 1; i < call->n_in; i++)
+    if (call->in[i].dtype != call->in[0].dtype)
+      return opd__kerr(call, OPD_EDTYPE,
+                       "%s is %s but %s is %s; expected one dtype for all "
+                       "inputs (convert one of them first)",
+                       call->op->in[0].name,
+                       opd__kdtype_name(call->in[0].dtype),
+                       call->op->in[i].name,
+                       opd__kdtype_name(call->in[i].dtype));
   return 0;
 }

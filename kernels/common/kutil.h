@@ -62,8 +62,31 @@ static inline size_t opd__dtype_size(int32_t dtype) {
   }
 }
 
-/* Shape rule of ops whose only output is float32 of x's (input 0) shape. */
+/* The float dtypes of ops with CUDA kernels: their io masks list all
+ * three, their `cpu_dtypes` only float32 (the CPU kernels are float32). */
+#define OPD_DT_FLOATS \
+  (OPD_DT(FLOAT32) | OPD_DT(FLOAT16) | OPD_DT(BFLOAT16))
+
+/* "float32" for OPD_DTYPE_FLOAT32, "?" for an unknown dtype. */
+static inline const char *opd__kdtype_name(int32_t dtype) {
+  switch (dtype) {
+#define X(name, val, size, str) \
+  case OPD_DTYPE_##name:        \
+    return str;
+    OPD_DTYPE_MAP(X)
+#undef X
+    default:
+      return "?";
+  }
+}
+
+/* Shape rule of ops whose only output has x's (input 0) shape and dtype. */
 int opd__same_shape(opd_kcall_t *call, opd_tshape_t *out);
+
+/* Checks that every input has input 0's dtype. Returns 0, or OPD_EDTYPE
+ * with call->err "a is float16 but b is float32" (the inputs' schema
+ * names): ops compute in one dtype and never convert implicitly. */
+int opd__same_dtype(opd_kcall_t *call);
 
 /* Rows of a (..., C) tensor: numel / C, or 0 when C == 0. */
 static inline int64_t opd__rows(const opd_tview_t *t, int64_t C) {

@@ -22,5 +22,7 @@ int opd__norm_shape(opd_kcall_t *call, opd_tshape_t *out,
                        opd__shape_str(sp, sizeof sp, p->shape, p->rank),
                        names[i - 1], (long long)C);
   }
+  int rc = opd__same_dtype(call);
+  if (rc) return rc;
   return opd__same_shape(call, out);
 }

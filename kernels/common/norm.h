@@ -11,7 +11,8 @@
 
 /* Checks x has rank >= 1 and every input after it (named by `names`,
  * e.g. {"weight", "bias"}) has shape (C), C = x's last dim. Returns 0 with
- * out[0] = x's shape (float32), or OPD_ESHAPE with call->err set. */
+ * out[0] = x's shape and dtype, or OPD_ESHAPE / OPD_EDTYPE (a param
+ * whose dtype is not x's) with call->err set. */
 int opd__norm_shape(opd_kcall_t *call, opd_tshape_t *out,
                     const char *const *names);
 

@@ -7,9 +7,13 @@
  *             with OpenBLAS cblas_sgemm (threaded by OpenBLAS), the bias
  *             pre-filled into y_n and added through beta = 1. A 1x1 kernel
  *             with stride 1 and no padding skips im2col: cols is x_n.
+ * Built with OPD_NO_BLAS (make BLAS=0: the GPU machine has no OpenBLAS),
+ * cpu_fast is cpu_ref.
  * Test: build/tests/ops, suite conv2d
  */
+#ifndef OPD_NO_BLAS
 #include <cblas.h>
+#endif
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,6 +50,9 @@ int opd__conv2d_cpu_ref(opd_kcall_t *call) {
   return 0;
 }
 
+#ifdef OPD_NO_BLAS
+int opd__conv2d_cpu_fast(opd_kcall_t *call) { return opd__conv2d_cpu_ref(call); }
+#else
 typedef struct im2col_job {
   const conv_plan_t *p;            /* geometry */
   const float *x;                  /* one image (C, H, W) */
@@ -132,3 +139,4 @@ int opd__conv2d_cpu_fast(opd_kcall_t *call) {
   free(col);
   return 0;
 }
+#endif /* OPD_NO_BLAS */

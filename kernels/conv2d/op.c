@@ -1,5 +1,6 @@
 /* conv2d: x (N,C,H,W), weight (K,C,R,S), bias (K)? -> y (N,K,P,Q),
- * F.conv2d with groups=1, float32.
+ * F.conv2d with groups=1, float32
+ * (float16 and bfloat16 on the CUDA backend: cpu_dtypes).
  *
  * DESIGN
  * stride, padding and dilation each take one int (both dims) or [h, w],
@@ -117,9 +118,11 @@ int opd__conv2d_plan(opd_kcall_t *call, conv_plan_t *p) {
 
 static int conv2d_shape(opd_kcall_t *call, opd_tshape_t *out) {
   conv_plan_t p;
-  int rc = opd__conv2d_plan(call, &p);
+  int rc = opd__same_dtype(call); /* x, weight, bias of one dtype */
   if (rc) return rc;
-  out[0].dtype = OPD_DTYPE_FLOAT32;
+  rc = opd__conv2d_plan(call, &p);
+  if (rc) return rc;
+  out[0].dtype = call->in[0].dtype;
   out[0].rank = 4;
   out[0].shape[0] = p.N;
   out[0].shape[1] = p.K;
@@ -137,10 +140,10 @@ const opd_op_def_t opd__op_conv2d = {
     .n_in_min = 2,
     .n_in_max = 3,
     .n_out = 1,
-    .in = {{"x", OPD_DT_FLOAT, "(N, C, H, W)"},
-           {"weight", OPD_DT_FLOAT, "(K, C, R, S)"},
-           {"bias", OPD_DT_FLOAT, "(K) optional"}},
-    .out = {{"y", OPD_DT_FLOAT, "(N, K, P, Q)"}},
+    .in = {{"x", OPD_DT_FLOATS, "(N, C, H, W)"},
+           {"weight", OPD_DT_FLOATS, "(K, C, R, S)"},
+           {"bias", OPD_DT_FLOATS, "(K) optional"}},
+    .out = {{"y", OPD_DT_FLOATS, "(N, K, P, Q)"}},
     .n_attrs = 3,
     .attrs = {{.name = "stride",
                .type = OPD_ATTR_INTS,
@@ -154,6 +157,7 @@ const opd_op_def_t opd__op_conv2d = {
                .type = OPD_ATTR_INTS,
                .def = INTS1(1),
                .doc = "spacing of kernel taps, one int or [h, w], > 0"}},
+    .cpu_dtypes = OPD_DT_FLOAT,
     .shape_doc = "x (N, C, H, W), weight (K, C, R, S), bias (K)? -> "
                  "y (N, K, P, Q), P = (H + 2 pad - dil (R-1) - 1) / stride + 1",
     .shape = conv2d_shape,

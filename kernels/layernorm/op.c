@@ -6,6 +6,7 @@
  * ones for a bias-only norm). Biased variance, as torch.
  */
 #include "kernels/common/cpu.h"
+#include "kernels/common/kutil.h"
 #include "kernels/common/norm.h"
 
 static int layernorm_shape(opd_kcall_t *call, opd_tshape_t *out) {
@@ -19,16 +20,17 @@ const opd_op_def_t opd__op_layernorm = {
     .n_in_min = 1,
     .n_in_max = 3,
     .n_out = 1,
-    .in = {{"x", OPD_DT_FLOAT, "(..., C)"},
-           {"weight", OPD_DT_FLOAT, "(C) optional scale"},
-           {"bias", OPD_DT_FLOAT, "(C) optional shift (needs weight)"}},
-    .out = {{"y", OPD_DT_FLOAT, "(..., C)"}},
+    .in = {{"x", OPD_DT_FLOATS, "(..., C)"},
+           {"weight", OPD_DT_FLOATS, "(C) optional scale"},
+           {"bias", OPD_DT_FLOATS, "(C) optional shift (needs weight)"}},
+    .out = {{"y", OPD_DT_FLOATS, "(..., C)"}},
     .n_attrs = 1,
     .attrs = {{.name = "eps",
                .type = OPD_ATTR_FLOAT,
                .def = {.type = OPD_ATTR_FLOAT, .f = 1e-5},
                .doc = "added to the variance before the square root"}},
     .flags = OPD_OPF_INPLACE,
+    .cpu_dtypes = OPD_DT_FLOAT,
     .shape_doc = "x (..., C), weight (C)?, bias (C)? -> y (..., C)",
     .shape = layernorm_shape,
     .cpu_ref = opd__layernorm_cpu_ref,

@@ -6,10 +6,14 @@
  *             has no batch dims (a's batch folds into M); else one call
  *             per item, items spread over call->exec when each product is
  *             small (large products are threaded by OpenBLAS itself)
+ * Built with OPD_NO_BLAS (make BLAS=0: the GPU machine has no OpenBLAS),
+ * cpu_fast is cpu_ref.
  * K == 0 gives zeros; M == 0 or N == 0 writes nothing.
  * Test: build/tests/ops, suite matmul
  */
+#ifndef OPD_NO_BLAS
 #include <cblas.h>
+#endif
 #include <limits.h>
 #include <string.h>
 
@@ -42,6 +46,9 @@ int opd__matmul_cpu_ref(opd_kcall_t *call) {
   return 0;
 }
 
+#ifdef OPD_NO_BLAS
+int opd__matmul_cpu_fast(opd_kcall_t *call) { return opd__matmul_cpu_ref(call); }
+#else
 typedef struct mm_job {
   const mm_plan_t *p;              /* the plan */
   const float *A, *B;              /* operands */
@@ -95,3 +102,4 @@ int opd__matmul_cpu_fast(opd_kcall_t *call) {
   }
   return 0;
 }
+#endif /* OPD_NO_BLAS */

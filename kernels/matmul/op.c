@@ -1,5 +1,6 @@
 /* matmul: a, b -> out, torch.matmul semantics (1-D operands, broadcast
- * batch dims), float32.
+ * batch dims), float32
+ * (float16 and bfloat16 on the CUDA backend: cpu_dtypes).
  *
  * DESIGN
  * The shape rule and the kernels share one plan (plan.h), so they cannot
@@ -54,7 +55,7 @@ int opd__matmul_plan(opd_kcall_t *call, mm_plan_t *p, opd_tshape_t *out) {
   p->bbatch = 1;
   for (int i = 0; i < nbb; i++) p->bbatch *= b->shape[i];
   if (out) {
-    out->dtype = OPD_DTYPE_FLOAT32;
+    out->dtype = a->dtype;
     out->rank = p->nb;
     for (int i = 0; i < p->nb; i++) out->shape[i] = p->batch[i];
     if (!p->a_vec) out->shape[out->rank++] = p->M;
@@ -78,6 +79,8 @@ void opd__matmul_batch_index(const mm_plan_t *p, int64_t i, int64_t *ia,
 
 static int matmul_shape(opd_kcall_t *call, opd_tshape_t *out) {
   mm_plan_t p;
+  int rc = opd__same_dtype(call); /* a and b of one dtype */
+  if (rc) return rc;
   return opd__matmul_plan(call, &p, &out[0]);
 }
 
@@ -88,10 +91,11 @@ const opd_op_def_t opd__op_matmul = {
     .n_in_min = 2,
     .n_in_max = 2,
     .n_out = 1,
-    .in = {{"a", OPD_DT_FLOAT, "(..., M, K) or (K)"},
-           {"b", OPD_DT_FLOAT, "(..., K, N) or (K)"}},
-    .out = {{"out", OPD_DT_FLOAT,
+    .in = {{"a", OPD_DT_FLOATS, "(..., M, K) or (K)"},
+           {"b", OPD_DT_FLOATS, "(..., K, N) or (K)"}},
+    .out = {{"out", OPD_DT_FLOATS,
              "(broadcast(...), M, N); M dropped if a is 1-D, N if b is"}},
+    .cpu_dtypes = OPD_DT_FLOAT,
     .shape_doc = "a (..., M, K), b (..., K, N) -> out (..., M, N)",
     .shape = matmul_shape,
     .cpu_ref = opd__matmul_cpu_ref,

@@ -1,4 +1,5 @@
-/* mul: a, b -> out = a * b with torch broadcasting, float32.
+/* mul: a, b -> out = a * b with torch broadcasting, float32 (float16 and
+ * bfloat16 on the CUDA backend: cpu_dtypes).
  *
  * DESIGN
  * The rule and kernels are shared with the other broadcasting binary op
@@ -7,6 +8,7 @@
  */
 #include "kernels/common/binary.h"
 #include "kernels/common/cpu.h"
+#include "kernels/common/kutil.h"
 
 const opd_op_def_t opd__op_mul = {
     .name = "mul",
@@ -14,10 +16,11 @@ const opd_op_def_t opd__op_mul = {
     .n_in_min = 2,
     .n_in_max = 2,
     .n_out = 1,
-    .in = {{"a", OPD_DT_FLOAT, "(...) broadcastable with b"},
-           {"b", OPD_DT_FLOAT, "(...) broadcastable with a"}},
-    .out = {{"out", OPD_DT_FLOAT, "broadcast shape of a and b"}},
+    .in = {{"a", OPD_DT_FLOATS, "(...) broadcastable with b"},
+           {"b", OPD_DT_FLOATS, "(...) broadcastable with a"}},
+    .out = {{"out", OPD_DT_FLOATS, "broadcast shape of a and b"}},
     .flags = OPD_OPF_INPLACE,
+    .cpu_dtypes = OPD_DT_FLOAT,
     .shape_doc = "a (...), b (...) -> out (broadcast(a, b))",
     .shape = opd__binary_shape,
     .cpu_ref = opd__mul_cpu_ref,

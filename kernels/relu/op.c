@@ -1,4 +1,5 @@
-/* relu: x -> y = max(x, 0), float32, any shape; NaN stays NaN (torch). */
+/* relu: x -> y = max(x, 0), any shape, float32 (float16 and bfloat16 on
+ * the CUDA backend: cpu_dtypes); NaN stays NaN (torch). */
 #include "kernels/common/cpu.h"
 #include "kernels/common/kutil.h"
 
@@ -8,9 +9,10 @@ const opd_op_def_t opd__op_relu = {
     .n_in_min = 1,
     .n_in_max = 1,
     .n_out = 1,
-    .in = {{"x", OPD_DT_FLOAT, "(...)"}},
-    .out = {{"y", OPD_DT_FLOAT, "(...) same shape as x"}},
+    .in = {{"x", OPD_DT_FLOATS, "(...)"}},
+    .out = {{"y", OPD_DT_FLOATS, "(...) same shape as x"}},
     .flags = OPD_OPF_INPLACE,
+    .cpu_dtypes = OPD_DT_FLOAT,
     .shape_doc = "x (...) -> y (...)",
     .shape = opd__same_shape,
     .cpu_ref = opd__relu_cpu_ref,

@@ -6,6 +6,7 @@
  * eps=None.
  */
 #include "kernels/common/cpu.h"
+#include "kernels/common/kutil.h"
 #include "kernels/common/norm.h"
 
 static int rmsnorm_shape(opd_kcall_t *call, opd_tshape_t *out) {
@@ -19,9 +20,9 @@ const opd_op_def_t opd__op_rmsnorm = {
     .n_in_min = 1,
     .n_in_max = 2,
     .n_out = 1,
-    .in = {{"x", OPD_DT_FLOAT, "(..., C)"},
-           {"weight", OPD_DT_FLOAT, "(C) optional scale"}},
-    .out = {{"y", OPD_DT_FLOAT, "(..., C)"}},
+    .in = {{"x", OPD_DT_FLOATS, "(..., C)"},
+           {"weight", OPD_DT_FLOATS, "(C) optional scale"}},
+    .out = {{"y", OPD_DT_FLOATS, "(..., C)"}},
     .n_attrs = 1,
     .attrs = {{.name = "eps",
                .type = OPD_ATTR_FLOAT,
@@ -29,6 +30,7 @@ const opd_op_def_t opd__op_rmsnorm = {
                .doc = "added to mean(x^2) before the square root "
                       "(default: float32 eps, as torch with eps=None)"}},
     .flags = OPD_OPF_INPLACE,
+    .cpu_dtypes = OPD_DT_FLOAT,
     .shape_doc = "x (..., C), weight (C)? -> y (..., C)",
     .shape = rmsnorm_shape,
     .cpu_ref = opd__rmsnorm_cpu_ref,

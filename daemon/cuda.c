@@ -1,0 +1,442 @@
+/* The CUDA backend: devices, streams, pinned arenas, device arenas, and
+ * running a job's kernel on a session's stream.
+ *
+ * DESIGN
+ * One process owns every GPU: at start we create each selected device's
+ * primary context, a cuBLASLt handle and a utility
+ * stream, and keep the device's stream-ordered memory pool from returning
+ * memory to the driver (allocations then cost no device-wide sync). Each
+ * session gets its own non-blocking stream per device the first time it
+ * runs there (high priority if it asked at hello), so one client's ops stay
+ * ordered and different clients' ops overlap.
+ *
+ * A CUDA job is launched from the loop thread: host tensors are staged
+ * through stream-ordered scratch (cudaMallocAsync, H2D copy from the pinned
+ * arena), the kernel gets a workspace the same way when it needs one
+ * (cuBLASLt, im2col, nms masks: never shared between streams, and the pool
+ * recycles it, so idle sessions hold no device memory), the kernel is
+ * launched, outputs are copied back, scratch is freed on the stream, and cudaLaunchHostFunc queues a callback that runs
+ * on CUDA's thread when the stream gets there. That callback only pushes
+ * the job on a locked list and wakes the loop with uv_async_send; the loop
+ * then replies. Nothing blocks the loop or other clients on the GPU.
+ *
+ * Errors: every CUDA call is checked through CU(); a failure becomes the
+ * job's error ("cuda:0: <what>: <cudaGetErrorString>"). An error that
+ * poisons the context (illegal address and the like) marks the daemon
+ * unhealthy (stats, opctl) — see docs/operations.md.
+ */
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/wire.h"
+#include "daemon/log.h"
+#include "daemon/server.h"
+#include "kernels/cuda/cuda.h"
+
+typedef struct cuda_dev {
+  int index;                     /* CUDA device ordinal */
+  char name[256];
+  uint64_t total_mem;
+  int cc_major, cc_minor;
+  cudaStream_t util;             /* allocations, frees */
+  void *lt;                      /* cublasLtHandle_t */
+  int prio_low, prio_high;       /* stream priority range */
+} cuda_dev_t;
+
+typedef struct cuda_state {
+  cuda_dev_t dev[OPD_MAX_DEVICES];
+  uv_async_t async;              /* wakes the loop for completions */
+  pthread_mutex_t mu;            /* guards done */
+  opd_job_t *done;               /* completed jobs, pushed by CUDA's thread */
+  int inflight;                  /* launched, not yet done: keeps the loop
+                                    alive (the async handle is ref'd) */
+} cuda_state_t;
+
+/* Evaluates a CUDA call; on failure formats "what: error" into err and
+ * returns the opd error code from the enclosing function (style item 3:
+ * a check macro that returns instead of exiting). */
+#define CU(call, err, errlen)                                              \
+  do {                                                                     \
+    cudaError_t e_ = (call);                                               \
+    if (e_ != cudaSuccess) {                                               \
+      snprintf((err), (errlen), "%s:%d: %s: %s", __FILE__, __LINE__, #call, \
+               cudaGetErrorString(e_));                                    \
+      return cuda_code(e_);                                                \
+    }                                                                      \
+  } while (0)
+
+static int cuda_code(cudaError_t e) {
+  return e == cudaErrorMemoryAllocation ? OPD_ENOMEM : OPD_EBACKEND;
+}
+
+/* Errors after which the context is unusable. */
+static int is_sticky(cudaError_t e) {
+  return e == cudaErrorIllegalAddress || e == cudaErrorLaunchFailure ||
+         e == cudaErrorHardwareStackError || e == cudaErrorIllegalInstruction ||
+         e == cudaErrorMisalignedAddress || e == cudaErrorInvalidAddressSpace ||
+         e == cudaErrorInvalidPc || e == cudaErrorUnknown ||
+         e == cudaErrorAssert;
+}
+
+static void on_async(uv_async_t *h);
+
+/* Parses --devices: "all", "none", or "0,2". Fills use[], returns count or
+ * -1 with err. */
+static int parse_devices(const char *spec, int avail, int *use, char *err,
+                         size_t errlen) {
+  int n = 0;
+  if (spec[0] == '\0' || strcmp(spec, "all") == 0) {
+    for (int i = 0; i < avail && i < OPD_MAX_DEVICES; i++) use[n++] = i;
+    return n;
+  }
+  if (strcmp(spec, "none") == 0) return 0;
+  const char *p = spec;
+  while (*p) {
+    char *end;
+    long v = strtol(p, &end, 10);
+    if (end == p || v < 0 || v >= avail || n >= OPD_MAX_DEVICES) {
+      snprintf(err, errlen,
+               "--devices %s: no CUDA device %.*s (%d visible)", spec,
+               (int)(end == p ? (long)strlen(p) : end - p), p, avail);
+      return -1;
+    }
+    use[n++] = (int)v;
+    p = *end == ',' ? end + 1 : end;
+    if (*end != ',' && *end != '\0') {
+      snprintf(err, errlen, "--devices expects all, none or a list like 0,1");
+      return -1;
+    }
+  }
+  return n;
+}
+
+static int dev_init(cuda_dev_t *d, int index, char *err, size_t errlen) {
+  struct cudaDeviceProp prop;
+  d->index = index;
+  CU(cudaSetDevice(index), err, errlen);
+  CU(cudaFree(0), err, errlen); /* creates the primary context now */
+  CU(cudaGetDeviceProperties(&prop, index), err, errlen);
+  snprintf(d->name, sizeof d->name, "%s", prop.name);
+  d->total_mem = prop.totalGlobalMem;
+  d->cc_major = prop.major;
+  d->cc_minor = prop.minor;
+  CU(cudaDeviceGetStreamPriorityRange(&d->prio_low, &d->prio_high), err,
+     errlen);
+  CU(cudaStreamCreateWithFlags(&d->util, cudaStreamNonBlocking), err, errlen);
+  cudaMemPool_t pool;
+  CU(cudaDeviceGetDefaultMemPool(&pool, index), err, errlen);
+  uint64_t keep = UINT64_MAX;
+  CU(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep),
+     err, errlen);
+  cublasLtHandle_t lt;
+  if (cublasLtCreate(&lt) != CUBLAS_STATUS_SUCCESS) {
+    snprintf(err, errlen, "cublasLtCreate failed");
+    return OPD_EBACKEND;
+  }
+  d->lt = lt;
+  return 0;
+}
+
+int opd__cuda_init(opd_server_t *srv) {
+  int avail = 0, use[OPD_MAX_DEVICES];
+  char err[300];
+  srv->healthy = 1;
+  cudaError_t e = cudaGetDeviceCount(&avail);
+  if (e != cudaSuccess) avail = 0;
+  int n = parse_devices(srv->cfg.devices, avail, use, err, sizeof err);
+  if (n < 0) {
+    LOG_ERROR("%s", err);
+    return OPD_EDEVICE;
+  }
+  if (n == 0) {
+    if (strcmp(srv->cfg.devices, "none") != 0)
+      LOG_INFO("no CUDA device (%s): running the cpu backend only",
+               e != cudaSuccess ? cudaGetErrorString(e) : "none visible");
+    return 0;
+  }
+  cuda_state_t *st = calloc(1, sizeof *st);
+  if (st == NULL) return OPD_ENOMEM;
+  pthread_mutex_init(&st->mu, NULL);
+  for (int i = 0; i < n; i++) {
+    if (dev_init(&st->dev[i], use[i], err, sizeof err) != 0) {
+      LOG_ERROR("cuda:%d: %s", use[i], err);
+      free(st);
+      return OPD_EBACKEND;
+    }
+    LOG_INFO("cuda:%d: %s, %.1f GiB, compute %d.%d", use[i], st->dev[i].name,
+             st->dev[i].total_mem / 1073741824.0, st->dev[i].cc_major,
+             st->dev[i].cc_minor);
+  }
+  uv_async_init(srv->loop, &st->async, on_async);
+  st->async.data = srv;
+  uv_unref((uv_handle_t *)&st->async);
+  srv->cuda = st;
+  srv->n_devices = n;
+  return 0;
+}
+
+void opd__cuda_shutdown(opd_server_t *srv) {
+  cuda_state_t *st = srv->cuda;
+  if (st == NULL) return;
+  for (int i = 0; i < srv->n_devices; i++) {
+    cuda_dev_t *d = &st->dev[i];
+    cudaSetDevice(d->index);
+    cudaStreamSynchronize(d->util);
+    cublasLtDestroy((cublasLtHandle_t)d->lt);
+    cudaStreamDestroy(d->util);
+  }
+  pthread_mutex_destroy(&st->mu);
+  free(st);
+  srv->cuda = NULL;
+  srv->n_devices = 0;
+}
+
+void opd__cuda_pack_devices(opd_server_t *srv, msgpack_packer *pk) {
+  cuda_state_t *st = srv->cuda;
+  msgpack_pack_array(pk, (size_t)srv->n_devices);
+  for (int i = 0; i < srv->n_devices; i++) {
+    cuda_dev_t *d = &st->dev[i];
+    char cc[16];
+    snprintf(cc, sizeof cc, "%d.%d", d->cc_major, d->cc_minor);
+    msgpack_pack_map(pk, 4);
+    msgpack_pack_str_with_body(pk, "device", 6);
+    char name[16];
+    int n = snprintf(name, sizeof name, "cuda:%d", i);
+    msgpack_pack_str_with_body(pk, name, (size_t)n);
+    msgpack_pack_str_with_body(pk, "name", 4);
+    msgpack_pack_str_with_body(pk, d->name, strlen(d->name));
+    msgpack_pack_str_with_body(pk, "memory", 6);
+    msgpack_pack_uint64(pk, d->total_mem);
+    msgpack_pack_str_with_body(pk, "compute", 7);
+    msgpack_pack_str_with_body(pk, cc, strlen(cc));
+  }
+}
+
+/* ---- memory ------------------------------------------------------------- */
+
+int opd__cuda_host_register(opd_server_t *srv, opd_arena_t *a) {
+  if (srv->n_devices == 0) return 0;
+  cudaError_t e = cudaHostRegister(a->base, a->size, cudaHostRegisterPortable);
+  if (e != cudaSuccess) {
+    /* still usable: copies from it are just slower */
+    LOG_WARN("arena %llu: cudaHostRegister of %llu bytes: %s",
+             (unsigned long long)a->id, (unsigned long long)a->size,
+             cudaGetErrorString(e));
+    cudaGetLastError();
+    return 0;
+  }
+  a->pinned = 1;
+  return 0;
+}
+
+void opd__cuda_host_unregister(opd_arena_t *a) {
+  if (a->pinned) cudaHostUnregister(a->base);
+  a->pinned = 0;
+}
+
+int opd__cuda_alloc(opd_server_t *srv, int dev, uint64_t size, void **ptr,
+                    char *err, size_t errlen) {
+  cuda_state_t *st = srv->cuda;
+  if (st == NULL || dev < 0 || dev >= srv->n_devices) {
+    snprintf(err, errlen, "no device cuda:%d (this daemon has %d)", dev,
+             srv->n_devices);
+    return OPD_EDEVICE;
+  }
+  cuda_dev_t *d = &st->dev[dev];
+  CU(cudaSetDevice(d->index), err, errlen);
+  cudaError_t e = cudaMallocAsync(ptr, size, d->util);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    snprintf(err, errlen, "cuda:%d: cannot allocate %llu bytes: %s", dev,
+             (unsigned long long)size, cudaGetErrorString(e));
+    return cuda_code(e);
+  }
+  /* the pool hands out memory ordered on `util`: make it usable by any
+   * session stream before we return its id */
+  CU(cudaStreamSynchronize(d->util), err, errlen);
+  CU(cudaMemsetAsync(*ptr, 0, size, d->util), err, errlen);
+  CU(cudaStreamSynchronize(d->util), err, errlen);
+  return 0;
+}
+
+void opd__cuda_free(opd_server_t *srv, int dev, void *ptr) {
+  cuda_state_t *st = srv->cuda;
+  if (st == NULL || dev < 0 || dev >= srv->n_devices) return;
+  cudaSetDevice(st->dev[dev].index);
+  /* every job that used it has completed (the arena's references) */
+  cudaFreeAsync(ptr, st->dev[dev].util);
+}
+
+/* ---- kernels and jobs ---------------------------------------------------- */
+
+const void *opd__cuda_kernel(const char *op, int dtype, char *err,
+                             size_t errlen) {
+  const opd_cuda_kernel_t *k = opd__cuda_kernel_find(op);
+  if (k == NULL) {
+    snprintf(err, errlen, "has no CUDA kernel; run it with device cpu");
+    return NULL;
+  }
+  if (dtype > 0 && !((k->dtypes >> dtype) & 1)) {
+    snprintf(err, errlen, "has no CUDA kernel for %s", opd__dtype_name(dtype));
+    return NULL;
+  }
+  return k;
+}
+
+static int session_stream(opd_session_t *s, int dev, cudaStream_t *out,
+                          char *err, size_t errlen) {
+  cuda_state_t *st = s->srv->cuda;
+  cuda_dev_t *d = &st->dev[dev];
+  if (s->streams[dev] == NULL) {
+    cudaStream_t stream;
+    CU(cudaStreamCreateWithPriority(&stream, cudaStreamNonBlocking,
+                                    s->priority ? d->prio_high : d->prio_low),
+       err, errlen);
+    s->streams[dev] = stream;
+  }
+  *out = s->streams[dev];
+  return 0;
+}
+
+void opd__cuda_session_release(opd_session_t *s) {
+  cuda_state_t *st = s->srv->cuda;
+  if (st == NULL) return;
+  for (int i = 0; i < s->srv->n_devices; i++) {
+    if (s->streams[i] == NULL) continue;
+    cudaSetDevice(st->dev[i].index);
+    cudaStreamDestroy(s->streams[i]); /* returns at once; work drains */
+    s->streams[i] = NULL;
+  }
+}
+
+static void CUDART_CB on_stream_done(void *arg) {
+  opd_job_t *job = arg;
+  cuda_state_t *st = job->s->srv->cuda;
+  job->ns = opd__now_ns() - job->t_start;
+  pthread_mutex_lock(&st->mu);
+  job->next = st->done;
+  st->done = job;
+  pthread_mutex_unlock(&st->mu);
+  uv_async_send(&st->async);
+}
+
+static void on_async(uv_async_t *h) {
+  opd_server_t *srv = h->data;
+  cuda_state_t *st = srv->cuda;
+  pthread_mutex_lock(&st->mu);
+  opd_job_t *list = st->done;
+  st->done = NULL;
+  pthread_mutex_unlock(&st->mu);
+  /* the list is newest first; sessions are independent, order is moot */
+  while (list) {
+    opd_job_t *job = list;
+    list = job->next;
+    job->next = NULL;
+    cudaSetDevice(st->dev[job->device].index);
+    cudaError_t e = cudaStreamQuery(job->s->streams[job->device]);
+    if (e != cudaSuccess && e != cudaErrorNotReady) {
+      job->rc = OPD_EBACKEND;
+      snprintf(job->call.err, sizeof job->call.err, "cuda:%d: %s",
+               job->device, cudaGetErrorString(e));
+      if (is_sticky(e) && srv->healthy) {
+        srv->healthy = 0;
+        LOG_ERROR("cuda:%d: context poisoned (%s): the daemon is unhealthy "
+                  "and must be restarted",
+                  job->device, cudaGetErrorString(e));
+      }
+    }
+    if (--st->inflight == 0) uv_unref((uv_handle_t *)&st->async);
+    opd__job_done(job);
+  }
+}
+
+/* Launches everything of one job on the session's stream. On error the
+ * scratch already allocated is freed on the stream; nothing was queued
+ * that would call back. */
+int opd__cuda_job_launch(opd_job_t *job) {
+  opd_session_t *s = job->s;
+  cuda_state_t *st = s->srv->cuda;
+  opd_kcall_t *call = &job->call;
+  char *err = call->err;
+  size_t errlen = sizeof call->err;
+  int dev = job->device;
+  cuda_dev_t *d = &st->dev[dev];
+  cudaStream_t stream;
+  void *scratch[2 * OPD_MAX_TENSORS];
+  int n_scratch = 0, rc = 0;
+
+  if (!s->srv->healthy) {
+    snprintf(err, errlen, "cuda:%d: the GPU context is poisoned; the daemon "
+             "must be restarted", dev);
+    return OPD_EBACKEND;
+  }
+  CU(cudaSetDevice(d->index), err, errlen);
+  if ((rc = session_stream(s, dev, &stream, err, errlen)) != 0) return rc;
+  job->t_start = opd__now_ns();
+
+#define STEP(x)                                                  \
+  do {                                                           \
+    cudaError_t e_ = (x);                                        \
+    if (e_ != cudaSuccess) {                                     \
+      snprintf(err, errlen, "cuda:%d: %s: %s", dev, #x,          \
+               cudaGetErrorString(e_));                          \
+      rc = cuda_code(e_);                                        \
+      goto fail;                                                 \
+    }                                                            \
+  } while (0)
+
+  for (int i = 0; i < call->n_in; i++) {
+    if (job->host_in[i] == NULL || job->in_bytes[i] == 0) continue;
+    void *p;
+    STEP(cudaMallocAsync(&p, job->in_bytes[i], stream));
+    scratch[n_scratch++] = p;
+    STEP(cudaMemcpyAsync(p, job->host_in[i], job->in_bytes[i],
+                         cudaMemcpyHostToDevice, stream));
+    call->in[i].data = p;
+  }
+  for (int i = 0; i < call->n_out; i++) {
+    if (job->host_out[i] == NULL || job->out_bytes[i] == 0) continue;
+    void *p;
+    STEP(cudaMallocAsync(&p, job->out_bytes[i], stream));
+    scratch[n_scratch++] = p;
+    call->out[i].data = p;
+  }
+  const opd_cuda_kernel_t *k = job->cuda_kernel;
+  size_t scratch_bytes = opd__cuda_workspace(call), ws_bytes = 0;
+  if (scratch_bytes > 0 || strcmp(k->op, "matmul") == 0 ||
+      strcmp(k->op, "conv2d") == 0)
+    ws_bytes = OPD_CUDA_LT_WORKSPACE + scratch_bytes;
+  void *ws = NULL;
+  if (ws_bytes > 0) {
+    STEP(cudaMallocAsync(&ws, ws_bytes, stream));
+    scratch[n_scratch++] = ws;
+  }
+  opd_cuda_ctx_t ctx = {.stream = stream, .cublaslt = d->lt, .workspace = ws,
+                        .workspace_bytes = ws_bytes, .device = d->index};
+  rc = k->run(call, &ctx);
+  if (rc != 0) goto fail;
+  for (int i = 0; i < call->n_out; i++) {
+    if (job->host_out[i] == NULL || job->out_bytes[i] == 0) continue;
+    STEP(cudaMemcpyAsync(job->host_out[i], call->out[i].data,
+                         job->out_bytes[i], cudaMemcpyDeviceToHost, stream));
+  }
+  for (int i = 0; i < n_scratch; i++) cudaFreeAsync(scratch[i], stream);
+  n_scratch = 0;
+  STEP(cudaLaunchHostFunc(stream, on_stream_done, job));
+  if (st->inflight++ == 0) uv_ref((uv_handle_t *)&st->async);
+  return 0;
+fail:
+#undef STEP
+  for (int i = 0; i < n_scratch; i++) cudaFreeAsync(scratch[i], stream);
+  cudaError_t sticky = cudaGetLastError();
+  if (is_sticky(sticky) && s->srv->healthy) {
+    s->srv->healthy = 0;
+    LOG_ERROR("cuda:%d: context poisoned (%s)", dev,
+              cudaGetErrorString(sticky));
+  }
+  return rc;
+}

@@ -1,0 +1,60 @@
+/* The CUDA backend of a build without CUDA: no devices, every request for
+ * one is refused with a clear reason. Same interface as daemon/cuda.c. */
+#include <stdio.h>
+#include <string.h>
+
+#include "daemon/log.h"
+#include "daemon/server.h"
+
+int opd__cuda_init(opd_server_t *srv) {
+  const char *spec = srv->cfg.devices;
+  srv->healthy = 1;
+  srv->n_devices = 0;
+  if (spec[0] && strcmp(spec, "all") && strcmp(spec, "none")) {
+    LOG_ERROR("--devices %s: no CUDA device %s (this opd was built without "
+              "CUDA)", spec, spec);
+    return OPD_EDEVICE;
+  }
+  return 0;
+}
+
+void opd__cuda_shutdown(opd_server_t *srv) { (void)srv; }
+
+void opd__cuda_pack_devices(opd_server_t *srv, msgpack_packer *pk) {
+  (void)srv;
+  msgpack_pack_array(pk, 0);
+}
+
+int opd__cuda_host_register(opd_server_t *srv, opd_arena_t *a) {
+  (void)srv, (void)a;
+  return 0;
+}
+
+void opd__cuda_host_unregister(opd_arena_t *a) { (void)a; }
+
+int opd__cuda_alloc(opd_server_t *srv, int dev, uint64_t size, void **ptr,
+                    char *err, size_t errlen) {
+  (void)srv, (void)size, (void)ptr;
+  snprintf(err, errlen, "no device cuda:%d: this opd was built without CUDA",
+           dev);
+  return OPD_EDEVICE;
+}
+
+void opd__cuda_free(opd_server_t *srv, int dev, void *ptr) {
+  (void)srv, (void)dev, (void)ptr;
+}
+
+const void *opd__cuda_kernel(const char *op, int dtype, char *err,
+                             size_t errlen) {
+  (void)op, (void)dtype;
+  snprintf(err, errlen, "this opd was built without CUDA");
+  return NULL;
+}
+
+int opd__cuda_job_launch(opd_job_t *job) {
+  snprintf(job->call.err, sizeof job->call.err,
+           "this opd was built without CUDA");
+  return OPD_EDEVICE;
+}
+
+void opd__cuda_session_release(opd_session_t *s) { (void)s; }

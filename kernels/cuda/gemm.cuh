@@ -1,0 +1,35 @@
+/* Row-major batched GEMM through cuBLASLt, shared by matmul and conv2d.
+ *
+ * DESIGN
+ * opd's tensors are row-major; cuBLASLt is column-major. A row-major
+ * C (M, N) = A (M, K) @ B (K, N) is the column-major C^T (N, M) =
+ * B^T (N, K) @ A^T (K, M) over the same bytes, so the call passes B as
+ * cuBLASLt's A and A as its B, with no transposes. Batches are strided
+ * (a stride of 0 repeats one matrix: torch's broadcast batch dims and
+ * conv2d's shared weight). Precision: float32 runs CUBLAS_COMPUTE_32F
+ * (true fp32; TF32 off, so that results match the CPU reference and
+ * torch's default allow_tf32=False for matmul), float16 and bfloat16 run
+ * with fp32 accumulation and fp32 alpha/beta. The algorithm comes from
+ * cuBLASLt's heuristic, told the real pointer alignment and the workspace
+ * share (OPD_CUDA_LT_WORKSPACE) it may use.
+ */
+#ifndef OPD_KERNELS_CUDA_GEMM_CUH
+#define OPD_KERNELS_CUDA_GEMM_CUH
+
+#include "kernels/cuda/common.cuh"
+
+typedef struct opd_gemm {
+  int32_t dtype;                   /* OPD_DTYPE_FLOAT32/FLOAT16/BFLOAT16 */
+  int64_t M, N, K;                 /* C_i (M, N) = A_i (M, K) @ B_i (K, N) */
+  const void *A, *B;               /* row-major, contiguous per item */
+  void *C;                         /* row-major (M, N) per item */
+  int64_t sA, sB, sC;              /* batch strides in elements (0: repeat) */
+  int64_t batch;                   /* items */
+  float beta;                      /* C = A@B + beta*C */
+} opd_gemm_t;
+
+/* Enqueues the GEMM on ctx's stream. Returns 0, or OPD_EBACKEND with
+ * "cublasLt: ..." in call->err (nothing enqueued). M, N, K > 0. */
+int opd__cuda_gemm(opd_kcall_t *call, const opd_cuda_ctx_t *ctx, const opd_gemm_t *g);
+
+#endif /* OPD_KERNELS_CUDA_GEMM_CUH */

@@ -1,0 +1,149 @@
+"""opd._lib: finds libopd and declares its C ABI for ctypes.
+
+DESIGN
+libopd is loaded once per process, from the first of these that exists:
+$OPD_LIB (a file path); next to the package (opd/libopd.so, then
+opd/lib/libopd.so: where a wheel or `make install-python` puts it); the
+build tree the package sits in (<repo>/build/libopd.so, found from this
+file's location, so `PYTHONPATH=python` in a checkout just works); then
+the system (ctypes.util.find_library("opd"), /usr/local/lib/libopd.so.0,
+where `make install` puts it). If none loads, OSError-derived
+LibraryNotFoundError lists every place tried and why each failed.
+
+Every function gets argtypes and restype so ctypes checks arguments and
+never truncates pointers. The struct layouts mirror opd.h's opd_tensor_t
+and opd_attr_t (160 and 104 bytes; a test checks the sizes).
+"""
+import ctypes
+import ctypes.util
+import os
+
+from . import protocol
+
+MAX_RANK = protocol.MAX_RANK
+
+
+class TensorDesc(ctypes.Structure):
+    """opd_tensor_t: one tensor descriptor (arena id, byte offset, dtype,
+    shape, strides in elements, strided flag)."""
+    _fields_ = [
+        ("arena", ctypes.c_uint64),
+        ("offset", ctypes.c_uint64),
+        ("dtype", ctypes.c_int32),
+        ("rank", ctypes.c_int32),
+        ("shape", ctypes.c_int64 * MAX_RANK),
+        ("strides", ctypes.c_int64 * MAX_RANK),
+        ("strided", ctypes.c_int32),
+        ("reserved", ctypes.c_int32),
+    ]
+
+
+class AttrDesc(ctypes.Structure):
+    """opd_attr_t: one operator attribute; `type` says which field is read."""
+    _fields_ = [
+        ("name", ctypes.c_char_p),
+        ("type", ctypes.c_int32),
+        ("n", ctypes.c_int32),
+        ("i", ctypes.c_int64),
+        ("f", ctypes.c_double),
+        ("s", ctypes.c_char_p),
+        ("ints", ctypes.c_int64 * MAX_RANK),
+    ]
+
+
+class LibraryNotFoundError(OSError):
+    """libopd could not be loaded from any of the places the package looks."""
+
+
+def _candidates():
+    """Returns [(description, path or None)] in lookup order."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    out = []
+    env = os.environ.get("OPD_LIB")
+    if env:
+        out.append(("$OPD_LIB", env))
+    out.append(("next to the package", os.path.join(here, "libopd.so")))
+    out.append(("next to the package", os.path.join(here, "lib", "libopd.so")))
+    repo = os.path.dirname(os.path.dirname(here))
+    out.append(("build tree", os.path.join(repo, "build", "libopd.so")))
+    found = ctypes.util.find_library("opd")
+    out.append(("system (find_library)", found))
+    out.append(("system", "/usr/local/lib/libopd.so.0"))
+    return out
+
+
+def _declare(lib):
+    c_int, c_uint32, c_uint64 = ctypes.c_int, ctypes.c_uint32, ctypes.c_uint64
+    vp, cp, sz = ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t
+    T, A = ctypes.POINTER(TensorDesc), ctypes.POINTER(AttrDesc)
+    P = ctypes.POINTER
+    sigs = {
+        "opd_connect": (c_int, [cp, P(vp)]),
+        "opd_close": (None, [vp]),
+        "opd_server_info": (c_int, [vp, P(vp), P(sz)]),
+        "opd_socket_path": (c_int, [cp, cp, sz]),
+        "opd_arena_create": (c_int, [vp, c_uint64, P(c_uint64), P(vp)]),
+        "opd_arena_release": (c_int, [vp, c_uint64]),
+        "opd_arena_fd": (c_int, [vp, c_uint64, P(c_int)]),
+        "opd_arena_register_fd": (c_int, [vp, c_int, c_uint64, P(c_uint64)]),
+        "opd_run": (c_int, [vp, cp, T, c_uint32, T, c_uint32, A, c_uint32]),
+        "opd_submit": (c_int, [vp, cp, T, c_uint32, T, c_uint32, A, c_uint32,
+                               P(c_uint64)]),
+        "opd_wait": (c_int, [vp, c_uint64, c_int]),
+        "opd_infer": (c_int, [vp, cp, T, c_uint32, A, c_uint32, T, c_uint32,
+                              P(c_uint32)]),
+        "opd_ping": (c_int, [vp]),
+        "opd_ops_json": (c_int, [vp, P(vp), P(sz)]),
+        "opd_stats_json": (c_int, [vp, P(vp), P(sz)]),
+        "opd_free": (None, [vp]),
+        "opd_last_error": (cp, []),
+        "opd_strerror": (cp, [c_int]),
+        "opd_errname": (cp, [c_int]),
+        "opd_dtype_name": (cp, [ctypes.c_int32]),
+        "opd_dtype_size": (ctypes.c_int32, [ctypes.c_int32]),
+        "opd_dtype_from_name": (ctypes.c_int32, [cp]),
+        "opd_version": (cp, []),
+    }
+    for name, (res, args) in sigs.items():
+        f = getattr(lib, name)
+        f.restype, f.argtypes = res, args
+
+
+def load():
+    """Loads libopd (once). Returns the ctypes.CDLL.
+    Raises LibraryNotFoundError naming every place tried."""
+    global _lib, path
+    if _lib is not None:
+        return _lib
+    tried = []
+    for what, p in _candidates():
+        if not p:
+            tried.append("%s: not found" % what)
+            continue
+        if os.sep in p and not os.path.exists(p):
+            tried.append("%s: %s (no such file)" % (what, p))
+            continue
+        try:
+            lib = ctypes.CDLL(p)
+            _declare(lib)
+        except (OSError, AttributeError) as e:
+            tried.append("%s: %s (%s)" % (what, p, e))
+            continue
+        _lib, path = lib, p
+        return lib
+    raise LibraryNotFoundError(
+        "opd: cannot load libopd; build it with `make` (build/libopd.so), "
+        "install it with `make install`, or set OPD_LIB to its path. "
+        "Tried: " + "; ".join(tried))
+
+
+_lib = None
+path = None   # the file libopd was loaded from
+
+
+def take_string(ptr, n):
+    """Copies n bytes at ptr (allocated by libopd), frees them, returns str."""
+    try:
+        return ctypes.string_at(ptr.value, n.value).decode()
+    finally:
+        _lib.opd_free(ptr)
