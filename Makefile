@@ -87,6 +87,13 @@ CLIENT_LIBS := $(MSGPACK_LIB)
 NVCC_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
              -gencode arch=compute_90,code=compute_90
 NVCCFLAGS := -std=c++17 -O2 -Iinclude -I. $(NVCC_ARCH) -Xcompiler -fPIC,-Wall -MMD -MP
+# TEST_OPS=1 compiles operators that exist only for tests (kernels/fault:
+# a CUDA kernel that poisons its context on purpose). Use a separate B=.
+TEST_OPS ?= 0
+ifeq ($(TEST_OPS),1)
+  CPPFLAGS += -DOPD_TEST_OPS
+  NVCCFLAGS += -DOPD_TEST_OPS
+endif
 
 $(info opd: CC=$(CC) CUDA=$(CUDA)->$(CUDA_ON)$(if $(NVCC), (nvcc: $(NVCC)),) BLAS=$(BLAS) ASAN=$(ASAN) DEBUG=$(DEBUG))
 
@@ -199,7 +206,7 @@ $(B)/tests/gpu_kernels: $(B)/obj/tests/gpu/gpu_kernels.cu.o $(KERNEL_OBJ) $(GPU_
 	  -Xlinker -rpath,$(CUDA_HOME)/lib64 -lcublasLt $(BLAS_LIBS) -lm -Xcompiler -pthread
 
 # GPU machine: the CUDA backend through libopd (plain C, no criterion)
-$(B)/tests/daemon_gpu: tests/gpu/daemon_gpu.c $(B)/libopd.a
+$(B)/tests/%_gpu: tests/gpu/%_gpu.c $(B)/libopd.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) $< -o $@ $(LDFLAGS) $(B)/libopd.a $(CLIENT_LIBS) -lm
 

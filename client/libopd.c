@@ -761,6 +761,67 @@ int opd_alloc(opd_client_t *c, const char *device, uint64_t size,
   return rc;
 }
 
+typedef struct pub_args {
+  uint64_t arena;
+  const char *name;
+  int with_arena;
+} pub_args_t;
+
+static void pack_pub(msgpack_packer *pk, const void *arg) {
+  const pub_args_t *a = arg;
+  msgpack_pack_map(pk, a->with_arena ? 2 : 1);
+  PACK_STR(pk, "name");
+  PACK_STR(pk, a->name);
+  if (a->with_arena) {
+    PACK_STR(pk, "arena");
+    msgpack_pack_uint64(pk, a->arena);
+  }
+}
+
+int opd_publish(opd_client_t *c, uint64_t arena, const char *name) {
+  int rc = check_usable(c);
+  if (rc) return rc;
+  if (name == NULL) return fail(OPD_EINVAL, "opd_publish: name is NULL");
+  pub_args_t a = {arena, name, 1};
+  return call(c, OPD_MSG_PUBLISH, pack_pub, &a, -1, NULL, NULL);
+}
+
+int opd_unpublish(opd_client_t *c, const char *name) {
+  int rc = check_usable(c);
+  if (rc) return rc;
+  if (name == NULL) return fail(OPD_EINVAL, "opd_unpublish: name is NULL");
+  pub_args_t a = {0, name, 0};
+  return call(c, OPD_MSG_UNPUBLISH, pack_pub, &a, -1, NULL, NULL);
+}
+
+int opd_attach(opd_client_t *c, const char *name, uint64_t *arena,
+               uint64_t *size, char *device, size_t device_cap) {
+  char *payload = NULL;
+  size_t len = 0;
+  int rc = check_usable(c);
+  if (rc) return rc;
+  if (name == NULL || arena == NULL)
+    return fail(OPD_EINVAL, "opd_attach: name and arena must not be NULL");
+  pub_args_t a = {0, name, 0};
+  rc = call(c, OPD_MSG_ATTACH, pack_pub, &a, -1, &payload, &len);
+  if (rc != 0) return rc;
+  msgpack_zone z;
+  msgpack_object o;
+  msgpack_zone_init(&z, 512);
+  const msgpack_object *body = reply_body(payload, len, &z, &o);
+  uint64_t sz = 0;
+  if (body == NULL || opd__mp_uint(opd__mp_get(body, "arena"), arena) != 0 ||
+      opd__mp_uint(opd__mp_get(body, "size"), &sz) != 0)
+    rc = fail(OPD_EPROTO, "attach: malformed reply");
+  if (rc == 0 && size) *size = sz;
+  if (rc == 0 && device && device_cap &&
+      opd__mp_str(opd__mp_get(body, "device"), device, device_cap) != 0)
+    device[0] = '\0';
+  msgpack_zone_destroy(&z);
+  free(payload);
+  return rc;
+}
+
 static void pack_release(msgpack_packer *pk, const void *arg) {
   msgpack_pack_map(pk, 1);
   PACK_STR(pk, "arena");

@@ -163,6 +163,11 @@ int opd__arena_alloc_device(opd_session_t *s, int dev, uint64_t size,
 
 void opd__arena_unref(opd_arena_t *a) {
   if (--a->refs > 0) return;
+  if (a->parent != NULL) { /* an attachment: the memory is the parent's */
+    opd__arena_unref(a->parent);
+    free(a);
+    return;
+  }
   a->srv->bytes_mapped -= a->size;
   a->srv->arenas--;
   if (a->device >= 0) {
@@ -181,7 +186,7 @@ int opd__arena_release(opd_session_t *s, uint64_t id) {
     opd_arena_t *a = s->arenas[i];
     if (a->id != id) continue;
     s->arenas[i] = s->arenas[--s->n_arenas];
-    s->bytes_mapped -= a->size;
+    if (a->parent == NULL) s->bytes_mapped -= a->size;
     opd__arena_unref(a);
     return 0;
   }
@@ -191,7 +196,7 @@ int opd__arena_release(opd_session_t *s, uint64_t id) {
 void opd__arena_release_all(opd_session_t *s) {
   while (s->n_arenas > 0) {
     opd_arena_t *a = s->arenas[--s->n_arenas];
-    s->bytes_mapped -= a->size;
+    if (a->parent == NULL) s->bytes_mapped -= a->size;
     opd__arena_unref(a);
   }
 }

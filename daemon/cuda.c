@@ -15,15 +15,18 @@
  * arena), the kernel gets a workspace the same way when it needs one
  * (cuBLASLt, im2col, nms masks: never shared between streams, and the pool
  * recycles it, so idle sessions hold no device memory), the kernel is
- * launched, outputs are copied back, scratch is freed on the stream, and cudaLaunchHostFunc queues a callback that runs
- * on CUDA's thread when the stream gets there. That callback only pushes
+ * launched, outputs are copied back, scratch is freed on the stream, and
+ * cudaStreamAddCallback queues a callback that runs on CUDA's thread when
+ * the stream gets there, or fails. That callback only pushes
  * the job on a locked list and wakes the loop with uv_async_send; the loop
  * then replies. Nothing blocks the loop or other clients on the GPU.
  *
  * Errors: every CUDA call is checked through CU(); a failure becomes the
  * job's error ("cuda:0: <what>: <cudaGetErrorString>"). An error that
- * poisons the context (illegal address and the like) marks the daemon
- * unhealthy (stats, opctl) — see docs/operations.md.
+ * poisons the context (illegal address and the like) goes to
+ * opd__server_poisoned: unhealthy in stats, CUDA work refused, then a
+ * drain and exit status 3 for the init system to restart opd (a context
+ * cannot be repaired in-process; see docs/operations.md).
  */
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
@@ -313,8 +316,14 @@ void opd__cuda_session_release(opd_session_t *s) {
   }
 }
 
-static void CUDART_CB on_stream_done(void *arg) {
+/* cudaStreamAddCallback rather than cudaLaunchHostFunc: its callback also
+ * runs when the stream failed, and is told the error, so a poisoned
+ * context is noticed even by a job whose kernel never completed. */
+static void CUDART_CB on_stream_done(cudaStream_t stream, cudaError_t status,
+                                     void *arg) {
   opd_job_t *job = arg;
+  (void)stream;
+  job->cuda_status = (int)status;
   cuda_state_t *st = job->s->srv->cuda;
   job->ns = opd__now_ns() - job->t_start;
   pthread_mutex_lock(&st->mu);
@@ -336,18 +345,12 @@ static void on_async(uv_async_t *h) {
     opd_job_t *job = list;
     list = job->next;
     job->next = NULL;
-    cudaSetDevice(st->dev[job->device].index);
-    cudaError_t e = cudaStreamQuery(job->s->streams[job->device]);
-    if (e != cudaSuccess && e != cudaErrorNotReady) {
+    cudaError_t e = (cudaError_t)job->cuda_status;
+    if (e != cudaSuccess) {
       job->rc = OPD_EBACKEND;
       snprintf(job->call.err, sizeof job->call.err, "cuda:%d: %s",
                job->device, cudaGetErrorString(e));
-      if (is_sticky(e) && srv->healthy) {
-        srv->healthy = 0;
-        LOG_ERROR("cuda:%d: context poisoned (%s): the daemon is unhealthy "
-                  "and must be restarted",
-                  job->device, cudaGetErrorString(e));
-      }
+      if (is_sticky(e)) opd__server_poisoned(srv, cudaGetErrorString(e));
     }
     if (--st->inflight == 0) uv_unref((uv_handle_t *)&st->async);
     opd__job_done(job);
@@ -370,8 +373,7 @@ int opd__cuda_job_launch(opd_job_t *job) {
   int n_scratch = 0, rc = 0;
 
   if (!s->srv->healthy) {
-    snprintf(err, errlen, "cuda:%d: the GPU context is poisoned; the daemon "
-             "must be restarted", dev);
+    snprintf(err, errlen, "cuda:%d: %s", dev, s->srv->goodbye_why);
     return OPD_EBACKEND;
   }
   CU(cudaSetDevice(d->index), err, errlen);
@@ -426,17 +428,13 @@ int opd__cuda_job_launch(opd_job_t *job) {
   }
   for (int i = 0; i < n_scratch; i++) cudaFreeAsync(scratch[i], stream);
   n_scratch = 0;
-  STEP(cudaLaunchHostFunc(stream, on_stream_done, job));
+  STEP(cudaStreamAddCallback(stream, on_stream_done, job, 0));
   if (st->inflight++ == 0) uv_ref((uv_handle_t *)&st->async);
   return 0;
 fail:
 #undef STEP
   for (int i = 0; i < n_scratch; i++) cudaFreeAsync(scratch[i], stream);
   cudaError_t sticky = cudaGetLastError();
-  if (is_sticky(sticky) && s->srv->healthy) {
-    s->srv->healthy = 0;
-    LOG_ERROR("cuda:%d: context poisoned (%s)", dev,
-              cudaGetErrorString(sticky));
-  }
+  if (is_sticky(sticky)) opd__server_poisoned(s->srv, cudaGetErrorString(sticky));
   return rc;
 }

@@ -158,6 +158,50 @@ static void handle_alloc(opd_session_t *s, uint64_t id,
   reply_scratch(s, id);
 }
 
+static void handle_publish(opd_session_t *s, uint64_t id, int type,
+                           const msgpack_object *body) {
+  const char *what = opd__msg_name(type);
+  char name[OPD_MAX_NAME], err[300];
+  uint64_t arena = 0;
+  if (opd__mp_str(opd__mp_get(body, "name"), name, sizeof name) != 0 ||
+      (type == OPD_MSG_PUBLISH &&
+       opd__mp_uint(opd__mp_get(body, "arena"), &arena) != 0)) {
+    opd__reply_error(s, id, OPD_EPROTO,
+                     type == OPD_MSG_PUBLISH
+                         ? "%s: \"arena\" (unsigned) and \"name\" (a string "
+                           "of at most 63 bytes) are required"
+                         : "%s: \"name\" (a string of at most 63 bytes) is "
+                           "required",
+                     what);
+    return;
+  }
+  opd_arena_t *a = NULL;
+  int rc = type == OPD_MSG_PUBLISH ? opd__publish(s, arena, name, err, sizeof err)
+           : type == OPD_MSG_UNPUBLISH
+               ? opd__unpublish(s, name, err, sizeof err)
+               : opd__attach(s, name, &a, err, sizeof err);
+  if (rc != 0) {
+    opd__reply_error(s, id, rc, "%s: %s", what, err);
+    return;
+  }
+  if (a == NULL) {
+    opd__reply(s, id, 0, NULL, 0);
+    return;
+  }
+  char dev[16];
+  int n = a->device < 0 ? snprintf(dev, sizeof dev, "cpu")
+                        : snprintf(dev, sizeof dev, "cuda:%d", a->device);
+  msgpack_packer *pk = scratch(s->srv);
+  msgpack_pack_map(pk, 3);
+  PACK_STR(pk, "arena");
+  msgpack_pack_uint64(pk, a->id);
+  PACK_STR(pk, "size");
+  msgpack_pack_uint64(pk, a->size);
+  PACK_STR(pk, "device");
+  msgpack_pack_str_with_body(pk, dev, (size_t)n);
+  reply_scratch(s, id);
+}
+
 static void handle_release(opd_session_t *s, uint64_t id,
                            const msgpack_object *body) {
   uint64_t arena;
@@ -179,7 +223,9 @@ static void handle_release(opd_session_t *s, uint64_t id,
 static void handle_stats(opd_session_t *s, uint64_t id) {
   opd_server_t *srv = s->srv;
   msgpack_packer *pk = scratch(srv);
-  msgpack_pack_map(pk, 10);
+  msgpack_pack_map(pk, 11);
+  PACK_STR(pk, "published");
+  msgpack_pack_uint32(pk, srv->n_pubs);
   PACK_STR(pk, "devices");
   msgpack_pack_uint32(pk, (uint32_t)srv->n_devices);
   PACK_STR(pk, "sessions");
@@ -229,6 +275,9 @@ void opd__handle(opd_session_t *s, const msgpack_object *req) {
     case OPD_MSG_ARENA_REGISTER: handle_register(s, id, body); break;
     case OPD_MSG_ARENA_RELEASE: handle_release(s, id, body); break;
     case OPD_MSG_ALLOC: handle_alloc(s, id, body); break;
+    case OPD_MSG_PUBLISH:
+    case OPD_MSG_ATTACH:
+    case OPD_MSG_UNPUBLISH: handle_publish(s, id, (int)type, body); break;
     case OPD_MSG_RUN: opd__run_request(s, id, body, 0); break;
     case OPD_MSG_INFER: opd__run_request(s, id, body, 1); break;
     case OPD_MSG_OPS:

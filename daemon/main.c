@@ -182,6 +182,6 @@ int main(int argc, char **argv) {
   opd__server_free(&srv);
   /* EBUSY: the signal handles stay open until exit (see server.c) */
   (void)uv_loop_close(loop);
-  LOG_INFO("stopped");
-  return 0;
+  LOG_INFO("stopped (exit status %d)", srv.exit_code);
+  return srv.exit_code;
 }

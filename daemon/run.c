@@ -118,7 +118,8 @@ static int attr_convert(const opd_attr_spec_t *sp, const msgpack_object *v,
           p += w + (bar != NULL);
         }
         if (!ok)
-          return ERR(OPD_EATTR, "attribute \"%s\" must be one of %s, got \"%s\"",
+          return ERR(OPD_EATTR,
+                     "attribute \"%s\" must be one of %.100s, got \"%.63s\"",
                      sp->name, sp->choices, out->s);
       }
       return 0;
@@ -341,6 +342,10 @@ static int prepare(opd_session_t *s, const opd_op_def_t *op,
     rc = load_tensor(s, op, &o_out->via.array.ptr[i], "output", i, &op->out[i],
                      0, 0, &out[i], &call->out[i], err, errlen);
     if (rc != 0) return rc;
+    if (out[i].arena->readonly)
+      return ERR(OPD_EREADONLY,
+                 "output %d (%s) is in arena %llu, attached read-only",
+                 i, op->out[i].name, (unsigned long long)out[i].arena->id);
     if (out[i].d.dtype != expect[i].dtype)
       return ERR(OPD_EDTYPE, "output %d (%s) has dtype %s, expected %s", i,
                  op->out[i].name, opd__dtype_name(out[i].d.dtype),

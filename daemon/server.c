@@ -27,6 +27,8 @@
 #include "kernels/exec.h"
 
 #define OPD_DRAIN_TIMEOUT_MS 10000
+#define OPD_POISON_GRACE_MS 2000
+#define OPD_EXIT_POISONED 3
 
 uint64_t opd__now_ns(void) {
   struct timespec ts;
@@ -117,6 +119,13 @@ static int listen_on(const char *path) {
 
 static void on_drain_timeout(uv_timer_t *t) {
   opd_server_t *srv = t->data;
+  if (!srv->healthy) {
+    /* a poisoned context may never complete the jobs still queued on it:
+     * nothing left to drain cleanly, let the init system restart us */
+    LOG_ERROR("shutdown: GPU work did not finish in %d ms; exiting with "
+              "status %d", OPD_DRAIN_TIMEOUT_MS, srv->exit_code);
+    _exit(srv->exit_code);
+  }
   LOG_WARN("shutdown: %u sessions did not finish in %d ms; dropping them",
            srv->n_sessions, OPD_DRAIN_TIMEOUT_MS);
   for (opd_session_t *s = srv->sessions; s; s = s->next)
@@ -143,6 +152,24 @@ static void stop(opd_server_t *srv, const char *why) {
   if (srv->n_sessions == 0) uv_stop(srv->loop);
 }
 
+static void on_poison_timer(uv_timer_t *t) {
+  opd_server_t *srv = t->data;
+  stop(srv, "GPU context poisoned");
+}
+
+void opd__server_poisoned(opd_server_t *srv, const char *why) {
+  if (!srv->healthy) return;
+  srv->healthy = 0;
+  srv->exit_code = OPD_EXIT_POISONED;
+  srv->goodbye_code = OPD_EBACKEND;
+  snprintf(srv->goodbye_why, sizeof srv->goodbye_why,
+           "the GPU context is poisoned (%s); opd is restarting", why);
+  LOG_ERROR("%s: CUDA work is refused from now on; stopping in %d ms with "
+            "exit status %d for the init system to restart opd",
+            srv->goodbye_why, OPD_POISON_GRACE_MS, OPD_EXIT_POISONED);
+  uv_timer_start(&srv->poison_timer, on_poison_timer, OPD_POISON_GRACE_MS, 0);
+}
+
 static void on_signal(uv_signal_t *h, int signum) {
   opd_server_t *srv = h->data;
   if (signum == SIGHUP) {
@@ -159,6 +186,9 @@ int opd__server_init(opd_server_t *srv, uv_loop_t *loop,
   srv->cfg = *cfg;
   srv->listen_fd = -1;
   srv->start_ns = opd__now_ns();
+  srv->goodbye_code = OPD_ESHUTDOWN;
+  snprintf(srv->goodbye_why, sizeof srv->goodbye_why,
+           "daemon is shutting down");
   msgpack_sbuffer_init(&srv->scratch);
   if (!msgpack_zone_init(&srv->zone, 8192)) return OPD_ENOMEM;
   srv->op_stats = calloc((size_t)opd__n_ops, sizeof *srv->op_stats);
@@ -188,6 +218,8 @@ int opd__server_init(opd_server_t *srv, uv_loop_t *loop,
   }
   uv_timer_init(loop, &srv->drain_timer);
   srv->drain_timer.data = srv;
+  uv_timer_init(loop, &srv->poison_timer);
+  srv->poison_timer.data = srv;
   LOG_INFO("opd %s listening on %s (protocol %d, %d CUDA device(s), %d "
            "kernel threads, %d operators)",
            OPD_VERSION, cfg->socket_path, OPD_PROTOCOL_VERSION, srv->n_devices,
@@ -216,6 +248,7 @@ void opd__server_free(opd_server_t *srv) {
     free(j);
   }
   opd__exec_pool_destroy(&srv->exec);
+  opd__publish_free(srv);
   opd__cuda_shutdown(srv);
   free(srv->op_stats);
   free(srv->ops_body);

@@ -57,9 +57,19 @@ typedef struct opd_arena {
   uint64_t size;                 /* bytes */
   int device;                    /* -1: host memory; else CUDA device */
   int pinned;                    /* host arena registered with CUDA */
+  int readonly;                  /* an attachment: outputs refused */
+  struct opd_arena *parent;      /* an attachment's published arena (a
+                                    reference held); NULL otherwise */
   int refs;                      /* table + jobs */
   struct opd_server *srv;
 } opd_arena_t;
+
+/* A name under which a session published one of its arenas. */
+typedef struct opd_pub {
+  char name[OPD_MAX_NAME];
+  opd_arena_t *arena;            /* a reference held */
+  uint64_t owner;                /* publishing session's id */
+} opd_pub_t;
 
 typedef struct opd_op_stats {
   uint64_t calls, errors, ns;
@@ -76,6 +86,10 @@ typedef struct opd_server {
   uv_signal_t sig_int, sig_term, sig_hup;
   uv_timer_t drain_timer;        /* bounds how long a shutdown waits */
   int stopping;                  /* a signal asked us to stop */
+  int exit_code;                 /* main's exit status (3: poisoned GPU) */
+  int goodbye_code;              /* what sessions are told when stopping */
+  char goodbye_why[128];
+  uv_timer_t poison_timer;       /* grace before a poisoned daemon stops */
   opd_session_t *sessions;       /* doubly linked list */
   uint32_t n_sessions;
   uint64_t next_session_id, next_arena_id;
@@ -88,6 +102,8 @@ typedef struct opd_server {
   char *ops_body;
   size_t ops_body_len;
   opd_job_t *job_free;           /* recycled jobs */
+  opd_pub_t *pubs;               /* published arenas */
+  uint32_t n_pubs, cap_pubs;
   int n_devices;                 /* CUDA devices in use (0: cpu only) */
   int healthy;                   /* 0 once a CUDA context is poisoned */
   void *cuda;                    /* backend state (daemon/cuda.c) */
@@ -107,6 +123,7 @@ struct opd_job {
   int device;                    /* -1: cpu; else the CUDA device */
   uint64_t t_start;              /* when it was launched */
   const void *cuda_kernel;       /* opd_cuda_kernel_t of a CUDA run */
+  int cuda_status;               /* cudaError_t the stream reported */
   /* host tensors of a CUDA run are staged through device scratch */
   void *host_in[OPD_MAX_TENSORS];  /* host address, or NULL */
   void *host_out[OPD_MAX_TENSORS];
@@ -156,6 +173,10 @@ int opd__server_init(opd_server_t *srv, uv_loop_t *loop,
                      const opd_config_t *cfg);
 void opd__server_free(opd_server_t *srv);
 uint64_t opd__now_ns(void);
+/* A CUDA context is unusable: mark the daemon unhealthy, refuse CUDA work,
+ * keep answering (stats) for a grace period, then drain and exit with
+ * status 3 so that the init system restarts us. */
+void opd__server_poisoned(opd_server_t *srv, const char *why);
 
 /* session.c */
 void opd__session_accept(opd_server_t *srv, int fd);
@@ -178,6 +199,15 @@ int opd__arena_release(opd_session_t *s, uint64_t id);
 int opd__arena_alloc_device(opd_session_t *s, int dev, uint64_t size,
                             uint64_t *id, char *err, size_t errlen);
 opd_arena_t *opd__arena_find(opd_session_t *s, uint64_t id);
+/* publish.c */
+int opd__publish(opd_session_t *s, uint64_t arena, const char *name, char *err,
+                 size_t errlen);
+int opd__unpublish(opd_session_t *s, const char *name, char *err,
+                   size_t errlen);
+int opd__attach(opd_session_t *s, const char *name, opd_arena_t **out,
+                char *err, size_t errlen);
+void opd__unpublish_all(opd_session_t *s);
+void opd__publish_free(opd_server_t *srv);
 void opd__arena_unref(opd_arena_t *a);
 void opd__arena_release_all(opd_session_t *s);
 

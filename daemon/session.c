@@ -354,6 +354,7 @@ static void on_poll(uv_poll_t *h, int status, int events) {
 static void maybe_free(opd_session_t *s) {
   if (!s->poll_closed || s->running != NULL) return;
   opd_server_t *srv = s->srv;
+  opd__unpublish_all(s);
   opd__arena_release_all(s);
   opd__cuda_session_release(s);
   if (s->prev) s->prev->next = s->next;
@@ -403,7 +404,7 @@ void opd__session_close(opd_session_t *s) {
 void opd__session_shutdown(opd_session_t *s) {
   if (s->fd < 0 || s->goodbye) return;
   s->closing = 1;
-  drop_queue(s, OPD_ESHUTDOWN, "daemon is shutting down");
+  drop_queue(s, s->srv->goodbye_code, s->srv->goodbye_why);
   s->goodbye = 1;
   opd__session_pump(s);
 }
@@ -431,10 +432,8 @@ void opd__session_pump(opd_session_t *s) {
     return;
   }
   if (s->goodbye && s->running == NULL) {
-    if (s->goodbye == 1) {
-      s->goodbye = 2;
-      send_msg(s, OPD_MSG_GOODBYE, 0, OPD_ESHUTDOWN, NULL, 0);
-    }
+    if (s->goodbye == 1)
+      send_goodbye(s, s->srv->goodbye_code, "%s", s->srv->goodbye_why);
     if (s->fd >= 0 && s->wlen == s->woff) {
       opd__session_close(s);
       return;

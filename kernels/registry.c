@@ -25,13 +25,22 @@
   X(conv2d)        \
   X(nms)
 
+/* Operators of test builds only (make TEST_OPS=1): see kernels/fault. */
+#ifdef OPD_TEST_OPS
+#define OPD_TEST_OPS_LIST(X) X(fault)
+#else
+#define OPD_TEST_OPS_LIST(X)
+#endif
+
 #define X(name) extern const opd_op_def_t opd__op_##name;
 OPD_OPS(X)
+OPD_TEST_OPS_LIST(X)
 #undef X
 
 const opd_op_def_t *const opd__ops[] = {
 #define X(name) &opd__op_##name,
     OPD_OPS(X)
+    OPD_TEST_OPS_LIST(X)
 #undef X
 };
 

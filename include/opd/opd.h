@@ -129,6 +129,23 @@ int opd_arena_register_fd(opd_client_t *c, int fd, uint64_t size,
 int opd_alloc(opd_client_t *c, const char *device, uint64_t size,
               uint64_t *arena);
 
+/* Publishes one of this connection's arenas (host or device) under `name`
+ * (at most 63 bytes) so that other connections can attach it read-only —
+ * e.g. model weights loaded once and used by every worker. The name lasts
+ * until opd_unpublish or until this connection closes; the memory lasts
+ * while any attachment does. Returns 0, OPD_EARENA, OPD_EINVAL (name taken
+ * or empty) or OPD_ELIMIT. */
+int opd_publish(opd_client_t *c, uint64_t arena, const char *name);
+int opd_unpublish(opd_client_t *c, const char *name);
+
+/* Attaches a published arena: *arena is a read-only arena id of this
+ * connection for the same memory (outputs in it get OPD_EREADONLY), *size
+ * its bytes, `device` (cap bytes, may be NULL) "cpu" or "cuda:N". Release
+ * it with opd_arena_release. Returns 0 or OPD_ENOENT (nothing published
+ * under that name). */
+int opd_attach(opd_client_t *c, const char *name, uint64_t *arena,
+               uint64_t *size, char *device, size_t device_cap);
+
 /* ---- running operators ------------------------------------------------- */
 
 /* Fills a contiguous descriptor. Returns OPD_EINVAL if rank is out of range. */

@@ -59,6 +59,16 @@
  *                   uint}: device memory owned by the daemon, used in
  *                   tensors like a host arena (its id), released with
  *                   ARENA_RELEASE or with the session. Zero-filled.
+ *   PUBLISH         {"arena": uint, "name": str} -> {}: other sessions may
+ *                   attach the arena (host or device) by name, read-only.
+ *   ATTACH          {"name": str} -> {"arena": uint, "size": uint,
+ *                   "device": "cpu" | "cuda:N"}: a read-only arena of this
+ *                   session on the published memory; outputs in it are
+ *                   refused (OPD_EREADONLY). OPD_ENOENT if nothing is
+ *                   published under the name.
+ *   UNPUBLISH       {"name": str} -> {}: by the publishing session. The
+ *                   name also ends with that session; the memory lives
+ *                   until the last attachment is released.
  *
  * Framing errors (length over max_frame, payload that is not msgpack, counts
  * larger than the bytes left, nesting deeper than OPD_MAX_DEPTH, a payload
@@ -96,7 +106,10 @@
   X(STATS, 7, "stats")                     \
   X(PING, 8, "ping")                       \
   X(GOODBYE, 9, "goodbye")                 \
-  X(ALLOC, 10, "alloc")
+  X(ALLOC, 10, "alloc")                    \
+  X(PUBLISH, 11, "publish")                \
+  X(ATTACH, 12, "attach")                  \
+  X(UNPUBLISH, 13, "unpublish")
 
 typedef enum {
 #define X(name, val, str) OPD_MSG_##name = val,
@@ -132,14 +145,16 @@ typedef enum {
   X(EBACKEND, -23, "backend failure")                             \
   X(ETIMEDOUT, -24, "timed out")                                  \
   X(EINTERNAL, -25, "internal error")                             \
-  X(EALIAS, -26, "output overlaps an input")
+  X(EALIAS, -26, "output overlaps an input")                     \
+  X(EREADONLY, -27, "tensor is read-only")                         \
+  X(ENOENT, -28, "no tensor is published under that name")
 
 typedef enum {
   OPD_OK = 0,
 #define X(name, val, str) OPD_##name = val,
   OPD_ERRNO_MAP(X)
 #undef X
-  OPD_ERRNO_LAST_ = -26
+  OPD_ERRNO_LAST_ = -28
 } opd_errno_t;
 
 /* Element types: X(name, value, size in bytes, string). 0 is invalid. */

@@ -11,6 +11,9 @@
 
 #include "kernels/cuda/cuda.h"
 
+#ifdef OPD_TEST_OPS
+extern "C" int opd__fault_cuda(opd_kcall_t *call, const opd_cuda_ctx_t *ctx);
+#endif
 extern "C" size_t opd__conv2d_cuda_workspace(const opd_kcall_t *call);
 extern "C" size_t opd__nms_cuda_workspace(const opd_kcall_t *call);
 
@@ -29,6 +32,9 @@ static const opd_cuda_kernel_t kernels[] = {
     {"matmul", F3, opd__matmul_cuda},
     {"conv2d", F3, opd__conv2d_cuda},
     {"nms", OPD_DT(FLOAT32), opd__nms_cuda},
+#ifdef OPD_TEST_OPS
+    {"fault", OPD_DT_ANY, opd__fault_cuda},
+#endif
 };
 
 extern "C" const opd_cuda_kernel_t *opd__cuda_kernel_find(const char *op) {

@@ -11,6 +11,7 @@ per group, all under OpdError:
       BadArgumentError (ValueError)    the request was wrong: EINVAL ENOOP
                                        EARITY EDTYPE ESHAPE ELAYOUT EBOUNDS
                                        EOVERFLOW EARENA EFD EATTR EALIAS
+                                       EREADONLY ENOENT
       OpdConnectionError (ConnectionError)  no usable connection: ECONNECT
                                        ECLOSED ESHUTDOWN EIO
       ProtocolError                    client/daemon disagree: EPROTO
@@ -84,7 +85,7 @@ class BackendError(OpdError):
 _GROUPS = {
     BadArgumentError: ("EINVAL", "ENOOP", "EARITY", "EDTYPE", "ESHAPE",
                        "ELAYOUT", "EBOUNDS", "EOVERFLOW", "EARENA", "EFD",
-                       "EATTR", "EALIAS"),
+                       "EATTR", "EALIAS", "EREADONLY", "ENOENT"),
     OpdConnectionError: ("ECONNECT", "ECLOSED", "ESHUTDOWN", "EIO"),
     ProtocolError: ("EPROTO", "EVERSION", "ESTATE", "ETOOBIG"),
     LimitError: ("ELIMIT", "ENOMEM"),

@@ -43,6 +43,8 @@ ERRORS = (
     ("ETIMEDOUT", -24, "timed out"),
     ("EINTERNAL", -25, "internal error"),
     ("EALIAS", -26, "output overlaps an input"),
+    ("EREADONLY", -27, "tensor is read-only"),
+    ("ENOENT", -28, "no tensor is published under that name"),
 )
 
 # OPD_DTYPE_MAP: (name, value, size in bytes)

@@ -38,10 +38,12 @@ static opd_tensor_t t2(uint64_t arena, uint64_t off, int64_t r, int64_t c) {
   return t;
 }
 
-static double max_rel(const float *a, const float *b, size_t n) {
+/* The largest |a - b| / (atol + rtol |b|): <= 1 means within tolerance. */
+static double max_err(const float *a, const float *b, size_t n, double atol,
+                      double rtol) {
   double m = 0;
   for (size_t i = 0; i < n; i++) {
-    double d = fabs((double)a[i] - b[i]) / (1e-6 + fabs((double)b[i]));
+    double d = fabs((double)a[i] - b[i]) / (atol + rtol * fabs((double)b[i]));
     if (d > m || isnan(d)) m = isnan(d) ? INFINITY : d;
   }
   return m;
@@ -106,10 +108,10 @@ int main(int argc, char **argv) {
   enum { R = 256, C = 1000 };
   uint64_t h, d;
   void *base;
-  CHECK(opd_arena_create(c, 8 * R * C * 4, &h, &base) == 0, "host arena: %s",
-        opd_last_error());
-  CHECK(opd_alloc(c, "cuda", 4 * R * C * 4, &d) == 0, "device alloc: %s",
-        opd_last_error());
+  int rc = opd_arena_create(c, 8 * R * C * 4, &h, &base);
+  CHECK(rc == 0, "host arena: %s", rc ? opd_last_error() : "ok");
+  rc = opd_alloc(c, "cuda", 4 * R * C * 4, &d);
+  CHECK(rc == 0, "device alloc: %s", rc ? opd_last_error() : "ok");
   float *x = base, *y = x + R * C, *ref = y + R * C, *z = ref + R * C;
   srand(1);
   for (int i = 0; i < R * C; i++) x[i] = (float)rand() / RAND_MAX * 10 - 5;
@@ -118,7 +120,7 @@ int main(int argc, char **argv) {
   opd_tensor_t dx = t2(d, 0, R, C), dy = t2(d, R * C * 4, R, C);
 
   /* host -> device, softmax on the device, device -> host */
-  int rc = opd_run_on(c, "cuda", "copy", &hx, 1, &dx, 1, NULL, 0);
+  rc = opd_run_on(c, "cuda", "copy", &hx, 1, &dx, 1, NULL, 0);
   CHECK(rc == 0, "copy host->device: %s", rc ? opd_last_error() : "ok");
   rc = opd_run(c, "softmax", &dx, 1, &dy, 1, NULL, 0); /* auto: device */
   CHECK(rc == 0, "softmax on device tensors (auto): %s",
@@ -127,23 +129,24 @@ int main(int argc, char **argv) {
   CHECK(rc == 0, "copy device->host: %s", rc ? opd_last_error() : "ok");
   rc = opd_run_on(c, "cpu", "softmax", &hx, 1, &href, 1, NULL, 0);
   CHECK(rc == 0, "softmax on the cpu: %s", rc ? opd_last_error() : "ok");
-  double e = max_rel(y, ref, R * C);
-  CHECK(e < 1e-4, "device softmax matches the cpu: max rel err %.2e", e);
+  double e = max_err(y, ref, R * C, 1e-7, 1e-5);
+  CHECK(e <= 1, "device softmax matches the cpu: max err %.2f of tolerance "
+        "(1e-7 + 1e-5 |ref|)", e);
 
   /* host tensors on cuda: staged through device memory */
   memset(z, 0, R * C * 4);
   rc = opd_run_on(c, "cuda", "softmax", &hx, 1, &hz, 1, NULL, 0);
-  e = max_rel(z, ref, R * C);
-  CHECK(rc == 0 && e < 1e-4, "staged softmax on cuda: %s, max rel err %.2e",
-        rc ? opd_last_error() : "ok", e);
+  e = max_err(z, ref, R * C, 1e-7, 1e-5);
+  CHECK(rc == 0 && e <= 1, "staged softmax on cuda: %s, max err %.2f of "
+        "tolerance", rc ? opd_last_error() : "ok", e);
 
   /* layernorm and matmul staged */
   opd_attr_t eps = {.name = "eps", .type = OPD_ATTR_FLOAT, .f = 1e-5};
   rc = opd_run_on(c, "cuda", "layernorm", &hx, 1, &hz, 1, &eps, 1);
   int rc2 = opd_run_on(c, "cpu", "layernorm", &hx, 1, &href, 1, &eps, 1);
-  e = max_rel(z, ref, R * C);
-  CHECK(rc == 0 && rc2 == 0 && e < 1e-3, "staged layernorm: %s, max rel err %.2e",
-        rc ? opd_last_error() : "ok", e);
+  e = max_err(z, ref, R * C, 1e-5, 1e-4);
+  CHECK(rc == 0 && rc2 == 0 && e <= 1, "staged layernorm: %s, max err %.2f of "
+        "tolerance (1e-5 + 1e-4 |ref|)", rc ? opd_last_error() : "ok", e);
   {
     opd_tensor_t a = t2(h, 0, 64, 100), b = t2(h, 4 * R * C * 4, 100, 48);
     opd_tensor_t o1 = t2(h, 5 * R * C * 4, 64, 48), o2 = t2(h, 6 * R * C * 4, 64, 48);
@@ -168,8 +171,13 @@ int main(int argc, char **argv) {
         opd_last_error());
   uint64_t huge;
   rc = opd_alloc(c, "cuda", (uint64_t)1 << 50, &huge);
-  CHECK(rc == OPD_ENOMEM || rc == OPD_ELIMIT,
-        "device memory exhausted: %s (%s)", opd_errname(rc), opd_last_error());
+  CHECK(rc == OPD_ELIMIT, "an allocation over the arena limit: %s (%s)",
+        opd_errname(rc), opd_last_error());
+  /* the daemon runs with limits above the card's memory (tests/gpu/run.sh):
+   * 512 GiB reaches CUDA and fails there */
+  rc = opd_alloc(c, "cuda", (uint64_t)512 << 30, &huge);
+  CHECK(rc == OPD_ENOMEM, "device memory exhausted: %s (%s)", opd_errname(rc),
+        opd_last_error());
   rc = opd_run(c, "relu", &dx, 1, &dy, 1, NULL, 0);
   CHECK(rc == 0, "device work goes on after the refusal: %s",
         rc ? opd_last_error() : "ok");
@@ -195,6 +203,53 @@ int main(int argc, char **argv) {
   int all = 1;
   for (int i = 0; i < 8; i++) pthread_join(th[i], NULL), all &= w[i].ok;
   CHECK(all, "8 clients copy/relu/copy on the GPU at once");
+
+  /* weights in device memory, published once, attached by another client */
+  {
+    opd_client_t *b;
+    rc = opd_connect(sock, &b);
+    int64_t n = 1024;
+    opd_tensor_t hw, dw;
+    float *wv = (float *)((char *)base + 7 * R * C * 4);
+    for (int i = 0; i < 1024; i++) wv[i] = (float)i;
+    opd_tensor_init(&hw, h, 7 * R * C * 4, OPD_DTYPE_FLOAT32, 1, &n);
+    uint64_t wa;
+    rc |= opd_alloc(c, "cuda", 4096, &wa);
+    opd_tensor_init(&dw, wa, 0, OPD_DTYPE_FLOAT32, 1, &n);
+    rc |= opd_run_on(c, "cuda", "copy", &hw, 1, &dw, 1, NULL, 0);
+    rc |= opd_publish(c, wa, "weights");
+    uint64_t att, sz, bh, bd;
+    char devname[16] = "";
+    rc |= opd_attach(b, "weights", &att, &sz, devname, sizeof devname);
+    CHECK(rc == 0 && strcmp(devname, "cuda:0") == 0,
+          "device weights published and attached: %s (%s)",
+          rc ? opd_last_error() : "ok", devname);
+    void *bbase;
+    rc = opd_arena_create(b, 8192, &bh, &bbase);
+    rc |= opd_alloc(b, "cuda", 8192, &bd);
+    float *bx = bbase;
+    for (int i = 0; i < 1024; i++) bx[i] = 2.0f;
+    opd_tensor_t tbx, tby, tdx, tdy, tatt;
+    opd_tensor_init(&tbx, bh, 0, OPD_DTYPE_FLOAT32, 1, &n);
+    opd_tensor_init(&tby, bh, 4096, OPD_DTYPE_FLOAT32, 1, &n);
+    opd_tensor_init(&tdx, bd, 0, OPD_DTYPE_FLOAT32, 1, &n);
+    opd_tensor_init(&tdy, bd, 4096, OPD_DTYPE_FLOAT32, 1, &n);
+    opd_tensor_init(&tatt, att, 0, OPD_DTYPE_FLOAT32, 1, &n);
+    rc = opd_run_on(b, "cuda", "copy", &tbx, 1, &tdx, 1, NULL, 0);
+    opd_tensor_t mi[2] = {tdx, tatt};
+    rc |= opd_run(b, "mul", mi, 2, &tdy, 1, NULL, 0);
+    rc |= opd_run_on(b, "cuda", "copy", &tdy, 1, &tby, 1, NULL, 0);
+    int ok = rc == 0;
+    for (int i = 0; i < 1024 && ok; i++) ok = bx[1024 + i] == 2.0f * i;
+    CHECK(ok, "another client multiplies by the attached weights on the GPU: %s",
+          rc ? opd_last_error() : "ok");
+    rc = opd_run(b, "relu", &tdx, 1, &tatt, 1, NULL, 0);
+    CHECK(rc == OPD_EREADONLY, "writing the attached weights is refused: %s",
+          opd_last_error());
+    opd_close(b);
+    opd_unpublish(c, "weights");
+    opd_arena_release(c, wa);
+  }
 
   /* a tiny op on device tensors: round trip through the socket */
   {
@@ -225,8 +280,8 @@ int main(int argc, char **argv) {
   CHECK(strstr(json, "\"healthy\":true") != NULL, "stats: healthy");
   printf("# stats: %s\n", json);
   opd_free(json);
-  CHECK(opd_arena_release(c, d) == 0, "device arena released: %s",
-        opd_last_error());
+  rc = opd_arena_release(c, d);
+  CHECK(rc == 0, "device arena released: %s", rc ? opd_last_error() : "ok");
   opd_close(c);
   printf("%d passed, %d failed\n", passed, failed);
   return failed != 0;

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# The GPU machine's test run: build with CUDA there, run every CUDA kernel
+# against its CPU reference, drive the daemon's CUDA backend through
+# libopd, then (with --bench) the kernel benchmarks.
+#   bash tests/gpu/run.sh [--bench] [OUTDIR]
+# Needs nvcc + gcc; libuv and msgpack-c come from .deps/gpu (unpacked
+# Debian packages, see docs/gpu.md) when they are not installed.
+set -uo pipefail
+bench=0
+[ "${1:-}" = --bench ] && { bench=1; shift; }
+out=${1:-${OUT:-/tmp/opd-gpu}}
+mkdir -p "$out"
+deps=
+[ -f /usr/include/uv.h ] || deps=DEPS=$PWD/.deps/gpu
+status=0
+
+echo "== machine"; nvidia-smi -L; nvcc --version | tail -n 1; gcc --version | head -n 1
+echo "== build"
+make -j"$(nproc)" CUDA=1 BLAS=0 $deps build/opd build/opctl build/tests/daemon_gpu \
+  build/tests/poison_gpu build/tests/gpu_kernels >"$out/build.log" 2>&1 &&
+make -j"$(nproc)" CUDA=1 BLAS=0 TEST_OPS=1 B=build-test $deps build-test/opd \
+  >>"$out/build.log" 2>&1 || { tail -n 40 "$out/build.log"; exit 1; }
+grep -E "warning" "$out/build.log" | head -n 5
+
+echo "== kernels against the CPU reference"
+timeout 150 build/tests/gpu_kernels >"$out/gpu_kernels.txt" 2>&1 || status=1
+grep -E "FAIL" "$out/gpu_kernels.txt" | head -n 30; tail -n 1 "$out/gpu_kernels.txt"
+
+echo "== the daemon's CUDA backend"
+sock=/tmp/opd-gpu.sock
+# limits above the card's memory, so that an allocation reaches CUDA and
+# fails there (daemon_gpu's out-of-memory check)
+build/opd --socket "$sock" --log-level info --max-arena-bytes 4398046511104 \
+  --max-session-bytes 4398046511104 >"$out/opd.log" 2>&1 &
+pid=$!
+for _ in $(seq 1 100); do build/opctl --socket "$sock" ping -c 1 >/dev/null 2>&1 && break; sleep 0.1; done
+timeout 120 build/tests/daemon_gpu "$sock" >"$out/daemon_gpu.txt" 2>&1 || status=1
+cat "$out/daemon_gpu.txt" | grep -v "^# stats"
+build/opctl --socket "$sock" stats | head -n 12
+kill -TERM "$pid"; wait "$pid"; echo "opd exit status $?"
+tail -n 3 "$out/opd.log"
+
+echo "== the poisoned-context drill (test build with the fault op)"
+build-test/opd --socket "$sock" >"$out/opd-poison.log" 2>&1 &
+pid=$!
+for _ in $(seq 1 100); do build/opctl --socket "$sock" ping -c 1 >/dev/null 2>&1 && break; sleep 0.1; done
+timeout 60 build/tests/poison_gpu "$sock" 2>&1 | tee "$out/poison_gpu.txt" || status=1
+wait "$pid"; st=$?
+echo "opd exit status $st (3 expected: restart me)"; [ $st = 3 ] || status=1
+grep -E "poison|illegal|exit" "$out/opd-poison.log" | tail -n 5
+
+if [ $bench = 1 ]; then
+  echo "== kernel benchmarks"
+  timeout 200 build/tests/gpu_kernels --bench >"$out/gpu_bench.txt" 2>&1 || status=1
+  cat "$out/gpu_bench.txt" | tail -n 60
+fi
+exit $status
