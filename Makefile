@@ -58,9 +58,13 @@ ifneq ($(DEPS),)
   CPPFLAGS += -I$(DEPS)/include
   UV_LIB := $(DEPS)/lib/libuv_a.a
   MSGPACK_LIB := $(DEPS)/lib/libmsgpackc.a
+  # a shared library cannot take Debian's non-PIC archive: the .so it ships
+  SO_MSGPACK_LIB := -L$(abspath $(DEPS))/lib -l:libmsgpackc.so.2 \
+                    -Wl,-rpath,$(abspath $(DEPS))/lib
 else
   UV_LIB := -luv
   MSGPACK_LIB := -lmsgpackc
+  SO_MSGPACK_LIB := -lmsgpackc
 endif
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 ifeq ($(BLAS),0)
@@ -168,7 +172,7 @@ $(B)/opd: $(B)/obj/daemon/main.o $(DAEMON_OBJ) $(KERNEL_OBJ) $(CUDA_OBJ) $(COMMO
 	$(CC) $(LDFLAGS) $^ -o $@ $(DAEMON_LIBS) $(CUDA_LIBS) $(if $(CUDA_OBJ),-lstdc++)
 
 $(B)/libopd.so: $(CLIENT_OBJ) $(COMMON_OBJ)
-	$(CC) $(LDFLAGS) -shared -Wl,-soname,libopd.so.0 $^ -o $@ $(CLIENT_LIBS)
+	$(CC) $(LDFLAGS) -shared -Wl,-soname,libopd.so.0 $^ -o $@ $(SO_MSGPACK_LIB)
 
 $(B)/libopd.a: $(CLIENT_OBJ) $(COMMON_OBJ)
 	rm -f $@ && ar rcs $@ $^

@@ -393,6 +393,31 @@ static int send_frame(opd_client_t *c, fbuf_t *b, int pass_fd) {
   return rc;
 }
 
+/* A send failed because the daemon closed the connection: it may have said
+ * why in a goodbye that is still unread (shutting down, too many clients,
+ * a poisoned GPU). Reads what is there and returns that reason's code with
+ * its message, or `rc` when there is none. */
+static int salvage_goodbye(opd_client_t *c, int rc) {
+  char why[sizeof last_error];
+  snprintf(why, sizeof why, "%s", last_error);
+  pthread_mutex_lock(&c->mu);
+  if (!c->reading && !c->broken) {
+    c->reading = 1;
+    pthread_mutex_unlock(&c->mu);
+    int r = read_some(c, 100);
+    pthread_mutex_lock(&c->mu);
+    c->reading = 0;
+    if (r == 0) deliver_frames(c);
+    pthread_cond_broadcast(&c->cv);
+  }
+  if (c->broken && c->broken != OPD_ECLOSED)
+    rc = fail(c->broken, "%s", c->broken_msg);
+  else
+    fail(rc, "%s", why);
+  pthread_mutex_unlock(&c->mu);
+  return rc;
+}
+
 /* Registers slot `id`, sends the frame. On failure the slot is gone. */
 static int submit_frame(opd_client_t *c, fbuf_t *b, uint64_t id, int want_body,
                         int pass_fd) {
@@ -406,6 +431,7 @@ static int submit_frame(opd_client_t *c, fbuf_t *b, uint64_t id, int want_body,
     return rc == OPD_ENOMEM ? fail(rc, "out of memory")
                             : fail(rc, "%s", c->broken_msg);
   rc = send_frame(c, b, pass_fd);
+  if (rc == OPD_ECLOSED || rc == OPD_EIO) rc = salvage_goodbye(c, rc);
   if (rc != 0) {
     pthread_mutex_lock(&c->mu);
     slot_t *s = slot_find(c, id);
@@ -551,18 +577,6 @@ int opd_connect_flags(const char *socket_path, uint32_t flags,
     goto error;
   }
   rc = call(c, OPD_MSG_HELLO, pack_hello, &flags, -1, &payload, &len);
-  if (rc == OPD_ECLOSED || rc == OPD_EIO) {
-    /* a daemon that refuses us writes a goodbye and closes, possibly before
-     * our hello went out: read the goodbye for the real reason */
-    pthread_mutex_lock(&c->mu);
-    if (!c->broken || c->broken == OPD_ECLOSED) {
-      c->broken = 0;
-      if (read_some(c, 200) == 0) deliver_frames(c);
-    }
-    if (c->broken && c->broken != OPD_ECLOSED)
-      rc = fail(c->broken, "%s", c->broken_msg);
-    pthread_mutex_unlock(&c->mu);
-  }
   if (rc != 0) {
     if (rc != OPD_EVERSION)
       fail(rc, "opd at %s refused the connection: %s", c->path,
@@ -765,24 +779,30 @@ typedef struct pub_args {
   uint64_t arena;
   const char *name;
   int with_arena;
+  const char *meta;
 } pub_args_t;
 
 static void pack_pub(msgpack_packer *pk, const void *arg) {
   const pub_args_t *a = arg;
-  msgpack_pack_map(pk, a->with_arena ? 2 : 1);
+  msgpack_pack_map(pk, 1 + (a->with_arena != 0) + (a->meta != NULL));
   PACK_STR(pk, "name");
   PACK_STR(pk, a->name);
   if (a->with_arena) {
     PACK_STR(pk, "arena");
     msgpack_pack_uint64(pk, a->arena);
   }
+  if (a->meta != NULL) {
+    PACK_STR(pk, "meta");
+    PACK_STR(pk, a->meta);
+  }
 }
 
-int opd_publish(opd_client_t *c, uint64_t arena, const char *name) {
+int opd_publish(opd_client_t *c, uint64_t arena, const char *name,
+                const char *meta) {
   int rc = check_usable(c);
   if (rc) return rc;
   if (name == NULL) return fail(OPD_EINVAL, "opd_publish: name is NULL");
-  pub_args_t a = {arena, name, 1};
+  pub_args_t a = {arena, name, 1, meta};
   return call(c, OPD_MSG_PUBLISH, pack_pub, &a, -1, NULL, NULL);
 }
 
@@ -790,19 +810,20 @@ int opd_unpublish(opd_client_t *c, const char *name) {
   int rc = check_usable(c);
   if (rc) return rc;
   if (name == NULL) return fail(OPD_EINVAL, "opd_unpublish: name is NULL");
-  pub_args_t a = {0, name, 0};
+  pub_args_t a = {0, name, 0, NULL};
   return call(c, OPD_MSG_UNPUBLISH, pack_pub, &a, -1, NULL, NULL);
 }
 
 int opd_attach(opd_client_t *c, const char *name, uint64_t *arena,
-               uint64_t *size, char *device, size_t device_cap) {
+               uint64_t *size, char *device, size_t device_cap, char *meta,
+               size_t meta_cap) {
   char *payload = NULL;
   size_t len = 0;
   int rc = check_usable(c);
   if (rc) return rc;
   if (name == NULL || arena == NULL)
     return fail(OPD_EINVAL, "opd_attach: name and arena must not be NULL");
-  pub_args_t a = {0, name, 0};
+  pub_args_t a = {0, name, 0, NULL};
   rc = call(c, OPD_MSG_ATTACH, pack_pub, &a, -1, &payload, &len);
   if (rc != 0) return rc;
   msgpack_zone z;
@@ -817,6 +838,54 @@ int opd_attach(opd_client_t *c, const char *name, uint64_t *arena,
   if (rc == 0 && device && device_cap &&
       opd__mp_str(opd__mp_get(body, "device"), device, device_cap) != 0)
     device[0] = '\0';
+  if (rc == 0 && meta && meta_cap &&
+      opd__mp_str(opd__mp_get(body, "meta"), meta, meta_cap) != 0)
+    meta[0] = '\0';
+  msgpack_zone_destroy(&z);
+  free(payload);
+  return rc;
+}
+
+typedef struct import_args {
+  const void *handle;
+  size_t handle_len;
+  uint64_t offset, size;
+  const char *device;
+} import_args_t;
+
+static void pack_import(msgpack_packer *pk, const void *arg) {
+  const import_args_t *a = arg;
+  msgpack_pack_map(pk, 4);
+  PACK_STR(pk, "handle");
+  msgpack_pack_bin(pk, a->handle_len);
+  msgpack_pack_bin_body(pk, a->handle, a->handle_len);
+  PACK_STR(pk, "offset");
+  msgpack_pack_uint64(pk, a->offset);
+  PACK_STR(pk, "size");
+  msgpack_pack_uint64(pk, a->size);
+  PACK_STR(pk, "device");
+  PACK_STR(pk, a->device);
+}
+
+int opd_import_cuda(opd_client_t *c, const void *handle, size_t handle_len,
+                    uint64_t offset, uint64_t size, const char *device,
+                    uint64_t *arena) {
+  char *payload = NULL;
+  size_t len = 0;
+  int rc = check_usable(c);
+  if (rc) return rc;
+  if (handle == NULL || handle_len != 64 || device == NULL || arena == NULL)
+    return fail(OPD_EINVAL, "opd_import_cuda: a 64-byte handle, a device and "
+                "an arena pointer are required");
+  import_args_t a = {handle, handle_len, offset, size, device};
+  rc = call(c, OPD_MSG_IMPORT, pack_import, &a, -1, &payload, &len);
+  if (rc != 0) return rc;
+  msgpack_zone z;
+  msgpack_object o;
+  msgpack_zone_init(&z, 512);
+  const msgpack_object *body = reply_body(payload, len, &z, &o);
+  if (body == NULL || opd__mp_uint(opd__mp_get(body, "arena"), arena) != 0)
+    rc = fail(OPD_EPROTO, "import: reply without an arena id");
   msgpack_zone_destroy(&z);
   free(payload);
   return rc;

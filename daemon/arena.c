@@ -161,6 +161,44 @@ int opd__arena_alloc_device(opd_session_t *s, int dev, uint64_t size,
   return 0;
 }
 
+/* Imports client device memory by CUDA IPC handle as an arena of s. */
+int opd__arena_import(opd_session_t *s, int dev, const void *handle,
+                      uint64_t offset, uint64_t size, uint64_t *id, char *err,
+                      size_t errlen) {
+  opd_arena_t *a;
+  void *ptr, *token;
+  int rc;
+  if (s->n_arenas >= s->srv->cfg.limits.max_arenas) {
+    snprintf(err, errlen, "session has %u arenas, the limit", s->n_arenas);
+    return OPD_ELIMIT;
+  }
+  if (size == 0) {
+    snprintf(err, errlen, "size must be at least 1 byte");
+    return OPD_EINVAL;
+  }
+  if ((a = calloc(1, sizeof *a)) == NULL) {
+    snprintf(err, errlen, "out of memory");
+    return OPD_ENOMEM;
+  }
+  rc = opd__cuda_import(s->srv, s->id, dev, handle, offset, size, &ptr, &token,
+                        err, errlen);
+  if (rc != 0) {
+    free(a);
+    return rc;
+  }
+  a->id = ++s->srv->next_arena_id;
+  a->base = ptr;
+  a->size = size;
+  a->refs = 1;
+  a->srv = s->srv;
+  a->device = dev;
+  a->import = token;
+  s->arenas[s->n_arenas++] = a;
+  s->srv->arenas++;
+  *id = a->id;
+  return 0;
+}
+
 void opd__arena_unref(opd_arena_t *a) {
   if (--a->refs > 0) return;
   if (a->parent != NULL) { /* an attachment: the memory is the parent's */
@@ -168,8 +206,13 @@ void opd__arena_unref(opd_arena_t *a) {
     free(a);
     return;
   }
-  a->srv->bytes_mapped -= a->size;
   a->srv->arenas--;
+  if (a->import != NULL) { /* the client's own memory */
+    opd__cuda_import_release(a->srv, a->import);
+    free(a);
+    return;
+  }
+  a->srv->bytes_mapped -= a->size;
   if (a->device >= 0) {
     opd__cuda_free(a->srv, a->device, a->base);
     free(a);
@@ -186,7 +229,7 @@ int opd__arena_release(opd_session_t *s, uint64_t id) {
     opd_arena_t *a = s->arenas[i];
     if (a->id != id) continue;
     s->arenas[i] = s->arenas[--s->n_arenas];
-    if (a->parent == NULL) s->bytes_mapped -= a->size;
+    if (a->parent == NULL && a->import == NULL) s->bytes_mapped -= a->size;
     opd__arena_unref(a);
     return 0;
   }
@@ -196,7 +239,7 @@ int opd__arena_release(opd_session_t *s, uint64_t id) {
 void opd__arena_release_all(opd_session_t *s) {
   while (s->n_arenas > 0) {
     opd_arena_t *a = s->arenas[--s->n_arenas];
-    if (a->parent == NULL) s->bytes_mapped -= a->size;
+    if (a->parent == NULL && a->import == NULL) s->bytes_mapped -= a->size;
     opd__arena_unref(a);
   }
 }

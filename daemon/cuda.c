@@ -29,6 +29,7 @@
  * cannot be repaired in-process; see docs/operations.md).
  */
 #include <cublasLt.h>
+#include <cuda.h> /* driver types only: entry points come from the runtime */
 #include <cuda_runtime_api.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -50,8 +51,24 @@ typedef struct cuda_dev {
   int prio_low, prio_high;       /* stream priority range */
 } cuda_dev_t;
 
+/* A client's IPC handle opened for one session. */
+typedef struct ipc_open {
+  uint64_t session;
+  int dev;                       /* our device index */
+  unsigned char handle[64];      /* cudaIpcMemHandle_t */
+  char *base;                    /* where it is mapped here */
+  size_t alloc;                  /* bytes of the allocation */
+  int refs;                      /* arenas using it */
+  struct ipc_open *next;
+} ipc_open_t;
+
+typedef CUresult (*get_range_fn)(CUdeviceptr *base, size_t *size,
+                                 CUdeviceptr ptr);
+
 typedef struct cuda_state {
   cuda_dev_t dev[OPD_MAX_DEVICES];
+  ipc_open_t *ipc;               /* opened client handles */
+  get_range_fn get_range;        /* cuMemGetAddressRange, or NULL */
   uv_async_t async;              /* wakes the loop for completions */
   pthread_mutex_t mu;            /* guards done */
   opd_job_t *done;               /* completed jobs, pushed by CUDA's thread */
@@ -174,6 +191,15 @@ int opd__cuda_init(opd_server_t *srv) {
              st->dev[i].total_mem / 1073741824.0, st->dev[i].cc_major,
              st->dev[i].cc_minor);
   }
+  /* the driver's allocation range, without linking libcuda */
+  void *fn = NULL;
+  enum cudaDriverEntryPointQueryResult q;
+  if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &fn, 12000,
+                                       cudaEnableDefault, &q) == cudaSuccess &&
+      q == cudaDriverEntryPointSuccess)
+    st->get_range = (get_range_fn)fn;
+  else
+    LOG_WARN("cuMemGetAddressRange unavailable: imported sizes unchecked");
   uv_async_init(srv->loop, &st->async, on_async);
   st->async.data = srv;
   uv_unref((uv_handle_t *)&st->async);
@@ -272,6 +298,80 @@ void opd__cuda_free(opd_server_t *srv, int dev, void *ptr) {
   cudaSetDevice(st->dev[dev].index);
   /* every job that used it has completed (the arena's references) */
   cudaFreeAsync(ptr, st->dev[dev].util);
+}
+
+/* ---- client memory by IPC handle ------------------------------------------ */
+
+int opd__cuda_import(opd_server_t *srv, uint64_t session, int dev,
+                     const void *handle, uint64_t offset, uint64_t size,
+                     void **ptr, void **token, char *err, size_t errlen) {
+  cuda_state_t *st = srv->cuda;
+  ipc_open_t *o;
+  if (st == NULL || dev < 0 || dev >= srv->n_devices) {
+    snprintf(err, errlen, "no device cuda:%d", dev);
+    return OPD_EDEVICE;
+  }
+  for (o = st->ipc; o; o = o->next)
+    if (o->session == session && o->dev == dev &&
+        memcmp(o->handle, handle, sizeof o->handle) == 0)
+      break;
+  if (o == NULL) {
+    cudaIpcMemHandle_t h;
+    void *p;
+    memcpy(&h, handle, sizeof h);
+    CU(cudaSetDevice(st->dev[dev].index), err, errlen);
+    cudaError_t e = cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess);
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      snprintf(err, errlen, "the IPC handle does not open on cuda:%d: %s", dev,
+               cudaGetErrorString(e));
+      return OPD_EINVAL;
+    }
+    size_t alloc = SIZE_MAX;
+    CUdeviceptr base;
+    if (st->get_range != NULL &&
+        st->get_range(&base, &alloc, (CUdeviceptr)p) == CUDA_SUCCESS)
+      alloc -= (size_t)((CUdeviceptr)p - base);
+    if ((o = calloc(1, sizeof *o)) == NULL) {
+      cudaIpcCloseMemHandle(p);
+      snprintf(err, errlen, "out of memory");
+      return OPD_ENOMEM;
+    }
+    o->session = session;
+    o->dev = dev;
+    memcpy(o->handle, handle, sizeof o->handle);
+    o->base = p;
+    o->alloc = alloc;
+    o->next = st->ipc;
+    st->ipc = o;
+  }
+  uint64_t end;
+  if (__builtin_add_overflow(offset, size, &end) || end > o->alloc) {
+    snprintf(err, errlen, "bytes [%llu, %llu+%llu) lie outside the shared "
+             "allocation of %zu bytes", (unsigned long long)offset,
+             (unsigned long long)offset, (unsigned long long)size, o->alloc);
+    if (o->refs == 0) {
+      o->refs = 1;
+      opd__cuda_import_release(srv, o); /* closes the handle again */
+    }
+    return OPD_EBOUNDS;
+  }
+  o->refs++;
+  *ptr = o->base + offset;
+  *token = o;
+  return 0;
+}
+
+void opd__cuda_import_release(opd_server_t *srv, void *token) {
+  cuda_state_t *st = srv->cuda;
+  ipc_open_t *o = token, **pp;
+  if (--o->refs > 0) return;
+  for (pp = &st->ipc; *pp != o; pp = &(*pp)->next) {
+  }
+  *pp = o->next;
+  cudaSetDevice(st->dev[o->dev].index);
+  cudaIpcCloseMemHandle(o->base);
+  free(o);
 }
 
 /* ---- kernels and jobs ---------------------------------------------------- */

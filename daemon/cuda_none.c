@@ -58,3 +58,17 @@ int opd__cuda_job_launch(opd_job_t *job) {
 }
 
 void opd__cuda_session_release(opd_session_t *s) { (void)s; }
+
+int opd__cuda_import(opd_server_t *srv, uint64_t session, int dev,
+                     const void *handle, uint64_t offset, uint64_t size,
+                     void **ptr, void **token, char *err, size_t errlen) {
+  (void)srv, (void)session, (void)handle, (void)offset, (void)size;
+  (void)ptr, (void)token;
+  snprintf(err, errlen, "no device cuda:%d: this opd was built without CUDA",
+           dev);
+  return OPD_EDEVICE;
+}
+
+void opd__cuda_import_release(opd_server_t *srv, void *token) {
+  (void)srv, (void)token;
+}

@@ -175,11 +175,21 @@ static void handle_publish(opd_session_t *s, uint64_t id, int type,
                      what);
     return;
   }
+  char meta[256] = "";
+  const msgpack_object *mo = opd__mp_get(body, "meta");
+  if (mo != NULL && opd__mp_str(mo, meta, sizeof meta) != 0) {
+    opd__reply_error(s, id, OPD_EINVAL,
+                     "%s: \"meta\" must be a string of at most 255 bytes",
+                     what);
+    return;
+  }
   opd_arena_t *a = NULL;
-  int rc = type == OPD_MSG_PUBLISH ? opd__publish(s, arena, name, err, sizeof err)
+  const char *ameta = "";
+  int rc = type == OPD_MSG_PUBLISH
+               ? opd__publish(s, arena, name, meta, err, sizeof err)
            : type == OPD_MSG_UNPUBLISH
                ? opd__unpublish(s, name, err, sizeof err)
-               : opd__attach(s, name, &a, err, sizeof err);
+               : opd__attach(s, name, &a, &ameta, err, sizeof err);
   if (rc != 0) {
     opd__reply_error(s, id, rc, "%s: %s", what, err);
     return;
@@ -192,13 +202,49 @@ static void handle_publish(opd_session_t *s, uint64_t id, int type,
   int n = a->device < 0 ? snprintf(dev, sizeof dev, "cpu")
                         : snprintf(dev, sizeof dev, "cuda:%d", a->device);
   msgpack_packer *pk = scratch(s->srv);
-  msgpack_pack_map(pk, 3);
+  msgpack_pack_map(pk, 4);
+  PACK_STR(pk, "meta");
+  PACK_STR(pk, ameta);
   PACK_STR(pk, "arena");
   msgpack_pack_uint64(pk, a->id);
   PACK_STR(pk, "size");
   msgpack_pack_uint64(pk, a->size);
   PACK_STR(pk, "device");
   msgpack_pack_str_with_body(pk, dev, (size_t)n);
+  reply_scratch(s, id);
+}
+
+static void handle_import(opd_session_t *s, uint64_t id,
+                          const msgpack_object *body) {
+  const msgpack_object *h = opd__mp_get(body, "handle");
+  char dev[OPD_MAX_NAME], err[300];
+  uint64_t offset, size, arena;
+  int req;
+  if (h == NULL || h->type != MSGPACK_OBJECT_BIN || h->via.bin.size != 64 ||
+      opd__mp_uint(opd__mp_get(body, "offset"), &offset) != 0 ||
+      opd__mp_uint(opd__mp_get(body, "size"), &size) != 0 ||
+      opd__mp_str(opd__mp_get(body, "device"), dev, sizeof dev) != 0) {
+    opd__reply_error(s, id, OPD_EPROTO,
+                     "import: \"handle\" (64 bytes of bin), \"offset\", "
+                     "\"size\" (unsigned) and \"device\" are required");
+    return;
+  }
+  int rc = opd__device_parse(s->srv, dev, &req, err, sizeof err);
+  if (rc == 0 && req < 0) {
+    rc = OPD_EDEVICE;
+    snprintf(err, sizeof err, "device \"%s\" is not a cuda device", dev);
+  }
+  if (rc == 0)
+    rc = opd__arena_import(s, req, h->via.bin.ptr, offset, size, &arena, err,
+                           sizeof err);
+  if (rc != 0) {
+    opd__reply_error(s, id, rc, "import: %s", err);
+    return;
+  }
+  msgpack_packer *pk = scratch(s->srv);
+  msgpack_pack_map(pk, 1);
+  PACK_STR(pk, "arena");
+  msgpack_pack_uint64(pk, arena);
   reply_scratch(s, id);
 }
 
@@ -278,6 +324,7 @@ void opd__handle(opd_session_t *s, const msgpack_object *req) {
     case OPD_MSG_PUBLISH:
     case OPD_MSG_ATTACH:
     case OPD_MSG_UNPUBLISH: handle_publish(s, id, (int)type, body); break;
+    case OPD_MSG_IMPORT: handle_import(s, id, body); break;
     case OPD_MSG_RUN: opd__run_request(s, id, body, 0); break;
     case OPD_MSG_INFER: opd__run_request(s, id, body, 1); break;
     case OPD_MSG_OPS:

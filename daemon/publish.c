@@ -32,8 +32,8 @@ static void drop(opd_server_t *srv, opd_pub_t *p) {
   *p = srv->pubs[--srv->n_pubs];
 }
 
-int opd__publish(opd_session_t *s, uint64_t arena, const char *name, char *err,
-                 size_t errlen) {
+int opd__publish(opd_session_t *s, uint64_t arena, const char *name,
+                 const char *meta, char *err, size_t errlen) {
   opd_server_t *srv = s->srv;
   opd_arena_t *a = opd__arena_find(s, arena);
   if (name[0] == '\0') {
@@ -49,6 +49,12 @@ int opd__publish(opd_session_t *s, uint64_t arena, const char *name, char *err,
     snprintf(err, errlen, "arena %llu is itself an attachment; publish the "
              "original", (unsigned long long)arena);
     return OPD_EREADONLY;
+  }
+  if (a->import != NULL) {
+    snprintf(err, errlen, "arena %llu is client memory imported by IPC; "
+             "publish daemon-owned memory (alloc) instead",
+             (unsigned long long)arena);
+    return OPD_EINVAL;
   }
   if (find(srv, name) != NULL) {
     snprintf(err, errlen, "\"%s\" is already published", name);
@@ -70,6 +76,7 @@ int opd__publish(opd_session_t *s, uint64_t arena, const char *name, char *err,
   }
   opd_pub_t *p = &srv->pubs[srv->n_pubs++];
   snprintf(p->name, sizeof p->name, "%s", name);
+  snprintf(p->meta, sizeof p->meta, "%s", meta ? meta : "");
   p->arena = a;
   p->owner = s->id;
   a->refs++;
@@ -96,7 +103,7 @@ int opd__unpublish(opd_session_t *s, const char *name, char *err,
 }
 
 int opd__attach(opd_session_t *s, const char *name, opd_arena_t **out,
-                char *err, size_t errlen) {
+                const char **meta, char *err, size_t errlen) {
   opd_server_t *srv = s->srv;
   opd_pub_t *p = find(srv, name);
   if (p == NULL) {
@@ -121,6 +128,7 @@ int opd__attach(opd_session_t *s, const char *name, opd_arena_t **out,
   p->arena->refs++;
   s->arenas[s->n_arenas++] = a;
   *out = a;
+  *meta = p->meta;
   return 0;
 }
 

@@ -60,6 +60,8 @@ typedef struct opd_arena {
   int readonly;                  /* an attachment: outputs refused */
   struct opd_arena *parent;      /* an attachment's published arena (a
                                     reference held); NULL otherwise */
+  void *import;                  /* imported client memory: the backend's
+                                    record of the opened IPC handle */
   int refs;                      /* table + jobs */
   struct opd_server *srv;
 } opd_arena_t;
@@ -67,6 +69,7 @@ typedef struct opd_arena {
 /* A name under which a session published one of its arenas. */
 typedef struct opd_pub {
   char name[OPD_MAX_NAME];
+  char meta[256];                /* opaque, for attachers */
   opd_arena_t *arena;            /* a reference held */
   uint64_t owner;                /* publishing session's id */
 } opd_pub_t;
@@ -198,14 +201,17 @@ int opd__arena_register(opd_session_t *s, int fd, uint64_t size,
 int opd__arena_release(opd_session_t *s, uint64_t id);
 int opd__arena_alloc_device(opd_session_t *s, int dev, uint64_t size,
                             uint64_t *id, char *err, size_t errlen);
+int opd__arena_import(opd_session_t *s, int dev, const void *handle,
+                      uint64_t offset, uint64_t size, uint64_t *id, char *err,
+                      size_t errlen);
 opd_arena_t *opd__arena_find(opd_session_t *s, uint64_t id);
 /* publish.c */
-int opd__publish(opd_session_t *s, uint64_t arena, const char *name, char *err,
-                 size_t errlen);
+int opd__publish(opd_session_t *s, uint64_t arena, const char *name,
+                 const char *meta, char *err, size_t errlen);
 int opd__unpublish(opd_session_t *s, const char *name, char *err,
                    size_t errlen);
 int opd__attach(opd_session_t *s, const char *name, opd_arena_t **out,
-                char *err, size_t errlen);
+                const char **meta, char *err, size_t errlen);
 void opd__unpublish_all(opd_session_t *s);
 void opd__publish_free(opd_server_t *srv);
 void opd__arena_unref(opd_arena_t *a);
@@ -225,6 +231,13 @@ void opd__cuda_host_unregister(opd_arena_t *a);
 int opd__cuda_alloc(opd_server_t *srv, int dev, uint64_t size, void **ptr,
                     char *err, size_t errlen);
 void opd__cuda_free(opd_server_t *srv, int dev, void *ptr);
+/* Opens (once per session) the client's CUDA IPC handle (64 bytes) on dev
+ * and checks [offset, offset+size) against the allocation. *ptr is the
+ * device address of offset, *token the record to release. */
+int opd__cuda_import(opd_server_t *srv, uint64_t session, int dev,
+                     const void *handle, uint64_t offset, uint64_t size,
+                     void **ptr, void **token, char *err, size_t errlen);
+void opd__cuda_import_release(opd_server_t *srv, void *token);
 /* The CUDA kernel of op for dtype, or NULL with err set. */
 const void *opd__cuda_kernel(const char *op, int dtype, char *err,
                              size_t errlen);

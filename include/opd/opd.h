@@ -133,9 +133,11 @@ int opd_alloc(opd_client_t *c, const char *device, uint64_t size,
  * (at most 63 bytes) so that other connections can attach it read-only —
  * e.g. model weights loaded once and used by every worker. The name lasts
  * until opd_unpublish or until this connection closes; the memory lasts
- * while any attachment does. Returns 0, OPD_EARENA, OPD_EINVAL (name taken
- * or empty) or OPD_ELIMIT. */
-int opd_publish(opd_client_t *c, uint64_t arena, const char *name);
+ * while any attachment does. `meta` (NULL, or at most 255 bytes) is handed
+ * to attachers as is (e.g. the tensor's dtype, shape and offset). Returns
+ * 0, OPD_EARENA, OPD_EINVAL (name taken or empty) or OPD_ELIMIT. */
+int opd_publish(opd_client_t *c, uint64_t arena, const char *name,
+                const char *meta);
 int opd_unpublish(opd_client_t *c, const char *name);
 
 /* Attaches a published arena: *arena is a read-only arena id of this
@@ -144,7 +146,21 @@ int opd_unpublish(opd_client_t *c, const char *name);
  * it with opd_arena_release. Returns 0 or OPD_ENOENT (nothing published
  * under that name). */
 int opd_attach(opd_client_t *c, const char *name, uint64_t *arena,
-               uint64_t *size, char *device, size_t device_cap);
+               uint64_t *size, char *device, size_t device_cap, char *meta,
+               size_t meta_cap);
+
+/* Imports the caller's own device memory (e.g. a torch CUDA tensor's
+ * storage) by its legacy CUDA IPC handle (a cudaIpcMemHandle_t, 64 bytes):
+ * *arena then names bytes [offset, offset+size) of that allocation,
+ * writable, on `device` ("cuda:N"). The daemon opens each handle once per
+ * connection, checks the range against the real allocation, and closes the
+ * handle when its last arena is released or the connection ends. Returns
+ * 0, OPD_EINVAL (the handle does not open), OPD_EBOUNDS (the range exceeds
+ * the allocation) or OPD_EDEVICE. See docs/gpu.md for why the export
+ * direction will use CUDA VMM file descriptors instead. */
+int opd_import_cuda(opd_client_t *c, const void *handle, size_t handle_len,
+                    uint64_t offset, uint64_t size, const char *device,
+                    uint64_t *arena);
 
 /* ---- running operators ------------------------------------------------- */
 

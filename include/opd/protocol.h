@@ -59,16 +59,25 @@
  *                   uint}: device memory owned by the daemon, used in
  *                   tensors like a host arena (its id), released with
  *                   ARENA_RELEASE or with the session. Zero-filled.
- *   PUBLISH         {"arena": uint, "name": str} -> {}: other sessions may
- *                   attach the arena (host or device) by name, read-only.
+ *   PUBLISH         {"arena": uint, "name": str, "meta"?: str} -> {}: other
+ *                   sessions may attach the arena (host or device) by name,
+ *                   read-only. "meta" (at most 255 bytes, opaque to the
+ *                   daemon) is handed to attachers: e.g. dtype and shape.
  *   ATTACH          {"name": str} -> {"arena": uint, "size": uint,
- *                   "device": "cpu" | "cuda:N"}: a read-only arena of this
+ *                   "device": "cpu" | "cuda:N", "meta": str}: a read-only arena of this
  *                   session on the published memory; outputs in it are
  *                   refused (OPD_EREADONLY). OPD_ENOENT if nothing is
  *                   published under the name.
  *   UNPUBLISH       {"name": str} -> {}: by the publishing session. The
  *                   name also ends with that session; the memory lives
  *                   until the last attachment is released.
+ *   IMPORT          {"handle": bin (a 64-byte cudaIpcMemHandle_t), "offset":
+ *                   uint, "size": uint, "device": "cuda:N"} -> {"arena":
+ *                   uint}: the client's own device memory (e.g. a torch
+ *                   CUDA tensor's storage) as a writable arena. The daemon
+ *                   opens each handle once per session (closed with the
+ *                   session) and checks [offset, offset+size) against the
+ *                   real allocation.
  *
  * Framing errors (length over max_frame, payload that is not msgpack, counts
  * larger than the bytes left, nesting deeper than OPD_MAX_DEPTH, a payload
@@ -109,7 +118,8 @@
   X(ALLOC, 10, "alloc")                    \
   X(PUBLISH, 11, "publish")                \
   X(ATTACH, 12, "attach")                  \
-  X(UNPUBLISH, 13, "unpublish")
+  X(UNPUBLISH, 13, "unpublish")            \
+  X(IMPORT, 14, "import")
 
 typedef enum {
 #define X(name, val, str) OPD_MSG_##name = val,

@@ -217,10 +217,10 @@ int main(int argc, char **argv) {
     rc |= opd_alloc(c, "cuda", 4096, &wa);
     opd_tensor_init(&dw, wa, 0, OPD_DTYPE_FLOAT32, 1, &n);
     rc |= opd_run_on(c, "cuda", "copy", &hw, 1, &dw, 1, NULL, 0);
-    rc |= opd_publish(c, wa, "weights");
+    rc |= opd_publish(c, wa, "weights", NULL);
     uint64_t att, sz, bh, bd;
     char devname[16] = "";
-    rc |= opd_attach(b, "weights", &att, &sz, devname, sizeof devname);
+    rc |= opd_attach(b, "weights", &att, &sz, devname, sizeof devname, NULL, 0);
     CHECK(rc == 0 && strcmp(devname, "cuda:0") == 0,
           "device weights published and attached: %s (%s)",
           rc ? opd_last_error() : "ok", devname);

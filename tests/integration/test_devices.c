@@ -39,6 +39,11 @@ Test(devices, cuda_requests_without_a_gpu_are_refused_clearly) {
              "alloc: device \"cuda\" is not available");
   EXPECT_ERR(opd_alloc(c, "cpu", 1024, &dev), OPD_EDEVICE,
              "is not a cuda device");
+  unsigned char handle[64] = {0};
+  EXPECT_ERR(opd_import_cuda(c, handle, 64, 0, 4096, "cuda:0", &dev), OPD_EDEVICE,
+             "import: device \"cuda:0\" is not available");
+  EXPECT_ERR(opd_import_cuda(c, handle, 32, 0, 4096, "cuda:0", &dev), OPD_EINVAL,
+             "64-byte handle");
   th_assert_alive();
   opd_close(c);
 }

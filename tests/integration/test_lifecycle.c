@@ -85,8 +85,10 @@ Test(lifecycle, sigterm_finishes_running_work_then_says_goodbye) {
   cr_assert(rc == OPD_ESHUTDOWN || rc == 0, "queued run: %s (%s)",
             opd_errname(rc), opd_last_error());
   rc = opd_ping(c);
-  cr_assert(rc == OPD_ESHUTDOWN || rc == OPD_ECLOSED, "after goodbye: %s",
-            opd_errname(rc));
+  cr_assert(rc == OPD_ESHUTDOWN, "after the goodbye: %s (%s)", opd_errname(rc),
+            opd_last_error());
+  cr_assert(strstr(opd_last_error(), "shutting down") != NULL, "%s",
+            opd_last_error());
   opd_close(c);
   th_stop(); /* asserts exit 0 and the socket file removed */
 }

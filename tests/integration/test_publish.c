@@ -25,7 +25,8 @@ static opd_client_t *publisher(uint64_t *arena) {
   *arena = th_arena(a, 4096, &base);
   float *w = base;
   for (int i = 0; i < 4; i++) w[i] = (float)(i + 1);
-  cr_assert_eq(opd_publish(a, *arena, "w"), 0, "%s", opd_last_error());
+  cr_assert_eq(opd_publish(a, *arena, "w", "float32 [4] @0"), 0, "%s",
+               opd_last_error());
   return a;
 }
 
@@ -33,9 +34,10 @@ Test(publish, attach_and_use_read_only) {
   uint64_t pa;
   opd_client_t *a = publisher(&pa), *b = th_connect();
   uint64_t wa, size;
-  char dev[16];
-  cr_assert_eq(opd_attach(b, "w", &wa, &size, dev, sizeof dev), 0, "%s",
-               opd_last_error());
+  char dev[16], meta[64];
+  cr_assert_eq(opd_attach(b, "w", &wa, &size, dev, sizeof dev, meta, sizeof meta),
+               0, "%s", opd_last_error());
+  cr_assert_str_eq(meta, "float32 [4] @0", "the publisher's meta comes along");
   cr_assert_eq(size, 4096);
   cr_assert_str_eq(dev, "cpu");
   cr_assert_neq(wa, pa, "the attachment has its own id");
@@ -56,7 +58,7 @@ Test(publish, attach_and_use_read_only) {
   EXPECT_ERR(opd_run(b, "relu", &in[0], 1, &into_w, 1, NULL, 0), OPD_EREADONLY,
              "attached read-only");
   /* an attachment cannot be republished */
-  EXPECT_ERR(opd_publish(b, wa, "w2"), OPD_EREADONLY, "attachment");
+  EXPECT_ERR(opd_publish(b, wa, "w2", NULL), OPD_EREADONLY, "attachment");
   cr_assert_eq(opd_arena_release(b, wa), 0);
   opd_close(b);
   opd_close(a);
@@ -66,15 +68,15 @@ Test(publish, names_and_errors) {
   uint64_t pa;
   opd_client_t *a = publisher(&pa), *b = th_connect();
   uint64_t wa;
-  EXPECT_ERR(opd_attach(b, "nope", &wa, NULL, NULL, 0), OPD_ENOENT,
+  EXPECT_ERR(opd_attach(b, "nope", &wa, NULL, NULL, 0, NULL, 0), OPD_ENOENT,
              "attach: nothing is published as \"nope\"");
-  EXPECT_ERR(opd_publish(a, pa, "w"), OPD_EINVAL, "\"w\" is already published");
-  EXPECT_ERR(opd_publish(a, 999999, "x"), OPD_EARENA, "unknown arena 999999");
-  EXPECT_ERR(opd_publish(a, pa, ""), OPD_EINVAL, "the name is empty");
+  EXPECT_ERR(opd_publish(a, pa, "w", NULL), OPD_EINVAL, "\"w\" is already published");
+  EXPECT_ERR(opd_publish(a, 999999, "x", NULL), OPD_EARENA, "unknown arena 999999");
+  EXPECT_ERR(opd_publish(a, pa, "", NULL), OPD_EINVAL, "the name is empty");
   EXPECT_ERR(opd_unpublish(b, "w"), OPD_EINVAL, "published by another session");
   cr_assert_eq(th_stat("published"), 1);
   cr_assert_eq(opd_unpublish(a, "w"), 0, "%s", opd_last_error());
-  EXPECT_ERR(opd_attach(b, "w", &wa, NULL, NULL, 0), OPD_ENOENT, "nothing");
+  EXPECT_ERR(opd_attach(b, "w", &wa, NULL, NULL, 0, NULL, 0), OPD_ENOENT, "nothing");
   cr_assert_eq(th_stat("published"), 0);
   th_assert_alive();
   opd_close(b);
@@ -85,10 +87,10 @@ Test(publish, memory_outlives_the_publisher_while_attached) {
   uint64_t pa;
   opd_client_t *a = publisher(&pa), *b = th_connect(), *c = th_connect();
   uint64_t wa;
-  cr_assert_eq(opd_attach(b, "w", &wa, NULL, NULL, 0), 0);
+  cr_assert_eq(opd_attach(b, "w", &wa, NULL, NULL, 0, NULL, 0), 0);
   opd_close(a); /* the name ends with its session... */
   cr_assert_eq(th_wait_stat("published", 0, 2000), 0);
-  EXPECT_ERR(opd_attach(c, "w", &wa, NULL, NULL, 0), OPD_ENOENT, "nothing");
+  EXPECT_ERR(opd_attach(c, "w", &wa, NULL, NULL, 0, NULL, 0), OPD_ENOENT, "nothing");
   /* ...but b's attachment still reads the weights */
   void *base;
   uint64_t xa = th_arena(b, 4096, &base);
