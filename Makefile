@@ -214,6 +214,11 @@ $(B)/tests/%_gpu: tests/gpu/%_gpu.c $(B)/libopd.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) $< -o $@ $(LDFLAGS) $(B)/libopd.a $(CLIENT_LIBS) -lm
 
+# GPU machine: a CUDA client importing its own memory (needs nvcc)
+$(B)/tests/ipc_gpu: tests/gpu/ipc_gpu.cu $(B)/libopd.a
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) $(if $(DEPS),-I$(DEPS)/include) $< -o $@ $(B)/libopd.a $(CLIENT_LIBS)
+
 $(B)/tests/integration: $(INTEG_OBJ) $(B)/libopd.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $^ -o $@ -lcriterion $(CLIENT_LIBS) -lm

@@ -17,7 +17,8 @@ status=0
 echo "== machine"; nvidia-smi -L; nvcc --version | tail -n 1; gcc --version | head -n 1
 echo "== build"
 make -j"$(nproc)" CUDA=1 BLAS=0 $deps build/opd build/opctl build/tests/daemon_gpu \
-  build/tests/poison_gpu build/tests/gpu_kernels >"$out/build.log" 2>&1 &&
+  build/tests/poison_gpu build/tests/ipc_gpu build/tests/gpu_kernels build/libopd.so \
+  >"$out/build.log" 2>&1 &&
 make -j"$(nproc)" CUDA=1 BLAS=0 TEST_OPS=1 B=build-test $deps build-test/opd \
   >>"$out/build.log" 2>&1 || { tail -n 40 "$out/build.log"; exit 1; }
 grep -E "warning" "$out/build.log" | head -n 5
@@ -36,6 +37,18 @@ pid=$!
 for _ in $(seq 1 100); do build/opctl --socket "$sock" ping -c 1 >/dev/null 2>&1 && break; sleep 0.1; done
 timeout 120 build/tests/daemon_gpu "$sock" >"$out/daemon_gpu.txt" 2>&1 || status=1
 cat "$out/daemon_gpu.txt" | grep -v "^# stats"
+echo "== CUDA IPC import"
+timeout 60 build/tests/ipc_gpu "$sock" 2>&1 | tee "$out/ipc_gpu.txt" || status=1
+if [ -n "${PYTEST_GPU:-}" ]; then
+  echo "== python GPU tests (torch)"
+  OPD_SOCKET=$sock OPD_LIB=$PWD/build/libopd.so PYTHONPATH=$PWD/python \
+    timeout 300 python3 -m pytest -q -p no:cacheprovider tests/python 2>&1 | tail -n 25 | tee "$out/pytest_gpu.txt"
+fi
+if [ -n "${BENCH_GPU_PY:-}" ]; then
+  echo "== python GPU benchmark"
+  OPD_SOCKET=$sock OPD_LIB=$PWD/build/libopd.so PYTHONPATH=$PWD/python PYTHONUNBUFFERED=1 \
+    timeout 300 python3 bench/bench_gpu.py 2>&1 | tee "$out/bench_gpu.txt"
+fi
 build/opctl --socket "$sock" stats | head -n 12
 kill -TERM "$pid"; wait "$pid"; echo "opd exit status $?"
 tail -n 3 "$out/opd.log"
@@ -53,5 +66,7 @@ if [ $bench = 1 ]; then
   echo "== kernel benchmarks"
   timeout 200 build/tests/gpu_kernels --bench >"$out/gpu_bench.txt" 2>&1 || status=1
   cat "$out/gpu_bench.txt" | tail -n 60
+  echo "== torch's own kernels, same shapes, same run"
+  timeout 120 python3 bench/bench_torch_kernels.py 2>&1 | tee "$out/torch_bench.txt"
 fi
 exit $status
