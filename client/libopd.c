@@ -647,6 +647,25 @@ int opd_server_info(opd_client_t *c, char **json, size_t *len) {
 
 /* ---- arenas --------------------------------------------------------------- */
 
+/* A request whose reply is {"arena": id}: register, alloc, import. */
+static int call_for_arena(opd_client_t *c, int type,
+                          void (*pack)(msgpack_packer *, const void *),
+                          const void *arg, int pass_fd, uint64_t *arena) {
+  char *payload = NULL;
+  size_t len = 0;
+  int rc = call(c, type, pack, arg, pass_fd, &payload, &len);
+  if (rc != 0) return rc;
+  msgpack_zone z;
+  msgpack_object o;
+  msgpack_zone_init(&z, 512);
+  const msgpack_object *body = reply_body(payload, len, &z, &o);
+  if (body == NULL || opd__mp_uint(opd__mp_get(body, "arena"), arena) != 0)
+    rc = fail(OPD_EPROTO, "%s: reply without an arena id", opd__msg_name(type));
+  msgpack_zone_destroy(&z);
+  free(payload);
+  return rc;
+}
+
 static void pack_register(msgpack_packer *pk, const void *arg) {
   msgpack_pack_map(pk, 1);
   PACK_STR(pk, "size");
@@ -655,23 +674,11 @@ static void pack_register(msgpack_packer *pk, const void *arg) {
 
 int opd_arena_register_fd(opd_client_t *c, int fd, uint64_t size,
                           uint64_t *arena) {
-  char *payload = NULL;
-  size_t len = 0;
   int rc = check_usable(c);
   if (rc) return rc;
   if (arena == NULL) return fail(OPD_EINVAL, "arena is NULL");
-  rc = call(c, OPD_MSG_ARENA_REGISTER, pack_register, &size, fd, &payload,
-            &len);
-  if (rc != 0) return rc;
-  msgpack_zone z;
-  msgpack_object o;
-  msgpack_zone_init(&z, 512);
-  const msgpack_object *body = reply_body(payload, len, &z, &o);
-  if (body == NULL || opd__mp_uint(opd__mp_get(body, "arena"), arena) != 0)
-    rc = fail(OPD_EPROTO, "arena_register: reply without an arena id");
-  msgpack_zone_destroy(&z);
-  free(payload);
-  return rc;
+  return call_for_arena(c, OPD_MSG_ARENA_REGISTER, pack_register, &size, fd,
+                        arena);
 }
 
 int opd_arena_create(opd_client_t *c, uint64_t size, uint64_t *arena,
@@ -755,24 +762,12 @@ static void pack_alloc(msgpack_packer *pk, const void *arg) {
 
 int opd_alloc(opd_client_t *c, const char *device, uint64_t size,
               uint64_t *arena) {
-  char *payload = NULL;
-  size_t len = 0;
   int rc = check_usable(c);
   if (rc) return rc;
   if (device == NULL || arena == NULL)
     return fail(OPD_EINVAL, "opd_alloc: device and arena must not be NULL");
   alloc_args_t a = {device, size};
-  rc = call(c, OPD_MSG_ALLOC, pack_alloc, &a, -1, &payload, &len);
-  if (rc != 0) return rc;
-  msgpack_zone z;
-  msgpack_object o;
-  msgpack_zone_init(&z, 512);
-  const msgpack_object *body = reply_body(payload, len, &z, &o);
-  if (body == NULL || opd__mp_uint(opd__mp_get(body, "arena"), arena) != 0)
-    rc = fail(OPD_EPROTO, "alloc: reply without an arena id");
-  msgpack_zone_destroy(&z);
-  free(payload);
-  return rc;
+  return call_for_arena(c, OPD_MSG_ALLOC, pack_alloc, &a, -1, arena);
 }
 
 typedef struct pub_args {
@@ -870,25 +865,13 @@ static void pack_import(msgpack_packer *pk, const void *arg) {
 int opd_import_cuda(opd_client_t *c, const void *handle, size_t handle_len,
                     uint64_t offset, uint64_t size, const char *device,
                     uint64_t *arena) {
-  char *payload = NULL;
-  size_t len = 0;
   int rc = check_usable(c);
   if (rc) return rc;
   if (handle == NULL || handle_len != 64 || device == NULL || arena == NULL)
     return fail(OPD_EINVAL, "opd_import_cuda: a 64-byte handle, a device and "
                 "an arena pointer are required");
   import_args_t a = {handle, handle_len, offset, size, device};
-  rc = call(c, OPD_MSG_IMPORT, pack_import, &a, -1, &payload, &len);
-  if (rc != 0) return rc;
-  msgpack_zone z;
-  msgpack_object o;
-  msgpack_zone_init(&z, 512);
-  const msgpack_object *body = reply_body(payload, len, &z, &o);
-  if (body == NULL || opd__mp_uint(opd__mp_get(body, "arena"), arena) != 0)
-    rc = fail(OPD_EPROTO, "import: reply without an arena id");
-  msgpack_zone_destroy(&z);
-  free(payload);
-  return rc;
+  return call_for_arena(c, OPD_MSG_IMPORT, pack_import, &a, -1, arena);
 }
 
 static void pack_release(msgpack_packer *pk, const void *arg) {
