@@ -217,7 +217,7 @@ $(B)/tests/%_gpu: tests/gpu/%_gpu.c $(B)/libopd.a
 # GPU machine: a CUDA client importing its own memory (needs nvcc)
 $(B)/tests/ipc_gpu: tests/gpu/ipc_gpu.cu $(B)/libopd.a
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) $(if $(DEPS),-I$(DEPS)/include) $< -o $@ $(B)/libopd.a $(CLIENT_LIBS)
+	$(NVCC) $(NVCCFLAGS) $(if $(DEPS),-I$(DEPS)/include) $< -o $@ $(B)/libopd.a $(CLIENT_LIBS) -lcuda
 
 $(B)/tests/integration: $(INTEG_OBJ) $(B)/libopd.a
 	@mkdir -p $(dir $@)

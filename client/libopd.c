@@ -38,6 +38,7 @@ typedef struct slot {
   char *msg;                     /* error message (malloc) */
   char *payload;                 /* whole reply payload (malloc) */
   size_t payload_len;
+  int fd;                        /* passed with the reply, or -1 */
 } slot_t;
 
 typedef struct carena {
@@ -64,6 +65,8 @@ struct opd_client {
   size_t n_pending;              /* slots not done */
   unsigned char *rbuf;           /* owned by the reading thread */
   size_t rlen, rcap;
+  int rfds[8];                   /* fds received, not yet claimed (mu) */
+  int n_rfds;
   msgpack_zone zone;             /* under mu */
   uint32_t max_frame;
   uint32_t max_inflight;
@@ -185,6 +188,7 @@ static slot_t *slot_find(opd_client_t *c, uint64_t id) {
 static void slot_remove(opd_client_t *c, slot_t *s) {
   free(s->msg);
   free(s->payload);
+  if (s->fd >= 0) close(s->fd);
   *s = c->slots[--c->n_slots];
 }
 
@@ -197,7 +201,7 @@ static int slot_add(opd_client_t *c, uint64_t id, int want_body) {
     c->slots = ns;
     c->cap_slots = cap;
   }
-  c->slots[c->n_slots++] = (slot_t){.id = id, .want_body = want_body};
+  c->slots[c->n_slots++] = (slot_t){.id = id, .want_body = want_body, .fd = -1};
   c->n_pending++;
   return 0;
 }
@@ -249,6 +253,14 @@ static void deliver(opd_client_t *c, const unsigned char *p, uint32_t len) {
         s->payload_len = len;
       }
     }
+    const msgpack_object *has_fd = opd__mp_get(&f[3], "fd");
+    if (has_fd != NULL && has_fd->type == MSGPACK_OBJECT_BOOLEAN &&
+        has_fd->via.boolean && c->n_rfds > 0) {
+      int fd = c->rfds[0];
+      memmove(c->rfds, c->rfds + 1, (size_t)--c->n_rfds * sizeof(int));
+      if (s != NULL && s->fd < 0) s->fd = fd;
+      else close(fd);
+    }
   }
   msgpack_zone_clear(&c->zone);
 }
@@ -275,11 +287,31 @@ static int read_some(opd_client_t *c, int timeout_ms) {
     while (r < 0 && errno == EINTR);
     if (r == 0) return OPD_ETIMEDOUT;
   }
+  union {
+    char b[CMSG_SPACE(sizeof(int) * 8)];
+    struct cmsghdr align;
+  } cbuf;
+  struct iovec iov = {c->rbuf + c->rlen, c->rcap - c->rlen};
+  struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1,
+                       .msg_control = cbuf.b, .msg_controllen = sizeof cbuf.b};
   ssize_t n;
-  do n = recv(c->fd, c->rbuf + c->rlen, c->rcap - c->rlen, 0);
+  do n = recvmsg(c->fd, &msg, MSG_CMSG_CLOEXEC);
   while (n < 0 && errno == EINTR);
-  if (n == 0) return OPD_ECLOSED;
   if (n < 0) return OPD_EIO;
+  /* fds the daemon passed (export replies): kept in arrival order */
+  for (struct cmsghdr *cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm)) {
+    if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS) continue;
+    int nf = (int)((cm->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+    for (int i = 0; i < nf; i++) {
+      int fd;
+      memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof fd);
+      pthread_mutex_lock(&c->mu);
+      if (c->n_rfds < 8) c->rfds[c->n_rfds++] = fd;
+      else close(fd);
+      pthread_mutex_unlock(&c->mu);
+    }
+  }
+  if (n == 0) return OPD_ECLOSED;
   c->rlen += (size_t)n;
   return 0;
 }
@@ -447,7 +479,7 @@ static int submit_frame(opd_client_t *c, fbuf_t *b, uint64_t id, int want_body,
 /* Waits for request id; on success with a body, *payload (malloc) is the
  * whole reply payload. */
 static int wait_reply(opd_client_t *c, uint64_t id, int timeout_ms,
-                      char **payload, size_t *len) {
+                      char **payload, size_t *len, int *fd) {
   int64_t deadline = timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
   pthread_mutex_lock(&c->mu);
   slot_t *s = slot_find(c, id);
@@ -470,6 +502,10 @@ static int wait_reply(opd_client_t *c, uint64_t id, int timeout_ms,
       *payload = s->payload;
       *len = s->payload_len;
       s->payload = NULL;
+    }
+    if (fd) {
+      *fd = s->fd;
+      s->fd = -1;
     }
     slot_remove(c, s);
   } else {
@@ -500,7 +536,7 @@ static int call(opd_client_t *c, int type,
   int rc = submit_frame(c, &b, id, payload != NULL, pass_fd);
   fbuf_free(&b);
   if (rc != 0) return rc;
-  return wait_reply(c, id, -1, payload, len);
+  return wait_reply(c, id, -1, payload, len, NULL);
 }
 
 /* Unpacks a reply payload's body into obj (zone owned by caller). */
@@ -617,6 +653,7 @@ void opd_close(opd_client_t *c) {
     free(c->slots[i].msg);
     free(c->slots[i].payload);
   }
+  for (int i = 0; i < c->n_rfds; i++) close(c->rfds[i]);
   free(c->slots);
   free(c->arenas);
   free(c->rbuf);
@@ -749,11 +786,16 @@ int opd_arena_fd(opd_client_t *c, uint64_t arena, int *fd) {
 typedef struct alloc_args {
   const char *device;
   uint64_t size;
+  int exportable;
 } alloc_args_t;
 
 static void pack_alloc(msgpack_packer *pk, const void *arg) {
   const alloc_args_t *a = arg;
-  msgpack_pack_map(pk, 2);
+  msgpack_pack_map(pk, a->exportable ? 3 : 2);
+  if (a->exportable) {
+    PACK_STR(pk, "exportable");
+    msgpack_pack_true(pk);
+  }
   PACK_STR(pk, "device");
   PACK_STR(pk, a->device);
   PACK_STR(pk, "size");
@@ -762,11 +804,16 @@ static void pack_alloc(msgpack_packer *pk, const void *arg) {
 
 int opd_alloc(opd_client_t *c, const char *device, uint64_t size,
               uint64_t *arena) {
+  return opd_alloc_flags(c, device, size, 0, arena);
+}
+
+int opd_alloc_flags(opd_client_t *c, const char *device, uint64_t size,
+                    uint32_t flags, uint64_t *arena) {
   int rc = check_usable(c);
   if (rc) return rc;
   if (device == NULL || arena == NULL)
     return fail(OPD_EINVAL, "opd_alloc: device and arena must not be NULL");
-  alloc_args_t a = {device, size};
+  alloc_args_t a = {device, size, (flags & OPD_ALLOC_EXPORTABLE) != 0};
   return call_for_arena(c, OPD_MSG_ALLOC, pack_alloc, &a, -1, arena);
 }
 
@@ -872,6 +919,42 @@ int opd_import_cuda(opd_client_t *c, const void *handle, size_t handle_len,
                 "an arena pointer are required");
   import_args_t a = {handle, handle_len, offset, size, device};
   return call_for_arena(c, OPD_MSG_IMPORT, pack_import, &a, -1, arena);
+}
+
+int opd_export_cuda(opd_client_t *c, uint64_t arena, int *fd,
+                    uint64_t *alloc_size) {
+  char *payload = NULL;
+  size_t len = 0;
+  int rc = check_usable(c);
+  if (rc) return rc;
+  if (fd == NULL) return fail(OPD_EINVAL, "opd_export_cuda: fd is NULL");
+  *fd = -1;
+  fbuf_t b;
+  msgpack_packer pk;
+  uint64_t id = new_id(c);
+  frame_begin(&b, &pk, OPD_MSG_EXPORT, id);
+  msgpack_pack_map(&pk, 1);
+  PACK_STR(&pk, "arena");
+  msgpack_pack_uint64(&pk, arena);
+  rc = submit_frame(c, &b, id, 1, -1);
+  fbuf_free(&b);
+  if (rc == 0) rc = wait_reply(c, id, -1, &payload, &len, fd);
+  if (rc != 0) return rc;
+  msgpack_zone z;
+  msgpack_object o;
+  msgpack_zone_init(&z, 512);
+  const msgpack_object *body = reply_body(payload, len, &z, &o);
+  uint64_t sz = 0;
+  if (body == NULL || opd__mp_uint(opd__mp_get(body, "alloc_size"), &sz) != 0 ||
+      *fd < 0) {
+    rc = fail(OPD_EPROTO, "export: the reply carried no file descriptor");
+    if (*fd >= 0) close(*fd), *fd = -1;
+  } else if (alloc_size) {
+    *alloc_size = sz;
+  }
+  msgpack_zone_destroy(&z);
+  free(payload);
+  return rc;
 }
 
 static void pack_release(msgpack_packer *pk, const void *arg) {
@@ -1020,7 +1103,7 @@ int opd_submit_on(opd_client_t *c, const char *device, const char *op,
 int opd_wait(opd_client_t *c, uint64_t req, int timeout_ms) {
   int rc = check_usable(c);
   if (rc) return rc;
-  return wait_reply(c, req, timeout_ms, NULL, NULL);
+  return wait_reply(c, req, timeout_ms, NULL, NULL, NULL);
 }
 
 int opd_run(opd_client_t *c, const char *op, const opd_tensor_t *in,
@@ -1036,7 +1119,7 @@ int opd_run_on(opd_client_t *c, const char *device, const char *op,
   int rc = opd_submit_on(c, device, op, in, n_in, out, n_out, attrs, n_attrs,
                          &req);
   if (rc != 0) return rc;
-  return wait_reply(c, req, -1, NULL, NULL);
+  return wait_reply(c, req, -1, NULL, NULL, NULL);
 }
 
 int opd_infer(opd_client_t *c, const char *op, const opd_tensor_t *in,
@@ -1055,7 +1138,7 @@ int opd_infer(opd_client_t *c, const char *op, const opd_tensor_t *in,
   if (rc != 0) return rc;
   rc = submit_frame(c, &b, id, 1, -1);
   fbuf_free(&b);
-  if (rc == 0) rc = wait_reply(c, id, -1, &payload, &len);
+  if (rc == 0) rc = wait_reply(c, id, -1, &payload, &len, NULL);
   if (rc != 0) return rc;
 
   msgpack_zone z;

@@ -121,7 +121,8 @@ opd_arena_t *opd__arena_find(opd_session_t *s, uint64_t id) {
 
 /* Allocates device memory on CUDA device `dev` as an arena of s. */
 int opd__arena_alloc_device(opd_session_t *s, int dev, uint64_t size,
-                            uint64_t *id, char *err, size_t errlen) {
+                            int exportable, uint64_t *id, char *err,
+                            size_t errlen) {
   const opd_limits_t *l = &s->srv->cfg.limits;
   opd_arena_t *a;
   void *ptr;
@@ -143,10 +144,14 @@ int opd__arena_alloc_device(opd_session_t *s, int dev, uint64_t size,
     snprintf(err, errlen, "out of memory");
     return OPD_ENOMEM;
   }
-  if ((rc = opd__cuda_alloc(s->srv, dev, size, &ptr, err, errlen)) != 0) {
+  void *vmm = NULL;
+  rc = exportable ? opd__cuda_alloc_vmm(s->srv, dev, size, &ptr, &vmm, err, errlen)
+                  : opd__cuda_alloc(s->srv, dev, size, &ptr, err, errlen);
+  if (rc != 0) {
     free(a);
     return rc;
   }
+  a->vmm = vmm;
   a->id = ++s->srv->next_arena_id;
   a->base = ptr;
   a->size = size;
@@ -214,7 +219,8 @@ void opd__arena_unref(opd_arena_t *a) {
   }
   a->srv->bytes_mapped -= a->size;
   if (a->device >= 0) {
-    opd__cuda_free(a->srv, a->device, a->base);
+    if (a->vmm) opd__cuda_free_vmm(a->srv, a->vmm);
+    else opd__cuda_free(a->srv, a->device, a->base);
     free(a);
     return;
   }

@@ -65,10 +65,37 @@ typedef struct ipc_open {
 typedef CUresult (*get_range_fn)(CUdeviceptr *base, size_t *size,
                                  CUdeviceptr ptr);
 
+/* The driver's VMM calls, reached through the runtime (no libcuda link). */
+typedef struct vmm_api {
+  CUresult (*create)(CUmemGenericAllocationHandle *, size_t,
+                     const CUmemAllocationProp *, unsigned long long);
+  CUresult (*release)(CUmemGenericAllocationHandle);
+  CUresult (*reserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr,
+                      unsigned long long);
+  CUresult (*addr_free)(CUdeviceptr, size_t);
+  CUresult (*map)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle,
+                  unsigned long long);
+  CUresult (*unmap)(CUdeviceptr, size_t);
+  CUresult (*set_access)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
+  CUresult (*export_fd)(void *, CUmemGenericAllocationHandle,
+                        CUmemAllocationHandleType, unsigned long long);
+  CUresult (*granularity)(size_t *, const CUmemAllocationProp *,
+                          CUmemAllocationGranularity_flags);
+} vmm_api_t;
+
+/* An exportable device allocation. */
+typedef struct vmm_alloc {
+  CUmemGenericAllocationHandle handle;
+  CUdeviceptr ptr;
+  size_t size;                   /* rounded up to the granularity */
+  int dev;
+} vmm_alloc_t;
+
 typedef struct cuda_state {
   cuda_dev_t dev[OPD_MAX_DEVICES];
   ipc_open_t *ipc;               /* opened client handles */
   get_range_fn get_range;        /* cuMemGetAddressRange, or NULL */
+  vmm_api_t vmm;                 /* all set, or vmm.create NULL */
   uv_async_t async;              /* wakes the loop for completions */
   pthread_mutex_t mu;            /* guards done */
   opd_job_t *done;               /* completed jobs, pushed by CUDA's thread */
@@ -103,6 +130,16 @@ static int is_sticky(cudaError_t e) {
 }
 
 static void on_async(uv_async_t *h);
+
+static void *driver_fn(const char *name) {
+  void *fn = NULL;
+  enum cudaDriverEntryPointQueryResult q;
+  if (cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault,
+                                       &q) != cudaSuccess ||
+      q != cudaDriverEntryPointSuccess)
+    return NULL;
+  return fn;
+}
 
 /* Parses --devices: "all", "none", or "0,2". Fills use[], returns count or
  * -1 with err. */
@@ -191,15 +228,25 @@ int opd__cuda_init(opd_server_t *srv) {
              st->dev[i].total_mem / 1073741824.0, st->dev[i].cc_major,
              st->dev[i].cc_minor);
   }
-  /* the driver's allocation range, without linking libcuda */
-  void *fn = NULL;
-  enum cudaDriverEntryPointQueryResult q;
-  if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &fn, 12000,
-                                       cudaEnableDefault, &q) == cudaSuccess &&
-      q == cudaDriverEntryPointSuccess)
-    st->get_range = (get_range_fn)fn;
-  else
+  /* the driver's calls we need, without linking libcuda */
+  st->get_range = (get_range_fn)driver_fn("cuMemGetAddressRange");
+  if (st->get_range == NULL)
     LOG_WARN("cuMemGetAddressRange unavailable: imported sizes unchecked");
+  vmm_api_t *v = &st->vmm;
+  *(void **)&v->create = driver_fn("cuMemCreate");
+  *(void **)&v->release = driver_fn("cuMemRelease");
+  *(void **)&v->reserve = driver_fn("cuMemAddressReserve");
+  *(void **)&v->addr_free = driver_fn("cuMemAddressFree");
+  *(void **)&v->map = driver_fn("cuMemMap");
+  *(void **)&v->unmap = driver_fn("cuMemUnmap");
+  *(void **)&v->set_access = driver_fn("cuMemSetAccess");
+  *(void **)&v->export_fd = driver_fn("cuMemExportToShareableHandle");
+  *(void **)&v->granularity = driver_fn("cuMemGetAllocationGranularity");
+  if (!v->create || !v->release || !v->reserve || !v->addr_free || !v->map ||
+      !v->unmap || !v->set_access || !v->export_fd || !v->granularity) {
+    LOG_WARN("CUDA VMM calls unavailable: exportable arenas are refused");
+    v->create = NULL;
+  }
   uv_async_init(srv->loop, &st->async, on_async);
   st->async.data = srv;
   uv_unref((uv_handle_t *)&st->async);
@@ -298,6 +345,101 @@ void opd__cuda_free(opd_server_t *srv, int dev, void *ptr) {
   cudaSetDevice(st->dev[dev].index);
   /* every job that used it has completed (the arena's references) */
   cudaFreeAsync(ptr, st->dev[dev].util);
+}
+
+/* ---- exportable device memory (CUDA VMM) ---------------------------------- */
+
+static const char *cu_name(CUresult r) {
+  static char buf[32];
+  snprintf(buf, sizeof buf, "CUresult %d", (int)r);
+  return buf;
+}
+
+int opd__cuda_alloc_vmm(opd_server_t *srv, int dev, uint64_t size, void **ptr,
+                        void **token, char *err, size_t errlen) {
+  cuda_state_t *st = srv->cuda;
+  vmm_api_t *v = st ? &st->vmm : NULL;
+  if (st == NULL || dev < 0 || dev >= srv->n_devices) {
+    snprintf(err, errlen, "no device cuda:%d", dev);
+    return OPD_EDEVICE;
+  }
+  if (v->create == NULL) {
+    snprintf(err, errlen, "this driver does not offer CUDA VMM: exportable "
+             "memory is not available");
+    return OPD_EBACKEND;
+  }
+  CU(cudaSetDevice(st->dev[dev].index), err, errlen);
+  CUmemAllocationProp prop;
+  memset(&prop, 0, sizeof prop);
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = st->dev[dev].index;
+  size_t gran = 0;
+  CUresult r = v->granularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED);
+  if (r != CUDA_SUCCESS || gran == 0) gran = 2u << 20;
+  vmm_alloc_t *a = calloc(1, sizeof *a);
+  if (a == NULL) {
+    snprintf(err, errlen, "out of memory");
+    return OPD_ENOMEM;
+  }
+  a->dev = dev;
+  a->size = (size + gran - 1) / gran * gran;
+  const char *step = "cuMemCreate";
+  if ((r = v->create(&a->handle, a->size, &prop, 0)) != CUDA_SUCCESS) goto fail;
+  step = "cuMemAddressReserve";
+  if ((r = v->reserve(&a->ptr, a->size, gran, 0, 0)) != CUDA_SUCCESS) goto release;
+  step = "cuMemMap";
+  if ((r = v->map(a->ptr, a->size, 0, a->handle, 0)) != CUDA_SUCCESS) goto unreserve;
+  CUmemAccessDesc acc = {.location = prop.location,
+                         .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+  step = "cuMemSetAccess";
+  if ((r = v->set_access(a->ptr, a->size, &acc, 1)) != CUDA_SUCCESS) goto unmap;
+  CU(cudaMemset((void *)a->ptr, 0, a->size), err, errlen);
+  *ptr = (void *)a->ptr;
+  *token = a;
+  return 0;
+unmap:
+  v->unmap(a->ptr, a->size);
+unreserve:
+  v->addr_free(a->ptr, a->size);
+release:
+  v->release(a->handle);
+fail:
+  snprintf(err, errlen, "cuda:%d: %s of %zu bytes failed: %s", dev, step,
+           a->size, r == CUDA_ERROR_OUT_OF_MEMORY ? "out of memory" : cu_name(r));
+  free(a);
+  return r == CUDA_ERROR_OUT_OF_MEMORY ? OPD_ENOMEM : OPD_EBACKEND;
+}
+
+void opd__cuda_free_vmm(opd_server_t *srv, void *token) {
+  cuda_state_t *st = srv->cuda;
+  vmm_alloc_t *a = token;
+  cudaSetDevice(st->dev[a->dev].index);
+  st->vmm.unmap(a->ptr, a->size);
+  st->vmm.addr_free(a->ptr, a->size);
+  st->vmm.release(a->handle);
+  free(a);
+}
+
+uint64_t opd__cuda_vmm_size(void *token) {
+  return ((vmm_alloc_t *)token)->size;
+}
+
+int opd__cuda_export(opd_server_t *srv, void *token, int *fd, char *err,
+                     size_t errlen) {
+  cuda_state_t *st = srv->cuda;
+  vmm_alloc_t *a = token;
+  int out = -1;
+  CUresult r = st->vmm.export_fd(&out, a->handle,
+                                 CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+  if (r != CUDA_SUCCESS) {
+    snprintf(err, errlen, "cuMemExportToShareableHandle failed: %s",
+             cu_name(r));
+    return OPD_EBACKEND;
+  }
+  *fd = out;
+  return 0;
 }
 
 /* ---- client memory by IPC handle ------------------------------------------ */

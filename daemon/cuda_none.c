@@ -72,3 +72,25 @@ int opd__cuda_import(opd_server_t *srv, uint64_t session, int dev,
 void opd__cuda_import_release(opd_server_t *srv, void *token) {
   (void)srv, (void)token;
 }
+
+int opd__cuda_alloc_vmm(opd_server_t *srv, int dev, uint64_t size, void **ptr,
+                        void **token, char *err, size_t errlen) {
+  return opd__cuda_alloc(srv, dev, size, ptr, err, errlen) ? OPD_EDEVICE
+                                                           : (*token = NULL, 0);
+}
+
+void opd__cuda_free_vmm(opd_server_t *srv, void *token) {
+  (void)srv, (void)token;
+}
+
+int opd__cuda_export(opd_server_t *srv, void *token, int *fd, char *err,
+                     size_t errlen) {
+  (void)srv, (void)token, (void)fd;
+  snprintf(err, errlen, "this opd was built without CUDA");
+  return OPD_EDEVICE;
+}
+
+uint64_t opd__cuda_vmm_size(void *token) {
+  (void)token;
+  return 0;
+}

@@ -146,7 +146,12 @@ static void handle_alloc(opd_session_t *s, uint64_t id,
     snprintf(err, sizeof err, "device \"%s\" is not a cuda device (host "
              "memory comes from arena_register)", dev);
   }
-  if (rc == 0) rc = opd__arena_alloc_device(s, req, size, &arena, err, sizeof err);
+  const msgpack_object *ex = opd__mp_get(body, "exportable");
+  int exportable = ex != NULL && ex->type == MSGPACK_OBJECT_BOOLEAN &&
+                   ex->via.boolean;
+  if (rc == 0)
+    rc = opd__arena_alloc_device(s, req, size, exportable, &arena, err,
+                                 sizeof err);
   if (rc != 0) {
     opd__reply_error(s, id, rc, "alloc: %s", err);
     return;
@@ -248,6 +253,56 @@ static void handle_import(opd_session_t *s, uint64_t id,
   reply_scratch(s, id);
 }
 
+static void handle_export(opd_session_t *s, uint64_t id,
+                          const msgpack_object *body) {
+  uint64_t arena;
+  char err[300];
+  int fd;
+  if (opd__mp_uint(opd__mp_get(body, "arena"), &arena) != 0) {
+    opd__reply_error(s, id, OPD_EPROTO, "export: \"arena\" (unsigned) is required");
+    return;
+  }
+  opd_arena_t *a = opd__arena_find(s, arena);
+  if (a == NULL) {
+    opd__reply_error(s, id, OPD_EARENA,
+                     "export: unknown arena %llu (not registered by this "
+                     "session)", (unsigned long long)arena);
+    return;
+  }
+  if (a->readonly) {
+    opd__reply_error(s, id, OPD_EREADONLY, "export: arena %llu is attached "
+                     "read-only; only its publisher can export it",
+                     (unsigned long long)arena);
+    return;
+  }
+  if (a->vmm == NULL) {
+    opd__reply_error(s, id, OPD_EINVAL, "export: arena %llu is not exportable "
+                     "device memory (alloc it with \"exportable\": true)",
+                     (unsigned long long)arena);
+    return;
+  }
+  int rc = opd__cuda_export(s->srv, a->vmm, &fd, err, sizeof err);
+  if (rc != 0) {
+    opd__reply_error(s, id, rc, "export: %s", err);
+    return;
+  }
+  char dev[16];
+  int n = snprintf(dev, sizeof dev, "cuda:%d", a->device);
+  msgpack_packer *pk = scratch(s->srv);
+  msgpack_pack_map(pk, 4);
+  PACK_STR(pk, "size");
+  msgpack_pack_uint64(pk, a->size);
+  PACK_STR(pk, "alloc_size");
+  msgpack_pack_uint64(pk, opd__cuda_vmm_size(a->vmm));
+  PACK_STR(pk, "device");
+  msgpack_pack_str_with_body(pk, dev, (size_t)n);
+  PACK_STR(pk, "fd");
+  msgpack_pack_true(pk);
+  if (opd__reply_fd(s, id, s->srv->scratch.data, s->srv->scratch.size, fd) != 0)
+    opd__reply_error(s, id, OPD_ELIMIT, "export: too many file descriptors "
+                     "waiting to be sent; read the replies first");
+}
+
 static void handle_release(opd_session_t *s, uint64_t id,
                            const msgpack_object *body) {
   uint64_t arena;
@@ -325,6 +380,7 @@ void opd__handle(opd_session_t *s, const msgpack_object *req) {
     case OPD_MSG_ATTACH:
     case OPD_MSG_UNPUBLISH: handle_publish(s, id, (int)type, body); break;
     case OPD_MSG_IMPORT: handle_import(s, id, body); break;
+    case OPD_MSG_EXPORT: handle_export(s, id, body); break;
     case OPD_MSG_RUN: opd__run_request(s, id, body, 0); break;
     case OPD_MSG_INFER: opd__run_request(s, id, body, 1); break;
     case OPD_MSG_OPS:

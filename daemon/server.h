@@ -62,6 +62,7 @@ typedef struct opd_arena {
                                     reference held); NULL otherwise */
   void *import;                  /* imported client memory: the backend's
                                     record of the opened IPC handle */
+  void *vmm;                     /* exportable device memory (VMM) */
   int refs;                      /* table + jobs */
   struct opd_server *srv;
 } opd_arena_t;
@@ -159,6 +160,9 @@ struct opd_session {
   size_t rlen, rcap;
   unsigned char *wbuf;           /* replies not yet taken by the socket */
   size_t woff, wlen, wcap;
+  int wfd[OPD_MAX_PENDING_FDS];  /* fds to send with the byte at wfd_at */
+  size_t wfd_at[OPD_MAX_PENDING_FDS];
+  int n_wfds;
   int fds[OPD_MAX_PENDING_FDS];  /* received fds not yet claimed */
   int n_fds;
   opd_arena_t **arenas;          /* table, limits.max_arenas slots */
@@ -189,6 +193,11 @@ void opd__session_close(opd_session_t *s);    /* now: drop the socket */
  * {}). On error `code` < 0 and `msg` is the message. */
 void opd__reply(opd_session_t *s, uint64_t id, int code, const char *body,
                 size_t body_len);
+/* The same, with a file descriptor passed along (SCM_RIGHTS); fd is closed
+ * here once sent or when the session goes. Returns 0, or OPD_ELIMIT when too
+ * many fds are queued (fd then closed, nothing sent). */
+int opd__reply_fd(opd_session_t *s, uint64_t id, const char *body,
+                  size_t body_len, int fd);
 void opd__reply_error(opd_session_t *s, uint64_t id, int code,
                       const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -200,7 +209,8 @@ int opd__arena_register(opd_session_t *s, int fd, uint64_t size,
                         uint64_t *id, char *err, size_t errlen);
 int opd__arena_release(opd_session_t *s, uint64_t id);
 int opd__arena_alloc_device(opd_session_t *s, int dev, uint64_t size,
-                            uint64_t *id, char *err, size_t errlen);
+                            int exportable, uint64_t *id, char *err,
+                            size_t errlen);
 int opd__arena_import(opd_session_t *s, int dev, const void *handle,
                       uint64_t offset, uint64_t size, uint64_t *id, char *err,
                       size_t errlen);
@@ -238,6 +248,14 @@ int opd__cuda_import(opd_server_t *srv, uint64_t session, int dev,
                      const void *handle, uint64_t offset, uint64_t size,
                      void **ptr, void **token, char *err, size_t errlen);
 void opd__cuda_import_release(opd_server_t *srv, void *token);
+/* Exportable device memory (CUDA VMM, POSIX fd handles). */
+int opd__cuda_alloc_vmm(opd_server_t *srv, int dev, uint64_t size, void **ptr,
+                        void **token, char *err, size_t errlen);
+void opd__cuda_free_vmm(opd_server_t *srv, void *token);
+/* A new fd for the allocation (the caller sends and closes it). */
+int opd__cuda_export(opd_server_t *srv, void *token, int *fd, char *err,
+                     size_t errlen);
+uint64_t opd__cuda_vmm_size(void *token); /* bytes mapped (granularity) */
 /* The CUDA kernel of op for dtype, or NULL with err set. */
 const void *opd__cuda_kernel(const char *op, int dtype, char *err,
                              size_t errlen);

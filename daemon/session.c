@@ -90,10 +90,38 @@ void opd__session_accept(opd_server_t *srv, int fd) {
 
 /* Sends what the socket takes now; the rest stays in wbuf. Returns 0, or -1
  * when the session was closed because the peer is gone. */
+static ssize_t send_fd(int sock, const void *buf, size_t len, int fd) {
+  union {
+    char b[CMSG_SPACE(sizeof(int))];
+    struct cmsghdr align;
+  } cbuf;
+  struct iovec iov = {(void *)buf, len};
+  struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1,
+                       .msg_control = cbuf.b, .msg_controllen = sizeof cbuf.b};
+  memset(&cbuf, 0, sizeof cbuf);
+  struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
+  cm->cmsg_level = SOL_SOCKET;
+  cm->cmsg_type = SCM_RIGHTS;
+  cm->cmsg_len = CMSG_LEN(sizeof(int));
+  memcpy(CMSG_DATA(cm), &fd, sizeof fd);
+  return sendmsg(sock, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
+/* Sends what the socket takes now; the rest stays in wbuf. A queued fd goes
+ * with the first byte of its frame. Returns 0, or -1 when the session was
+ * closed because the peer is gone. */
 static int flush(opd_session_t *s) {
   while (s->wlen > s->woff) {
-    ssize_t n = send(s->fd, s->wbuf + s->woff, s->wlen - s->woff,
-                     MSG_NOSIGNAL | MSG_DONTWAIT);
+    size_t end = s->wlen;
+    int fd = -1;
+    if (s->n_wfds > 0) {
+      if (s->wfd_at[0] == s->woff) fd = s->wfd[0];
+      if (s->n_wfds > (fd >= 0)) /* stop before the next fd's frame */
+        end = s->wfd_at[fd >= 0 ? 1 : 0];
+    }
+    ssize_t n = fd >= 0 ? send_fd(s->fd, s->wbuf + s->woff, end - s->woff, fd)
+                        : send(s->fd, s->wbuf + s->woff, end - s->woff,
+                               MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) break;
@@ -101,6 +129,11 @@ static int flush(opd_session_t *s) {
                strerror(errno));
       opd__session_close(s);
       return -1;
+    }
+    if (fd >= 0) { /* the kernel holds its own reference now */
+      close(fd);
+      memmove(s->wfd, s->wfd + 1, (size_t)--s->n_wfds * sizeof *s->wfd);
+      memmove(s->wfd_at, s->wfd_at + 1, (size_t)s->n_wfds * sizeof *s->wfd_at);
     }
     s->woff += (size_t)n;
   }
@@ -155,6 +188,18 @@ static void send_msg(opd_session_t *s, int type, uint64_t id, int code,
 void opd__reply(opd_session_t *s, uint64_t id, int code, const char *body,
                 size_t body_len) {
   send_msg(s, OPD_MSG_REPLY, id, code, body, body_len);
+}
+
+int opd__reply_fd(opd_session_t *s, uint64_t id, const char *body,
+                  size_t body_len, int fd) {
+  if (s->fd < 0 || s->n_wfds >= OPD_MAX_PENDING_FDS) {
+    close(fd);
+    return OPD_ELIMIT;
+  }
+  s->wfd_at[s->n_wfds] = s->wlen; /* where this frame will start */
+  s->wfd[s->n_wfds++] = fd;
+  send_msg(s, OPD_MSG_REPLY, id, 0, body, body_len);
+  return 0;
 }
 
 static size_t pack_message(char *out, size_t cap, const char *fmt,
@@ -397,6 +442,8 @@ void opd__session_close(opd_session_t *s) {
   drop_queue(s, OPD_ECLOSED, "connection closed");
   for (int i = 0; i < s->n_fds; i++) close(s->fds[i]);
   s->n_fds = 0;
+  for (int i = 0; i < s->n_wfds; i++) close(s->wfd[i]);
+  s->n_wfds = 0;
   uv_close((uv_handle_t *)&s->poll, on_poll_closed);
   close(fd);
 }

@@ -129,6 +129,22 @@ int opd_arena_register_fd(opd_client_t *c, int fd, uint64_t size,
 int opd_alloc(opd_client_t *c, const char *device, uint64_t size,
               uint64_t *arena);
 
+/* opd_alloc with flags: OPD_ALLOC_EXPORTABLE makes CUDA VMM memory that
+ * opd_export_cuda can hand to a CUDA client for a zero-copy view (sizes
+ * round up to the driver's granularity, 2 MiB on current GPUs). */
+#define OPD_ALLOC_EXPORTABLE 0x1u
+int opd_alloc_flags(opd_client_t *c, const char *device, uint64_t size,
+                    uint32_t flags, uint64_t *arena);
+
+/* Exports an exportable device arena of this connection: *fd (the caller's
+ * to close) is a CUDA VMM POSIX-fd shareable handle received over this
+ * authenticated socket, *alloc_size the bytes to map. A CUDA client maps it
+ * with cuMemImportFromShareableHandle, cuMemAddressReserve, cuMemMap and
+ * cuMemSetAccess (docs/gpu.md), and sees the daemon's writes with no copy.
+ * Returns 0, OPD_EARENA, OPD_EINVAL (not exportable) or OPD_EREADONLY. */
+int opd_export_cuda(opd_client_t *c, uint64_t arena, int *fd,
+                    uint64_t *alloc_size);
+
 /* Publishes one of this connection's arenas (host or device) under `name`
  * (at most 63 bytes) so that other connections can attach it read-only —
  * e.g. model weights loaded once and used by every worker. The name lasts

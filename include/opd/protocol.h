@@ -55,8 +55,10 @@
  *                   "arenas", "bytes_mapped", "uptime_ns", "healthy",
  *                   "ops": {name: {"calls", "errors", "ns"}}}
  *   PING            {} -> {}   (answered on the event loop; measures transport)
- *   ALLOC           {"device": "cuda" | "cuda:N", "size": uint} -> {"arena":
- *                   uint}: device memory owned by the daemon, used in
+ *   ALLOC           {"device": "cuda" | "cuda:N", "size": uint,
+ *                   "exportable"?: bool} -> {"arena": uint}: device memory
+ *                   owned by the daemon (exportable: CUDA VMM memory that
+ *                   EXPORT can share), used in
  *                   tensors like a host arena (its id), released with
  *                   ARENA_RELEASE or with the session. Zero-filled.
  *   PUBLISH         {"arena": uint, "name": str, "meta"?: str} -> {}: other
@@ -78,6 +80,12 @@
  *                   opens each handle once per session (closed with the
  *                   session) and checks [offset, offset+size) against the
  *                   real allocation.
+ *   EXPORT          {"arena": uint} -> {"size": uint, "alloc_size": uint,
+ *                   "device": "cuda:N", "fd": true} + one file descriptor
+ *                   (SCM_RIGHTS) with the reply: a CUDA VMM shareable handle
+ *                   of an exportable device arena of this session, which a
+ *                   CUDA client maps (cuMemImportFromShareableHandle,
+ *                   cuMemMap of alloc_size bytes) for a zero-copy view.
  *
  * Framing errors (length over max_frame, payload that is not msgpack, counts
  * larger than the bytes left, nesting deeper than OPD_MAX_DEPTH, a payload
@@ -119,7 +127,8 @@
   X(PUBLISH, 11, "publish")                \
   X(ATTACH, 12, "attach")                  \
   X(UNPUBLISH, 13, "unpublish")            \
-  X(IMPORT, 14, "import")
+  X(IMPORT, 14, "import")                  \
+  X(EXPORT, 15, "export")
 
 typedef enum {
 #define X(name, val, str) OPD_MSG_##name = val,

@@ -14,6 +14,10 @@ docs/python.md.
         x = c.from_numpy(np.random.rand(8, 1024).astype(np.float32))
         y = c.softmax(x)
         print(y.numpy().sum(axis=-1))
+
+On a GPU daemon, c.empty(shape, dtype, device="cuda"), t.to("cuda"),
+t.cpu(), torch CUDA tensors as inputs and outputs, c.publish / c.attach:
+see docs/python.md, "GPU".
 """
 from . import protocol
 from ._lib import LibraryNotFoundError
@@ -23,7 +27,8 @@ from .errors import (BackendError, BadArgumentError, LimitError,
                      ProtocolError)
 from .memory import forget_shared
 from .mp import client, pool_initializer, set_default_socket
-from .tensor import Tensor, dtype_name, from_reference, share_reference
+from .tensor import (Tensor, device_name, dtype_name, from_reference,
+                     share_reference)
 
 __version__ = "0.1.0"
 DTYPES = tuple(n for n, _, _ in protocol.DTYPES)
@@ -45,7 +50,7 @@ def lib_path():
 __all__ = ["Client", "Request", "Tensor", "connect", "client",
            "pool_initializer", "set_default_socket", "socket_path",
            "share_reference", "from_reference", "forget_shared",
-           "dtype_name", "lib_version", "lib_path", "DTYPES",
+           "dtype_name", "device_name", "lib_version", "lib_path", "DTYPES",
            "OpdError", "BadArgumentError", "OpdConnectionError",
            "ProtocolError", "LimitError", "OpdTimeoutError", "BackendError",
            "LibraryNotFoundError"]

@@ -11,7 +11,9 @@ where `make install` puts it). If none loads, OSError-derived
 LibraryNotFoundError lists every place tried and why each failed.
 
 Every function gets argtypes and restype so ctypes checks arguments and
-never truncates pointers. The struct layouts mirror opd.h's opd_tensor_t
+never truncates pointers. The CUDA-era entry points (opd_alloc,
+opd_run_on, opd_publish, opd_attach, opd_import_cuda, ...) are declared
+when present, so an older libopd still loads for host-only use. The struct layouts mirror opd.h's opd_tensor_t
 and opd_attr_t (160 and 104 bytes; a test checks the sizes).
 """
 import ctypes
@@ -104,9 +106,29 @@ def _declare(lib):
         "opd_dtype_from_name": (ctypes.c_int32, [cp]),
         "opd_version": (cp, []),
     }
+    # the CUDA-era API: declared when the library has it (an older libopd
+    # still loads; the features that need it raise BackendError)
+    optional = {
+        "opd_connect_flags": (c_int, [cp, c_uint32, P(vp)]),
+        "opd_alloc": (c_int, [vp, cp, c_uint64, P(c_uint64)]),
+        "opd_publish": (c_int, [vp, c_uint64, cp, cp]),
+        "opd_unpublish": (c_int, [vp, cp]),
+        "opd_attach": (c_int, [vp, cp, P(c_uint64), P(c_uint64), cp, sz,
+                               cp, sz]),
+        "opd_import_cuda": (c_int, [vp, cp, sz, c_uint64, c_uint64, cp,
+                                    P(c_uint64)]),
+        "opd_run_on": (c_int, [vp, cp, cp, T, c_uint32, T, c_uint32, A,
+                               c_uint32]),
+        "opd_submit_on": (c_int, [vp, cp, cp, T, c_uint32, T, c_uint32, A,
+                                  c_uint32, P(c_uint64)]),
+    }
     for name, (res, args) in sigs.items():
         f = getattr(lib, name)
         f.restype, f.argtypes = res, args
+    for name, (res, args) in optional.items():
+        f = getattr(lib, name, None)
+        if f is not None:
+            f.restype, f.argtypes = res, args
 
 
 def load():

@@ -18,7 +18,24 @@ Deferred work: arenas that died and blocks that were freed are queued by
 finalizers and handled at the client's next call (never from inside the
 garbage collector); stats() drains them first, so the daemon's figures
 are up to date when a caller looks.
+
+CUDA (see docs/python.md, "GPU"): a Client also keeps one Allocator per
+CUDA device whose arenas are daemon-owned device memory (opd_alloc), so
+c.empty(shape, dtype, device="cuda") carves device tensors like host
+ones. Those tensors belong to this connection's session (RemoteArena):
+another connection, or a child after fork, gets EARENA for them. run()
+allocates outputs on the device of its device-tensor inputs and sends the
+run with opd_run_on when a device is named (else the daemon's "auto").
+torch CUDA tensors given as inputs or outputs are imported by their
+storage's legacy CUDA IPC handle (opd_import_cuda), once per storage and
+connection (an LRU of IMPORT_CACHE storages, each held alive while
+cached), and used in place; before such a run the package synchronizes
+torch's device (sync_torch), since opd works on its own stream in
+another process. publish() copies a tensor into an arena of its own and
+publishes that; attach() returns a read-only tensor on the attached
+arena.
 """
+import collections
 import ctypes
 import itertools
 import json
@@ -32,12 +49,36 @@ import weakref
 
 from . import _lib, errors, memory, protocol
 from .errors import check
-from .tensor import Tensor, dtype_name, _prod
+from .tensor import Tensor, device_name, dtype_name, _prod
 
 _DT = protocol.DTYPE_CODES
 _AT = protocol.ATTR_TYPE_CODES
 _clients = weakref.WeakSet()
 _serials = itertools.count(1)
+IMPORT_CACHE = 32        # torch storages imported per connection (LRU)
+_PRIORITY = {None: 0, "normal": 0, "high": 0x1}   # OPD_CONNECT_HIGH_PRIORITY
+
+
+def _is_torch(x):
+    return type(x).__module__.startswith("torch") and hasattr(x, "is_cuda")
+
+
+def _ipc_handle(handle):
+    """Returns the 64-byte cudaIpcMemHandle_t in `handle`: raw, or torch's
+    versioned form (version byte, b"c", the 64 bytes)."""
+    handle = bytes(handle)
+    if len(handle) == 64:
+        return handle
+    if len(handle) == 66 and handle[1:2] == b"c":
+        return handle[2:]
+    if len(handle) > 1 and handle[1:2] == b"e":
+        raise errors.error(protocol.EINVAL, "this torch CUDA memory is an "
+                           "expandable segment, which has no legacy IPC "
+                           "handle; run with PYTORCH_CUDA_ALLOC_CONF="
+                           "expandable_segments:False")
+    raise errors.error(protocol.EINVAL, "a CUDA IPC handle of %d bytes: "
+                       "expected the 64 bytes of a cudaIpcMemHandle_t"
+                       % len(handle))
 
 
 def _reset_locks_in_child():
@@ -92,13 +133,23 @@ class Client:
     the runner of operators (one method per daemon operator). Thread-safe.
     Use opd.connect() to make one."""
 
-    def __init__(self, socket=None, connect=True):
+    #: synchronize torch's CUDA device before a run that uses torch CUDA
+    #: tensors (opd runs on its own stream in another process); set False
+    #: to do it yourself
+    sync_torch = True
+
+    def __init__(self, socket=None, connect=True, priority=None):
         """socket: path (None: $OPD_SOCKET or the default). connect=False
-        defers connecting to the first use. Raises OpdConnectionError if
-        connect=True and the daemon is not there, LibraryNotFoundError if
-        libopd cannot be loaded."""
+        defers connecting to the first use. priority="high" asks the
+        daemon for high-priority CUDA streams (latency-critical clients).
+        Raises OpdConnectionError if connect=True and the daemon is not
+        there, LibraryNotFoundError if libopd cannot be loaded."""
+        if priority not in _PRIORITY:
+            raise errors.error(protocol.EINVAL, "priority must be None, "
+                               "\"normal\" or \"high\", not %r" % (priority,))
         self._lib = _lib.load()
         self.socket = socket_path(socket)
+        self.priority = priority
         self._h = None
         self._gen = None
         self._token = None            # identity of the current connection
@@ -107,6 +158,9 @@ class Client:
         self._reg = {}                # arena serial -> daemon arena id
         self._pending_release = __import__("collections").deque()
         self._alloc = None
+        self._dallocs = {}            # "cuda:N" -> Allocator of device arenas
+        self._imports = collections.OrderedDict()  # torch storage -> arena
+        self._pubs = {}               # name -> the Tensor published
         self._schemas = None          # op name -> schema
         self._methods = {}
         self._infer_cache = {}
@@ -136,9 +190,17 @@ class Client:
             # a handle from before fork() is the parent's: drop it unused
             self._h, self._reg = None, {}
             self._pending_release.clear()
+            self._dallocs, self._pubs = {}, {}
+            self._imports = collections.OrderedDict()
             h = ctypes.c_void_p()
-            check(self._lib.opd_connect(self.socket.encode(), ctypes.byref(h)))
-            self._alloc = memory.Allocator(self._new_arena, self._drop_arena, gen)
+            flags = _PRIORITY[self.priority]
+            if flags:
+                check(self._need("opd_connect_flags")(
+                    self.socket.encode(), flags, ctypes.byref(h)))
+            else:
+                check(self._lib.opd_connect(self.socket.encode(), ctypes.byref(h)))
+            self._alloc = memory.Allocator(self._new_arena, self._drop_arena,
+                                           gen, owner=weakref.ref(self))
             self._token = object()
             self._h, self._gen = h, gen
             return h
@@ -153,6 +215,8 @@ class Client:
             if h is not None and self._gen == memory._fork_gen[0]:
                 self._lib.opd_close(h)
             self._reg = {}
+            self._dallocs, self._pubs = {}, {}
+            self._imports = collections.OrderedDict()
             _clients.discard(self)
 
     @property
@@ -175,7 +239,7 @@ class Client:
 
     def __reduce__(self):
         # a client pickles as its socket path: it connects in the new process
-        return (Client, (self.socket, False))
+        return (Client, (self.socket, False, self.priority))
 
     def __repr__(self):
         state = "closed" if self._closed else ("connected" if self._h else "idle")
@@ -189,6 +253,38 @@ class Client:
         check(self._lib.opd_arena_register_fd(h, a.fd, size, ctypes.byref(aid)))
         self._reg[a.serial] = aid.value
         a.regs[self._serial] = weakref.ref(self)
+        return a
+
+    def _need(self, name):
+        f = getattr(self._lib, name, None)
+        if f is None:
+            raise errors.error(protocol.EVERSION, "libopd at %s has no %s: it "
+                               "predates the CUDA features; rebuild it (make)"
+                               % (_lib.path, name))
+        return f
+
+    def _remote(self, aid, size, device, kind, readonly=False, keep=None):
+        a = memory.RemoteArena(size, device, kind, self, readonly, keep)
+        self._reg[a.serial] = aid
+        a.regs[self._serial] = weakref.ref(self)
+        return a
+
+    def _new_device_arena(self, device, size):
+        h = self._handle()
+        aid = ctypes.c_uint64()
+        check(self._need("opd_alloc")(h, device.encode(), size, ctypes.byref(aid)))
+        return self._remote(aid.value, size, device, "alloc")
+
+    def _dalloc(self, device):
+        a = self._dallocs.get(device)
+        if a is None:
+            with self._lock:
+                a = self._dallocs.get(device)
+                if a is None:
+                    a = memory.Allocator(
+                        lambda size, d=device: self._new_device_arena(d, size),
+                        self._drop_arena, self._gen, owner=weakref.ref(self))
+                    self._dallocs[device] = a
         return a
 
     def _drop_arena(self, arena):
@@ -211,6 +307,14 @@ class Client:
         aid = self._reg.get(arena.serial)
         if aid is not None:
             return aid
+        if arena.base is None:
+            raise errors.error(protocol.EARENA, "this tensor is in daemon "
+                               "memory (%s, %s) of another connection's "
+                               "session (or of one that closed, or of the "
+                               "parent before fork): device memory belongs to "
+                               "one connection; copy it (t.cpu(), t.to(device, "
+                               "client=c)) or publish it"
+                               % (arena.kind, arena.device))
         with self._lock:
             aid = self._reg.get(arena.serial)
             if aid is None:
@@ -242,11 +346,15 @@ class Client:
         return desc
 
     # ---- tensors -------------------------------------------------------------
-    def empty(self, shape, dtype="float32"):
+    def empty(self, shape, dtype="float32", device=None):
         """Returns a new uninitialized Tensor of `shape` (int or tuple) and
-        `dtype` (name, numpy dtype/type) in shared memory. Raises
-        BadArgumentError for a bad dtype or shape, OpdError if the daemon
-        refuses a new arena."""
+        `dtype` (name, numpy dtype/type) in shared memory, or with
+        device="cuda" / "cuda:N" in the daemon's device memory (carved out
+        of per-device arenas this connection allocates with opd_alloc; it
+        belongs to this connection). Raises BadArgumentError for a bad
+        dtype or shape, BackendError (EDEVICE) for a device the daemon
+        does not have, LimitError (ENOMEM) when device memory runs out,
+        OpdError if the daemon refuses a new arena."""
         if type(shape) is not tuple or not all(type(d) is int for d in shape):
             if hasattr(shape, "__index__"):
                 shape = (shape,)
@@ -254,18 +362,30 @@ class Client:
         if any(d < 0 for d in shape):
             raise errors.error(protocol.ESHAPE, "negative dimension in %s" % (shape,))
         dt = dtype_name(dtype)
+        dev = device_name(device) if device is not None else "cpu"
         self._handle()
-        block = self._alloc.alloc(_prod(shape) * protocol.DTYPE_SIZES[dt])
+        nbytes = _prod(shape) * protocol.DTYPE_SIZES[dt]
+        if dev == "cpu":
+            block = self._alloc.alloc(nbytes)
+        else:
+            block = self._dalloc(dev).alloc(nbytes)
         return Tensor(block.state.arena, block.offset, dt, shape, None, block)
 
-    def zeros(self, shape, dtype="float32"):
-        """Returns a new zero-filled Tensor (see empty)."""
-        t = self.empty(shape, dtype)
-        ctypes.memset(t.data_ptr(), 0, t.nbytes)
+    def zeros(self, shape, dtype="float32", device=None):
+        """Returns a new zero-filled Tensor (see empty); a device tensor is
+        zeroed by a copy from host zeros through the daemon."""
+        t = self.empty(shape, dtype, device)
+        if t.arena.base is not None:
+            ctypes.memset(t.data_ptr(), 0, t.nbytes)
+        elif t.size:
+            self.run("copy", self.zeros(t.shape, t.dtype), out=t)
         return t
 
-    def full(self, shape, value, dtype="float32"):
-        """Returns a new Tensor filled with `value` (numpy not needed)."""
+    def full(self, shape, value, dtype="float32", device=None):
+        """Returns a new Tensor filled with `value` (numpy not needed); on
+        a device, filled here and copied there."""
+        if device is not None and device_name(device) != "cpu":
+            return self.full(shape, value, dtype).to(device, client=self)
         t = self.empty(shape, dtype)
         fmt = {"float32": "f", "float16": "e", "float64": "d", "int8": "b",
                "uint8": "B", "int32": "i", "int64": "q", "bool": "?"}.get(t.dtype)
@@ -276,28 +396,207 @@ class Client:
             ctypes.memmove(t.data_ptr(), pat, len(pat))
         return t
 
-    def ones(self, shape, dtype="float32"):
+    def ones(self, shape, dtype="float32", device=None):
         """Returns a new Tensor of ones (see full)."""
-        return self.full(shape, 1, dtype)
+        return self.full(shape, 1, dtype, device)
 
-    def empty_like(self, t):
-        """Returns a new uninitialized Tensor with t's shape and dtype."""
-        return self.empty(t.shape, t.dtype)
+    def empty_like(self, t, device=None):
+        """Returns a new uninitialized Tensor with t's shape and dtype, on
+        `device` (None: t's device)."""
+        return self.empty(t.shape, t.dtype, t.device if device is None else device)
 
-    def zeros_like(self, t):
-        """Returns a new zero-filled Tensor with t's shape and dtype."""
-        return self.zeros(t.shape, t.dtype)
+    def zeros_like(self, t, device=None):
+        """Returns a new zero-filled Tensor with t's shape and dtype, on
+        `device` (None: t's device)."""
+        return self.zeros(t.shape, t.dtype, t.device if device is None else device)
 
-    def from_numpy(self, a):
+    def from_numpy(self, a, device=None):
         """Returns a new Tensor holding a copy of numpy array (or array-like)
         `a` (one copy into shared memory; a non-contiguous array is made
-        contiguous). Raises BadArgumentError for an unsupported dtype."""
+        contiguous); with device="cuda" / "cuda:N", copied on into device
+        memory. Raises BadArgumentError for an unsupported dtype."""
         import numpy as np
         a = np.asarray(a)
         t = self.empty(a.shape, a.dtype)
         if t.size:
             np.copyto(np.asarray(t), a, casting="no")
+        if device is not None and device_name(device) != "cpu":
+            return t.to(device, client=self)
         return t
+
+    def from_torch(self, x):
+        """Returns a Tensor for torch tensor x. A CUDA tensor is used in
+        place, with no copy: its storage is imported into this connection
+        by CUDA IPC handle (once per storage; the storage is kept alive
+        while cached, see forget_imports), so outputs the daemon writes
+        into it are visible in torch. A CPU tensor is copied into shared
+        memory (torch.from_dlpack(t) of an opd Tensor is the zero-copy way
+        round). Raises BadArgumentError for an unsupported dtype or a
+        handle that does not open."""
+        if not _is_torch(x):
+            raise errors.error(protocol.EINVAL, "from_torch: %r is not a torch "
+                               "tensor" % type(x).__name__)
+        if x.is_cuda:
+            return self._from_torch_cuda(x)
+        x = x.detach()
+        dt = dtype_name(x.dtype)
+        t = self.empty(tuple(x.shape), dt)
+        if t.size:
+            import torch
+            torch.from_dlpack(t).copy_(x)
+        return t
+
+    def _convert(self, x):
+        if _is_torch(x):
+            return self.from_torch(x)
+        return self.from_numpy(x)
+
+    def _from_torch_cuda(self, x):
+        if x.dim() > protocol.MAX_RANK:
+            raise errors.error(protocol.ELIMIT, "rank %d out of 0..%d"
+                               % (x.dim(), protocol.MAX_RANK))
+        dt = dtype_name(x.dtype)
+        idx = x.device.index
+        if idx is None:
+            import torch
+            idx = torch.cuda.current_device()
+        dev = "cuda:%d" % idx
+        st = x.untyped_storage()
+        if st.nbytes() == 0 or x.numel() == 0:
+            return self.empty(tuple(x.shape), dt, device=dev)
+        key = (idx, st.data_ptr(), st.nbytes())
+        a = self._imports.get(key)
+        if a is None:
+            a = self._import_storage(st, dev, key)
+        else:
+            try:
+                self._imports.move_to_end(key)
+            except KeyError:
+                pass
+        strides = None if x.is_contiguous() else tuple(x.stride())
+        return Tensor(a, x.storage_offset() * x.element_size(), dt,
+                      tuple(x.shape), strides, a)
+
+    def _import_storage(self, st, dev, key):
+        h = self._handle()
+        fn = self._need("opd_import_cuda")
+        try:
+            info = st._share_cuda_()
+        except RuntimeError as e:
+            raise errors.error(protocol.EINVAL, "torch cannot share this CUDA "
+                               "storage by IPC handle (%s); clone it first" % e)
+        raw = _ipc_handle(info[1])
+        size, offset = int(info[2]), int(info[3])
+        try:
+            # nobody in torch will decrement the count _share_cuda_ set for
+            # its consumer; without this the storage would never be freed
+            type(st)._release_ipc_counter_cuda(info[4], info[5])
+        except Exception:
+            pass
+        with self._lock:
+            a = self._imports.get(key)
+            if a is not None:
+                return a
+            aid = ctypes.c_uint64()
+            rc = fn(h, raw, 64, offset, size, dev.encode(), ctypes.byref(aid))
+            if rc == protocol.ELIMIT and self._imports:
+                self._imports.clear()            # arena ids back, try again
+                self._drain_releases(h)
+                rc = fn(h, raw, 64, offset, size, dev.encode(), ctypes.byref(aid))
+            check(rc)
+            a = self._remote(aid.value, size, dev, "import", keep=st)
+            self._imports[key] = a
+            while len(self._imports) > IMPORT_CACHE:
+                self._imports.popitem(last=False)
+            return a
+
+    def import_cuda(self, handle, offset, size, device="cuda:0"):
+        """Imports bytes [offset, offset+size) of another allocation of this
+        process's own CUDA memory by its IPC handle (64 bytes, or torch's
+        66-byte form) and returns them as a writable uint8 Tensor of shape
+        (size,) on `device`. The low-level path under from_torch. Raises
+        BadArgumentError: EINVAL (the handle does not open), EBOUNDS (the
+        range exceeds the allocation); BackendError (EDEVICE)."""
+        h = self._handle()
+        dev = device_name(device)
+        aid = ctypes.c_uint64()
+        check(self._need("opd_import_cuda")(h, _ipc_handle(handle), 64, offset,
+                                            size, dev.encode(), ctypes.byref(aid)))
+        a = self._remote(aid.value, size, dev, "import")
+        return Tensor(a, 0, "uint8", (size,), None, a)
+
+    def forget_imports(self):
+        """Drops the cache of imported torch storages: their arena ids are
+        released and torch may free the memory. Returns None."""
+        with self._lock:
+            self._imports.clear()
+        if self._h is not None:
+            self._handle()
+
+    # ---- published tensors ---------------------------------------------------
+    def publish(self, name, t):
+        """Publishes a copy of tensor t (a host or device Tensor, or a torch
+        tensor) under `name` (at most 63 bytes), for any connection of the
+        daemon to attach read-only (c.attach). The copy gets an arena of its
+        own (device memory for a device tensor) and dtype, shape and offset
+        travel as JSON meta. The name lasts until unpublish(name) or until
+        this connection closes; the memory lasts while any attachment
+        does. Returns the published Tensor (this connection's own copy:
+        writing it changes what attachers read). Raises BadArgumentError
+        (EINVAL: name taken or empty)."""
+        h = self._handle()
+        fn = self._need("opd_publish")
+        if not isinstance(t, Tensor):
+            t = self._convert(t)
+        nbytes = max(t.nbytes, 1)
+        if t.device == "cpu":
+            arena = self._new_arena((nbytes + 4095) & ~4095)
+            own = Tensor(arena, 0, t.dtype, t.shape, None, arena)
+            if t.arena.base is not None and t.is_contiguous():
+                ctypes.memmove(own.data_ptr(), t.data_ptr(), t.nbytes)
+            elif t.size:
+                self.run("copy", t, out=own)
+        else:
+            arena = self._new_device_arena(t.device, (nbytes + 255) & ~255)
+            own = Tensor(arena, 0, t.dtype, t.shape, None, arena)
+            if t.size:
+                self.run("copy", t, out=own)
+        meta = json.dumps({"dtype": t.dtype, "shape": list(t.shape),
+                           "offset": 0}, separators=(",", ":"))
+        check(fn(h, self._arena_id(arena), name.encode(), meta.encode()))
+        self._pubs[name] = own
+        return own
+
+    def unpublish(self, name):
+        """Withdraws `name`; attachments made before keep working. Raises
+        BadArgumentError (ENOENT: nothing published under it; EINVAL:
+        another connection published it). Returns None."""
+        check(self._need("opd_unpublish")(self._handle(), name.encode()))
+        self._pubs.pop(name, None)
+
+    def attach(self, name):
+        """Returns the tensor published under `name` as a read-only Tensor of
+        this connection (on "cpu" or "cuda:N": the publisher's memory, no
+        copy). Use it as an input anywhere; as an output the daemon refuses
+        it (BadArgumentError, EREADONLY). It is not mapped here: numpy(),
+        cpu() and torch() copy it. Raises BadArgumentError (ENOENT) if
+        nothing is published under that name."""
+        h = self._handle()
+        aid, size = ctypes.c_uint64(), ctypes.c_uint64()
+        dev = ctypes.create_string_buffer(64)
+        meta = ctypes.create_string_buffer(512)
+        check(self._need("opd_attach")(h, name.encode(), ctypes.byref(aid),
+                                       ctypes.byref(size), dev, 64, meta, 512))
+        device = dev.value.decode() or "cpu"
+        a = self._remote(aid.value, size.value, device, "attach", readonly=True)
+        try:
+            m = json.loads(meta.value.decode()) if meta.value else {}
+            dt = dtype_name(m["dtype"])
+            shape = tuple(int(d) for d in m["shape"])
+            off = int(m.get("offset", 0))
+        except Exception:           # published without (our) meta: bytes
+            dt, shape, off = "uint8", (size.value,), 0
+        return Tensor(a, off, dt, shape, None, a)
 
     tensor = from_numpy
 
@@ -357,34 +656,60 @@ class Client:
             self.ops()
         return self._schemas.get(op)
 
-    def _prepare(self, op, inputs, out, attrs):
+    def _prepare(self, op, inputs, out, attrs, device):
         h = self._handle()
         ins = list(inputs)
         while ins and ins[-1] is None:        # optional trailing inputs
             ins.pop()
+        torch_dev = None                      # a torch CUDA tensor's device
+        odev = "cpu"                          # where new outputs go
         for i, x in enumerate(ins):
             if x is None:
                 raise errors.error(protocol.EINVAL, "%s: input %d is None but a "
                                    "later input is given" % (op, i))
             if not isinstance(x, Tensor):
-                ins[i] = self.from_numpy(x)
+                if _is_torch(x) and x.is_cuda:
+                    torch_dev = x.device
+                ins[i] = x = self._convert(x)
+            if odev == "cpu":
+                odev = x.arena.device
+        devb = None
+        if device is not None:
+            dev = device_name(device, auto=True)
+            if dev == "cpu":
+                odev = "cpu"
+            devb = dev.encode()
         schema = self._schema(op)
         attr_arr, keep, akey = self._attrs(schema, attrs)
         ob = self._op_bytes.get(op)
         if ob is None:
             ob = self._op_bytes[op] = op.encode()
         if out is None:
-            outs = tuple(self.empty(shape, dt)
-                         for dt, shape in self._infer(h, ob, ins, attr_arr, akey))
-        elif isinstance(out, Tensor):
-            outs = (out,)
+            ret = outs = tuple(self.empty(shape, dt, odev) for dt, shape in
+                               self._infer(h, ob, ins, attr_arr, akey))
         else:
-            outs = tuple(out)
+            ret = (out,) if isinstance(out, Tensor) or _is_torch(out) else tuple(out)
+            outs = []
+            for o in ret:
+                if not isinstance(o, Tensor):
+                    if not (_is_torch(o) and o.is_cuda):
+                        raise errors.error(protocol.EINVAL, "%s: an output must "
+                                           "be an opd Tensor or a torch CUDA "
+                                           "tensor, not %s (CPU torch tensors "
+                                           "are not in shared memory)"
+                                           % (op, type(o).__name__))
+                    torch_dev = o.device
+                    o = self._from_torch_cuda(o)
+                outs.append(o)
+            outs = tuple(outs)
+        if torch_dev is not None and self.sync_torch:
+            import torch
+            torch.cuda.synchronize(torch_dev)
         n_in, n_out = len(ins), len(outs)
         in_arr = (_lib.TensorDesc * n_in)(*[self._desc(t) for t in ins]) if n_in else None
         out_arr = (_lib.TensorDesc * n_out)(*[self._desc(t) for t in outs]) if n_out else None
         return (h, ob, in_arr, n_in, out_arr, n_out, attr_arr, len(attrs),
-                (ins, outs, keep)), outs
+                (ins, outs, keep)), ret, devb
 
     def _infer(self, h, ob, ins, attr_arr, akey):
         key = (ob, tuple((t.dtype, t.shape) for t in ins), akey)
@@ -404,27 +729,41 @@ class Client:
         self._infer_cache[key] = r
         return r
 
-    def run(self, op, *inputs, out=None, **attrs):
+    def run(self, op, *inputs, out=None, device=None, **attrs):
         """Runs operator `op` on inputs (Tensors; numpy arrays are copied in;
-        trailing None drops optional inputs) with attributes as keywords.
-        out: a Tensor, or a tuple for several outputs, to write into (an
-        input itself for in-place ops); None allocates them. Returns the
-        output Tensor, a tuple of them if the op has several, or None if it
-        has none. Raises BadArgumentError (and other OpdError subclasses)
-        with the daemon's message."""
-        args, outs = self._prepare(op, inputs, out, attrs)
-        check(self._lib.opd_run(*args[:8]))
+        torch CUDA tensors are used in place; trailing None drops optional
+        inputs) with attributes as keywords. out: a Tensor or torch CUDA
+        tensor, or a tuple for several outputs, to write into (an input
+        itself for in-place ops); None allocates them on the device of the
+        device-tensor inputs (else in host memory). device: where it runs,
+        "cpu", "cuda", "cuda:N" or "auto" (None: the daemon's auto, which
+        is where the device tensors are, else the cpu); host tensors on a
+        cuda run are staged by the daemon and new outputs stay on the host.
+        Returns the output (as given in out, or new Tensors), a tuple if
+        the op has several, or None if it has none. Raises
+        BadArgumentError (and other OpdError subclasses) with the daemon's
+        message."""
+        args, outs, devb = self._prepare(op, inputs, out, attrs, device)
+        if devb is None:
+            check(self._lib.opd_run(*args[:8]))
+        else:
+            check(self._need("opd_run_on")(args[0], devb, *args[1:8]))
         if len(outs) == 1:
             return outs[0]
         return outs if outs else None
 
-    def submit(self, op, *inputs, out=None, **attrs):
+    def submit(self, op, *inputs, out=None, device=None, **attrs):
         """Sends a run without waiting (as run()); returns a Request whose
         wait() returns the outputs. Runs of one client execute in order.
-        The Request keeps every tensor it uses alive until waited for."""
-        args, outs = self._prepare(op, inputs, out, attrs)
+        The Request keeps every tensor it uses alive until waited for;
+        outputs (torch ones included) are complete only after wait()."""
+        args, outs, devb = self._prepare(op, inputs, out, attrs, device)
         rid = ctypes.c_uint64()
-        check(self._lib.opd_submit(*args[:8], ctypes.byref(rid)))
+        if devb is None:
+            check(self._lib.opd_submit(*args[:8], ctypes.byref(rid)))
+        else:
+            check(self._need("opd_submit_on")(args[0], devb, *args[1:8],
+                                              ctypes.byref(rid)))
         res = outs[0] if len(outs) == 1 else (outs if outs else None)
         return Request(self, rid.value, args, res, self._token)
 
@@ -432,7 +771,7 @@ class Client:
         """Returns [(dtype, shape)] of the outputs `op` would write for these
         inputs and attributes (cached). Raises BadArgumentError."""
         h = self._handle()
-        ins = [x if isinstance(x, Tensor) else self.from_numpy(x)
+        ins = [x if isinstance(x, Tensor) else self._convert(x)
                for x in inputs if x is not None]
         attr_arr, keep, akey = self._attrs(self._schema(op), attrs)
         return list(self._infer(h, op.encode(), ins, attr_arr, akey))
@@ -445,7 +784,12 @@ class Client:
         while the view lives. out=(keep, count) reuses two tensors."""
         keep, count = self.run("nms", boxes, scores, out=out,
                                iou_threshold=iou_threshold)
-        n = ctypes.c_int64.from_address(count.data_ptr()).value
+        if _is_torch(count):
+            return keep[:int(count.reshape(-1)[0])]
+        if count.arena.base is None:             # on a device: copy it here
+            n = struct.unpack("<q", count.tobytes()[:8])[0]
+        else:
+            n = ctypes.c_int64.from_address(count.data_ptr()).value
         return keep[:n]
 
     # ---- daemon information --------------------------------------------------
@@ -484,6 +828,11 @@ class Client:
         limits) as a dict."""
         return self._json(self._lib.opd_server_info)
 
+    def devices(self):
+        """Returns the CUDA devices the daemon uses, as names ["cuda:0",
+        ...] (empty without a GPU)."""
+        return [d["device"] for d in self.server_info().get("devices") or []]
+
     def ping(self):
         """Makes one round trip that runs nothing. Returns None."""
         check(self._lib.opd_ping(self._handle()))
@@ -516,15 +865,15 @@ class Client:
 def _make_method(schema):
     op = schema["name"]
 
-    def method(self, *inputs, out=None, **attrs):
-        return self.run(op, *inputs, out=out, **attrs)
+    def method(self, *inputs, out=None, device=None, **attrs):
+        return self.run(op, *inputs, out=out, device=device, **attrs)
 
     ins = ", ".join(i["name"] + ("=None" if i["optional"] else "")
                     for i in schema["inputs"])
     at = ", ".join("%s=%r" % (a["name"], a["default"]) if not a["required"]
                    else a["name"] for a in schema["attrs"])
     method.__name__ = op
-    method.__doc__ = "%s(%s%s, out=None)\n\n%s.\nshape: %s\n%s%s" % (
+    method.__doc__ = "%s(%s%s, out=None, device=None)\n\n%s.\nshape: %s\n%s%s" % (
         op, ins, (", " + at) if at else "", schema["summary"], schema["shape"],
         "".join("attr %s (%s): %s\n" % (a["name"], a["type"], a["doc"])
                 for a in schema["attrs"]),
@@ -532,9 +881,11 @@ def _make_method(schema):
     return method
 
 
-def connect(socket=None, connect=True):
+def connect(socket=None, connect=True, priority=None):
     """Returns a Client connected to the daemon at `socket` (None:
-    $OPD_SOCKET, else the default path). Use as a context manager to close
-    it. Raises OpdConnectionError (ECONNECT) naming the socket tried and
-    how to start the daemon if it is not running."""
-    return Client(socket, connect=connect)
+    $OPD_SOCKET, else the default path). priority="high" asks for
+    high-priority CUDA streams (latency-critical clients). Use as a
+    context manager to close it. Raises OpdConnectionError (ECONNECT)
+    naming the socket tried and how to start the daemon if it is not
+    running."""
+    return Client(socket, connect=connect, priority=priority)

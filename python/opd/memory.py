@@ -33,6 +33,12 @@ child (the mappings are inherited and shared), their tensors stay usable
 (registered with the child's own connection by their inherited fd), and
 frees of the parent's blocks in the child are dropped, since that space
 is the parent's to reuse.
+
+Device memory (RemoteArena): a Client keeps one more Allocator per CUDA
+device whose arenas are daemon-owned device allocations (opd_alloc), so
+device tensors are carved out exactly like host ones; those arenas are
+never mapped here and belong to one connection (its session frees them
+when it closes).
 """
 import bisect
 import collections
@@ -88,6 +94,8 @@ class Arena:
     ((st_dev, st_ino)), .opened (True if mapped from another process)."""
     __slots__ = ("serial", "size", "base", "fd", "key", "opened", "regs",
                  "__weakref__")
+    device = "cpu"
+    readonly = False
 
     def __init__(self, size, base, fd, opened=False):
         st = os.fstat(fd)
@@ -104,6 +112,44 @@ class Arena:
     def __repr__(self):
         return "<opd.Arena %d bytes fd=%d%s>" % (
             self.size, self.fd, " opened" if self.opened else "")
+
+
+class RemoteArena:
+    """Memory the daemon holds for one connection, not mapped in this
+    process: device memory from opd_alloc (kind "alloc"), an attachment of
+    a published arena ("attach", read-only), or the client's own CUDA
+    memory imported by IPC handle ("import", e.g. a torch tensor's
+    storage, which .keep holds alive). .size, .device ("cuda:0", or "cpu"
+    for an attached host arena), .readonly, .kind, .client (weakref to the
+    Client whose session owns it). Its id is known to that client only
+    (client._reg); the id is released at the client's next call after
+    this object dies. .base is None: nothing here can read it directly."""
+    __slots__ = ("serial", "size", "device", "kind", "readonly", "client",
+                 "keep", "regs", "__weakref__")
+    base = None
+    fd = None
+    opened = False
+
+    def __init__(self, size, device, kind, client, readonly=False, keep=None):
+        self.serial = next(_serials)
+        self.size, self.device, self.kind = size, device, kind
+        self.readonly, self.keep = readonly, keep
+        self.client = weakref.ref(client)
+        self.regs = {}
+        fin = weakref.finalize(self, _remote_gone, self.serial, self.regs)
+        fin.atexit = False
+
+    def __repr__(self):
+        return "<opd.RemoteArena %s %d bytes on %s%s>" % (
+            self.kind, self.size, self.device,
+            " read-only" if self.readonly else "")
+
+
+def _remote_gone(serial, regs):
+    for ref in list(regs.values()):
+        c = ref()
+        if c is not None:
+            c._pending_release.append(serial)
 
 
 def _arena_gone(serial, regs, base, size, fd):
@@ -215,8 +261,9 @@ class Allocator:
     -> Arena`; gives empty arenas beyond one spare back with
     `release(arena)`."""
 
-    def __init__(self, create, release, gen):
+    def __init__(self, create, release, gen, owner=None):
         self._create, self._release = create, release
+        self.owner = owner       # weakref to the Client it allocates for
         self._states = []
         self._pending = collections.deque()
         self._lock = threading.Lock()

@@ -18,6 +18,14 @@ without a compiled extension. Pickling a Tensor yields a small reference
 strides); unpickling it in another process of the same user opens the
 memfd through /proc/<pid>/fd/<fd> and maps the same memory. The sender
 must keep the tensor alive until the receiver has unpickled it.
+
+Tensors in the daemon: a Tensor whose arena is a memory.RemoteArena
+(device memory from c.empty(..., device="cuda"), an attached published
+tensor, an imported torch CUDA storage) has no address here (.device
+says where it is). Views work as usual; numpy(), tobytes(), cpu() and
+torch() COPY it through the daemon's copy op, run by the connection that
+owns it; it does not pickle (device memory belongs to one connection:
+publish it, or send t.cpu()).
 """
 import ctypes
 import os
@@ -66,6 +74,47 @@ def dtype_name(dtype):
                        "are %s" % (dtype, ", ".join(DTYPES)))
 
 
+def device_name(device, auto=False):
+    """Returns the opd device name for `device`: "cpu", or "cuda:N" for
+    "cuda", "cuda:N", a torch.device or an int N; "auto" too if auto.
+    Raises BackendError (EDEVICE) for anything else."""
+    if isinstance(device, int) and not isinstance(device, bool) and device >= 0:
+        return "cuda:%d" % device
+    s = str(device)
+    if s == "cpu" or (auto and s == "auto"):
+        return s
+    if s == "cuda":
+        return "cuda:0"
+    if s.startswith("cuda:") and s[5:].isdigit():
+        return "cuda:%d" % int(s[5:])
+    raise errors.error(protocol.EDEVICE, "unknown device %r: use \"cpu\", "
+                       "\"cuda\" or \"cuda:N\"%s" % (device, ", \"auto\""
+                                                   if auto else ""))
+
+
+def _client_of(t, client=None):
+    """The connection that copies tensor t: `client`, else the one owning
+    its daemon memory, else the one that allocated it, else opd.client()."""
+    if client is not None:
+        return client
+    ref = getattr(t.arena, "client", None)          # a RemoteArena
+    if ref is not None:
+        c = ref()
+        if c is None or c.closed:
+            raise errors.error(protocol.ECLOSED, "the connection that owns "
+                               "this %s tensor is closed: its daemon memory "
+                               "is gone" % t.arena.device)
+        return c
+    alloc = getattr(t._mem, "alloc", None)          # an allocator Block
+    owner = getattr(alloc, "owner", None)
+    if owner is not None:
+        c = owner()
+        if c is not None and not c.closed:
+            return c
+    from . import mp
+    return mp.client()
+
+
 def contiguous_strides(shape):
     """Returns the C-contiguous strides (in elements) of shape, as a tuple."""
     strides, acc = [], 1
@@ -83,10 +132,12 @@ def _prod(shape):
 
 
 class Tensor:
-    """A tensor in shared memory. Attributes: shape (tuple), dtype (name,
-    e.g. "float32"), strides (elements), itemsize, nbytes, ndim, size,
-    offset (bytes into its arena), arena. Make them with Client.empty,
-    zeros, from_numpy, or get them from an operator."""
+    """A tensor in shared memory, or in the daemon's memory (device).
+    Attributes: shape (tuple), dtype (name, e.g. "float32"), strides
+    (elements), itemsize, nbytes, ndim, size, offset (bytes into its
+    arena), arena, device ("cpu" or "cuda:N"). Make them with
+    Client.empty, zeros, from_numpy (device= for device tensors), or get
+    them from an operator."""
     __slots__ = ("arena", "offset", "dtype", "shape", "strides", "_mem",
                  "_descs", "_contig", "__weakref__")
 
@@ -125,6 +176,22 @@ class Tensor:
         """Bytes of the elements (size * itemsize)."""
         return self.size * self.itemsize
 
+    @property
+    def device(self):
+        """Where the elements are: "cpu" or "cuda:N"."""
+        return self.arena.device
+
+    @property
+    def is_cuda(self):
+        """True for a tensor in CUDA device memory."""
+        return self.arena.device != "cpu"
+
+    @property
+    def readonly(self):
+        """True for an attached published tensor (outputs into it are
+        refused with EREADONLY)."""
+        return self.arena.readonly
+
     def is_contiguous(self):
         """Returns True if the tensor is C-contiguous."""
         c = self._contig
@@ -136,8 +203,16 @@ class Tensor:
         return c
 
     def data_ptr(self):
-        """Returns the address of element 0 in this process."""
-        return self.arena.base + self.offset
+        """Returns the address of element 0 in this process. Raises
+        BackendError (EDEVICE) for a tensor in the daemon's memory, which
+        has no address here."""
+        base = self.arena.base
+        if base is None:
+            raise errors.error(protocol.EDEVICE, "this tensor is in the "
+                               "daemon's memory (%s) and has no address in "
+                               "this process; t.cpu() or t.numpy() copies it"
+                               % self.arena.device)
+        return base + self.offset
 
     def __len__(self):
         if not self.shape:
@@ -145,7 +220,10 @@ class Tensor:
         return self.shape[0]
 
     def __repr__(self):
-        return "opd.Tensor(shape=%s, dtype=%s)" % (self.shape, self.dtype)
+        dev = self.arena.device
+        return "opd.Tensor(shape=%s, dtype=%s%s%s)" % (
+            self.shape, self.dtype, "" if dev == "cpu" else ", device=" + dev,
+            ", read-only" if self.arena.readonly else "")
 
     # ---- views -----------------------------------------------------------
     def __getitem__(self, idx):
@@ -222,7 +300,10 @@ class Tensor:
 
     def tobytes(self):
         """Returns the elements as bytes (C order); needs a contiguous
-        tensor (numpy is not required)."""
+        tensor (numpy is not required). A tensor in the daemon is copied
+        here first."""
+        if self.arena.base is None:
+            return self.cpu().tobytes()
         if not self.is_contiguous():
             raise errors.error(protocol.ELAYOUT, "tobytes needs a contiguous tensor")
         return ctypes.string_at(self.data_ptr(), self.nbytes)
@@ -230,6 +311,11 @@ class Tensor:
     def copy_from_bytes(self, data):
         """Copies len(data) == nbytes bytes into a contiguous tensor. Returns self."""
         data = memoryview(data).cast("B")
+        if self.arena.base is None and len(data) == self.nbytes:
+            c = _client_of(self)
+            c.run("copy", c.empty(self.shape, self.dtype).copy_from_bytes(data),
+                  out=self)
+            return self
         if len(data) != self.nbytes or not self.is_contiguous():
             raise errors.error(protocol.ESHAPE, "copy_from_bytes: %d bytes into "
                                "%d (contiguous needed)" % (len(data), self.nbytes))
@@ -240,18 +326,86 @@ class Tensor:
     @property
     def __array_interface__(self):
         """numpy's array interface: np.asarray(t) is a zero-copy view that
-        keeps t alive."""
+        keeps t alive. Absent for a tensor in the daemon (numpy then calls
+        __array__, which copies)."""
+        if self.arena.base is None:
+            raise AttributeError("__array_interface__: the tensor is in the "
+                                 "daemon's memory (%s)" % self.arena.device)
         return {"version": 3, "shape": self.shape,
                 "typestr": _TYPESTR[self.dtype],
                 "data": (self.data_ptr(), False),
                 "strides": None if self.is_contiguous() else
                 tuple(s * self.itemsize for s in self.strides)}
 
-    def numpy(self):
-        """Returns a zero-copy, writable numpy view (its base keeps this
-        tensor alive). Raises ImportError without numpy."""
+    def __array__(self, dtype=None, copy=None):
         import numpy as np
+        if self.arena.base is None:
+            if copy is False:
+                raise ValueError("a tensor in the daemon's memory (%s) cannot "
+                                 "be viewed by numpy without a copy"
+                                 % self.arena.device)
+            a = np.asarray(self.cpu())
+        else:
+            a = np.asarray(self)
+        return a if dtype is None else a.astype(dtype, copy=False)
+
+    def numpy(self):
+        """Returns the elements as a numpy array. A host tensor: a zero-copy,
+        writable view (its base keeps this tensor alive). A tensor in the
+        daemon's memory (a device tensor, an attached one): a host COPY
+        made through the daemon; writing it does not change the tensor.
+        Raises ImportError without numpy."""
+        import numpy as np
+        if self.arena.base is None:
+            return np.asarray(self.cpu())
         return np.asarray(self)
+
+    # ---- devices ---------------------------------------------------------
+    def to(self, device, client=None):
+        """Returns this tensor on `device` ("cpu", "cuda", "cuda:N"): self if
+        it is already there, else a new contiguous copy made by the
+        daemon's copy op (host to device, device to host). client: the
+        connection that makes the copy and owns a new device tensor
+        (default: the one owning this tensor's daemon memory, else the one
+        that allocated it, else opd.client())."""
+        dev = device_name(device)
+        if dev == self.arena.device and (dev != "cpu" or self.arena.base is not None):
+            return self
+        c = _client_of(self, client)
+        out = c.empty(self.shape, self.dtype, dev)
+        if self.size:
+            c.run("copy", self, out=out)
+        return out
+
+    def cpu(self, client=None):
+        """Returns this tensor in host shared memory: self for a host tensor,
+        else a copy (see to)."""
+        return self.to("cpu", client)
+
+    def cuda(self, index=0, client=None):
+        """Returns this tensor on cuda:index: self if it is there, else a
+        copy in the daemon's device memory (see to)."""
+        return self.to("cuda:%d" % index if isinstance(index, int) else index,
+                       client)
+
+    def torch(self):
+        """Returns a torch tensor with these elements. A host tensor: a
+        zero-copy CPU view (torch.from_dlpack; it keeps this tensor alive).
+        A device tensor: a COPY into a new torch CUDA tensor on the same
+        device (one device-to-device copy by the daemon, written through
+        CUDA IPC): a zero-copy torch view of daemon memory needs the
+        daemon to export device memory, which it does not do yet. An
+        attached host tensor: a copy. Raises ImportError without torch."""
+        import torch
+        if self.arena.base is not None:
+            return torch.from_dlpack(self)
+        if self.arena.device == "cpu":
+            return torch.from_dlpack(self.cpu())
+        out = torch.empty(self.shape, dtype=getattr(torch, self.dtype),
+                          device=self.arena.device)
+        if self.size:
+            _client_of(self).run("copy", self, out=out)
+        return out
 
     def tolist(self):
         """Returns the elements as nested lists (through numpy)."""
@@ -265,16 +419,27 @@ class Tensor:
         asked (opd never copies here)."""
         if copy:
             raise BufferError("opd: __dlpack__ never copies (copy=True asked)")
+        if self.arena.base is None:
+            raise BufferError("opd: this tensor is in the daemon's memory (%s); "
+                              "no zero-copy export yet: use t.torch() or "
+                              "t.cpu() (copies)" % self.arena.device)
         from . import _dlpack
         return _dlpack.to_capsule(self)
 
     def __dlpack_device__(self):
-        """Returns (1, 0): kDLCPU, device 0."""
-        return (1, 0)
+        """Returns (1, 0): kDLCPU, device 0; (2, N) (kDLCUDA) for a device
+        tensor, whose __dlpack__ refuses (no export yet)."""
+        dev = self.arena.device
+        return (1, 0) if dev == "cpu" else (2, int(dev[5:]))
 
     # ---- pickling --------------------------------------------------------
     def __reduce__(self):
         a = self.arena
+        if a.base is None:
+            raise TypeError("an opd tensor in the daemon's memory (%s, %s) "
+                            "cannot be pickled: it belongs to one connection; "
+                            "publish it (c.publish) and attach it in the other "
+                            "process, or send t.cpu()" % (a.kind, a.device))
         return (_rebuild, (os.getpid(), a.fd, a.key, a.size, self.offset,
                            self.dtype, self.shape, self.strides))
 
