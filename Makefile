@@ -214,6 +214,11 @@ $(B)/tests/%_gpu: tests/gpu/%_gpu.c $(B)/libopd.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) $< -o $@ $(LDFLAGS) $(B)/libopd.a $(CLIENT_LIBS) -lm
 
+# GPU machine: a tiny kernel launched in-process, the latency floor
+$(B)/bench/bench_launch: bench/bench_launch.cu $(KERNEL_OBJ) $(CUDA_OBJ)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) $^ -o $@ -lcublasLt $(BLAS_LIBS)
+
 # GPU machine: a CUDA client importing its own memory (needs nvcc)
 $(B)/tests/ipc_gpu: tests/gpu/ipc_gpu.cu $(B)/libopd.a
 	@mkdir -p $(dir $@)

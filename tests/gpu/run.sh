@@ -18,6 +18,7 @@ echo "== machine"; nvidia-smi -L; nvcc --version | tail -n 1; gcc --version | he
 echo "== build"
 make -j"$(nproc)" CUDA=1 BLAS=0 $deps build/opd build/opctl build/tests/daemon_gpu \
   build/tests/poison_gpu build/tests/ipc_gpu build/tests/gpu_kernels build/libopd.so \
+  build/bench/bench_launch \
   >"$out/build.log" 2>&1 &&
 make -j"$(nproc)" CUDA=1 BLAS=0 TEST_OPS=1 B=build-test $deps build-test/opd \
   >>"$out/build.log" 2>&1 || { tail -n 40 "$out/build.log"; exit 1; }
@@ -63,6 +64,8 @@ echo "opd exit status $st (3 expected: restart me)"; [ $st = 3 ] || status=1
 grep -E "poison|illegal|exit" "$out/opd-poison.log" | tail -n 5
 
 if [ $bench = 1 ]; then
+  echo "== the floor of a tiny op: in-process launch + sync"
+  build/bench/bench_launch 20000 2>&1 | tee "$out/bench_launch.txt"
   echo "== kernel benchmarks"
   timeout 200 build/tests/gpu_kernels --bench >"$out/gpu_bench.txt" 2>&1 || status=1
   cat "$out/gpu_bench.txt" | tail -n 60
