@@ -138,7 +138,7 @@ all: check-deps $(BINS) $(EXAMPLES) cuda
 
 # ---- dependencies --------------------------------------------------------
 DEB_PKGS := build-essential pkg-config libuv1-dev libmsgpack-dev \
-            libopenblas-pthread-dev libcriterion-dev libinih-dev \
+            libopenblas-pthread-dev libcriterion-dev \
             python3 python3-numpy python3-pytest
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 

@@ -134,6 +134,23 @@ typedef struct opd_op_def {
   int (*cpu_fast)(opd_kcall_t *call); /* NULL: cpu_ref is used */
 } opd_op_def_t;
 
+/* The built-in operators, one X per op folder under kernels/: the registry
+ * (kernels/registry.c), the CPU entry points (kernels/common/cpu.h) and the
+ * CUDA entry points (kernels/cuda/cuda.h) are all generated from it. */
+#define OPD_BUILTIN_OPS(X) \
+  X(noop)                  \
+  X(copy)                  \
+  X(add)                   \
+  X(mul)                   \
+  X(relu)                  \
+  X(gelu)                  \
+  X(softmax)               \
+  X(layernorm)             \
+  X(rmsnorm)               \
+  X(matmul)                \
+  X(conv2d)                \
+  X(nms)
+
 /* The registry (kernels/registry.c). */
 extern const opd_op_def_t *const opd__ops[];
 extern const int opd__n_ops;

@@ -2,28 +2,14 @@
  *
  * DESIGN
  * Each op lives in kernels/<op>/ and exports `opd__op_<name>`; this file
- * only lists them, in the order `opctl ops` shows them. Adding an op is one
- * extern line and one row.
+ * only lists them, in the order of OPD_BUILTIN_OPS (kernel.h), which is the
+ * order `opctl ops` shows. Adding an op is one X line there.
  */
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "kernels/kernel.h"
-
-#define OPD_OPS(X) \
-  X(noop)          \
-  X(copy)          \
-  X(add)           \
-  X(mul)           \
-  X(relu)          \
-  X(gelu)          \
-  X(softmax)       \
-  X(layernorm)     \
-  X(rmsnorm)       \
-  X(matmul)        \
-  X(conv2d)        \
-  X(nms)
 
 /* Operators of test builds only (make TEST_OPS=1): see kernels/fault. */
 #ifdef OPD_TEST_OPS
@@ -33,13 +19,13 @@
 #endif
 
 #define X(name) extern const opd_op_def_t opd__op_##name;
-OPD_OPS(X)
+OPD_BUILTIN_OPS(X)
 OPD_TEST_OPS_LIST(X)
 #undef X
 
 const opd_op_def_t *const opd__ops[] = {
 #define X(name) &opd__op_##name,
-    OPD_OPS(X)
+    OPD_BUILTIN_OPS(X)
     OPD_TEST_OPS_LIST(X)
 #undef X
 };

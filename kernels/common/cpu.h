@@ -10,24 +10,11 @@
 
 #include "kernels/kernel.h"
 
-#define OPD_CPU_OPS(X) \
-  X(noop)              \
-  X(copy)              \
-  X(add)               \
-  X(mul)               \
-  X(relu)              \
-  X(gelu)              \
-  X(softmax)           \
-  X(layernorm)         \
-  X(rmsnorm)           \
-  X(matmul)            \
-  X(conv2d)            \
-  X(nms)
 
 #define X(name)                                 \
   int opd__##name##_cpu_ref(opd_kcall_t *call); \
   int opd__##name##_cpu_fast(opd_kcall_t *call);
-OPD_CPU_OPS(X)
+OPD_BUILTIN_OPS(X)
 #undef X
 
 #endif /* OPD_KERNELS_CPU_H */

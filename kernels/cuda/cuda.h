@@ -69,22 +69,9 @@ const opd_cuda_kernel_t *opd__cuda_kernel_find(const char *op);
 size_t opd__cuda_workspace(const opd_kcall_t *call);
 
 /* The kernels, one per op (kernels/<op>/cuda.cu). */
-#define OPD_CUDA_OPS(X) \
-  X(noop)               \
-  X(copy)               \
-  X(add)                \
-  X(mul)                \
-  X(relu)               \
-  X(gelu)               \
-  X(softmax)            \
-  X(layernorm)          \
-  X(rmsnorm)            \
-  X(matmul)             \
-  X(conv2d)             \
-  X(nms)
 
 #define X(name) int opd__##name##_cuda(opd_kcall_t *call, const opd_cuda_ctx_t *ctx);
-OPD_CUDA_OPS(X)
+OPD_BUILTIN_OPS(X)
 #undef X
 
 /* conv2d's variants, for tests and benchmarks: OPD_CONV_AUTO is what

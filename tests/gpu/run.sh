@@ -42,13 +42,15 @@ echo "== CUDA IPC import"
 timeout 60 build/tests/ipc_gpu "$sock" 2>&1 | tee "$out/ipc_gpu.txt" || status=1
 if [ -n "${PYTEST_GPU:-}" ]; then
   echo "== python GPU tests (torch)"
-  OPD_SOCKET=$sock OPD_LIB=$PWD/build/libopd.so PYTHONPATH=$PWD/python \
-    timeout 300 python3 -m pytest -q -p no:cacheprovider tests/python 2>&1 | tail -n 25 | tee "$out/pytest_gpu.txt"
+  OPD_BIN=$PWD/build/opd OPD_LIB=$PWD/build/libopd.so PYTHONPATH=$PWD/python \
+    timeout 400 python3 -m pytest -q -p no:cacheprovider -rs -x tests/python >"$out/pytest_gpu.txt" 2>&1 || status=1
+  tail -n 40 "$out/pytest_gpu.txt"
 fi
 if [ -n "${BENCH_GPU_PY:-}" ]; then
   echo "== python GPU benchmark"
   OPD_SOCKET=$sock OPD_LIB=$PWD/build/libopd.so PYTHONPATH=$PWD/python PYTHONUNBUFFERED=1 \
-    timeout 300 python3 bench/bench_gpu.py 2>&1 | tee "$out/bench_gpu.txt"
+    timeout 300 python3 bench/bench_gpu.py >"$out/bench_gpu.txt" 2>&1 || status=1
+  cat "$out/bench_gpu.txt"
 fi
 build/opctl --socket "$sock" stats | head -n 12
 kill -TERM "$pid"; wait "$pid"; echo "opd exit status $?"
