@@ -43,7 +43,7 @@ timeout 60 build/tests/ipc_gpu "$sock" 2>&1 | tee "$out/ipc_gpu.txt" || status=1
 if [ -n "${PYTEST_GPU:-}" ]; then
   echo "== python GPU tests (torch)"
   OPD_BIN=$PWD/build/opd OPD_LIB=$PWD/build/libopd.so PYTHONPATH=$PWD/python \
-    timeout 400 python3 -m pytest -q -p no:cacheprovider -rs -x tests/python >"$out/pytest_gpu.txt" 2>&1 || status=1
+    timeout 400 python3 -m pytest -q -p no:cacheprovider -rs tests/python >"$out/pytest_gpu.txt" 2>&1 || status=1
   tail -n 40 "$out/pytest_gpu.txt"
 fi
 if [ -n "${BENCH_GPU_PY:-}" ]; then
