@@ -1,0 +1,76 @@
+/* Integration: opctl, the admin CLI, against a real daemon. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "tests/integration/harness.h"
+
+TestSuite(opctl, .init = th_start_default, .fini = th_stop_default,
+          .timeout = 60);
+
+/* Runs build/opctl (next to $OPD_BIN) with args; returns its exit status
+ * and its stdout+stderr in out. */
+static int opctl(char *out, size_t cap, const char *a1, const char *a2,
+                 const char *a3) {
+  const char *bin = getenv("OPD_BIN") ? getenv("OPD_BIN") : "build/opd";
+  char path[512];
+  snprintf(path, sizeof path, "%.*sopctl", (int)(strrchr(bin, '/') ? strrchr(bin, '/') - bin + 1 : 0), bin);
+  int p[2];
+  cr_assert_eq(pipe(p), 0);
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(p[1], 1);
+    dup2(p[1], 2);
+    execl(path, "opctl", "--socket", th_d.sock, a1, a2, a3, (char *)NULL);
+    _exit(127);
+  }
+  close(p[1]);
+  size_t n = 0;
+  ssize_t r;
+  while (n + 1 < cap && (r = read(p[0], out + n, cap - 1 - n)) > 0) n += (size_t)r;
+  out[n] = '\0';
+  close(p[0]);
+  int status;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+}
+
+static char out[65536];
+
+Test(opctl, ping_prints_round_trip_times) {
+  cr_assert_eq(opctl(out, sizeof out, "ping", "-c", "20"), 0, "%s", out);
+  cr_assert(strstr(out, "20 pings: min") != NULL && strstr(out, "p99") != NULL,
+            "%s", out);
+}
+
+Test(opctl, ops_prints_every_schema) {
+  cr_assert_eq(opctl(out, sizeof out, "ops", NULL, NULL), 0, "%s", out);
+  cr_assert(strstr(out, "12 operators") != NULL, "%s", out);
+  cr_assert(strstr(out, "attr    iou_threshold float  required") != NULL, "%s", out);
+  cr_assert(strstr(out, "attr    eps      float  default 1e-05") != NULL, "%s", out);
+  cr_assert(strstr(out, "one of none|tanh") != NULL, "%s", out);
+  cr_assert_eq(opctl(out, sizeof out, "--json", "ops", NULL), 0);
+  cr_assert(strncmp(out, "{\"ops\":[", 8) == 0, "%.80s", out);
+}
+
+Test(opctl, stats_and_version) {
+  opd_client_t *c = th_connect();
+  opd_run(c, "noop", NULL, 0, NULL, 0, NULL, 0);
+  cr_assert_eq(opctl(out, sizeof out, "stats", NULL, NULL), 0, "%s", out);
+  cr_assert(strstr(out, "opd daemon: healthy") != NULL, "%s", out);
+  cr_assert(strstr(out, "noop                1") != NULL, "%s", out);
+  cr_assert_eq(opctl(out, sizeof out, "version", NULL, NULL), 0, "%s", out);
+  cr_assert(strstr(out, "opd " OPD_VERSION " (protocol 1)") != NULL, "%s", out);
+  opd_close(c);
+}
+
+Test(opctl, errors_are_one_clear_line) {
+  cr_assert_eq(opctl(out, sizeof out, "frobnicate", NULL, NULL), 2);
+  cr_assert(strstr(out, "unknown command \"frobnicate\"") != NULL, "%s", out);
+  th_stop();
+  cr_assert_eq(opctl(out, sizeof out, "ping", NULL, NULL), 1);
+  cr_assert(strstr(out, "cannot connect to the opd daemon") != NULL, "%s", out);
+}
