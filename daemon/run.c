@@ -406,6 +406,7 @@ static opd_job_t *job_alloc(opd_server_t *srv) {
   j->ns = 0;
   j->device = -1;
   j->cuda_kernel = NULL;
+  j->cuda_event = NULL;
   return j;
 }
 

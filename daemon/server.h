@@ -128,6 +128,7 @@ struct opd_job {
   uint64_t t_start;              /* when it was launched */
   const void *cuda_kernel;       /* opd_cuda_kernel_t of a CUDA run */
   int cuda_status;               /* cudaError_t the stream reported */
+  void *cuda_event;              /* cudaEvent_t recorded after its work */
   /* host tensors of a CUDA run are staged through device scratch */
   void *host_in[OPD_MAX_TENSORS];  /* host address, or NULL */
   void *host_out[OPD_MAX_TENSORS];
