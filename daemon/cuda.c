@@ -642,7 +642,11 @@ static void *poller_main(void *arg) {
     if (opd__now_ns() - last_progress < SPIN_NS) {
       /* let launches in between: the loop thread takes mu to queue jobs */
       pthread_mutex_unlock(&st->mu);
-      for (int i = 0; i < 64; i++) __builtin_ia32_pause();
+      for (int i = 0; i < 64; i++) {
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#endif
+      }
       pthread_mutex_lock(&st->mu);
       continue;
     }

@@ -49,7 +49,7 @@ fi
 if [ -n "${BENCH_GPU_PY:-}" ]; then
   echo "== python GPU benchmark"
   OPD_SOCKET=$sock OPD_LIB=$PWD/build/libopd.so PYTHONPATH=$PWD/python PYTHONUNBUFFERED=1 \
-    timeout 300 python3 bench/bench_gpu.py >"$out/bench_gpu.txt" 2>&1 || status=1
+    timeout 300 python3 bench/bench_gpu.py ${BENCH_GPU_ARGS:-} >"$out/bench_gpu.txt" 2>&1 || status=1
   cat "$out/bench_gpu.txt"
 fi
 build/opctl --socket "$sock" stats | head -n 12
