@@ -12,7 +12,8 @@ LibraryNotFoundError lists every place tried and why each failed.
 
 Every function gets argtypes and restype so ctypes checks arguments and
 never truncates pointers. The CUDA-era entry points (opd_alloc,
-opd_run_on, opd_publish, opd_attach, opd_import_cuda, ...) are declared
+opd_run_on, opd_publish, opd_attach, opd_import_cuda, opd_alloc_flags,
+opd_export_cuda, ...) are declared
 when present, so an older libopd still loads for host-only use. The struct layouts mirror opd.h's opd_tensor_t
 and opd_attr_t (160 and 104 bytes; a test checks the sizes).
 """
@@ -111,6 +112,8 @@ def _declare(lib):
     optional = {
         "opd_connect_flags": (c_int, [cp, c_uint32, P(vp)]),
         "opd_alloc": (c_int, [vp, cp, c_uint64, P(c_uint64)]),
+        "opd_alloc_flags": (c_int, [vp, cp, c_uint64, c_uint32, P(c_uint64)]),
+        "opd_export_cuda": (c_int, [vp, c_uint64, P(c_int), P(c_uint64)]),
         "opd_publish": (c_int, [vp, c_uint64, cp, cp]),
         "opd_unpublish": (c_int, [vp, cp]),
         "opd_attach": (c_int, [vp, cp, P(c_uint64), P(c_uint64), cp, sz,

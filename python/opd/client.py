@@ -31,7 +31,14 @@ storage's legacy CUDA IPC handle (opd_import_cuda), once per storage and
 connection (an LRU of IMPORT_CACHE storages, each held alive while
 cached), and used in place; before such a run the package synchronizes
 torch's device (sync_torch), since opd works on its own stream in
-another process. publish() copies a tensor into an arena of its own and
+another process. The other direction: the per-device arenas are
+allocated exportable (opd_alloc_flags, CUDA VMM; plain opd_alloc when
+the daemon has no VMM), and Tensor.torch() of a device tensor maps its
+arena here once (opd_export_cuda's fd, see _cuda.py; _maps: arena serial
+-> Mapping, dropped when the arena is released or the client closes,
+unmapped when the last torch view is gone too) and returns a torch view;
+runs touching a tensor of an arena with live torch views also
+synchronize torch first. publish() copies a tensor into an arena of its own and
 publishes that; attach() returns a read-only tensor on the attached
 arena.
 """
@@ -47,7 +54,7 @@ import threading
 import types
 import weakref
 
-from . import _lib, errors, memory, protocol
+from . import _cuda, _lib, errors, memory, protocol
 from .errors import check
 from .tensor import Tensor, device_name, dtype_name, _prod
 
@@ -56,6 +63,10 @@ _AT = protocol.ATTR_TYPE_CODES
 _clients = weakref.WeakSet()
 _serials = itertools.count(1)
 IMPORT_CACHE = 32        # torch storages imported per connection (LRU)
+_ALLOC_EXPORTABLE = 0x1  # OPD_ALLOC_EXPORTABLE
+# export failures meaning "this daemon/arena cannot export": copy instead
+_NO_EXPORT = (protocol.EINVAL, protocol.EPROTO, protocol.EVERSION,
+              protocol.EBACKEND, protocol.EREADONLY)
 _PRIORITY = {None: 0, "normal": 0, "high": 0x1}   # OPD_CONNECT_HIGH_PRIORITY
 
 
@@ -160,6 +171,8 @@ class Client:
         self._alloc = None
         self._dallocs = {}            # "cuda:N" -> Allocator of device arenas
         self._imports = collections.OrderedDict()  # torch storage -> arena
+        self._maps = {}               # arena serial -> _cuda.Mapping (views)
+        self._no_vmm = set()          # devices whose exportable alloc failed
         self._pubs = {}               # name -> the Tensor published
         self._schemas = None          # op name -> schema
         self._methods = {}
@@ -191,6 +204,7 @@ class Client:
             self._h, self._reg = None, {}
             self._pending_release.clear()
             self._dallocs, self._pubs = {}, {}
+            self._maps, self._no_vmm = {}, set()
             self._imports = collections.OrderedDict()
             h = ctypes.c_void_p()
             flags = _PRIORITY[self.priority]
@@ -216,6 +230,7 @@ class Client:
                 self._lib.opd_close(h)
             self._reg = {}
             self._dallocs, self._pubs = {}, {}
+            self._maps = {}               # live torch views keep theirs
             self._imports = collections.OrderedDict()
             _clients.discard(self)
 
@@ -269,9 +284,19 @@ class Client:
         a.regs[self._serial] = weakref.ref(self)
         return a
 
-    def _new_device_arena(self, device, size):
+    def _new_device_arena(self, device, size, exportable=False):
         h = self._handle()
         aid = ctypes.c_uint64()
+        fn = getattr(self._lib, "opd_alloc_flags", None)
+        if exportable and fn is not None and device not in self._no_vmm:
+            rc = fn(h, device.encode(), size, _ALLOC_EXPORTABLE, ctypes.byref(aid))
+            if rc == 0:
+                a = self._remote(aid.value, size, device, "alloc")
+                a.exportable = True
+                return a
+            if rc != protocol.EBACKEND:       # ENOMEM, ELIMIT, EDEVICE, ...
+                check(rc)
+            self._no_vmm.add(device)          # no CUDA VMM: plain memory
         check(self._need("opd_alloc")(h, device.encode(), size, ctypes.byref(aid)))
         return self._remote(aid.value, size, device, "alloc")
 
@@ -282,13 +307,14 @@ class Client:
                 a = self._dallocs.get(device)
                 if a is None:
                     a = memory.Allocator(
-                        lambda size, d=device: self._new_device_arena(d, size),
+                        lambda size, d=device: self._new_device_arena(d, size, True),
                         self._drop_arena, self._gen, owner=weakref.ref(self))
                     self._dallocs[device] = a
         return a
 
     def _drop_arena(self, arena):
         arena.regs.pop(self._serial, None)
+        self._maps.pop(arena.serial, None)    # unmapped with its last view
         aid = self._reg.pop(arena.serial, None)
         if aid is not None and self._h is not None:
             self._lib.opd_arena_release(self._h, aid)  # errors: session gone
@@ -300,6 +326,7 @@ class Client:
             except IndexError:
                 return
             aid = self._reg.pop(serial, None)
+            self._maps.pop(serial, None)
             if aid is not None:
                 self._lib.opd_arena_release(h, aid)
 
@@ -533,6 +560,53 @@ class Client:
         if self._h is not None:
             self._handle()
 
+    # ---- zero-copy torch views of device tensors -----------------------------
+    def _torch_view(self, t):
+        """Returns a zero-copy torch CUDA tensor over device tensor t (of
+        this connection), or None if its arena cannot be exported (not
+        allocated exportable, or the daemon or libopd cannot export)."""
+        a = t.arena
+        if not getattr(a, "exportable", False):
+            return None
+        m = self._maps.get(a.serial)
+        if m is None:
+            m = self._map_arena(a)
+            if m is None:
+                return None
+        return _cuda.torch_view(m, t)
+
+    def _map_arena(self, a):
+        import torch
+        torch.cuda.init()
+        dev = int(a.device[5:])
+        with self._lock:
+            m = self._maps.get(a.serial)
+            if m is not None:
+                return m
+            h = self._handle()
+            aid = self._arena_id(a)
+            fn = getattr(self._lib, "opd_export_cuda", None)
+            if fn is None:
+                a.exportable = False
+                return None
+            fd, size = ctypes.c_int(-1), ctypes.c_uint64()
+            rc = fn(h, aid, ctypes.byref(fd), ctypes.byref(size))
+            if rc in _NO_EXPORT:
+                a.exportable = False
+                return None
+            check(rc)
+            try:
+                m = _cuda.map_fd(fd.value, size.value, dev)
+            finally:
+                os.close(fd.value)
+            self._maps[a.serial] = m
+            return m
+
+    def torch_views(self):
+        """Returns the number of device arenas of this connection mapped
+        here for zero-copy torch views (Tensor.torch)."""
+        return len(self._maps)
+
     # ---- published tensors ---------------------------------------------------
     def publish(self, name, t):
         """Publishes a copy of tensor t (a host or device Tensor, or a torch
@@ -671,6 +745,8 @@ class Client:
                 if _is_torch(x) and x.is_cuda:
                     torch_dev = x.device
                 ins[i] = x = self._convert(x)
+            elif self._maps and self._viewed(x):
+                torch_dev = x.arena.device        # torch may use its view
             if odev == "cpu":
                 odev = x.arena.device
         devb = None
@@ -700,6 +776,8 @@ class Client:
                                            % (op, type(o).__name__))
                     torch_dev = o.device
                     o = self._from_torch_cuda(o)
+                elif self._maps and self._viewed(o):
+                    torch_dev = o.arena.device
                 outs.append(o)
             outs = tuple(outs)
         if torch_dev is not None and self.sync_torch:
@@ -710,6 +788,10 @@ class Client:
         out_arr = (_lib.TensorDesc * n_out)(*[self._desc(t) for t in outs]) if n_out else None
         return (h, ob, in_arr, n_in, out_arr, n_out, attr_arr, len(attrs),
                 (ins, outs, keep)), ret, devb
+
+    def _viewed(self, t):
+        m = self._maps.get(t.arena.serial)
+        return m is not None and len(m.views) > 0
 
     def _infer(self, h, ob, ins, attr_arr, akey):
         key = (ob, tuple((t.dtype, t.shape) for t in ins), akey)

@@ -35,10 +35,12 @@ frees of the parent's blocks in the child are dropped, since that space
 is the parent's to reuse.
 
 Device memory (RemoteArena): a Client keeps one more Allocator per CUDA
-device whose arenas are daemon-owned device allocations (opd_alloc), so
-device tensors are carved out exactly like host ones; those arenas are
-never mapped here and belong to one connection (its session frees them
-when it closes).
+device whose arenas are daemon-owned device allocations (opd_alloc_flags,
+exportable CUDA VMM memory when the daemon offers it), so device tensors
+are carved out exactly like host ones; those arenas belong to one
+connection (its session frees them when it closes) and are not mapped
+here, except on the GPU when Tensor.torch() asks for a zero-copy view
+(_cuda.py maps the exported arena once per connection).
 """
 import bisect
 import collections
@@ -119,13 +121,15 @@ class RemoteArena:
     process: device memory from opd_alloc (kind "alloc"), an attachment of
     a published arena ("attach", read-only), or the client's own CUDA
     memory imported by IPC handle ("import", e.g. a torch tensor's
-    storage, which .keep holds alive). .size, .device ("cuda:0", or "cpu"
+    storage, which .keep holds alive). .exportable: allocated as CUDA
+    VMM memory that the daemon exports for a zero-copy torch view
+    (Tensor.torch). .size, .device ("cuda:0", or "cpu"
     for an attached host arena), .readonly, .kind, .client (weakref to the
     Client whose session owns it). Its id is known to that client only
     (client._reg); the id is released at the client's next call after
     this object dies. .base is None: nothing here can read it directly."""
     __slots__ = ("serial", "size", "device", "kind", "readonly", "client",
-                 "keep", "regs", "__weakref__")
+                 "keep", "regs", "exportable", "__weakref__")
     base = None
     fd = None
     opened = False
@@ -134,6 +138,7 @@ class RemoteArena:
         self.serial = next(_serials)
         self.size, self.device, self.kind = size, device, kind
         self.readonly, self.keep = readonly, keep
+        self.exportable = False      # CUDA VMM memory the daemon can export
         self.client = weakref.ref(client)
         self.regs = {}
         fin = weakref.finalize(self, _remote_gone, self.serial, self.regs)

@@ -22,10 +22,12 @@ must keep the tensor alive until the receiver has unpickled it.
 Tensors in the daemon: a Tensor whose arena is a memory.RemoteArena
 (device memory from c.empty(..., device="cuda"), an attached published
 tensor, an imported torch CUDA storage) has no address here (.device
-says where it is). Views work as usual; numpy(), tobytes(), cpu() and
-torch() COPY it through the daemon's copy op, run by the connection that
-owns it; it does not pickle (device memory belongs to one connection:
-publish it, or send t.cpu()).
+says where it is). Views work as usual; numpy(), tobytes() and cpu()
+COPY it through the daemon's copy op, run by the connection that owns
+it; torch() of a device tensor the package allocated is a zero-copy
+torch CUDA view (the daemon exports the arena as a CUDA VMM fd, mapped
+here by _cuda.py), else a copy; it does not pickle (device memory
+belongs to one connection: publish it, or send t.cpu()).
 """
 import ctypes
 import os
@@ -39,6 +41,7 @@ _TYPESTR = {"float32": "<f4", "float16": "<f2", "bfloat16": "|V2",
             "int64": "<i8", "bool": "|b1"}
 
 DTYPES = tuple(n for n, _, _ in protocol.DTYPES)
+_warned_copy = []   # Tensor.torch() warned once that it copies
 
 
 def dtype_name(dtype):
@@ -391,20 +394,43 @@ class Tensor:
     def torch(self):
         """Returns a torch tensor with these elements. A host tensor: a
         zero-copy CPU view (torch.from_dlpack; it keeps this tensor alive).
-        A device tensor: a COPY into a new torch CUDA tensor on the same
-        device (one device-to-device copy by the daemon, written through
-        CUDA IPC): a zero-copy torch view of daemon memory needs the
-        daemon to export device memory, which it does not do yet. An
-        attached host tensor: a copy. Raises ImportError without torch."""
+        A device tensor made by c.empty(..., device=...) (or any operator
+        output on a device): a ZERO-COPY torch CUDA view of the daemon's
+        memory (the arena is exported as a CUDA VMM fd and mapped here
+        once per connection; the view keeps the mapping and this tensor
+        alive, and stays valid after the client closes). The daemon's
+        writes are complete when its run returns; torch's writes into the
+        view are seen by the next run of this package (it synchronizes
+        torch before runs touching tensors with live views, unless
+        Client.sync_torch is False: then torch.cuda.synchronize() first).
+        Falls back to a COPY into a new torch CUDA tensor (one
+        device-to-device copy by the daemon, with a RuntimeWarning once)
+        when the daemon cannot export (no CUDA VMM, an older daemon or
+        libopd); an attached or torch-imported device tensor, and an
+        attached host tensor, are always copied. Raises ImportError
+        without torch, BackendError (EBACKEND) if libcuda.so.1 or a
+        mapping call fails."""
         import torch
         if self.arena.base is not None:
             return torch.from_dlpack(self)
         if self.arena.device == "cpu":
             return torch.from_dlpack(self.cpu())
+        c = _client_of(self)
+        if self.arena.kind == "alloc":
+            v = c._torch_view(self)
+            if v is not None:
+                return v
+            if not _warned_copy:
+                _warned_copy.append(True)
+                import warnings
+                warnings.warn("opd: the daemon cannot export this device "
+                              "memory (no CUDA VMM, or an older daemon/"
+                              "libopd): Tensor.torch() returns a copy",
+                              RuntimeWarning, stacklevel=2)
         out = torch.empty(self.shape, dtype=getattr(torch, self.dtype),
                           device=self.arena.device)
         if self.size:
-            _client_of(self).run("copy", self, out=out)
+            c.run("copy", self, out=out)
         return out
 
     def tolist(self):
