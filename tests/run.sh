@@ -27,7 +27,7 @@ run_criterion() { # name binary
   [ "$rc" = 0 ] && [ "$f" = 0 ] && [ "$c" = 0 ] || status=1
 }
 
-run_criterion "unit: framing, msgpack, descriptors" "$B/tests/unit"
+run_criterion "unit: framing, msgpack, descriptors, rings" "$B/tests/unit"
 run_criterion "ops: every CPU operator against its reference" "$B/tests/ops"
 run_criterion "integration: a real daemon through libopd" "$B/tests/integration"
 

@@ -6,6 +6,9 @@ every operator and float dtype the daemon lists (float32, float16,
 bfloat16) on device tensors against torch on random shapes, with
 tolerances per dtype (references in float64); device tensors (empty,
 zeros, to/cpu/numpy, chains that stay on the GPU, staged host runs);
+zero-copy torch views of device tensors (t.torch(): the daemon's CUDA
+VMM export mapped here; shared memory both ways, dtypes, strided views,
+ordering, release and close with live views);
 torch CUDA tensors as inputs and in-place outputs (CUDA IPC import,
 views with storage offsets, the import cache); publish/attach across
 processes; 16 worker processes at once; bad input (a device that does
@@ -259,15 +262,123 @@ def test_staged_host_run_on_cuda(c):
             check(c.softmax(hx, device="auto"), torch.softmax(xt.double(), -1), dt)
 
 
-def test_tensor_torch_is_a_copy(c):
+def test_tensor_torch_is_a_copy_when_not_exportable(c):
     xt = randn((16, 32), "float32", 3)
     x = to_dev(c, xt)
-    t = x.torch()
+    x.arena.exportable = False          # as if the daemon had no CUDA VMM
+    opd.tensor._warned_copy.clear()
+    with pytest.warns(RuntimeWarning, match="returns a copy"):
+        t = x.torch()
     assert t.is_cuda and t.dtype == torch.float32 and torch.equal(t, xt)
     t.zero_()
     assert torch.equal(torch.from_dlpack(x.cpu()), xt.cpu())     # x unchanged
-    b = to_dev(c, randn((4, 4), "bfloat16", 4)).torch()
-    assert b.dtype == torch.bfloat16
+    b = c.from_numpy(np.ones(4, np.float32), device="cuda")
+    b.arena.exportable = False
+    assert b.torch().dtype == torch.float32
+
+
+# ---- zero-copy torch views of device tensors (CUDA VMM export) ----------------
+
+def test_torch_view_shares_memory(c):
+    a = np.arange(4096, dtype=np.float32).reshape(4, 1024) - 2048
+    t = c.empty((4, 1024), "float32", device="cuda")
+    assert t.arena.exportable                    # the daemon made VMM memory
+    c.copy(c.from_numpy(a), out=t)
+    v = t.torch()
+    assert v.is_cuda and v.device == torch.device(DEV)
+    assert v.dtype == torch.float32 and tuple(v.shape) == (4, 1024)
+    assert torch.equal(v.cpu(), torch.from_numpy(a))
+    v2 = t.torch()
+    assert v2.data_ptr() == v.data_ptr()         # one mapping per arena
+    n = c.torch_views()
+    assert n >= 1
+    c.relu(t, out=t)                             # the daemon writes ...
+    torch.cuda.synchronize()
+    ref = np.maximum(a, 0)
+    assert torch.equal(v.cpu(), torch.from_numpy(ref))   # ... v sees it
+    v.mul_(2)                                    # torch writes ...
+    torch.cuda.synchronize()
+    assert (t.numpy() == 2 * ref).all()          # ... the daemon reads it
+    r = t[2].torch()                             # a view at an offset
+    assert r.data_ptr() == v.data_ptr() + 2 * 1024 * 4
+    assert torch.equal(r, v[2])
+    u = c.empty((8,), "float32", device="cuda")  # same arena: same mapping
+    if u.arena is t.arena:
+        u.torch()
+        assert c.torch_views() == n
+    w = c.relu(t)                                # an output is viewable too
+    assert torch.equal(w.torch(), v)
+
+
+def test_torch_view_ordering(c):
+    # torch's pending writes into a view are finished before the next run
+    # that touches the tensor (the package synchronizes torch first)
+    t = c.zeros((1 << 20,), "float32", device="cuda")
+    v = t.torch()
+    torch.cuda._sleep(50_000_000)                # keep torch's stream busy
+    v.fill_(-3.0)
+    y = c.relu(c.add(t, t))                      # no explicit synchronize
+    assert (t.numpy() == -3).all() and (y.numpy() == 0).all()
+    assert (c.mul(t, t).numpy() == 9).all()
+
+
+@pytest.mark.parametrize("dt", ["float16", "bfloat16", "float32", "int64",
+                                "int32", "uint8", "bool"])
+def test_torch_view_dtypes(c, dt):
+    if dt in FLOATS:
+        xt = randn((33, 65), dt, 30, scale=4.0)
+    elif dt == "bool":
+        xt = torch.arange(33 * 65, device=DEV).reshape(33, 65) % 3 == 0
+    else:
+        xt = (torch.arange(33 * 65, device=DEV).reshape(33, 65) % 251).to(tdtype(dt))
+    x = to_dev(c, xt)
+    v = x.torch()
+    assert v.dtype == xt.dtype and v.is_cuda and torch.equal(v, xt)
+    assert x.torch().data_ptr() == v.data_ptr()
+    pt = x.permute(1, 0).torch()                 # strided: a strided view
+    assert not pt.is_contiguous() and pt.data_ptr() == v.data_ptr()
+    assert torch.equal(pt, xt.t())
+    if dt in FLOATS:
+        c.relu(x, out=x)
+        assert torch.equal(v, torch.relu(xt))    # the daemon's write, seen
+        v.neg_()
+        torch.cuda.synchronize()
+        assert torch.equal(torch.from_dlpack(x.cpu()).to(DEV), -torch.relu(xt))
+
+
+def test_torch_view_release_and_close(daemon):
+    c = opd.connect(daemon.socket)
+    # a released arena's mapping is dropped: a full 16 MiB arena with a
+    # view, a 64 MiB one after it; both freed, the smaller is given back
+    small = c.empty((4 << 20,), "float32", device="cuda")
+    big = c.empty((16 << 20,), "float32", device="cuda")
+    assert small.arena is not big.arena
+    sv = small.torch()
+    sv.fill_(1)
+    torch.cuda.synchronize()
+    assert (c.relu(small[:8]).numpy() == 1).all()
+    serial = small.arena.serial
+    assert serial in c._maps
+    n = c.torch_views()
+    del sv, small, big
+    c.empty((1,), device="cuda")                 # the allocator drains
+    assert serial not in c._maps and c.torch_views() == n - 1
+    # a view outlives its opd Tensor: the block is not reused under it
+    a = np.arange(1 << 20, dtype=np.float32)
+    v = c.from_numpy(a, device="cuda").torch()
+    for _ in range(4):
+        c.from_numpy(np.zeros(1 << 20, np.float32), device="cuda")
+    assert torch.equal(v.cpu(), torch.from_numpy(a))
+    # the client closes with a view alive: the view stays valid (the
+    # imported handle holds the memory after the daemon frees its side)
+    c.close()
+    assert c.torch_views() == 0
+    assert torch.equal(v.cpu(), torch.from_numpy(a))
+    v.add_(1)
+    torch.cuda.synchronize()
+    assert torch.equal(v.cpu(), torch.from_numpy(a + 1))
+    del v                                        # unmapped now, no crash
+    torch.cuda.synchronize()
 
 
 def test_high_priority_client(daemon):

@@ -1,0 +1,586 @@
+/* bench_pingpong: raw cross-process ping-pong baselines (issue 5, item 5).
+ *
+ * DESIGN
+ * The floors that opd's transports are compared against: one round trip
+ * between two processes with nothing of opd in the way. The parent forks a
+ * fresh child per case and times N round trips one at a time with
+ * clock_gettime(CLOCK_MONOTONIC), after an untimed warm-up; every sample is
+ * kept and summarized by nearest-rank percentiles (p50, p99, p99.9) and the
+ * mean, in ns.
+ *
+ *   raw_spin    a MAP_SHARED|MAP_ANONYMOUS page mapped before fork holds two
+ *               64-bit sequence words on separate cache lines (`ping`,
+ *               parent -> child; `pong`, child -> parent). The parent stores
+ *               seq to ping (release); the child spins (pause) until it
+ *               loads it (acquire) and stores it to pong; the parent spins
+ *               for the echo. Both sides burn a core.
+ *   raw_futex   the same words, but a side whose value is not there yet
+ *               sleeps in FUTEX_WAIT on it, and every writer calls
+ *               FUTEX_WAKE after its store (non-private futexes: the page
+ *               is shared between processes). No spinning: the cost of
+ *               sleeping and being woken, each way.
+ *   raw_socket  a socketpair(AF_UNIX, SOCK_STREAM); 64-byte messages,
+ *               blocking write then read on both sides.
+ *
+ * Sequence words are 64-bit; futex compares 32 bits, so it waits on the
+ * low half of the word (the seq increments by one per round trip, so the
+ * low half changes with every store). To end a case the parent stores
+ * STOP_SEQ to ping (and wakes): a changed value, so a child about to sleep
+ * cannot miss it. The child also dies with its parent (PR_SET_PDEATHSIG).
+ *
+ * Bounds: a round trip over 1 s aborts its case (spin: the clock is read
+ * every SPIN_CHECK pauses; futex: FUTEX_WAIT has a 100 ms timeout; socket:
+ * SO_RCVTIMEO 1 s), prints an `error` line instead of a `latency` line,
+ * kills that case's child, and the run goes on (exit status 1 at the end).
+ * With fewer than 2 allowed CPUs the spin case is not run (error line):
+ * two spinners on one CPU make each round trip wait for a time slice
+ * (~8 ms on the 2-vCPU VM under `taskset -c 0`), 100000 of them ~15 min.
+ *
+ * Placement: -p pins the parent and the child to two different CPUs
+ * (sched_setaffinity) when at least 2 are allowed; by default they are
+ * pinned only when nproc >= 4, because on a 2-vCPU machine pinning a spinner
+ * leaves every other task one CPU. The header says what was chosen.
+ *
+ * Output: '#' header lines (date UTC, uname -n -m, CPU model, nproc,
+ * placement), then one line per case:
+ *   latency transport=raw_spin p50_ns=… p99_ns=… p999_ns=… mean_ns=… n=…
+ *
+ * Only libc is needed; besides `make build/bench/bench_pingpong` it builds
+ * on its own (e.g. the GPU machine) with
+ *   cc -std=c11 -O2 -Wall -Wextra bench/bench_pingpong.c -o bench_pingpong
+ *
+ * Usage: bench_pingpong [-n N] [-w WARMUP] [-c CASES] [-p | -u] [-C A,B]
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE 1
+#endif
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <linux/futex.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/time.h>
+#include <sys/utsname.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SOCK_MSG 64                     /* bytes each way, socket case */
+#define STOP_SEQ UINT64_MAX             /* ping value that ends a child */
+#define GUARD_NS 1000000000ull          /* one round trip longer: abort */
+#define SPIN_CHECK 1024                 /* pauses between clock reads */
+#define FUTEX_TIMEOUT_NS 100000000l     /* parent's FUTEX_WAIT slice */
+#define LINE 128 /* two 64 B lines: the adjacent-line prefetcher pairs them */
+
+#if ATOMIC_LLONG_LOCK_FREE != 2
+#error "bench_pingpong needs lock-free 64-bit atomics"
+#endif
+
+#define SYSCHECK(cond, what)                                                \
+  do {                                                                      \
+    if (!(cond)) {                                                          \
+      fprintf(stderr, "bench_pingpong: %s:%d: %s: %s\n", __FILE__,           \
+              __LINE__, what, strerror(errno));                             \
+      exit(1);                                                              \
+    }                                                                       \
+  } while (0)
+
+/* The page shared by parent and child (mapped before fork). */
+typedef struct shared {
+  _Alignas(LINE) _Atomic uint64_t ping; /* parent -> child */
+  _Alignas(LINE) _Atomic uint64_t pong; /* child -> parent */
+} shared_t;
+
+typedef enum { K_SPIN, K_FUTEX, K_SOCKET, K_COUNT } kind_t;
+static const char *const kind_name[K_COUNT] = {"spin", "futex", "socket"};
+
+/* Placement: cpu[0] the parent's, cpu[1] the child's; -1 = not pinned. */
+static int pin_cpu[2] = {-1, -1};
+
+/* ---- small helpers ------------------------------------------------------ */
+
+static inline uint64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__) || defined(__arm__)
+  __asm__ __volatile__("yield" ::: "memory");
+#elif defined(__powerpc__)
+  __asm__ __volatile__("or 27,27,27" ::: "memory");
+#else
+  atomic_signal_fence(memory_order_seq_cst);
+#endif
+}
+
+/* The 32-bit half of a 64-bit word that holds its low bits: what futex
+ * compares. */
+static inline uint32_t *futex_word(_Atomic uint64_t *w) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+  return (uint32_t *)(void *)w + 1;
+#else
+  return (uint32_t *)(void *)w;
+#endif
+}
+
+/* FUTEX_WAIT while the low half of *w is `val` (timeout NULL: forever).
+ * Shared (non-private) futex: the page is mapped in two processes. */
+static long futex_wait(_Atomic uint64_t *w, uint64_t val,
+                       const struct timespec *timeout) {
+  return syscall(SYS_futex, futex_word(w), FUTEX_WAIT, (uint32_t)val, timeout,
+                 NULL, 0);
+}
+
+static void futex_wake(_Atomic uint64_t *w) {
+  syscall(SYS_futex, futex_word(w), FUTEX_WAKE, 1, NULL, NULL, 0);
+}
+
+/* Reads or writes exactly n bytes; 0, or -1 on EOF, error or timeout. */
+static int xfer(int fd, unsigned char *buf, size_t n, int writing) {
+  size_t done = 0;
+  while (done < n) {
+    ssize_t r = writing ? write(fd, buf + done, n - done)
+                        : read(fd, buf + done, n - done);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return -1;
+    done += (size_t)r;
+  }
+  return 0;
+}
+
+static void pin_self(int cpu) {
+  if (cpu < 0) return;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  SYSCHECK(sched_setaffinity(0, sizeof set, &set) == 0, "sched_setaffinity");
+}
+
+/* ---- the child ---------------------------------------------------------- */
+
+/* Echoes ping to pong by spinning, until ping is STOP_SEQ. */
+static void child_spin(shared_t *sh) {
+  for (uint64_t want = 1;; want++) {
+    uint64_t v;
+    while ((v = atomic_load_explicit(&sh->ping, memory_order_acquire)) != want) {
+      if (v == STOP_SEQ) return;
+      cpu_relax();
+    }
+    atomic_store_explicit(&sh->pong, want, memory_order_release);
+  }
+}
+
+/* Echoes ping to pong, sleeping on the futex instead of spinning. */
+static void child_futex(shared_t *sh) {
+  for (uint64_t want = 1;; want++) {
+    uint64_t v;
+    while ((v = atomic_load_explicit(&sh->ping, memory_order_acquire)) != want) {
+      if (v == STOP_SEQ) return;
+      futex_wait(&sh->ping, v, NULL); /* EAGAIN / EINTR: look again */
+    }
+    atomic_store_explicit(&sh->pong, want, memory_order_release);
+    futex_wake(&sh->pong);
+  }
+}
+
+/* Echoes SOCK_MSG-byte messages until EOF. */
+static void child_socket(int fd) {
+  unsigned char m[SOCK_MSG];
+  while (xfer(fd, m, sizeof m, 0) == 0)
+    if (xfer(fd, m, sizeof m, 1) != 0) break;
+}
+
+/* ---- the parent's side of one case -------------------------------------- */
+
+typedef struct peer {
+  kind_t kind;
+  shared_t *sh;
+  int fd;    /* socket case: the parent's end */
+  pid_t pid; /* the child */
+  uint64_t seq; /* last seq sent (spin, futex) */
+} peer_t;
+
+static void peer_start(peer_t *p, kind_t kind, shared_t *sh) {
+  int sv[2] = {-1, -1};
+  p->kind = kind;
+  p->sh = sh;
+  p->fd = -1;
+  p->seq = 0;
+  atomic_store(&sh->ping, 0);
+  atomic_store(&sh->pong, 0);
+  if (kind == K_SOCKET)
+    SYSCHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0, "socketpair");
+  pid_t parent = getpid();
+  fflush(stdout);
+  fflush(stderr);
+  pid_t pid = fork();
+  SYSCHECK(pid >= 0, "fork");
+  if (pid == 0) {
+    /* die with the parent, however it ends */
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(0);
+    pin_self(pin_cpu[1]);
+    switch (kind) {
+      case K_SPIN: child_spin(sh); break;
+      case K_FUTEX: child_futex(sh); break;
+      case K_SOCKET:
+        close(sv[0]);
+        child_socket(sv[1]);
+        break;
+      default: break;
+    }
+    _exit(0);
+  }
+  p->pid = pid;
+  if (kind == K_SOCKET) {
+    close(sv[1]);
+    p->fd = sv[0];
+    struct timeval tv = {.tv_sec = GUARD_NS / 1000000000ull, .tv_usec = 0};
+    SYSCHECK(setsockopt(p->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) == 0,
+             "setsockopt SO_RCVTIMEO");
+  }
+}
+
+/* One round trip; 0, or -1 when it took longer than GUARD_NS (or the
+ * socket failed). */
+static int round_trip(peer_t *p) {
+  shared_t *sh = p->sh;
+  uint64_t t0;
+  switch (p->kind) {
+    case K_SPIN: {
+      uint64_t s = ++p->seq;
+      t0 = now_ns();
+      atomic_store_explicit(&sh->ping, s, memory_order_release);
+      for (unsigned i = 1;; i++) {
+        if (atomic_load_explicit(&sh->pong, memory_order_acquire) == s) break;
+        cpu_relax();
+        if (i % SPIN_CHECK == 0 && now_ns() - t0 > GUARD_NS) return -1;
+      }
+      return 0;
+    }
+    case K_FUTEX: {
+      uint64_t s = ++p->seq, v;
+      t0 = now_ns();
+      atomic_store_explicit(&sh->ping, s, memory_order_release);
+      futex_wake(&sh->ping);
+      struct timespec to = {.tv_sec = 0, .tv_nsec = FUTEX_TIMEOUT_NS};
+      while ((v = atomic_load_explicit(&sh->pong, memory_order_acquire)) != s) {
+        futex_wait(&sh->pong, v, &to);
+        if (now_ns() - t0 > GUARD_NS) return -1;
+      }
+      return 0;
+    }
+    case K_SOCKET: {
+      unsigned char m[SOCK_MSG];
+      memset(m, 0xa5, sizeof m);
+      if (xfer(p->fd, m, sizeof m, 1) != 0) return -1;
+      if (xfer(p->fd, m, sizeof m, 0) != 0) return -1;
+      return 0;
+    }
+    default: return -1;
+  }
+}
+
+/* Ends the child: cleanly (STOP_SEQ / EOF), or with SIGKILL after an
+ * abort. Reaps it either way. */
+static void peer_stop(peer_t *p, int kill_it) {
+  if (kill_it) kill(p->pid, SIGKILL);
+  if (p->kind == K_SOCKET) {
+    close(p->fd);
+  } else {
+    atomic_store_explicit(&p->sh->ping, STOP_SEQ, memory_order_release);
+    futex_wake(&p->sh->ping);
+  }
+  int st;
+  while (waitpid(p->pid, &st, 0) < 0)
+    SYSCHECK(errno == EINTR, "waitpid");
+}
+
+/* ---- statistics --------------------------------------------------------- */
+
+static int cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return (x > y) - (x < y);
+}
+
+/* Nearest rank: the smallest sample with at least q of them at or below. */
+static uint64_t pct(const uint64_t *v, size_t n, double q) {
+  size_t k = (size_t)(q * (double)n + 0.999999);
+  if (k < 1) k = 1;
+  if (k > n) k = n;
+  return v[k - 1];
+}
+
+/* Runs one case: warm-up, then n timed round trips into lat. Prints its
+ * line; 0, or -1 if it was aborted. */
+static int run_case(kind_t kind, shared_t *sh, uint64_t *lat, size_t n,
+                    size_t warm, int ncpus) {
+  if (kind == K_SPIN && ncpus < 2) {
+    /* two spinners on one CPU: each round trip waits for a time slice */
+    printf("error transport=raw_spin reason=\"needs 2 allowed CPUs, this "
+           "process has %d\"\n", ncpus);
+    fflush(stdout);
+    return -1;
+  }
+  peer_t p;
+  peer_start(&p, kind, sh);
+  for (size_t i = 0; i < warm; i++) {
+    if (round_trip(&p) != 0) {
+      peer_stop(&p, 1);
+      printf("error transport=raw_%s phase=warmup round_trip=%zu "
+             "reason=\"no echo within 1 s\"\n", kind_name[kind], i);
+      fflush(stdout);
+      return -1;
+    }
+  }
+  for (size_t i = 0; i < n; i++) {
+    uint64_t t0 = now_ns();
+    if (round_trip(&p) != 0) {
+      peer_stop(&p, 1);
+      printf("error transport=raw_%s phase=timed round_trip=%zu "
+             "reason=\"no echo within 1 s\"\n", kind_name[kind], i);
+      fflush(stdout);
+      return -1;
+    }
+    lat[i] = now_ns() - t0;
+  }
+  peer_stop(&p, 0);
+
+  double sum = 0;
+  for (size_t i = 0; i < n; i++) sum += (double)lat[i];
+  qsort(lat, n, sizeof *lat, cmp_u64);
+  printf("latency transport=raw_%s p50_ns=%" PRIu64 " p99_ns=%" PRIu64
+         " p999_ns=%" PRIu64 " mean_ns=%.0f n=%zu\n",
+         kind_name[kind], pct(lat, n, 0.50), pct(lat, n, 0.99),
+         pct(lat, n, 0.999), sum / (double)n, n);
+  fflush(stdout);
+  return 0;
+}
+
+/* ---- header ------------------------------------------------------------- */
+
+static void cpu_model(char *buf, size_t cap) {
+  snprintf(buf, cap, "unknown");
+  FILE *f = fopen("/proc/cpuinfo", "r");
+  if (f == NULL) return;
+  char line[512];
+  while (fgets(line, sizeof line, f)) {
+    if (strncmp(line, "model name", 10) != 0) continue;
+    char *p = strchr(line, ':');
+    if (p == NULL) continue;
+    p++;
+    while (*p == ' ' || *p == '\t') p++;
+    p[strcspn(p, "\n")] = '\0';
+    snprintf(buf, cap, "%s", p);
+    break;
+  }
+  fclose(f);
+}
+
+/* A cpu's topology value from sysfs (core_id, physical_package_id), or -1. */
+static long topo(int cpu, const char *what) {
+  char path[128];
+  snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%d/topology/%s",
+           cpu, what);
+  FILE *f = fopen(path, "r");
+  long v = -1;
+  if (f) {
+    if (fscanf(f, "%ld", &v) != 1) v = -1;
+    fclose(f);
+  }
+  return v;
+}
+
+static void print_header(size_t n, size_t warm, const char *cases,
+                         const char *why) {
+  char date[64], cpu[256];
+  time_t t = time(NULL);
+  struct tm tm;
+  gmtime_r(&t, &tm);
+  strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  struct utsname u;
+  SYSCHECK(uname(&u) == 0, "uname");
+  cpu_model(cpu, sizeof cpu);
+  printf("# bench_pingpong: raw cross-process ping-pong baselines\n");
+  printf("# date: %s\n", date);
+  printf("# machine: %s %s; cpu: %s; nproc: %ld; kernel: %s\n", u.nodename,
+         u.machine, cpu, sysconf(_SC_NPROCESSORS_ONLN), u.release);
+  printf("# round trips: %zu per case (warmup %zu); cases: %s; socket "
+         "message: %d bytes\n", n, warm, cases, SOCK_MSG);
+  if (pin_cpu[0] < 0) {
+    printf("# placement: not pinned (%s)\n", why);
+  } else {
+    long c0 = topo(pin_cpu[0], "core_id"), c1 = topo(pin_cpu[1], "core_id");
+    long p0 = topo(pin_cpu[0], "physical_package_id"),
+         p1 = topo(pin_cpu[1], "physical_package_id");
+    const char *rel = (c0 < 0 || p0 < 0) ? "topology unknown"
+                      : (p0 != p1)       ? "different packages"
+                      : (c0 == c1)       ? "SMT siblings of one core"
+                                         : "different cores, same package";
+    printf("# placement: pinned, parent cpu %d, child cpu %d (%s; %s)\n",
+           pin_cpu[0], pin_cpu[1], rel, why);
+  }
+  fflush(stdout);
+}
+
+/* ---- main --------------------------------------------------------------- */
+
+static size_t parse_count(const char *opt, const char *s, size_t lo) {
+  char *end;
+  errno = 0;
+  unsigned long long v = strtoull(s, &end, 10);
+  if (errno || end == s || *end || s[0] == '-' || v < lo || v > 100000000ull) {
+    fprintf(stderr, "bench_pingpong: %s expects a count from %zu to 1e8, "
+                    "got \"%s\"\n", opt, lo, s);
+    exit(2);
+  }
+  return (size_t)v;
+}
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: bench_pingpong [-n N] [-w WARMUP] [-c CASES] [-p | -u] "
+          "[-C A,B]\n"
+          "  -n N       timed round trips per case (default 100000)\n"
+          "  -w WARMUP  untimed round trips first (default N/10, at most "
+          "20000)\n"
+          "  -c CASES   comma list of spin,futex,socket (default all)\n"
+          "  -p         pin parent and child to two different CPUs\n"
+          "             (default: pin when nproc >= 4)\n"
+          "  -u         do not pin\n"
+          "  -C A,B     pin the parent to CPU A and the child to CPU B\n");
+}
+
+int main(int argc, char **argv) {
+  size_t n = 100000, warm = (size_t)-1;
+  int want[K_COUNT] = {1, 1, 1};
+  int pin = -1, opt; /* -1: by nproc */
+  int given_a = -1, given_b = -1;
+  char cases[64] = "spin,futex,socket";
+  while ((opt = getopt(argc, argv, "n:w:c:puC:h")) != -1) {
+    switch (opt) {
+      case 'n': n = parse_count("-n", optarg, 1); break;
+      case 'w': warm = parse_count("-w", optarg, 0); break;
+      case 'c': {
+        char buf[256];
+        snprintf(buf, sizeof buf, "%s", optarg);
+        memset(want, 0, sizeof want);
+        cases[0] = '\0';
+        for (char *sv, *tok = strtok_r(buf, ",", &sv); tok;
+             tok = strtok_r(NULL, ",", &sv)) {
+          int k;
+          for (k = 0; k < K_COUNT; k++)
+            if (strcmp(tok, kind_name[k]) == 0 ||
+                (strncmp(tok, "raw_", 4) == 0 &&
+                 strcmp(tok + 4, kind_name[k]) == 0))
+              break;
+          if (k == K_COUNT) {
+            fprintf(stderr, "bench_pingpong: unknown case \"%s\" "
+                            "(spin, futex, socket)\n", tok);
+            return 2;
+          }
+          want[k] = 1;
+        }
+        size_t len = 0;
+        for (int k = 0; k < K_COUNT; k++)
+          if (want[k])
+            len += (size_t)snprintf(cases + len, sizeof cases - len, "%s%s",
+                                    len ? "," : "", kind_name[k]);
+        if (len == 0) {
+          fprintf(stderr, "bench_pingpong: -c names no case\n");
+          return 2;
+        }
+        break;
+      }
+      case 'p': pin = 1; break;
+      case 'u': pin = 0; break;
+      case 'C':
+        if (sscanf(optarg, "%d,%d", &given_a, &given_b) != 2 || given_a < 0 ||
+            given_b < 0 || given_a == given_b || given_a >= CPU_SETSIZE ||
+            given_b >= CPU_SETSIZE) {
+          fprintf(stderr, "bench_pingpong: -C expects two different CPU "
+                          "numbers A,B, got \"%s\"\n", optarg);
+          return 2;
+        }
+        pin = 1;
+        break;
+      case 'h': usage(stdout); return 0;
+      default: usage(stderr); return 2;
+    }
+  }
+  if (optind != argc) {
+    usage(stderr);
+    return 2;
+  }
+  if (warm == (size_t)-1) warm = n / 10 < 20000 ? n / 10 : 20000;
+
+  /* placement */
+  long nproc = sysconf(_SC_NPROCESSORS_ONLN);
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  SYSCHECK(sched_getaffinity(0, sizeof allowed, &allowed) == 0,
+           "sched_getaffinity");
+  int nallowed = CPU_COUNT(&allowed);
+  char why[128];
+  if (pin < 0) {
+    pin = nproc >= 4;
+    snprintf(why, sizeof why, "default for nproc %ld: pin when nproc >= 4",
+             nproc);
+  } else {
+    snprintf(why, sizeof why, "asked for with %s",
+             given_a >= 0 ? "-C" : pin ? "-p" : "-u");
+  }
+  if (pin && given_a >= 0) {
+    if (!CPU_ISSET(given_a, &allowed) || !CPU_ISSET(given_b, &allowed)) {
+      fprintf(stderr, "bench_pingpong: -C %d,%d: not both in this process's "
+                      "allowed CPUs\n", given_a, given_b);
+      return 2;
+    }
+    pin_cpu[0] = given_a;
+    pin_cpu[1] = given_b;
+  } else if (pin && nallowed < 2) {
+    snprintf(why, sizeof why, "fewer than 2 allowed CPUs, pinning skipped");
+  } else if (pin) {
+    /* two allowed CPUs, skipping CPU 0 (interrupts, housekeeping) when at
+     * least 3 are allowed */
+    int got = 0;
+    for (int c = 0; c < CPU_SETSIZE && got < 2; c++) {
+      if (!CPU_ISSET(c, &allowed)) continue;
+      if (c == 0 && nallowed >= 3) continue;
+      pin_cpu[got++] = c;
+    }
+  }
+  pin_self(pin_cpu[0]);
+
+  print_header(n, warm, cases, why);
+
+  shared_t *sh = mmap(NULL, sizeof(shared_t) < 4096 ? 4096 : sizeof(shared_t),
+                      PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1,
+                      0);
+  SYSCHECK(sh != MAP_FAILED, "mmap");
+  uint64_t *lat = malloc(n * sizeof *lat);
+  SYSCHECK(lat != NULL, "malloc");
+  signal(SIGPIPE, SIG_IGN); /* a dead socket child: an error, not a death */
+
+  int failed = 0;
+  for (int k = 0; k < K_COUNT; k++)
+    if (want[k] && run_case((kind_t)k, sh, lat, n, warm, nallowed) != 0) failed = 1;
+
+  free(lat);
+  munmap(sh, 4096);
+  return failed;
+}

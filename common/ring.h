@@ -1,0 +1,102 @@
+/* Single-producer single-consumer message rings in shared memory, for the
+ * shared-memory transport (issue 5). Not wired into the daemon yet.
+ *
+ * DESIGN
+ * A ring lives in memory both processes map (a sealed memfd, like an
+ * arena). Its header holds the producer's and the consumer's counters on
+ * separate cache lines; each slot is a u32 length and up to slot_size - 4
+ * bytes of one message (the same msgpack payload a socket frame carries).
+ * The producer publishes with a release store of `head`, the consumer
+ * frees slots with a release store of `tail`; both counters only grow.
+ *
+ * The other side may be hostile or buggy, so nothing read from the shared
+ * header is trusted: the geometry comes from the setup message and is kept
+ * in the private opd_ring_t, every counter is checked (0 <= head - tail <=
+ * n_slots, counters never move backwards), every length against the slot,
+ * and a message is copied out of the slot before anyone looks at it. A
+ * check that fails returns OPD_EPROTO: the caller closes that session.
+ *
+ * Waiting: each side has a futex word in the header. A side about to sleep
+ * sets its `sleeping` flag, re-checks the ring, then FUTEX_WAITs; the other
+ * side, after publishing, wakes it only when the flag is set, so a spinning
+ * peer costs no system call.
+ */
+#ifndef OPD_RING_H
+#define OPD_RING_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "opd/protocol.h"
+
+#define OPD_RING_MAGIC 0x4f50444eu /* "OPDN" */
+#define OPD_CACHELINE 64
+
+typedef struct opd_ring_hdr {
+  uint32_t magic;                        /* written by the creator */
+  uint32_t n_slots;                      /* informational: never trusted */
+  uint32_t slot_size;
+  uint32_t pad0_;
+  _Alignas(OPD_CACHELINE) _Atomic uint64_t head; /* messages published */
+  _Atomic uint32_t producer_sleeping;    /* futex word: producer waits for
+                                            room */
+  _Alignas(OPD_CACHELINE) _Atomic uint64_t tail; /* messages consumed */
+  _Atomic uint32_t consumer_sleeping;    /* futex word: consumer waits for
+                                            messages */
+  _Alignas(OPD_CACHELINE) unsigned char slots[]; /* n_slots * slot_size */
+} opd_ring_hdr_t;
+
+/* One side's private view. Geometry and the counters it owns live here;
+ * the shared copies are only ever compared against these. */
+typedef struct opd_ring {
+  opd_ring_hdr_t *hdr;                   /* shared */
+  uint32_t n_slots;                      /* power of two */
+  uint32_t slot_size;                    /* bytes per slot, multiple of 8 */
+  uint64_t mine;                         /* producer: head; consumer: tail */
+  uint64_t seen;                         /* the other side's last value */
+} opd_ring_t;
+
+/* Bytes a ring of this geometry needs (header + slots). */
+size_t opd__ring_bytes(uint32_t n_slots, uint32_t slot_size);
+
+/* Formats a ring in mem (size bytes) and fills *r for the producer or
+ * consumer side. Returns 0, or OPD_EINVAL if the geometry is not a power of
+ * two of slots of 16..65536 bytes (multiple of 8) fitting in size. */
+int opd__ring_init(void *mem, size_t size, uint32_t n_slots, uint32_t slot_size,
+                   opd_ring_t *r);
+
+/* Attaches to a ring the other side formatted, with the geometry agreed in
+ * the setup message (not read from the ring). Returns 0, or OPD_EINVAL /
+ * OPD_EPROTO (bad geometry, wrong magic, counters not at zero). */
+int opd__ring_attach(void *mem, size_t size, uint32_t n_slots,
+                     uint32_t slot_size, opd_ring_t *r);
+
+/* Largest message a slot holds. */
+static inline uint32_t opd__ring_max_msg(const opd_ring_t *r) {
+  return r->slot_size - 4;
+}
+
+/* Producer: copies msg into the next slot and publishes it. Returns 0,
+ * 1 when the ring is full (nothing written), OPD_ETOOBIG for a message over
+ * opd__ring_max_msg, or OPD_EPROTO when the consumer's counter is corrupt.
+ * Wakes a sleeping consumer. */
+int opd__ring_push(opd_ring_t *r, const void *msg, uint32_t len);
+
+/* Consumer: copies the next message into buf (cap bytes) and frees its
+ * slot. Returns 0 with *len set, 1 when the ring is empty, or OPD_EPROTO
+ * when the producer's counter or the slot's length is corrupt (or larger
+ * than cap). Wakes a sleeping producer. */
+int opd__ring_pop(opd_ring_t *r, void *buf, uint32_t cap, uint32_t *len);
+
+/* Messages waiting for the consumer (0 if the counters are corrupt). */
+uint64_t opd__ring_pending(opd_ring_t *r);
+
+/* Blocking helpers. Consumer: waits until a message is there, spinning
+ * spin_ns first, then sleeping on the futex (timeout_ns < 0: forever).
+ * Producer: the same until there is room. Return 0, 1 on timeout, or
+ * OPD_EPROTO. */
+int opd__ring_wait_message(opd_ring_t *r, int64_t spin_ns, int64_t timeout_ns);
+int opd__ring_wait_room(opd_ring_t *r, int64_t spin_ns, int64_t timeout_ns);
+
+#endif /* OPD_RING_H */
