@@ -421,6 +421,18 @@ static void print_header(size_t n, size_t warm, const char *cases,
          u.machine, cpu, sysconf(_SC_NPROCESSORS_ONLN), u.release);
   printf("# round trips: %zu per case (warmup %zu); cases: %s; socket "
          "message: %d bytes\n", n, warm, cases, SOCK_MSG);
+  /* what one sample's own clock reads cost: back-to-back, p50 */
+  enum { CLK = 10001 };
+  static uint64_t d[CLK - 1];
+  uint64_t prev = now_ns();
+  for (int i = 0; i < CLK - 1; i++) {
+    uint64_t t1 = now_ns();
+    d[i] = t1 - prev;
+    prev = t1;
+  }
+  qsort(d, CLK - 1, sizeof *d, cmp_u64);
+  printf("# clock: CLOCK_MONOTONIC, back-to-back reads p50 %" PRIu64
+         " ns (part of every sample)\n", pct(d, CLK - 1, 0.50));
   if (pin_cpu[0] < 0) {
     printf("# placement: not pinned (%s)\n", why);
   } else {
