@@ -405,8 +405,8 @@ static long topo(int cpu, const char *what) {
   return v;
 }
 
-static void print_header(size_t n, size_t warm, const char *cases,
-                         const char *why) {
+static void print_header(int argc, char **argv, size_t n, size_t warm,
+                         const char *cases, const char *why) {
   char date[64], cpu[256];
   time_t t = time(NULL);
   struct tm tm;
@@ -416,7 +416,9 @@ static void print_header(size_t n, size_t warm, const char *cases,
   SYSCHECK(uname(&u) == 0, "uname");
   cpu_model(cpu, sizeof cpu);
   printf("# bench_pingpong: raw cross-process ping-pong baselines\n");
-  printf("# date: %s\n", date);
+  printf("# command:");
+  for (int i = 0; i < argc; i++) printf(" %s", argv[i]);
+  printf("\n# date: %s\n", date);
   printf("# machine: %s %s; cpu: %s; nproc: %ld; kernel: %s\n", u.nodename,
          u.machine, cpu, sysconf(_SC_NPROCESSORS_ONLN), u.release);
   printf("# round trips: %zu per case (warmup %zu); cases: %s; socket "
@@ -578,7 +580,7 @@ int main(int argc, char **argv) {
   }
   pin_self(pin_cpu[0]);
 
-  print_header(n, warm, cases, why);
+  print_header(argc, argv, n, warm, cases, why);
 
   shared_t *sh = mmap(NULL, sizeof(shared_t) < 4096 ? 4096 : sizeof(shared_t),
                       PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1,

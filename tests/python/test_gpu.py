@@ -310,16 +310,32 @@ def test_torch_view_shares_memory(c):
     assert torch.equal(w.torch(), v)
 
 
-def test_torch_view_ordering(c):
+def test_torch_view_ordering(c, monkeypatch):
     # torch's pending writes into a view are finished before the next run
-    # that touches the tensor (the package synchronizes torch first)
+    # that touches the tensor: the package synchronizes torch first
+    calls = []
+    sync = torch.cuda.synchronize
+    monkeypatch.setattr(torch.cuda, "synchronize",
+                        lambda *a: (calls.append(a), sync(*a))[1])
     t = c.zeros((1 << 20,), "float32", device="cuda")
+    plain = c.zeros((4,), "float32", device="cuda")
+    c.relu(t, out=t)
+    assert not calls                             # no view yet: no sync
     v = t.torch()
-    torch.cuda._sleep(50_000_000)                # keep torch's stream busy
+    torch.cuda._sleep(100_000_000)               # keep torch's stream busy
     v.fill_(-3.0)
     y = c.relu(c.add(t, t))                      # no explicit synchronize
+    assert calls                                 # ... the package did it
     assert (t.numpy() == -3).all() and (y.numpy() == 0).all()
     assert (c.mul(t, t).numpy() == 9).all()
+    n = len(calls)
+    if plain.arena is t.arena:                   # same arena: torch may
+        c.relu(plain, out=plain)                 # write it through a view
+        assert len(calls) == n + 1
+        n += 1
+    del v
+    c.relu(t, out=t)                             # no live view: no sync
+    assert len(calls) == n
 
 
 @pytest.mark.parametrize("dt", ["float16", "bfloat16", "float32", "int64",
