@@ -75,6 +75,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench/harness.h"
+
 #define SOCK_MSG 64                     /* bytes each way, socket case */
 #define STOP_SEQ UINT64_MAX             /* ping value that ends a child */
 #define GUARD_NS 1000000000ull          /* one round trip longer: abort */
@@ -109,11 +111,6 @@ static int pin_cpu[2] = {-1, -1};
 
 /* ---- small helpers ------------------------------------------------------ */
 
-static inline uint64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 static inline void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -147,19 +144,6 @@ static long futex_wait(_Atomic uint64_t *w, uint64_t val,
 
 static void futex_wake(_Atomic uint64_t *w) {
   syscall(SYS_futex, futex_word(w), FUTEX_WAKE, 1, NULL, NULL, 0);
-}
-
-/* Reads or writes exactly n bytes; 0, or -1 on EOF, error or timeout. */
-static int xfer(int fd, unsigned char *buf, size_t n, int writing) {
-  size_t done = 0;
-  while (done < n) {
-    ssize_t r = writing ? write(fd, buf + done, n - done)
-                        : read(fd, buf + done, n - done);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return -1;
-    done += (size_t)r;
-  }
-  return 0;
 }
 
 static void pin_self(int cpu) {
@@ -312,18 +296,6 @@ static void peer_stop(peer_t *p, int kill_it) {
 
 /* ---- statistics --------------------------------------------------------- */
 
-static int cmp_u64(const void *a, const void *b) {
-  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-  return (x > y) - (x < y);
-}
-
-/* Nearest rank: the smallest sample with at least q of them at or below. */
-static uint64_t pct(const uint64_t *v, size_t n, double q) {
-  size_t k = (size_t)(q * (double)n + 0.999999);
-  if (k < 1) k = 1;
-  if (k > n) k = n;
-  return v[k - 1];
-}
 
 /* Runs one case: warm-up, then n timed round trips into lat. Prints its
  * line; 0, or -1 if it was aborted. */
@@ -373,23 +345,6 @@ static int run_case(kind_t kind, shared_t *sh, uint64_t *lat, size_t n,
 
 /* ---- header ------------------------------------------------------------- */
 
-static void cpu_model(char *buf, size_t cap) {
-  snprintf(buf, cap, "unknown");
-  FILE *f = fopen("/proc/cpuinfo", "r");
-  if (f == NULL) return;
-  char line[512];
-  while (fgets(line, sizeof line, f)) {
-    if (strncmp(line, "model name", 10) != 0) continue;
-    char *p = strchr(line, ':');
-    if (p == NULL) continue;
-    p++;
-    while (*p == ' ' || *p == '\t') p++;
-    p[strcspn(p, "\n")] = '\0';
-    snprintf(buf, cap, "%s", p);
-    break;
-  }
-  fclose(f);
-}
 
 /* A cpu's topology value from sysfs (core_id, physical_package_id), or -1. */
 static long topo(int cpu, const char *what) {
@@ -453,17 +408,6 @@ static void print_header(int argc, char **argv, size_t n, size_t warm,
 
 /* ---- main --------------------------------------------------------------- */
 
-static size_t parse_count(const char *opt, const char *s, size_t lo) {
-  char *end;
-  errno = 0;
-  unsigned long long v = strtoull(s, &end, 10);
-  if (errno || end == s || *end || s[0] == '-' || v < lo || v > 100000000ull) {
-    fprintf(stderr, "bench_pingpong: %s expects a count from %zu to 1e8, "
-                    "got \"%s\"\n", opt, lo, s);
-    exit(2);
-  }
-  return (size_t)v;
-}
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -487,8 +431,8 @@ int main(int argc, char **argv) {
   char cases[64] = "spin,futex,socket";
   while ((opt = getopt(argc, argv, "n:w:c:puC:h")) != -1) {
     switch (opt) {
-      case 'n': n = parse_count("-n", optarg, 1); break;
-      case 'w': warm = parse_count("-w", optarg, 0); break;
+      case 'n': n = parse_count("bench_pingpong", "-n", optarg, 1); break;
+      case 'w': warm = parse_count("bench_pingpong", "-w", optarg, 0); break;
       case 'c': {
         char buf[256];
         snprintf(buf, sizeof buf, "%s", optarg);

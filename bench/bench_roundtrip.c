@@ -43,6 +43,8 @@
 
 #include "opd/opd.h"
 
+#include "bench/harness.h"
+
 #define RAW_MSG 40 /* bytes each way: about one opd RUN frame */
 #define BLOCKS 10  /* turns each latency case takes */
 #define REWARM 200 /* untimed round trips at the start of each turn */
@@ -73,25 +75,7 @@ typedef struct stats {
   double mean;             /* ns */
 } stats_t;
 
-static inline uint64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
-static int cmp_u64(const void *a, const void *b) {
-  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-  return (x > y) - (x < y);
-}
-
-/* Nearest-rank percentile of sorted v[0..n): the smallest sample with at
- * least q of the samples at or below it. */
-static uint64_t pct(const uint64_t *v, size_t n, double q) {
-  size_t k = (size_t)(q * (double)n + 0.999999);
-  if (k < 1) k = 1;
-  if (k > n) k = n;
-  return v[k - 1];
-}
 
 /* Sorts v in place and summarizes it. */
 static stats_t summarize(uint64_t *v, size_t n) {
@@ -116,25 +100,6 @@ static void print_latency(const char *name, const stats_t *s, uint64_t raw_p50) 
 }
 
 /* ---- header ------------------------------------------------------------- */
-
-/* The "model name" of the first CPU in /proc/cpuinfo, or "unknown". */
-static void cpu_model(char *buf, size_t cap) {
-  snprintf(buf, cap, "unknown");
-  FILE *f = fopen("/proc/cpuinfo", "r");
-  if (f == NULL) return;
-  char line[512];
-  while (fgets(line, sizeof line, f)) {
-    if (strncmp(line, "model name", 10) != 0) continue;
-    char *p = strchr(line, ':');
-    if (p == NULL) continue;
-    p++;
-    while (*p == ' ' || *p == '\t') p++;
-    p[strcspn(p, "\n")] = '\0';
-    snprintf(buf, cap, "%s", p);
-    break;
-  }
-  fclose(f);
-}
 
 static void print_header(opd_client_t *c, const char *sock, size_t n,
                          size_t warm, int k) {
@@ -161,19 +126,6 @@ static void print_header(opd_client_t *c, const char *sock, size_t n,
 }
 
 /* ---- raw baseline ------------------------------------------------------- */
-
-/* Reads or writes exactly n bytes; 0, or -1 on EOF or error. */
-static int xfer(int fd, unsigned char *buf, size_t n, int writing) {
-  size_t done = 0;
-  while (done < n) {
-    ssize_t r = writing ? write(fd, buf + done, n - done)
-                        : read(fd, buf + done, n - done);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return -1;
-    done += (size_t)r;
-  }
-  return 0;
-}
 
 /* The echo child of the raw case: a socketpair end and the child's pid. */
 typedef struct raw_peer {
@@ -264,17 +216,6 @@ static double bench_pipelined(opd_client_t *c, int k, size_t rounds,
 
 /* ---- main --------------------------------------------------------------- */
 
-static size_t parse_count(const char *opt, const char *s, size_t lo) {
-  char *end;
-  errno = 0;
-  unsigned long long v = strtoull(s, &end, 10);
-  if (errno || end == s || *end || s[0] == '-' || v < lo || v > 100000000ull) {
-    fprintf(stderr, "bench_roundtrip: %s expects a count from %zu to 1e8, "
-                    "got \"%s\"\n", opt, lo, s);
-    exit(2);
-  }
-  return (size_t)v;
-}
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -291,9 +232,9 @@ int main(int argc, char **argv) {
   int k = 64, opt;
   while ((opt = getopt(argc, argv, "n:w:k:h")) != -1) {
     switch (opt) {
-      case 'n': n = parse_count("-n", optarg, 1); break;
-      case 'w': warm = parse_count("-w", optarg, 0); break;
-      case 'k': k = (int)parse_count("-k", optarg, 1); break;
+      case 'n': n = parse_count("bench_roundtrip", "-n", optarg, 1); break;
+      case 'w': warm = parse_count("bench_roundtrip", "-w", optarg, 0); break;
+      case 'k': k = (int)parse_count("bench_roundtrip", "-k", optarg, 1); break;
       case 'h': usage(stdout); return 0;
       default: usage(stderr); return 2;
     }

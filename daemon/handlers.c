@@ -28,6 +28,15 @@ static void reply_scratch(opd_session_t *s, uint64_t id) {
   opd__reply(s, id, 0, s->srv->scratch.data, s->srv->scratch.size);
 }
 
+/* The reply {"arena": id} of register, alloc and import. */
+static void reply_arena(opd_session_t *s, uint64_t id, uint64_t arena) {
+  msgpack_packer *pk = scratch(s->srv);
+  msgpack_pack_map(pk, 1);
+  PACK_STR(pk, "arena");
+  msgpack_pack_uint64(pk, arena);
+  reply_scratch(s, id);
+}
+
 static void handle_hello(opd_session_t *s, uint64_t id,
                          const msgpack_object *body) {
   opd_server_t *srv = s->srv;
@@ -121,11 +130,7 @@ static void handle_register(opd_session_t *s, uint64_t id,
     opd__reply_error(s, id, rc, "arena_register: %s", err);
     return;
   }
-  msgpack_packer *pk = scratch(s->srv);
-  msgpack_pack_map(pk, 1);
-  PACK_STR(pk, "arena");
-  msgpack_pack_uint64(pk, arena);
-  reply_scratch(s, id);
+  reply_arena(s, id, arena);
 }
 
 static void handle_alloc(opd_session_t *s, uint64_t id,
@@ -156,11 +161,7 @@ static void handle_alloc(opd_session_t *s, uint64_t id,
     opd__reply_error(s, id, rc, "alloc: %s", err);
     return;
   }
-  msgpack_packer *pk = scratch(s->srv);
-  msgpack_pack_map(pk, 1);
-  PACK_STR(pk, "arena");
-  msgpack_pack_uint64(pk, arena);
-  reply_scratch(s, id);
+  reply_arena(s, id, arena);
 }
 
 static void handle_publish(opd_session_t *s, uint64_t id, int type,
@@ -246,11 +247,7 @@ static void handle_import(opd_session_t *s, uint64_t id,
     opd__reply_error(s, id, rc, "import: %s", err);
     return;
   }
-  msgpack_packer *pk = scratch(s->srv);
-  msgpack_pack_map(pk, 1);
-  PACK_STR(pk, "arena");
-  msgpack_pack_uint64(pk, arena);
-  reply_scratch(s, id);
+  reply_arena(s, id, arena);
 }
 
 static void handle_export(opd_session_t *s, uint64_t id,
