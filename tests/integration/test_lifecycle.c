@@ -2,10 +2,12 @@
  * big op that must not stall others, SIGTERM draining, socket files, the
  * command line. */
 #include <criterion/criterion.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -191,4 +193,67 @@ Test(lifecycle, a_connection_is_not_used_across_fork) {
             WEXITSTATUS(status));
   cr_assert_eq(opd_ping(c), 0, "the parent's connection still works");
   opd_close(c);
+}
+
+/* A client that pipelines past --max-inflight: the daemon stops reading it
+ * while its queue is full and resumes as runs complete; every request is
+ * answered, in order, none dropped. (libopd itself never exceeds the limit,
+ * so this client speaks the protocol directly.) */
+Test(lifecycle, pipelining_past_max_inflight_is_flow_controlled, .init = NULL) {
+  const char *args[] = {"--max-inflight", "2", "--inline-bytes", "0", NULL};
+  th_start(args);
+  int fd = th_raw_connect();
+  th_raw_hello(fd);
+  enum { N = 16384, REQS = 40 };
+  int mfd = memfd_create("t", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  cr_assert_eq(ftruncate(mfd, 2 * N * 4), 0);
+  cr_assert_eq(fcntl(mfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW), 0);
+  th_pack_t p;
+  th_pack_init(&p);
+  msgpack_pack_map(&p.pk, 1);
+  th_pack_str(&p, "size");
+  msgpack_pack_uint64(&p.pk, 2 * N * 4);
+  th_raw_request(fd, OPD_MSG_ARENA_REGISTER, 2, p.sb.data, p.sb.size, mfd);
+  th_pack_free(&p);
+  close(mfd);
+  th_reply_t r;
+  cr_assert_eq(th_raw_reply(fd, &r, 2000), 0);
+  cr_assert_eq(r.code, 0, "%s", r.message);
+  /* the arena id is the first the daemon handed out in this test: 1 */
+  unsigned char *all = NULL;
+  size_t all_len = 0;
+  for (int i = 0; i < REQS; i++) {
+    th_pack_init(&p);
+    msgpack_pack_array(&p.pk, 3);
+    msgpack_pack_uint32(&p.pk, OPD_MSG_RUN);
+    msgpack_pack_uint64(&p.pk, 100 + i);
+    msgpack_pack_map(&p.pk, 3);
+    th_pack_str(&p, "op");
+    th_pack_str(&p, "relu");
+    for (int k = 0; k < 2; k++) {
+      th_pack_str(&p, k ? "out" : "in");
+      msgpack_pack_array(&p.pk, 1);
+      msgpack_pack_array(&p.pk, 5);
+      msgpack_pack_uint64(&p.pk, 1);
+      msgpack_pack_uint64(&p.pk, (uint64_t)k * N * 4);
+      msgpack_pack_uint32(&p.pk, OPD_DTYPE_FLOAT32);
+      msgpack_pack_array(&p.pk, 1);
+      msgpack_pack_int64(&p.pk, N);
+      msgpack_pack_nil(&p.pk);
+    }
+    all = realloc(all, all_len + 4 + p.sb.size);
+    uint32_t n = (uint32_t)p.sb.size;
+    memcpy(all + all_len, (unsigned char[]){n, n >> 8, n >> 16, n >> 24}, 4);
+    memcpy(all + all_len + 4, p.sb.data, p.sb.size);
+    all_len += 4 + p.sb.size;
+    th_pack_free(&p);
+  }
+  th_raw_send(fd, all, all_len, -1); /* all 40 at once */
+  free(all);
+  for (int i = 0; i < REQS; i++) {
+    cr_assert_eq(th_raw_reply(fd, &r, 10000), 0, "reply %d missing", i);
+    cr_assert_eq(r.code, 0, "request %d: %s", i, r.message);
+    cr_assert_eq(r.id, (uint64_t)(100 + i), "replies in order");
+  }
+  close(fd);
 }
