@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -27,6 +28,7 @@
 
 #include "client/json.h"
 #include "common/paths.h"
+#include "common/ring.h"
 #include "common/wire.h"
 #include "opd/opd.h"
 
@@ -74,7 +76,19 @@ struct opd_client {
   size_t n_arenas, cap_arenas;
   char *hello_json;
   size_t hello_len;
+  int ring;                      /* 0: socket; OPD_RING_SPIN/_ADAPTIVE */
+  opd_ring_t sq, cq;             /* we produce sq, consume cq */
+  void *ring_base;
+  size_t ring_size;
+  int ring_efd;                  /* adaptive: the daemon's doorbell */
 };
+
+enum { RING_ADAPTIVE = 1, RING_SPIN = 2 };
+#define RING_SQ_SLOTS 256
+#define RING_SQ_SLOT 2048
+#define RING_CQ_SLOTS 512
+#define RING_CQ_SLOT 1024
+#define ADAPTIVE_SPIN_NS 20000
 
 static __thread char last_error[512];
 
@@ -316,6 +330,68 @@ static int read_some(opd_client_t *c, int timeout_ms) {
   return 0;
 }
 
+static int64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The ring transport's read_some: moves what the completion ring holds
+ * into rbuf as frames (so deliver_frames treats both transports alike),
+ * and watches the socket too (goodbyes, fd-carrying replies, EOF). Waits by
+ * spinning (spin), or spinning briefly then sleeping on the ring's futex
+ * (adaptive). Called without mu by the one reading thread. */
+static int ring_read_some(opd_client_t *c, int timeout_ms) {
+  uint32_t max = opd__ring_max_msg(&c->cq);
+  if (c->rcap - c->rlen < max + OPD_FRAME_HEADER) {
+    size_t cap = c->rcap ? c->rcap * 2 : 65536 * 2;
+    while (cap - c->rlen < max + OPD_FRAME_HEADER) cap *= 2;
+    unsigned char *nb = realloc(c->rbuf, cap);
+    if (nb == NULL) return OPD_ENOMEM;
+    c->rbuf = nb;
+    c->rcap = cap;
+  }
+  int64_t deadline = timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
+  uint64_t spin_start = 0;
+  for (unsigned iter = 0;; iter++) {
+    int got = 0;
+    while (c->rcap - c->rlen >= max + OPD_FRAME_HEADER) {
+      uint32_t len;
+      int rc = opd__ring_pop(&c->cq, c->rbuf + c->rlen + OPD_FRAME_HEADER, max,
+                             &len);
+      if (rc < 0) return OPD_EPROTO;
+      if (rc == 1) break;
+      opd__frame_put_len(c->rbuf + c->rlen, len);
+      c->rlen += OPD_FRAME_HEADER + len;
+      got = 1;
+    }
+    if (got) return 0;
+    /* the socket: every 64 turns of the spin, and before any sleep */
+    if ((iter & 63) == 0) {
+      struct pollfd pfd = {.fd = c->fd, .events = POLLIN};
+      if (poll(&pfd, 1, 0) > 0) return read_some(c, 0);
+    }
+    if (deadline >= 0 && now_ms() >= deadline) return OPD_ETIMEDOUT;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    uint64_t now = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+    if (spin_start == 0) spin_start = now;
+    if (c->ring == RING_SPIN || now - spin_start < ADAPTIVE_SPIN_NS) {
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#endif
+      continue;
+    }
+    /* adaptive: sleep on the ring (the daemon wakes it), at most 2 ms at a
+     * time so that the socket is looked at too */
+    int64_t left = deadline < 0 ? 2000000 : (deadline - now_ms()) * 1000000;
+    if (left > 2000000) left = 2000000;
+    if (left < 0) left = 0;
+    if (opd__ring_wait_message(&c->cq, 0, left) < 0) return OPD_EPROTO;
+    iter = 63; /* look at the socket next turn */
+  }
+}
+
 /* Delivers complete frames in rbuf; caller holds mu and is the reader. */
 static void deliver_frames(opd_client_t *c) {
   size_t off = 0;
@@ -333,12 +409,6 @@ static void deliver_frames(opd_client_t *c) {
   c->rlen -= off;
 }
 
-static int64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* Waits (holding mu on entry and exit) until done(c, arg) is true, the
  * connection breaks, or the deadline (< 0: none) passes. Returns 0,
  * OPD_ETIMEDOUT or the broken code. */
@@ -351,11 +421,14 @@ static int progress(opd_client_t *c, int (*done)(opd_client_t *, void *),
     if (!c->reading) {
       c->reading = 1;
       pthread_mutex_unlock(&c->mu);
-      int rc = read_some(c, (int)(left > INT32_MAX ? INT32_MAX : left));
+      int ms = (int)(left > INT32_MAX ? INT32_MAX : left);
+      int rc = c->ring ? ring_read_some(c, ms) : read_some(c, ms);
       pthread_mutex_lock(&c->mu);
       c->reading = 0;
       if (rc == OPD_ECLOSED)
         set_broken(c, rc, "the daemon closed the connection");
+      else if (rc == OPD_EPROTO)
+        set_broken(c, rc, "the completion ring is corrupt");
       else if (rc != 0 && rc != OPD_ETIMEDOUT)
         set_broken(c, rc, "reading from the daemon failed");
       deliver_frames(c);
@@ -384,16 +457,45 @@ static int below_inflight(opd_client_t *c, void *arg) {
   return c->n_pending < c->max_inflight;
 }
 
-/* Sends a framed request (fbuf starts with room for the header). */
+/* Pushes a request payload to the submission ring, waiting for room. */
+static int ring_send(opd_client_t *c, const void *p, uint32_t len) {
+  int rc;
+  pthread_mutex_lock(&c->send_mu);
+  while ((rc = opd__ring_push(&c->sq, p, len)) == 1) {
+    if (c->broken) break;
+    /* full: the daemon is behind; wait (bounded, then re-check broken) */
+    if (opd__ring_wait_room(&c->sq, c->ring == RING_SPIN ? 1000000 : 20000,
+                            2000000) < 0) {
+      rc = OPD_EPROTO;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&c->send_mu);
+  if (rc == 1) return fail(c->broken, "%s", c->broken_msg);
+  if (rc < 0) return fail(OPD_EPROTO, "the submission ring is corrupt");
+  return 0;
+}
+
+/* Sends a framed request (fbuf starts with room for the header): through
+ * the ring when there is one and no fd travels with it, else the socket. */
+static int send_frame_fds(opd_client_t *c, fbuf_t *b, const int *fds, int nfds);
 static int send_frame(opd_client_t *c, fbuf_t *b, int pass_fd) {
   if (b->oom) return fail(OPD_ENOMEM, "out of memory building a request");
+  size_t len = b->size - OPD_FRAME_HEADER;
+  if (c->ring && pass_fd < 0 && len <= opd__ring_max_msg(&c->sq))
+    return ring_send(c, b->data + OPD_FRAME_HEADER, (uint32_t)len);
+  return send_frame_fds(c, b, &pass_fd, pass_fd >= 0);
+}
+
+static int send_frame_fds(opd_client_t *c, fbuf_t *b, const int *fds,
+                          int nfds) {
   if (b->size - OPD_FRAME_HEADER > c->max_frame)
     return fail(OPD_ETOOBIG, "request of %zu bytes exceeds the daemon's "
                 "frame limit of %u", b->size - OPD_FRAME_HEADER, c->max_frame);
   opd__frame_put_len((unsigned char *)b->data,
                      (uint32_t)(b->size - OPD_FRAME_HEADER));
   union {
-    char buf[CMSG_SPACE(sizeof(int))];
+    char buf[CMSG_SPACE(sizeof(int) * 2)];
     struct cmsghdr align;
   } cbuf;
   size_t off = 0;
@@ -402,15 +504,15 @@ static int send_frame(opd_client_t *c, fbuf_t *b, int pass_fd) {
   while (off < b->size) {
     struct iovec iov = {b->data + off, b->size - off};
     struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
-    if (pass_fd >= 0 && off == 0) {
+    if (nfds > 0 && off == 0) {
       memset(&cbuf, 0, sizeof cbuf);
       msg.msg_control = cbuf.buf;
-      msg.msg_controllen = sizeof cbuf.buf;
+      msg.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
       struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
       cm->cmsg_level = SOL_SOCKET;
       cm->cmsg_type = SCM_RIGHTS;
-      cm->cmsg_len = CMSG_LEN(sizeof(int));
-      memcpy(CMSG_DATA(cm), &pass_fd, sizeof(int));
+      cm->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
+      memcpy(CMSG_DATA(cm), fds, sizeof(int) * (size_t)nfds);
     }
     ssize_t n = sendmsg(c->fd, &msg, MSG_NOSIGNAL);
     if (n < 0) {
@@ -566,6 +668,95 @@ static void pack_hello(msgpack_packer *pk, const void *arg) {
   PACK_STR(pk, name);
 }
 
+/* The transport asked for: flags, else $OPD_WAIT, else adaptive rings. */
+static int wait_mode(uint32_t flags) {
+  if (flags & OPD_CONNECT_WAIT_SPIN) return RING_SPIN;
+  if (flags & OPD_CONNECT_WAIT_ADAPTIVE) return RING_ADAPTIVE;
+  if (flags & OPD_CONNECT_WAIT_SOCKET) return 0;
+  const char *w = getenv("OPD_WAIT");
+  if (w && strcmp(w, "spin") == 0) return RING_SPIN;
+  if (w && strcmp(w, "socket") == 0) return 0;
+  return RING_ADAPTIVE;
+}
+
+typedef struct ring_args {
+  uint64_t size;
+  int mode;
+} ring_args_t;
+
+static void pack_ring_setup(msgpack_packer *pk, const void *arg) {
+  const ring_args_t *a = arg;
+  msgpack_pack_map(pk, 6);
+  PACK_STR(pk, "size");
+  msgpack_pack_uint64(pk, a->size);
+  PACK_STR(pk, "sq_slots");
+  msgpack_pack_uint32(pk, RING_SQ_SLOTS);
+  PACK_STR(pk, "sq_slot_size");
+  msgpack_pack_uint32(pk, RING_SQ_SLOT);
+  PACK_STR(pk, "cq_slots");
+  msgpack_pack_uint32(pk, RING_CQ_SLOTS);
+  PACK_STR(pk, "cq_slot_size");
+  msgpack_pack_uint32(pk, RING_CQ_SLOT);
+  PACK_STR(pk, "wait");
+  PACK_STR(pk, a->mode == RING_SPIN ? "spin" : "adaptive");
+}
+
+/* Creates the ring region (a sealed memfd), formats both rings, and hands
+ * them (with the doorbell eventfd for adaptive) to the daemon. On failure
+ * the connection stays on the socket only if the daemon refused; local
+ * failures are errors. */
+static int setup_rings(opd_client_t *c, int mode) {
+  size_t off = (opd__ring_bytes(RING_SQ_SLOTS, RING_SQ_SLOT) + 4095) & ~(size_t)4095;
+  size_t size = off + opd__ring_bytes(RING_CQ_SLOTS, RING_CQ_SLOT);
+  size = (size + 4095) & ~(size_t)4095;
+  int fds[2] = {-1, -1}, rc = 0;
+  void *base = MAP_FAILED;
+  fds[0] = memfd_create("opd-rings", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fds[0] < 0 || ftruncate(fds[0], (off_t)size) != 0 ||
+      fcntl(fds[0], F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0 ||
+      (base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fds[0], 0)) ==
+          MAP_FAILED) {
+    rc = fail(OPD_EIO, "creating the ring region: %s", strerror(errno));
+    goto out;
+  }
+  if (opd__ring_init(base, off, RING_SQ_SLOTS, RING_SQ_SLOT, &c->sq) != 0 ||
+      opd__ring_init((char *)base + off, size - off, RING_CQ_SLOTS, RING_CQ_SLOT,
+                     &c->cq) != 0) {
+    rc = fail(OPD_EINTERNAL, "formatting the rings");
+    goto out;
+  }
+  if (mode == RING_ADAPTIVE &&
+      (fds[1] = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0) {
+    rc = fail(OPD_EIO, "eventfd: %s", strerror(errno));
+    goto out;
+  }
+  fbuf_t b;
+  msgpack_packer pk;
+  uint64_t id = new_id(c);
+  ring_args_t a = {size, mode};
+  frame_begin(&b, &pk, OPD_MSG_RING_SETUP, id);
+  pack_ring_setup(&pk, &a);
+  pthread_mutex_lock(&c->mu);
+  rc = slot_add(c, id, 0);
+  pthread_mutex_unlock(&c->mu);
+  if (rc == 0) rc = send_frame_fds(c, &b, fds, mode == RING_ADAPTIVE ? 2 : 1);
+  fbuf_free(&b);
+  if (rc == 0) rc = wait_reply(c, id, 5000, NULL, NULL, NULL);
+  if (rc != 0) goto out;
+  c->sq.doorbell = fds[1];
+  c->ring_efd = fds[1];
+  fds[1] = -1;
+  c->ring_base = base;
+  c->ring_size = size;
+  base = MAP_FAILED;
+  c->ring = mode;
+out:
+  if (base != MAP_FAILED) munmap(base, size);
+  if (fds[0] >= 0) close(fds[0]);
+  if (fds[1] >= 0) close(fds[1]);
+  return rc;
+}
+
 int opd_connect(const char *socket_path, opd_client_t **out) {
   return opd_connect_flags(socket_path, 0, out);
 }
@@ -583,6 +774,7 @@ int opd_connect_flags(const char *socket_path, uint32_t flags,
   c = calloc(1, sizeof *c);
   if (c == NULL) return fail(OPD_ENOMEM, "out of memory");
   c->fd = -1;
+  c->ring_efd = -1;
   pthread_once(&atfork_once, install_atfork);
   c->pid = getpid();
   c->fork_gen = fork_gen;
@@ -630,8 +822,13 @@ int opd_connect_flags(const char *socket_path, uint32_t flags,
   if (lim && opd__mp_uint(opd__mp_get(lim, "max_inflight"), &v) == 0 && v > 0)
     c->max_inflight = (uint32_t)v;
   if (body) opd__json_from_msgpack(body, &c->hello_json, &c->hello_len);
+  const msgpack_object *rings = body ? opd__mp_get(body, "rings") : NULL;
+  int offered = rings && rings->type == MSGPACK_OBJECT_BOOLEAN && rings->via.boolean;
   msgpack_zone_destroy(&z);
   free(payload);
+  payload = NULL;
+  int mode = wait_mode(flags);
+  if (mode != 0 && offered && (rc = setup_rings(c, mode)) != 0) goto error;
   *out = c;
   return 0;
 error:
@@ -654,6 +851,8 @@ void opd_close(opd_client_t *c) {
     free(c->slots[i].payload);
   }
   for (int i = 0; i < c->n_rfds; i++) close(c->rfds[i]);
+  if (c->ring_base) munmap(c->ring_base, c->ring_size);
+  if (c->ring_efd >= 0) close(c->ring_efd);
   free(c->slots);
   free(c->arenas);
   free(c->rbuf);

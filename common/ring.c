@@ -53,6 +53,7 @@ static void set_view(opd_ring_t *r, void *mem, uint32_t n_slots,
   r->slot_size = slot_size;
   r->mine = 0;
   r->seen = 0;
+  r->doorbell = -1;
 }
 
 int opd__ring_init(void *mem, size_t size, uint32_t n_slots, uint32_t slot_size,
@@ -114,11 +115,18 @@ static int read_head(opd_ring_t *r, uint64_t *head) {
  * orders our counter store before the flag load (the sleeper orders its
  * flag store before its counter load the same way): one of us sees the
  * other, so no wake-up is lost. */
-static void wake_if_sleeping(_Atomic uint32_t *flag) {
+static void wake_if_sleeping(_Atomic uint32_t *flag, int doorbell) {
   atomic_thread_fence(memory_order_seq_cst);
   if (atomic_load_explicit(flag, memory_order_relaxed) &&
-      atomic_exchange(flag, 0) == 1)
-    futex_wake(flag);
+      atomic_exchange(flag, 0) == 1) {
+    if (doorbell >= 0) {
+      uint64_t one = 1;
+      ssize_t n = write(doorbell, &one, sizeof one);
+      (void)n; /* EAGAIN: the counter is already non-zero, it will wake */
+    } else {
+      futex_wake(flag);
+    }
+  }
 }
 
 int opd__ring_push(opd_ring_t *r, const void *msg, uint32_t len) {
@@ -131,7 +139,7 @@ int opd__ring_push(opd_ring_t *r, const void *msg, uint32_t len) {
   memcpy(s + 4, msg, len);
   r->mine++;
   atomic_store_explicit(&r->hdr->head, r->mine, memory_order_release);
-  wake_if_sleeping(&r->hdr->consumer_sleeping);
+  wake_if_sleeping(&r->hdr->consumer_sleeping, r->doorbell);
   return 0;
 }
 
@@ -147,7 +155,7 @@ int opd__ring_pop(opd_ring_t *r, void *buf, uint32_t cap, uint32_t *len) {
   *len = n;
   r->mine++;
   atomic_store_explicit(&r->hdr->tail, r->mine, memory_order_release);
-  wake_if_sleeping(&r->hdr->producer_sleeping);
+  wake_if_sleeping(&r->hdr->producer_sleeping, -1);
   return 0;
 }
 
@@ -200,6 +208,14 @@ static int has_room(opd_ring_t *r) {
 int opd__ring_wait_message(opd_ring_t *r, int64_t spin_ns, int64_t timeout_ns) {
   return wait_for(r, has_message, &r->hdr->consumer_sleeping, spin_ns,
                   timeout_ns);
+}
+
+int opd__ring_arm_sleep(opd_ring_t *r) {
+  atomic_store(&r->hdr->consumer_sleeping, 1);
+  atomic_thread_fence(memory_order_seq_cst);
+  int rc = has_message(r);
+  if (rc != 0) atomic_store(&r->hdr->consumer_sleeping, 0);
+  return rc;
 }
 
 int opd__ring_wait_room(opd_ring_t *r, int64_t spin_ns, int64_t timeout_ns) {

@@ -55,6 +55,10 @@ typedef struct opd_ring {
   uint32_t slot_size;                    /* bytes per slot, multiple of 8 */
   uint64_t mine;                         /* producer: head; consumer: tail */
   uint64_t seen;                         /* the other side's last value */
+  int doorbell;                          /* producer: an eventfd to write
+                                            instead of FUTEX_WAKE when the
+                                            consumer sleeps (the daemon waits
+                                            in epoll, not on a futex); -1 */
 } opd_ring_t;
 
 /* Bytes a ring of this geometry needs (header + slots). */
@@ -98,5 +102,11 @@ uint64_t opd__ring_pending(opd_ring_t *r);
  * OPD_EPROTO. */
 int opd__ring_wait_message(opd_ring_t *r, int64_t spin_ns, int64_t timeout_ns);
 int opd__ring_wait_room(opd_ring_t *r, int64_t spin_ns, int64_t timeout_ns);
+
+/* Consumer about to sleep elsewhere (the daemon in epoll, woken through
+ * the producer's doorbell): says so in the ring, then looks again. Returns
+ * 1 if a message is already there (the flag is cleared: do not sleep), 0 if
+ * the producer will ring the doorbell, or OPD_EPROTO. */
+int opd__ring_arm_sleep(opd_ring_t *r);
 
 #endif /* OPD_RING_H */

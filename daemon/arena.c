@@ -31,38 +31,51 @@ static int is_memfd(int fd) {
   return strncmp(target, "/memfd:", 7) == 0;
 }
 
-/* Takes ownership of fd (closed in every case). On success the arena is in
- * s's table and *id names it. */
-int opd__arena_register(opd_session_t *s, int fd, uint64_t size,
-                        uint64_t *id, char *err, size_t errlen) {
-  const opd_limits_t *l = &s->srv->cfg.limits;
+/* Checks that fd is a memfd sealed against shrinking and growing and
+ * exactly `size` bytes long (so that a mapping of it can never fault), and
+ * maps it shared read-write. Returns 0 with *base set, or OPD_EFD /
+ * OPD_EINVAL / OPD_ENOMEM with a reason in err. fd stays open. */
+int opd__memfd_map(int fd, uint64_t size, void **base, char *err,
+                   size_t errlen) {
   struct stat st;
-  opd_arena_t *a = NULL;
-  void *base = MAP_FAILED;
-  int rc = 0, seals;
-
-  if (s->n_arenas >= l->max_arenas) {
-    snprintf(err, errlen, "session has %u arenas, the limit", s->n_arenas);
-    rc = OPD_ELIMIT;
-    goto out;
-  }
+  int seals;
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || !is_memfd(fd) ||
       (seals = fcntl(fd, F_GET_SEALS)) < 0) {
     snprintf(err, errlen, "the file descriptor is not a memfd");
-    rc = OPD_EFD;
-    goto out;
+    return OPD_EFD;
   }
   if ((seals & (F_SEAL_SHRINK | F_SEAL_GROW)) !=
       (F_SEAL_SHRINK | F_SEAL_GROW)) {
     snprintf(err, errlen,
              "the memfd lacks F_SEAL_SHRINK|F_SEAL_GROW (seals 0x%x)", seals);
-    rc = OPD_EFD;
-    goto out;
+    return OPD_EFD;
   }
   if (size == 0 || (uint64_t)st.st_size != size) {
     snprintf(err, errlen, "claimed size %llu but the memfd holds %lld bytes",
              (unsigned long long)size, (long long)st.st_size);
-    rc = OPD_EINVAL;
+    return OPD_EINVAL;
+  }
+  void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) {
+    snprintf(err, errlen, "mmap of the memfd failed: %s", strerror(errno));
+    return errno == ENOMEM ? OPD_ENOMEM : OPD_EFD;
+  }
+  *base = p;
+  return 0;
+}
+
+/* Takes ownership of fd (closed in every case). On success the arena is in
+ * s's table and *id names it. */
+int opd__arena_register(opd_session_t *s, int fd, uint64_t size,
+                        uint64_t *id, char *err, size_t errlen) {
+  const opd_limits_t *l = &s->srv->cfg.limits;
+  opd_arena_t *a = NULL;
+  void *base = MAP_FAILED;
+  int rc = 0;
+
+  if (s->n_arenas >= l->max_arenas) {
+    snprintf(err, errlen, "session has %u arenas, the limit", s->n_arenas);
+    rc = OPD_ELIMIT;
     goto out;
   }
   if (size > l->max_arena_bytes) {
@@ -80,10 +93,8 @@ int opd__arena_register(opd_session_t *s, int fd, uint64_t size,
     rc = OPD_ELIMIT;
     goto out;
   }
-  base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (base == MAP_FAILED) {
-    snprintf(err, errlen, "mmap of the memfd failed: %s", strerror(errno));
-    rc = errno == ENOMEM ? OPD_ENOMEM : OPD_EFD;
+  if ((rc = opd__memfd_map(fd, size, &base, err, errlen)) != 0) {
+    base = MAP_FAILED;
     goto out;
   }
   if ((a = calloc(1, sizeof *a)) == NULL) {

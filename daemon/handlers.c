@@ -69,7 +69,9 @@ static void handle_hello(opd_session_t *s, uint64_t id,
   s->hello = 1;
 
   msgpack_packer *pk = scratch(srv);
-  msgpack_pack_map(pk, 6);
+  msgpack_pack_map(pk, 7);
+  PACK_STR(pk, "rings");
+  msgpack_pack_true(pk);
   PACK_STR(pk, "protocol");
   msgpack_pack_uint32(pk, OPD_PROTOCOL_VERSION);
   PACK_STR(pk, "version");
@@ -300,6 +302,20 @@ static void handle_export(opd_session_t *s, uint64_t id,
                      "waiting to be sent; read the replies first");
 }
 
+static void handle_ring_setup(opd_session_t *s, uint64_t id,
+                              const msgpack_object *body) {
+  char err[300];
+  int rc = opd__ring_setup(s, body, err, sizeof err);
+  if (rc != 0) {
+    opd__reply_error(s, id, rc, "ring_setup: %s", err);
+    return;
+  }
+  /* this reply still goes to the socket: the client reads it there */
+  s->reply_socket = 1;
+  opd__reply(s, id, 0, NULL, 0);
+  s->reply_socket = 0;
+}
+
 static void handle_release(opd_session_t *s, uint64_t id,
                            const msgpack_object *body) {
   uint64_t arena;
@@ -378,6 +394,7 @@ void opd__handle(opd_session_t *s, const msgpack_object *req) {
     case OPD_MSG_UNPUBLISH: handle_publish(s, id, (int)type, body); break;
     case OPD_MSG_IMPORT: handle_import(s, id, body); break;
     case OPD_MSG_EXPORT: handle_export(s, id, body); break;
+    case OPD_MSG_RING_SETUP: handle_ring_setup(s, id, body); break;
     case OPD_MSG_RUN: opd__run_request(s, id, body, 0); break;
     case OPD_MSG_INFER: opd__run_request(s, id, body, 1); break;
     case OPD_MSG_OPS:

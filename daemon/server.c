@@ -220,6 +220,7 @@ int opd__server_init(opd_server_t *srv, uv_loop_t *loop,
   srv->drain_timer.data = srv;
   uv_timer_init(loop, &srv->poison_timer);
   srv->poison_timer.data = srv;
+  opd__ring_init_server(srv);
   LOG_INFO("opd %s listening on %s (protocol %d, %d CUDA device(s), %d "
            "kernel threads, %d operators)",
            OPD_VERSION, cfg->socket_path, OPD_PROTOCOL_VERSION, srv->n_devices,

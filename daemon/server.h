@@ -25,6 +25,7 @@
 #include <msgpack.h>
 #include <uv.h>
 
+#include "common/ring.h"
 #include "kernels/kernel.h"
 
 typedef struct opd_limits {
@@ -106,6 +107,11 @@ typedef struct opd_server {
   char *ops_body;
   size_t ops_body_len;
   opd_job_t *job_free;           /* recycled jobs */
+  uv_check_t ring_check;         /* services rings after each poll */
+  uv_prepare_t ring_prepare;     /* arms adaptive rings before blocking */
+  uv_idle_t ring_idle;           /* active: the loop must not block */
+  int n_ring, n_spin;            /* ring sessions, spinning ones */
+  int ring_kick;                 /* work left for the next iteration */
   opd_pub_t *pubs;               /* published arenas */
   uint32_t n_pubs, cap_pubs;
   int n_devices;                 /* CUDA devices in use (0: cpu only) */
@@ -173,6 +179,15 @@ struct opd_session {
   uint32_t n_queued;             /* waiting + running */
   opd_job_t *running;            /* at most one per session */
   int priority;                  /* 1: asked for high-priority streams */
+  int ring;                      /* 0: socket only; OPD_RING_* */
+  opd_ring_t sq, cq;             /* submission (we consume), completion */
+  void *ring_base;               /* the mapped region */
+  size_t ring_size;
+  int ring_doorbell;             /* adaptive: eventfd, else -1 */
+  uv_poll_t *ring_poll;          /* on the doorbell */
+  unsigned char *ring_buf;       /* one submission, copied out */
+  void *ring_over;               /* replies waiting for completion room */
+  int reply_socket;              /* the next reply goes to the socket */
   void *streams[OPD_MAX_DEVICES]; /* cudaStream_t per device, lazily */
 };
 
@@ -206,6 +221,8 @@ void opd__reply_error(opd_session_t *s, uint64_t id, int code,
 void opd__session_pump(opd_session_t *s);
 
 /* arena.c */
+int opd__memfd_map(int fd, uint64_t size, void **base, char *err,
+                   size_t errlen);
 int opd__arena_register(opd_session_t *s, int fd, uint64_t size,
                         uint64_t *id, char *err, size_t errlen);
 int opd__arena_release(opd_session_t *s, uint64_t id);
@@ -227,6 +244,23 @@ void opd__unpublish_all(opd_session_t *s);
 void opd__publish_free(opd_server_t *srv);
 void opd__arena_unref(opd_arena_t *a);
 void opd__arena_release_all(opd_session_t *s);
+
+/* ringsvc.c: the shared-memory transport */
+#define OPD_RING_ADAPTIVE 1
+#define OPD_RING_SPIN 2
+void opd__ring_init_server(opd_server_t *srv);
+int opd__ring_setup(opd_session_t *s, const msgpack_object *body, char *err,
+                    size_t errlen);
+/* 1 when the reply went to (or waits for) the completion ring, 0 when it
+ * must go to the socket. */
+int opd__ring_reply(opd_session_t *s, const void *head, size_t hlen,
+                    const void *body, size_t blen);
+void opd__ring_close(opd_session_t *s);
+void opd__ring_free(opd_session_t *s);
+/* session.c: a payload from the ring, as if it came in a frame */
+void opd__handle_payload(opd_session_t *s, const unsigned char *p,
+                         uint32_t len);
+void opd__session_goodbye(opd_session_t *s, int code, const char *why);
 
 /* handlers.c: every request type */
 void opd__handle(opd_session_t *s, const msgpack_object *req);

@@ -55,6 +55,7 @@ void opd__session_accept(opd_server_t *srv, int fd) {
   }
   s->srv = srv;
   s->fd = fd;
+  s->ring_doorbell = -1;
   s->id = ++srv->next_session_id;
   if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) == 0) {
     s->pid = cred.pid;
@@ -181,6 +182,9 @@ static void send_msg(opd_session_t *s, int type, uint64_t id, int code,
   msgpack_pack_int(&pk, code);
   static const char empty_map = (char)0x80;
   if (body == NULL) body = &empty_map, body_len = 1;
+  if (s->ring && type == OPD_MSG_REPLY && !s->reply_socket && s->fd >= 0 &&
+      opd__ring_reply(s, hdr + OPD_FRAME_HEADER, sb.size, body, body_len))
+    return;
   opd__frame_put_len(hdr, (uint32_t)(sb.size + body_len));
   write_frame(s, hdr, OPD_FRAME_HEADER + sb.size, body, body_len);
 }
@@ -198,7 +202,9 @@ int opd__reply_fd(opd_session_t *s, uint64_t id, const char *body,
   }
   s->wfd_at[s->n_wfds] = s->wlen; /* where this frame will start */
   s->wfd[s->n_wfds++] = fd;
+  s->reply_socket = 1; /* an fd travels only on the socket */
   send_msg(s, OPD_MSG_REPLY, id, 0, body, body_len);
+  s->reply_socket = 0;
   return 0;
 }
 
@@ -241,6 +247,11 @@ static void send_goodbye(opd_session_t *s, int code, const char *fmt, ...) {
   LOG_INFO("session %llu: closing: %s", (unsigned long long)s->id, body + 10);
   s->closing = 1;
   s->goodbye = 2; /* sent: close once the running job and wbuf are done */
+}
+
+void opd__session_goodbye(opd_session_t *s, int code, const char *why) {
+  send_goodbye(s, code, "%s", why);
+  opd__session_pump(s);
 }
 
 /* ---- reading ---------------------------------------------------------- */
@@ -325,7 +336,7 @@ static void do_read(opd_session_t *s) {
   s->rlen += (size_t)n;
 }
 
-static void handle_frame(opd_session_t *s, const unsigned char *p,
+void opd__handle_payload(opd_session_t *s, const unsigned char *p,
                          uint32_t len) {
   opd_server_t *srv = s->srv;
   char err[200];
@@ -369,7 +380,7 @@ static int parse_frames(opd_session_t *s) {
       break;
     }
     if (s->rlen - off < (size_t)OPD_FRAME_HEADER + len) break;
-    handle_frame(s, s->rbuf + off + OPD_FRAME_HEADER, len);
+    opd__handle_payload(s, s->rbuf + off + OPD_FRAME_HEADER, len);
     off += OPD_FRAME_HEADER + len;
     handled++;
   }
@@ -400,6 +411,7 @@ static void maybe_free(opd_session_t *s) {
   if (!s->poll_closed || s->running != NULL) return;
   opd_server_t *srv = s->srv;
   opd__unpublish_all(s);
+  opd__ring_free(s);
   opd__arena_release_all(s);
   opd__cuda_session_release(s);
   if (s->prev) s->prev->next = s->next;
@@ -444,6 +456,7 @@ void opd__session_close(opd_session_t *s) {
   s->n_fds = 0;
   for (int i = 0; i < s->n_wfds; i++) close(s->wfd[i]);
   s->n_wfds = 0;
+  opd__ring_close(s);
   uv_close((uv_handle_t *)&s->poll, on_poll_closed);
   close(fd);
 }

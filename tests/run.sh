@@ -29,11 +29,16 @@ run_criterion() { # name binary
 
 run_criterion "unit: framing, msgpack, descriptors, rings" "$B/tests/unit"
 run_criterion "ops: every CPU operator against its reference" "$B/tests/ops"
-run_criterion "integration: a real daemon through libopd" "$B/tests/integration"
+# Both transports pass the whole suite: the integration and Python suites
+# run once per wait strategy (OPD_WAIT: libopd's transport).
+for wait in adaptive socket spin; do
+  OPD_WAIT=$wait run_criterion "integration over $wait: a real daemon through libopd" \
+    "$B/tests/integration"
+done
 
 # The Python package against a real daemon (Debian's python3: numpy, pytest).
 run_pytest() {
-  echo "== python: the opd package (pytest tests/python)"
+  echo "== python over ${OPD_WAIT:-adaptive}: the opd package (pytest tests/python)"
   local out rc
   out=$(OPD_LIB=${OPD_LIB:-$B/libopd.so} /usr/bin/python3 -m pytest -q -p no:cacheprovider \
         tests/python 2>&1); rc=$?
@@ -51,7 +56,7 @@ run_pytest() {
   passed=$((passed + p)); failed=$((failed + f + e))
   [ "$rc" = 0 ] || status=1
 }
-run_pytest
+for wait in adaptive socket spin; do OPD_WAIT=$wait run_pytest; done
 
 echo
 echo "$passed passed, $failed failed"

@@ -85,6 +85,15 @@ int opd_connect(const char *socket_path, opd_client_t **out);
 /* opd_connect with flags: OPD_CONNECT_HIGH_PRIORITY asks for high-priority
  * CUDA streams (latency-critical clients). */
 #define OPD_CONNECT_HIGH_PRIORITY 0x1u
+/* The transport (see docs/protocol.md, RING_SETUP). Without one of these
+ * flags, $OPD_WAIT ("spin", "adaptive" or "socket") decides, else adaptive
+ * (when the daemon offers rings; the socket otherwise). spin: requests and replies through shared-memory rings, both
+ * sides spinning (lowest latency, a busy core on each side); adaptive:
+ * the rings, spinning briefly then sleeping on a futex (the daemon on an
+ * eventfd); socket: no rings. */
+#define OPD_CONNECT_WAIT_SPIN 0x2u
+#define OPD_CONNECT_WAIT_ADAPTIVE 0x4u
+#define OPD_CONNECT_WAIT_SOCKET 0x8u
 int opd_connect_flags(const char *socket_path, uint32_t flags,
                       opd_client_t **out);
 

@@ -86,6 +86,18 @@
  *                   of an exportable device arena of this session, which a
  *                   CUDA client maps (cuMemImportFromShareableHandle,
  *                   cuMemMap of alloc_size bytes) for a zero-copy view.
+ *   RING_SETUP      {"size": uint, "sq_slots", "sq_slot_size", "cq_slots",
+ *                   "cq_slot_size": uint, "wait": "spin" | "adaptive"} + a
+ *                   sealed memfd of `size` bytes (and, for adaptive, an
+ *                   eventfd the client rings when the daemon sleeps) ->
+ *                   {} on the socket. The memfd holds a submission ring at
+ *                   offset 0 and a completion ring at the next 4096-byte
+ *                   boundary (common/ring.h), both formatted by the client.
+ *                   From then on the daemon takes requests from the
+ *                   submission ring too (same payloads as frames, without
+ *                   the length) and sends every reply to the completion
+ *                   ring, except replies that carry an fd and goodbyes,
+ *                   which stay on the socket.
  *
  * Framing errors (length over max_frame, payload that is not msgpack, counts
  * larger than the bytes left, nesting deeper than OPD_MAX_DEPTH, a payload
@@ -128,7 +140,8 @@
   X(ATTACH, 12, "attach")                  \
   X(UNPUBLISH, 13, "unpublish")            \
   X(IMPORT, 14, "import")                  \
-  X(EXPORT, 15, "export")
+  X(EXPORT, 15, "export")                  \
+  X(RING_SETUP, 16, "ring_setup")
 
 typedef enum {
 #define X(name, val, str) OPD_MSG_##name = val,

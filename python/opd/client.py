@@ -68,6 +68,8 @@ _ALLOC_EXPORTABLE = 0x1  # OPD_ALLOC_EXPORTABLE
 _NO_EXPORT = (protocol.EINVAL, protocol.EPROTO, protocol.EVERSION,
               protocol.EBACKEND, protocol.EREADONLY)
 _PRIORITY = {None: 0, "normal": 0, "high": 0x1}   # OPD_CONNECT_HIGH_PRIORITY
+# OPD_CONNECT_WAIT_*: the transport (None: $OPD_WAIT, else libopd's default)
+_WAIT = {None: 0, "spin": 0x2, "adaptive": 0x4, "socket": 0x8}
 
 
 def _is_torch(x):
@@ -149,15 +151,23 @@ class Client:
     #: to do it yourself
     sync_torch = True
 
-    def __init__(self, socket=None, connect=True, priority=None):
+    def __init__(self, socket=None, connect=True, priority=None, wait=None):
         """socket: path (None: $OPD_SOCKET or the default). connect=False
         defers connecting to the first use. priority="high" asks the
         daemon for high-priority CUDA streams (latency-critical clients).
+        wait: the transport — "adaptive" (shared-memory rings, spin
+        briefly then sleep: the default), "spin" (rings, both sides spin:
+        lowest latency, a busy core on each side) or "socket" (no rings);
+        None: $OPD_WAIT, else adaptive.
         Raises OpdConnectionError if connect=True and the daemon is not
         there, LibraryNotFoundError if libopd cannot be loaded."""
         if priority not in _PRIORITY:
             raise errors.error(protocol.EINVAL, "priority must be None, "
                                "\"normal\" or \"high\", not %r" % (priority,))
+        if wait not in _WAIT:
+            raise errors.error(protocol.EINVAL, "wait must be None, \"spin\", "
+                               "\"adaptive\" or \"socket\", not %r" % (wait,))
+        self.wait = wait
         self._lib = _lib.load()
         self.socket = socket_path(socket)
         self.priority = priority
@@ -207,7 +217,7 @@ class Client:
             self._maps, self._no_vmm = {}, set()
             self._imports = collections.OrderedDict()
             h = ctypes.c_void_p()
-            flags = _PRIORITY[self.priority]
+            flags = _PRIORITY[self.priority] | _WAIT[self.wait]
             if flags:
                 check(self._need("opd_connect_flags")(
                     self.socket.encode(), flags, ctypes.byref(h)))
@@ -254,7 +264,7 @@ class Client:
 
     def __reduce__(self):
         # a client pickles as its socket path: it connects in the new process
-        return (Client, (self.socket, False, self.priority))
+        return (Client, (self.socket, False, self.priority, self.wait))
 
     def __repr__(self):
         state = "closed" if self._closed else ("connected" if self._h else "idle")
@@ -963,11 +973,12 @@ def _make_method(schema):
     return method
 
 
-def connect(socket=None, connect=True, priority=None):
+def connect(socket=None, connect=True, priority=None, wait=None):
     """Returns a Client connected to the daemon at `socket` (None:
     $OPD_SOCKET, else the default path). priority="high" asks for
-    high-priority CUDA streams (latency-critical clients). Use as a
+    high-priority CUDA streams (latency-critical clients). wait="spin",
+    "adaptive" (default) or "socket" picks the transport (Client). Use as a
     context manager to close it. Raises OpdConnectionError (ECONNECT)
     naming the socket tried and how to start the daemon if it is not
     running."""
-    return Client(socket, connect=connect, priority=priority)
+    return Client(socket, connect=connect, priority=priority, wait=wait)

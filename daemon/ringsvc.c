@@ -1,0 +1,323 @@
+/* The shared-memory transport: a session's submission and completion rings
+ * (common/ring.h), serviced by the event loop.
+ *
+ * DESIGN
+ * The loop thread itself serves the rings, so requests from a ring go
+ * through exactly the code a socket frame does (opd__handle_payload) with
+ * no locks and no hand-off. A uv_check handle services every ring session
+ * after each poll. While any session waits by spinning, a uv_idle handle
+ * keeps the loop from blocking (epoll with a zero timeout), so a spinning
+ * client is answered without a wake-up; with no spinning session the
+ * handle stops and the loop sleeps. Adaptive sessions sleep the daemon
+ * side through their eventfd: before blocking (uv_prepare) the loop sets
+ * each adaptive submission ring's sleeping flag and looks once more; the
+ * client rings the eventfd only when it sees that flag.
+ *
+ * Back-pressure and safety: a reply that does not fit in the completion
+ * ring waits in a private overflow list, and the session's submissions are
+ * not taken while that list is non-empty or while it has max_inflight runs
+ * queued, so a client that stops consuming costs bounded memory. Every
+ * entry is copied out of the ring before it is parsed (opd__ring_pop); a
+ * corrupt counter or length closes that session with a goodbye.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "common/wire.h"
+#include "daemon/log.h"
+#include "daemon/server.h"
+
+#define RING_BUDGET 64 /* requests per session per loop iteration */
+
+typedef struct overflow {
+  struct overflow *next;
+  uint32_t len;
+  unsigned char data[];
+} overflow_t;
+
+static size_t cq_offset(uint32_t sq_slots, uint32_t sq_slot_size) {
+  return (opd__ring_bytes(sq_slots, sq_slot_size) + 4095) & ~(size_t)4095;
+}
+
+static int is_eventfd(int fd) {
+  char path[64], target[64];
+  snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+  ssize_t n = readlink(path, target, sizeof target - 1);
+  if (n < 0) return 0;
+  target[n] = '\0';
+  return strcmp(target, "anon_inode:[eventfd]") == 0;
+}
+
+static void on_idle(uv_idle_t *h) { (void)h; /* keeps poll from blocking */ }
+
+static void update_idle(opd_server_t *srv) {
+  int want = srv->n_spin > 0 || srv->ring_kick;
+  if (want && !uv_is_active((uv_handle_t *)&srv->ring_idle))
+    uv_idle_start(&srv->ring_idle, on_idle);
+  else if (!want && uv_is_active((uv_handle_t *)&srv->ring_idle))
+    uv_idle_stop(&srv->ring_idle);
+}
+
+static void free_handle(uv_handle_t *h) { free(h); }
+
+static void on_doorbell(uv_poll_t *h, int status, int events) {
+  opd_session_t *s = h->data;
+  uint64_t v;
+  (void)status, (void)events;
+  /* drain the counter; the check handle services the ring right after */
+  while (read(s->ring_doorbell, &v, sizeof v) > 0) {
+  }
+}
+
+int opd__ring_setup(opd_session_t *s, const msgpack_object *body, char *err,
+                    size_t errlen) {
+  opd_server_t *srv = s->srv;
+  uint64_t size, sqn, sqs, cqn, cqs;
+  char wait[16];
+  if (s->ring) {
+    snprintf(err, errlen, "this session already has rings");
+    return OPD_ESTATE;
+  }
+  if (opd__mp_uint(opd__mp_get(body, "size"), &size) ||
+      opd__mp_uint(opd__mp_get(body, "sq_slots"), &sqn) ||
+      opd__mp_uint(opd__mp_get(body, "sq_slot_size"), &sqs) ||
+      opd__mp_uint(opd__mp_get(body, "cq_slots"), &cqn) ||
+      opd__mp_uint(opd__mp_get(body, "cq_slot_size"), &cqs) ||
+      opd__mp_str(opd__mp_get(body, "wait"), wait, sizeof wait)) {
+    snprintf(err, errlen, "\"size\", \"sq_slots\", \"sq_slot_size\", "
+             "\"cq_slots\", \"cq_slot_size\" (unsigned) and \"wait\" are "
+             "required");
+    return OPD_EPROTO;
+  }
+  int mode = strcmp(wait, "spin") == 0 ? OPD_RING_SPIN
+             : strcmp(wait, "adaptive") == 0 ? OPD_RING_ADAPTIVE : 0;
+  if (mode == 0) {
+    snprintf(err, errlen, "\"wait\" must be spin or adaptive, got \"%s\"", wait);
+    return OPD_EINVAL;
+  }
+  int need = mode == OPD_RING_ADAPTIVE ? 2 : 1;
+  if (s->n_fds < need) {
+    snprintf(err, errlen, "%s rings need %d file descriptors (the memfd%s) "
+             "sent with the request", wait, need,
+             need == 2 ? " and an eventfd" : "");
+    return OPD_EFD;
+  }
+  int memfd = s->fds[0], efd = need == 2 ? s->fds[1] : -1;
+  s->n_fds -= need;
+  memmove(s->fds, s->fds + need, (size_t)s->n_fds * sizeof(int));
+
+  void *base = NULL;
+  int rc = 0;
+  size_t off = 0;
+  if (sqn > (1u << 20) || cqn > (1u << 20) || sqs > 65536 || cqs > 65536) {
+    snprintf(err, errlen, "ring geometry out of range");
+    rc = OPD_EINVAL;
+    goto fail;
+  }
+  off = cq_offset((uint32_t)sqn, (uint32_t)sqs);
+  if (size > ((uint64_t)64 << 20) ||
+      size < off + opd__ring_bytes((uint32_t)cqn, (uint32_t)cqs)) {
+    snprintf(err, errlen, "a region of %llu bytes does not hold the rings "
+             "(or exceeds 64 MiB)", (unsigned long long)size);
+    rc = OPD_EINVAL;
+    goto fail;
+  }
+  if ((rc = opd__memfd_map(memfd, size, &base, err, errlen)) != 0) goto fail;
+  if (opd__ring_attach(base, off, (uint32_t)sqn, (uint32_t)sqs, &s->sq) != 0 ||
+      opd__ring_attach((char *)base + off, size - off, (uint32_t)cqn,
+                       (uint32_t)cqs, &s->cq) != 0) {
+    snprintf(err, errlen, "the rings are not formatted (bad geometry, magic "
+             "or counters)");
+    rc = OPD_EINVAL;
+    goto fail;
+  }
+  if (efd >= 0) {
+    if (!is_eventfd(efd)) {
+      snprintf(err, errlen, "the second file descriptor is not an eventfd");
+      rc = OPD_EFD;
+      goto fail;
+    }
+    fcntl(efd, F_SETFL, fcntl(efd, F_GETFL) | O_NONBLOCK);
+    /* its own allocation: it may be closed after the session is freed */
+    if ((s->ring_poll = malloc(sizeof *s->ring_poll)) == NULL) {
+      snprintf(err, errlen, "out of memory");
+      rc = OPD_ENOMEM;
+      goto fail;
+    }
+    uv_poll_init(srv->loop, s->ring_poll, efd);
+    s->ring_poll->data = s;
+    uv_poll_start(s->ring_poll, UV_READABLE, on_doorbell);
+    s->ring_doorbell = efd;
+  }
+  s->ring_buf = malloc(opd__ring_max_msg(&s->sq));
+  if (s->ring_buf == NULL) {
+    snprintf(err, errlen, "out of memory");
+    rc = OPD_ENOMEM;
+    goto fail_poll;
+  }
+  close(memfd);
+  s->ring_base = base;
+  s->ring_size = size;
+  s->ring = mode;
+  if (mode == OPD_RING_SPIN) srv->n_spin++;
+  srv->n_ring++;
+  update_idle(srv);
+  LOG_INFO("session %llu: %s rings, %llu+%llu slots", (unsigned long long)s->id,
+           wait, (unsigned long long)sqn, (unsigned long long)cqn);
+  return 0;
+fail_poll:
+  if (s->ring_poll) {
+    uv_close((uv_handle_t *)s->ring_poll, free_handle);
+    s->ring_poll = NULL;
+    s->ring_doorbell = -1;
+  }
+fail:
+  if (base) munmap(base, size);
+  close(memfd);
+  if (efd >= 0) close(efd);
+  return rc;
+}
+
+/* Pushes a reply payload to the completion ring, or queues it. */
+int opd__ring_reply(opd_session_t *s, const void *head, size_t hlen,
+                    const void *body, size_t blen) {
+  size_t len = hlen + blen;
+  if (len > opd__ring_max_msg(&s->cq)) return 0; /* too big: the socket */
+  if (s->ring_over == NULL) {
+    unsigned char local[1024];
+    unsigned char *p = len <= sizeof local ? local : malloc(len);
+    if (p != NULL) {
+      memcpy(p, head, hlen);
+      memcpy(p + hlen, body, blen);
+      int rc = opd__ring_push(&s->cq, p, (uint32_t)len);
+      if (p != local) free(p);
+      if (rc == 0) return 1;
+      if (rc < 0) {
+        LOG_INFO("session %llu: corrupt completion ring", (unsigned long long)s->id);
+        opd__session_close(s);
+        return 1;
+      }
+    }
+  }
+  overflow_t *o = malloc(sizeof *o + len);
+  if (o == NULL) {
+    opd__session_close(s);
+    return 1;
+  }
+  o->next = NULL;
+  o->len = (uint32_t)len;
+  memcpy(o->data, head, hlen);
+  memcpy(o->data + hlen, body, blen);
+  overflow_t **pp = (overflow_t **)&s->ring_over;
+  while (*pp) pp = &(*pp)->next;
+  *pp = o;
+  s->srv->ring_kick = 1; /* retry soon: the client frees room silently */
+  update_idle(s->srv);
+  return 1;
+}
+
+/* Moves queued replies into the completion ring. Returns 1 if some stay. */
+static int drain_overflow(opd_session_t *s) {
+  overflow_t *o;
+  while ((o = s->ring_over) != NULL) {
+    int rc = opd__ring_push(&s->cq, o->data, o->len);
+    if (rc == 1) return 1;
+    if (rc < 0) {
+      opd__session_close(s);
+      return 0;
+    }
+    s->ring_over = o->next;
+    free(o);
+  }
+  return 0;
+}
+
+static void service_session(opd_session_t *s) {
+  if (s->fd < 0 || !s->ring) return;
+  if (drain_overflow(s)) s->srv->ring_kick = 1;
+  if (s->fd < 0) return;
+  for (int i = 0; i < RING_BUDGET; i++) {
+    if (s->closing || s->ring_over != NULL ||
+        s->n_queued >= s->srv->cfg.limits.max_inflight)
+      break; /* back-pressure: leave the rest in the ring */
+    uint32_t len;
+    int rc = opd__ring_pop(&s->sq, s->ring_buf, opd__ring_max_msg(&s->sq), &len);
+    if (rc == 1) break;
+    if (rc < 0) {
+      opd__session_goodbye(s, OPD_EPROTO, "the submission ring is corrupt "
+                           "(a counter or a length out of bounds)");
+      return;
+    }
+    opd__handle_payload(s, s->ring_buf, len);
+    if (s->fd < 0) return;
+  }
+  opd__session_pump(s);
+}
+
+static void on_check(uv_check_t *h) {
+  opd_server_t *srv = h->data;
+  srv->ring_kick = 0;
+  for (opd_session_t *s = srv->sessions, *next; s; s = next) {
+    next = s->next;
+    service_session(s);
+  }
+  update_idle(srv);
+}
+
+/* Before the loop blocks: adaptive rings must ring the doorbell. */
+static void on_prepare(uv_prepare_t *h) {
+  opd_server_t *srv = h->data;
+  if (srv->n_ring == 0 || srv->n_spin > 0 || srv->ring_kick) return;
+  for (opd_session_t *s = srv->sessions; s; s = s->next) {
+    if (s->ring != OPD_RING_ADAPTIVE || s->fd < 0) continue;
+    if (opd__ring_arm_sleep(&s->sq) != 0) srv->ring_kick = 1;
+  }
+  update_idle(srv); /* a message arrived meanwhile: do not block */
+}
+
+void opd__ring_init_server(opd_server_t *srv) {
+  uv_check_init(srv->loop, &srv->ring_check);
+  srv->ring_check.data = srv;
+  uv_check_start(&srv->ring_check, on_check);
+  uv_unref((uv_handle_t *)&srv->ring_check);
+  uv_prepare_init(srv->loop, &srv->ring_prepare);
+  srv->ring_prepare.data = srv;
+  uv_prepare_start(&srv->ring_prepare, on_prepare);
+  uv_unref((uv_handle_t *)&srv->ring_prepare);
+  uv_idle_init(srv->loop, &srv->ring_idle);
+  srv->ring_idle.data = srv;
+  uv_unref((uv_handle_t *)&srv->ring_idle);
+}
+
+/* At close: stop the doorbell; the mapping goes in opd__ring_free. */
+void opd__ring_close(opd_session_t *s) {
+  if (!s->ring) return;
+  opd_server_t *srv = s->srv;
+  if (s->ring == OPD_RING_SPIN) srv->n_spin--;
+  srv->n_ring--;
+  if (s->ring_poll) {
+    uv_close((uv_handle_t *)s->ring_poll, free_handle);
+    s->ring_poll = NULL; /* the fd is closed in opd__ring_free */
+  }
+  update_idle(srv);
+}
+
+void opd__ring_free(opd_session_t *s) {
+  while (s->ring_over) {
+    overflow_t *o = s->ring_over;
+    s->ring_over = o->next;
+    free(o);
+  }
+  if (s->ring_doorbell >= 0) close(s->ring_doorbell);
+  s->ring_doorbell = -1;
+  if (s->ring_base) munmap(s->ring_base, s->ring_size);
+  s->ring_base = NULL;
+  free(s->ring_buf);
+  s->ring_buf = NULL;
+  s->ring = 0;
+}
