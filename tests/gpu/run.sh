@@ -37,6 +37,7 @@ build/opd --socket "$sock" --log-level info --max-arena-bytes 4398046511104 \
 pid=$!
 for _ in $(seq 1 100); do build/opctl --socket "$sock" ping -c 1 >/dev/null 2>&1 && break; sleep 0.1; done
 timeout 120 build/tests/daemon_gpu "$sock" >"$out/daemon_gpu.txt" 2>&1 || status=1
+OPD_WAIT=spin timeout 120 build/tests/daemon_gpu "$sock" 2>&1 | grep -E "latency|passed" | sed 's/^/spin: /' >>"$out/daemon_gpu.txt"
 cat "$out/daemon_gpu.txt" | grep -v "^# stats"
 echo "== CUDA IPC import"
 timeout 60 build/tests/ipc_gpu "$sock" 2>&1 | tee "$out/ipc_gpu.txt" || status=1
@@ -50,6 +51,9 @@ if [ -n "${BENCH_GPU_PY:-}" ]; then
   echo "== python GPU benchmark"
   OPD_SOCKET=$sock OPD_LIB=$PWD/build/libopd.so PYTHONPATH=$PWD/python PYTHONUNBUFFERED=1 \
     timeout 300 python3 bench/bench_gpu.py ${BENCH_GPU_ARGS:-} >"$out/bench_gpu.txt" 2>&1 || status=1
+  echo "# the tiny op over spin rings" >>"$out/bench_gpu.txt"
+  OPD_WAIT=spin OPD_SOCKET=$sock OPD_LIB=$PWD/build/libopd.so PYTHONPATH=$PWD/python \
+    timeout 120 python3 bench/bench_gpu.py --skip workers16,mps >>"$out/bench_gpu.txt" 2>&1 || status=1
   cat "$out/bench_gpu.txt"
 fi
 build/opctl --socket "$sock" stats | head -n 12
