@@ -76,6 +76,7 @@
 #include <unistd.h>
 
 #include "bench/harness.h"
+#include "opd/opd.h"
 
 #define SOCK_MSG 64                     /* bytes each way, socket case */
 #define STOP_SEQ UINT64_MAX             /* ping value that ends a child */
@@ -300,7 +301,7 @@ static void peer_stop(peer_t *p, int kill_it) {
 /* Runs one case: warm-up, then n timed round trips into lat. Prints its
  * line; 0, or -1 if it was aborted. */
 static int run_case(kind_t kind, shared_t *sh, uint64_t *lat, size_t n,
-                    size_t warm, int ncpus) {
+                    size_t warm, int ncpus, uint64_t *p50_out) {
   if (kind == K_SPIN && ncpus < 2) {
     /* two spinners on one CPU: each round trip waits for a time slice */
     printf("error transport=raw_spin reason=\"needs 2 allowed CPUs, this "
@@ -339,6 +340,43 @@ static int run_case(kind_t kind, shared_t *sh, uint64_t *lat, size_t n,
          " p999_ns=%" PRIu64 " mean_ns=%.0f n=%zu\n",
          kind_name[kind], pct(lat, n, 0.50), pct(lat, n, 0.99),
          pct(lat, n, 0.999), sum / (double)n, n);
+  fflush(stdout);
+  *p50_out = pct(lat, n, 0.50);
+  return 0;
+}
+
+/* ---- opd's transports, next to the raw baselines ------------------------- */
+
+/* opd noop round trips over one transport (libopd flag), printed with the
+ * raw baseline it is compared to: spin ~ raw_spin, adaptive ~ raw_futex,
+ * socket ~ raw_socket. 0, or -1 on an opd error. */
+static int run_opd(const char *sock, const char *name, uint32_t flag,
+                   uint64_t raw_p50, uint64_t *lat, size_t n, size_t warm) {
+  opd_client_t *c;
+  if (opd_connect_flags(sock, flag, &c) != 0) {
+    printf("error transport=%s reason=\"%s\"\n", name, opd_last_error());
+    return -1;
+  }
+  for (size_t i = 0; i < warm + n; i++) {
+    uint64_t t0 = now_ns();
+    if (opd_run(c, "noop", NULL, 0, NULL, 0, NULL, 0) != 0) {
+      printf("error transport=%s reason=\"%s\"\n", name, opd_last_error());
+      opd_close(c);
+      return -1;
+    }
+    if (i >= warm) lat[i - warm] = now_ns() - t0;
+  }
+  opd_close(c);
+  double sum = 0;
+  for (size_t i = 0; i < n; i++) sum += (double)lat[i];
+  qsort(lat, n, sizeof *lat, cmp_u64);
+  uint64_t p50 = pct(lat, n, 0.50);
+  printf("latency transport=%s p50_ns=%" PRIu64 " p99_ns=%" PRIu64
+         " p999_ns=%" PRIu64 " mean_ns=%.0f raw_p50_ns=%" PRIu64
+         " ratio_p50=%.2f ratio_p999_to_raw_p50=%.2f n=%zu\n",
+         name, p50, pct(lat, n, 0.99), pct(lat, n, 0.999), sum / (double)n,
+         raw_p50, raw_p50 ? (double)p50 / (double)raw_p50 : 0.0,
+         raw_p50 ? (double)pct(lat, n, 0.999) / (double)raw_p50 : 0.0, n);
   fflush(stdout);
   return 0;
 }
@@ -420,7 +458,10 @@ static void usage(FILE *f) {
           "  -p         pin parent and child to two different CPUs\n"
           "             (default: pin when nproc >= 4)\n"
           "  -u         do not pin\n"
-          "  -C A,B     pin the parent to CPU A and the child to CPU B\n");
+          "  -C A,B     pin the parent to CPU A and the child to CPU B\n"
+          "  -s SOCKET  also time an opd noop over each transport (spin,\n"
+          "             adaptive, socket) against a running daemon, each next\n"
+          "             to its raw baseline from this run\n");
 }
 
 int main(int argc, char **argv) {
@@ -429,8 +470,10 @@ int main(int argc, char **argv) {
   int pin = -1, opt; /* -1: by nproc */
   int given_a = -1, given_b = -1;
   char cases[64] = "spin,futex,socket";
-  while ((opt = getopt(argc, argv, "n:w:c:puC:h")) != -1) {
+  const char *sock = NULL;
+  while ((opt = getopt(argc, argv, "n:w:c:puC:s:h")) != -1) {
     switch (opt) {
+      case 's': sock = optarg; break;
       case 'n': n = parse_count("bench_pingpong", "-n", optarg, 1); break;
       case 'w': warm = parse_count("bench_pingpong", "-w", optarg, 0); break;
       case 'c': {
@@ -535,8 +578,22 @@ int main(int argc, char **argv) {
   signal(SIGPIPE, SIG_IGN); /* a dead socket child: an error, not a death */
 
   int failed = 0;
+  uint64_t raw_p50[K_COUNT] = {0};
   for (int k = 0; k < K_COUNT; k++)
-    if (want[k] && run_case((kind_t)k, sh, lat, n, warm, nallowed) != 0) failed = 1;
+    if (want[k] &&
+        run_case((kind_t)k, sh, lat, n, warm, nallowed, &raw_p50[k]) != 0)
+      failed = 1;
+  if (sock != NULL) {
+    if (nallowed >= 2 &&
+        run_opd(sock, "spin", OPD_CONNECT_WAIT_SPIN, raw_p50[K_SPIN], lat, n,
+                warm) != 0)
+      failed = 1;
+    if (run_opd(sock, "adaptive", OPD_CONNECT_WAIT_ADAPTIVE, raw_p50[K_FUTEX],
+                lat, n, warm) != 0 ||
+        run_opd(sock, "socket", OPD_CONNECT_WAIT_SOCKET, raw_p50[K_SOCKET], lat,
+                n, warm) != 0)
+      failed = 1;
+  }
 
   free(lat);
   munmap(sh, 4096);

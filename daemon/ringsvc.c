@@ -53,7 +53,35 @@ static int is_eventfd(int fd) {
   return strcmp(target, "anon_inode:[eventfd]") == 0;
 }
 
-static void on_idle(uv_idle_t *h) { (void)h; /* keeps poll from blocking */ }
+static void service_session(opd_session_t *s);
+
+/* While a client spins, the loop runs without blocking and this runs every
+ * iteration: it watches the spinning sessions' submission rings for up to
+ * IDLE_SPIN_NS and serves a request the moment one lands, instead of
+ * paying an epoll_wait system call per look. Sockets and timers wait at
+ * most that long meanwhile. */
+#define IDLE_SPIN_NS 20000
+
+static void on_idle(uv_idle_t *h) {
+  opd_server_t *srv = h->data;
+  if (srv->n_spin == 0) return;
+  uint64_t until = opd__now_ns() + IDLE_SPIN_NS;
+  do {
+    for (opd_session_t *s = srv->sessions, *next; s; s = next) {
+      next = s->next;
+      if (s->ring != OPD_RING_SPIN || s->fd < 0 || s->closing) continue;
+      if (opd__ring_pending(&s->sq) > 0) {
+        service_session(s);
+        return; /* let the loop run its other work, then come back */
+      }
+    }
+    for (int i = 0; i < 32; i++) {
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#endif
+    }
+  } while (opd__now_ns() < until);
+}
 
 static void update_idle(opd_server_t *srv) {
   int want = srv->n_spin > 0 || srv->ring_kick;

@@ -18,7 +18,7 @@ echo "== machine"; nvidia-smi -L; nvcc --version | tail -n 1; gcc --version | he
 echo "== build"
 make -j"$(nproc)" CUDA=1 BLAS=0 $deps build/opd build/opctl build/tests/daemon_gpu \
   build/tests/poison_gpu build/tests/ipc_gpu build/tests/gpu_kernels build/libopd.so \
-  build/bench/bench_launch \
+  build/bench/bench_launch build/bench/bench_pingpong \
   >"$out/build.log" 2>&1 &&
 make -j"$(nproc)" CUDA=1 BLAS=0 TEST_OPS=1 B=build-test $deps build-test/opd \
   >>"$out/build.log" 2>&1 || { tail -n 40 "$out/build.log"; exit 1; }
@@ -39,6 +39,8 @@ for _ in $(seq 1 100); do build/opctl --socket "$sock" ping -c 1 >/dev/null 2>&1
 timeout 120 build/tests/daemon_gpu "$sock" >"$out/daemon_gpu.txt" 2>&1 || status=1
 OPD_WAIT=spin timeout 120 build/tests/daemon_gpu "$sock" 2>&1 | grep -E "latency|passed" | sed 's/^/spin: /' >>"$out/daemon_gpu.txt"
 cat "$out/daemon_gpu.txt" | grep -v "^# stats"
+echo "== transports: opd noop over spin / adaptive / socket next to raw ping-pongs"
+timeout 120 build/bench/bench_pingpong -n 100000 -s "$sock" 2>&1 | tee "$out/transports.txt" | grep -E "^(latency|error|# placement)"
 echo "== CUDA IPC import"
 timeout 60 build/tests/ipc_gpu "$sock" 2>&1 | tee "$out/ipc_gpu.txt" || status=1
 if [ -n "${PYTEST_GPU:-}" ]; then
