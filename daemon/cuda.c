@@ -679,7 +679,17 @@ static void give_event(cuda_state_t *st, int dev, cudaEvent_t ev) {
 }
 
 static void on_async(uv_async_t *h) {
-  opd_server_t *srv = h->data;
+  opd__cuda_reap((opd_server_t *)h->data);
+}
+
+int opd__cuda_has_done(opd_server_t *srv) {
+  cuda_state_t *st = srv->cuda;
+  /* a racy peek is enough: a miss is caught by the async wake-up */
+  return st != NULL && __atomic_load_n(&st->done, __ATOMIC_RELAXED) != NULL;
+}
+
+/* Replies to every job the poller finished (loop thread). */
+void opd__cuda_reap(opd_server_t *srv) {
   cuda_state_t *st = srv->cuda;
   pthread_mutex_lock(&st->mu);
   opd_job_t *list = st->done;

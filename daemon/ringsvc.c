@@ -67,6 +67,10 @@ static void on_idle(uv_idle_t *h) {
   if (srv->n_spin == 0) return;
   uint64_t until = opd__now_ns() + IDLE_SPIN_NS;
   do {
+    if (opd__cuda_has_done(srv)) { /* a GPU job finished: reply now */
+      opd__cuda_reap(srv);
+      return;
+    }
     for (opd_session_t *s = srv->sessions, *next; s; s = next) {
       next = s->next;
       if (s->ring != OPD_RING_SPIN || s->fd < 0 || s->closing) continue;

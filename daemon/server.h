@@ -298,6 +298,9 @@ const void *opd__cuda_kernel(const char *op, int dtype, char *err,
  * 0, or an error (job not started, call->err set). */
 int opd__cuda_job_launch(opd_job_t *job);
 void opd__cuda_session_release(opd_session_t *s);
+/* Completed GPU jobs waiting for the loop? (a cheap hint) / reply to them. */
+int opd__cuda_has_done(opd_server_t *srv);
+void opd__cuda_reap(opd_server_t *srv);
 /* Called by the backend on the loop when a launched job completed. */
 void opd__job_done(opd_job_t *job);
 
