@@ -74,6 +74,39 @@ def latency(c, n):
               % (k, len(t), pct(t, 50), pct(t, 99), sum(t) // len(t), base))
 
 
+def transports(sock, n):
+    """The noop round trip from Python over each transport (rings with spin
+    or adaptive waiting, the socket), next to a bare ctypes call measured in
+    the same run: `latency transport=... p50_ns=...` lines."""
+    lib = opd._lib.load()
+    clock = time.perf_counter_ns
+    bare = []
+    for _ in range(n):
+        t0 = clock()
+        lib.opd_version()
+        bare.append(clock() - t0)
+    bare_p50 = pct(bare, 50)
+    for wait in ("spin", "adaptive", "socket"):
+        if wait == "spin" and (os.cpu_count() or 1) < 2:
+            continue
+        try:
+            c = opd.connect(sock, wait=wait)
+        except opd.OpdError as e:
+            print("error transport=%s reason=%r" % (wait, str(e)))
+            continue
+        for _ in range(max(100, n // 20)):
+            c.run("noop")
+        t = []
+        for _ in range(n):
+            t0 = clock()
+            c.run("noop")
+            t.append(clock() - t0)
+        c.close()
+        print("latency transport=%s from=python case=noop n=%d p50_ns=%d "
+              "p99_ns=%d p999_ns=%d ctypes_call_p50_ns=%d" % (
+                  wait, n, pct(t, 50), pct(t, 99), pct(t, 99.9), bare_p50))
+
+
 def worker(conn, sock):
     opd.set_default_socket(sock)
     c = opd.client()
@@ -152,6 +185,7 @@ def main():
               platform.node(), platform.machine(), os.cpu_count(),
               platform.python_version(), np.__version__, opd.lib_version()))
     latency(c, args.n)
+    transports(args.socket, args.n)
     handoff(c, sizes, mp.get_context("fork"))
     c.close()
 
