@@ -79,7 +79,7 @@ BLAS_STAMP := $(B)/.blas
 $(shell mkdir -p $(B); [ "$$(cat $(BLAS_STAMP) 2>/dev/null)" = "$(BLAS)" ] || echo $(BLAS) > $(BLAS_STAMP))
 $(B)/obj/kernels/matmul/cpu.o $(B)/obj/kernels/conv2d/cpu.o: $(BLAS_STAMP)
 ifeq ($(CUDA_ON),1)
-  CPPFLAGS += -DOPD_HAVE_CUDA_BUILD=1 -isystem $(CUDA_HOME)/include
+  CPPFLAGS += -isystem $(CUDA_HOME)/include
   # cudart static (nvcc's default); cuBLASLt from the toolkit's lib64
   CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \
                -lcublasLt -lcudart_static -ldl -lrt

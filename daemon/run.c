@@ -46,12 +46,6 @@ static const char *mp_type_name(const msgpack_object *o) {
   }
 }
 
-static int op_index(const char *name) {
-  for (int i = 0; i < opd__n_ops; i++)
-    if (strcmp(opd__ops[i]->name, name) == 0) return i;
-  return -1;
-}
-
 /* "x, weight, bias" */
 static void io_names(const opd_io_spec_t *io, int n, char *buf, size_t cap) {
   size_t len = 0;
@@ -615,7 +609,7 @@ void opd__run_request(opd_session_t *s, uint64_t id, const msgpack_object *body,
                      what);
     return;
   }
-  int idx = op_index(name);
+  int idx = opd__op_index(name);
   if (idx < 0) {
     opd__reply_error(s, id, OPD_ENOOP,
                      "%s: unknown operator \"%s\" (`opctl ops` lists them)",

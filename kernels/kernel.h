@@ -155,6 +155,7 @@ typedef struct opd_op_def {
 extern const opd_op_def_t *const opd__ops[];
 extern const int opd__n_ops;
 const opd_op_def_t *opd__op_find(const char *name);
+int opd__op_index(const char *name); /* -1 if unknown */
 
 /* Writes a printf-style message into call->err; returns `code`. */
 int opd__kerr(opd_kcall_t *call, int code, const char *fmt, ...)

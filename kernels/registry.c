@@ -32,12 +32,18 @@ const opd_op_def_t *const opd__ops[] = {
 
 const int opd__n_ops = (int)(sizeof opd__ops / sizeof opd__ops[0]);
 
+/* Returns the index in opd__ops of the op named `name`, or -1. */
+int opd__op_index(const char *name) {
+  if (!name) return -1;
+  for (int i = 0; i < opd__n_ops; i++)
+    if (strcmp(opd__ops[i]->name, name) == 0) return i;
+  return -1;
+}
+
 /* Returns the op named `name`, or NULL. */
 const opd_op_def_t *opd__op_find(const char *name) {
-  if (!name) return NULL;
-  for (int i = 0; i < opd__n_ops; i++)
-    if (strcmp(opd__ops[i]->name, name) == 0) return opd__ops[i];
-  return NULL;
+  int i = opd__op_index(name);
+  return i < 0 ? NULL : opd__ops[i];
 }
 
 int opd__kerr(opd_kcall_t *call, int code, const char *fmt, ...) {
