@@ -75,6 +75,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#define BENCH_NAME "bench_pingpong"
 #include "bench/harness.h"
 #include "opd/opd.h"
 
@@ -88,15 +89,6 @@
 #if ATOMIC_LLONG_LOCK_FREE != 2
 #error "bench_pingpong needs lock-free 64-bit atomics"
 #endif
-
-#define SYSCHECK(cond, what)                                                \
-  do {                                                                      \
-    if (!(cond)) {                                                          \
-      fprintf(stderr, "bench_pingpong: %s:%d: %s: %s\n", __FILE__,           \
-              __LINE__, what, strerror(errno));                             \
-      exit(1);                                                              \
-    }                                                                       \
-  } while (0)
 
 /* The page shared by parent and child (mapped before fork). */
 typedef struct shared {

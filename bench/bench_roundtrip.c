@@ -43,6 +43,7 @@
 
 #include "opd/opd.h"
 
+#define BENCH_NAME "bench_roundtrip"
 #include "bench/harness.h"
 
 #define RAW_MSG 40 /* bytes each way: about one opd RUN frame */
@@ -56,16 +57,6 @@
     if (rc_ != 0) {                                                         \
       fprintf(stderr, "bench_roundtrip: %s:%d: %s: %s (%s)\n", __FILE__,     \
               __LINE__, #call, opd_last_error(), opd_errname(rc_));         \
-      exit(1);                                                              \
-    }                                                                       \
-  } while (0)
-
-/* Exits with errno's words when a system call fails. */
-#define SYSCHECK(cond, what)                                                \
-  do {                                                                      \
-    if (!(cond)) {                                                          \
-      fprintf(stderr, "bench_roundtrip: %s:%d: %s: %s\n", __FILE__,          \
-              __LINE__, what, strerror(errno));                             \
       exit(1);                                                              \
     }                                                                       \
   } while (0)

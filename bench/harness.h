@@ -13,6 +13,17 @@
 #include <time.h>
 #include <unistd.h>
 
+/* Exits with errno's words when a system call fails; each benchmark
+ * defines BENCH_NAME before including this header. */
+#define SYSCHECK(cond, what)                                               \
+  do {                                                                     \
+    if (!(cond)) {                                                         \
+      fprintf(stderr, "%s: %s:%d: %s: %s\n", BENCH_NAME, __FILE__, __LINE__, \
+              what, strerror(errno));                                      \
+      exit(1);                                                             \
+    }                                                                      \
+  } while (0)
+
 static inline uint64_t now_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

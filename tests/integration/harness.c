@@ -185,6 +185,33 @@ opd_client_t *th_connect_retry(int timeout_ms) {
   return NULL;
 }
 
+int th_run(const char *bin, const char *const *argv, char *out, size_t cap) {
+  int p[2];
+  cr_assert_eq(pipe(p), 0);
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(p[1], 1);
+    dup2(p[1], 2);
+    execv(bin, (char *const *)argv);
+    _exit(127);
+  }
+  close(p[1]);
+  size_t n = 0;
+  ssize_t r;
+  while (n + 1 < cap && (r = read(p[0], out + n, cap - 1 - n)) > 0) n += (size_t)r;
+  out[n] = '\0';
+  close(p[0]);
+  int status;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+}
+
+void th_tool(const char *name, char *path, size_t cap) {
+  const char *bin = getenv("OPD_BIN") ? getenv("OPD_BIN") : "build/opd";
+  const char *slash = strrchr(bin, '/');
+  snprintf(path, cap, "%.*s%s", slash ? (int)(slash - bin + 1) : 0, bin, name);
+}
+
 /* ---- raw socket ------------------------------------------------------------ */
 
 int th_raw_connect(void) {

@@ -13,6 +13,7 @@
 #include <msgpack.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/types.h>
 
 #include "opd/opd.h"
@@ -53,6 +54,25 @@ int64_t th_wait_stat(const char *key, int64_t want, int timeout_ms);
 /* Connects, retrying while the daemon refuses (closed sessions not yet
  * reaped); asserts success within timeout_ms. */
 opd_client_t *th_connect_retry(int timeout_ms);
+
+/* Asserts that `call` returns `code` and that the message of the failed
+ * call (opd_last_error) contains `needle`. */
+#define EXPECT_ERR(call, code, needle)                                      \
+  do {                                                                      \
+    int rc_ = (call);                                                       \
+    cr_assert_eq(rc_, (code), "expected %s, got %s (%s)", opd_errname(code), \
+                 opd_errname(rc_), opd_last_error());                       \
+    cr_assert(strstr(opd_last_error(), (needle)) != NULL,                   \
+              "message \"%s\" lacks \"%s\"", opd_last_error(), (needle));   \
+  } while (0)
+
+/* Runs `bin` with argv (NULL-terminated, argv[0] included), stdout and
+ * stderr into out (cap bytes, NUL-terminated); returns its exit status
+ * (128 if killed). */
+int th_run(const char *bin, const char *const *argv, char *out, size_t cap);
+
+/* The path of a tool built next to the daemon under test ("opctl"). */
+void th_tool(const char *name, char *path, size_t cap);
 
 /* ---- raw socket ---------------------------------------------------------- */
 

@@ -28,15 +28,6 @@ static fixture_t fx(void) {
   return f;
 }
 
-#define EXPECT_ERR(call, code, needle)                                      \
-  do {                                                                      \
-    int rc_ = (call);                                                       \
-    cr_assert_eq(rc_, (code), "expected %s, got %s (%s)", opd_errname(code), \
-                 opd_errname(rc_), opd_last_error());                       \
-    cr_assert(strstr(opd_last_error(), (needle)) != NULL,                   \
-              "message \"%s\" lacks \"%s\"", opd_last_error(), (needle));   \
-  } while (0)
-
 Test(bad, unknown_op) {
   fixture_t f = fx();
   EXPECT_ERR(opd_run(f.c, "softmaxx", NULL, 0, NULL, 0, NULL, 0), OPD_ENOOP,

@@ -115,25 +115,8 @@ Test(lifecycle, stale_socket_file_is_replaced, .init = NULL) {
 }
 
 static int run_opd(const char *const *argv, char *out, size_t cap) {
-  int p[2];
-  cr_assert_eq(pipe(p), 0);
-  pid_t pid = fork();
-  if (pid == 0) {
-    dup2(p[1], 1);
-    dup2(p[1], 2);
-    const char *bin = getenv("OPD_BIN") ? getenv("OPD_BIN") : "build/opd";
-    execv(bin, (char *const *)argv);
-    _exit(127);
-  }
-  close(p[1]);
-  size_t n = 0;
-  ssize_t r;
-  while (n + 1 < cap && (r = read(p[0], out + n, cap - 1 - n)) > 0) n += (size_t)r;
-  out[n] = '\0';
-  close(p[0]);
-  int status;
-  waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+  const char *bin = getenv("OPD_BIN") ? getenv("OPD_BIN") : "build/opd";
+  return th_run(bin, argv, out, cap);
 }
 
 Test(lifecycle, second_daemon_on_the_same_socket_refuses) {

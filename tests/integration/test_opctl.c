@@ -11,31 +11,14 @@
 TestSuite(opctl, .init = th_start_default, .fini = th_stop_default,
           .timeout = 60);
 
-/* Runs build/opctl (next to $OPD_BIN) with args; returns its exit status
- * and its stdout+stderr in out. */
+/* Runs opctl (built next to $OPD_BIN) on the test's socket; returns its exit
+ * status and its stdout+stderr in out. */
 static int opctl(char *out, size_t cap, const char *a1, const char *a2,
                  const char *a3) {
-  const char *bin = getenv("OPD_BIN") ? getenv("OPD_BIN") : "build/opd";
   char path[512];
-  snprintf(path, sizeof path, "%.*sopctl", (int)(strrchr(bin, '/') ? strrchr(bin, '/') - bin + 1 : 0), bin);
-  int p[2];
-  cr_assert_eq(pipe(p), 0);
-  pid_t pid = fork();
-  if (pid == 0) {
-    dup2(p[1], 1);
-    dup2(p[1], 2);
-    execl(path, "opctl", "--socket", th_d.sock, a1, a2, a3, (char *)NULL);
-    _exit(127);
-  }
-  close(p[1]);
-  size_t n = 0;
-  ssize_t r;
-  while (n + 1 < cap && (r = read(p[0], out + n, cap - 1 - n)) > 0) n += (size_t)r;
-  out[n] = '\0';
-  close(p[0]);
-  int status;
-  waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+  th_tool("opctl", path, sizeof path);
+  const char *argv[] = {"opctl", "--socket", th_d.sock, a1, a2, a3, NULL};
+  return th_run(path, argv, out, cap);
 }
 
 static char out[65536];

@@ -9,15 +9,6 @@
 TestSuite(publish, .init = th_start_default, .fini = th_stop_default,
           .timeout = 60);
 
-#define EXPECT_ERR(call, code, needle)                                      \
-  do {                                                                      \
-    int rc_ = (call);                                                       \
-    cr_assert_eq(rc_, (code), "expected %s, got %s (%s)", opd_errname(code), \
-                 opd_errname(rc_), opd_last_error());                       \
-    cr_assert(strstr(opd_last_error(), (needle)) != NULL,                   \
-              "message \"%s\" lacks \"%s\"", opd_last_error(), (needle));   \
-  } while (0)
-
 /* A publishes a weight vector w = [1, 2, 3, 4] as "w". */
 static opd_client_t *publisher(uint64_t *arena) {
   opd_client_t *a = th_connect();
