@@ -26,6 +26,7 @@ ASAN    ?= 0
 DEBUG   ?= 0
 PREFIX  ?= /usr/local
 NVCC    ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+.DEFAULT_GOAL := all
 B       := build
 
 ifeq ($(CUDA),auto)

@@ -56,6 +56,11 @@ static void set_view(opd_ring_t *r, void *mem, uint32_t n_slots,
   r->doorbell = -1;
 }
 
+/* A slot's sequence word: the low 32 bits of (message index + 1). */
+static _Atomic uint32_t *slot_seq(unsigned char *slot) {
+  return (_Atomic uint32_t *)slot;
+}
+
 int opd__ring_init(void *mem, size_t size, uint32_t n_slots, uint32_t slot_size,
                    opd_ring_t *r) {
   if (!geometry_ok(n_slots, slot_size) ||
@@ -66,10 +71,11 @@ int opd__ring_init(void *mem, size_t size, uint32_t n_slots, uint32_t slot_size,
   memset(h, 0, sizeof *h);
   h->n_slots = n_slots;
   h->slot_size = slot_size;
-  atomic_store(&h->head, 0);
   atomic_store(&h->tail, 0);
   atomic_store(&h->producer_sleeping, 0);
   atomic_store(&h->consumer_sleeping, 0);
+  for (uint32_t i = 0; i < n_slots; i++)
+    atomic_store(slot_seq(h->slots + (size_t)i * slot_size), 0);
   h->magic = OPD_RING_MAGIC;
   set_view(r, mem, n_slots, slot_size);
   return 0;
@@ -82,39 +88,29 @@ int opd__ring_attach(void *mem, size_t size, uint32_t n_slots,
       ((uintptr_t)mem % OPD_CACHELINE) != 0)
     return OPD_EINVAL;
   opd_ring_hdr_t *h = mem;
-  if (h->magic != OPD_RING_MAGIC || atomic_load(&h->head) != 0 ||
-      atomic_load(&h->tail) != 0)
+  if (h->magic != OPD_RING_MAGIC || atomic_load(&h->tail) != 0)
     return OPD_EPROTO;
   set_view(r, mem, n_slots, slot_size);
   return 0;
 }
 
-static unsigned char *slot(opd_ring_t *r, uint64_t seq) {
+static unsigned char *slot(const opd_ring_t *r, uint64_t seq) {
   return r->hdr->slots + (size_t)(seq & (r->n_slots - 1)) * r->slot_size;
 }
 
 /* Producer side: the consumer's tail, checked. 0 or OPD_EPROTO. */
-static int read_tail(opd_ring_t *r, uint64_t *tail) {
+static int read_tail(opd_ring_t *r) {
   uint64_t t = atomic_load_explicit(&r->hdr->tail, memory_order_acquire);
   if (t < r->seen || t > r->mine) return OPD_EPROTO; /* backwards, or ahead
                                                         of what we wrote */
-  r->seen = *tail = t;
-  return 0;
-}
-
-/* Consumer side: the producer's head, checked. */
-static int read_head(opd_ring_t *r, uint64_t *head) {
-  uint64_t h = atomic_load_explicit(&r->hdr->head, memory_order_acquire);
-  if (h < r->seen || h < r->mine || h - r->mine > r->n_slots)
-    return OPD_EPROTO; /* backwards, or more than a ring's worth */
-  r->seen = *head = h;
+  r->seen = t;
   return 0;
 }
 
 /* Wakes the other side if it said it sleeps on `flag`. The seq_cst fence
- * orders our counter store before the flag load (the sleeper orders its
- * flag store before its counter load the same way): one of us sees the
- * other, so no wake-up is lost. */
+ * orders our publication before the flag load (the sleeper orders its
+ * flag store before its look at the ring the same way): one of us sees
+ * the other, so no wake-up is lost. */
 static void wake_if_sleeping(_Atomic uint32_t *flag, int doorbell) {
   atomic_thread_fence(memory_order_seq_cst);
   if (atomic_load_explicit(flag, memory_order_relaxed) &&
@@ -130,38 +126,42 @@ static void wake_if_sleeping(_Atomic uint32_t *flag, int doorbell) {
 }
 
 int opd__ring_push(opd_ring_t *r, const void *msg, uint32_t len) {
-  uint64_t tail;
   if (len > opd__ring_max_msg(r)) return OPD_ETOOBIG;
-  if (read_tail(r, &tail) != 0) return OPD_EPROTO;
-  if (r->mine - tail >= r->n_slots) return 1; /* full */
+  if (r->mine - r->seen >= r->n_slots) { /* full as last seen: look again */
+    if (read_tail(r) != 0) return OPD_EPROTO;
+    if (r->mine - r->seen >= r->n_slots) return 1;
+  }
   unsigned char *s = slot(r, r->mine);
-  memcpy(s, &len, sizeof len);
-  memcpy(s + 4, msg, len);
+  memcpy(s + 4, &len, sizeof len);
+  memcpy(s + OPD_RING_SLOT_HDR, msg, len);
   r->mine++;
-  atomic_store_explicit(&r->hdr->head, r->mine, memory_order_release);
+  atomic_store_explicit(slot_seq(s), (uint32_t)r->mine, memory_order_release);
   wake_if_sleeping(&r->hdr->consumer_sleeping, r->doorbell);
   return 0;
 }
 
+int opd__ring_ready(const opd_ring_t *r) {
+  uint32_t want = (uint32_t)(r->mine + 1);
+  uint32_t prev = r->mine >= r->n_slots ? (uint32_t)(r->mine + 1 - r->n_slots) : 0;
+  uint32_t seq =
+      atomic_load_explicit(slot_seq(slot(r, r->mine)), memory_order_acquire);
+  if (seq == want) return 1;
+  return seq == prev ? 0 : OPD_EPROTO; /* anything else: not our producer */
+}
+
 int opd__ring_pop(opd_ring_t *r, void *buf, uint32_t cap, uint32_t *len) {
-  uint64_t head;
   uint32_t n;
-  if (read_head(r, &head) != 0) return OPD_EPROTO;
-  if (head == r->mine) return 1; /* empty */
+  int rc = opd__ring_ready(r);
+  if (rc != 1) return rc == 0 ? 1 : rc;
   const unsigned char *s = slot(r, r->mine);
-  memcpy(&n, s, sizeof n); /* read once: the producer may rewrite it */
+  memcpy(&n, s + 4, sizeof n); /* read once: the producer may rewrite it */
   if (n > opd__ring_max_msg(r) || n > cap) return OPD_EPROTO;
-  memcpy(buf, s + 4, n);   /* copied out before anyone parses it */
+  memcpy(buf, s + OPD_RING_SLOT_HDR, n); /* copied out before anyone parses it */
   *len = n;
   r->mine++;
   atomic_store_explicit(&r->hdr->tail, r->mine, memory_order_release);
   wake_if_sleeping(&r->hdr->producer_sleeping, -1);
   return 0;
-}
-
-uint64_t opd__ring_pending(opd_ring_t *r) {
-  uint64_t head;
-  return read_head(r, &head) == 0 ? head - r->mine : 0;
 }
 
 /* Waits until ready(r) says 1 (or an error): spin, then futex sleep. */
@@ -192,17 +192,11 @@ static int wait_for(opd_ring_t *r, int (*ready)(opd_ring_t *),
   }
 }
 
-/* 1 when a message is there, 0 when not, OPD_EPROTO if corrupt. */
-static int has_message(opd_ring_t *r) {
-  uint64_t head;
-  if (read_head(r, &head) != 0) return OPD_EPROTO;
-  return head != r->mine;
-}
+static int has_message(opd_ring_t *r) { return opd__ring_ready(r); }
 
 static int has_room(opd_ring_t *r) {
-  uint64_t tail;
-  if (read_tail(r, &tail) != 0) return OPD_EPROTO;
-  return r->mine - tail < r->n_slots;
+  if (read_tail(r) != 0) return OPD_EPROTO;
+  return r->mine - r->seen < r->n_slots;
 }
 
 int opd__ring_wait_message(opd_ring_t *r, int64_t spin_ns, int64_t timeout_ns) {

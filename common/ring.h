@@ -1,25 +1,32 @@
 /* Single-producer single-consumer message rings in shared memory, for the
- * shared-memory transport (issue 5). Not wired into the daemon yet.
+ * shared-memory transport (issue 5).
  *
  * DESIGN
  * A ring lives in memory both processes map (a sealed memfd, like an
- * arena). Its header holds the producer's and the consumer's counters on
- * separate cache lines; each slot is a u32 length and up to slot_size - 4
- * bytes of one message (the same msgpack payload a socket frame carries).
- * The producer publishes with a release store of `head`, the consumer
- * frees slots with a release store of `tail`; both counters only grow.
+ * arena). Each slot is a u32 sequence word, a u32 length and up to
+ * slot_size - 8 bytes of one message (the same msgpack payload a socket
+ * frame carries). The producer fills slot (i mod n) with message i and
+ * publishes it by a release store of seq = i + 1 (low 32 bits) into that
+ * slot; the consumer watches the next slot's seq, so a message and its
+ * publication travel in the same cache line(s) and a round trip moves the
+ * fewest lines between the cores. The consumer frees slots with a release
+ * store of `tail` (messages consumed) on a line of its own that the
+ * producer reads only when its cached copy says the ring is full, so in
+ * the common case neither side touches a line the other one writes
+ * except the slot itself.
  *
- * The other side may be hostile or buggy, so nothing read from the shared
- * header is trusted: the geometry comes from the setup message and is kept
- * in the private opd_ring_t, every counter is checked (0 <= head - tail <=
- * n_slots, counters never move backwards), every length against the slot,
- * and a message is copied out of the slot before anyone looks at it. A
- * check that fails returns OPD_EPROTO: the caller closes that session.
+ * The other side may be hostile or buggy, so nothing read from shared
+ * memory is trusted: the geometry comes from the setup message and is kept
+ * in the private opd_ring_t, a slot's seq must be the expected value or
+ * the previous lap's, `tail` may only move forward and never past what was
+ * written, every length is checked against the slot, and a message is
+ * copied out of the slot before anyone looks at it. A check that fails
+ * returns OPD_EPROTO: the caller closes that session.
  *
- * Waiting: each side has a futex word in the header. A side about to sleep
- * sets its `sleeping` flag, re-checks the ring, then FUTEX_WAITs; the other
- * side, after publishing, wakes it only when the flag is set, so a spinning
- * peer costs no system call.
+ * Waiting: each side has a futex word in the header, each on its own
+ * cache line. A side about to sleep sets its `sleeping` flag, re-checks the
+ * ring, then FUTEX_WAITs; the other side, after publishing, wakes it only
+ * when the flag is set, so a spinning peer costs no system call.
  */
 #ifndef OPD_RING_H
 #define OPD_RING_H
@@ -30,20 +37,20 @@
 
 #include "opd/protocol.h"
 
-#define OPD_RING_MAGIC 0x4f50444eu /* "OPDN" */
+#define OPD_RING_MAGIC 0x4f50444fu /* "OPDO": slot sequence words */
 #define OPD_CACHELINE 64
+#define OPD_RING_SLOT_HDR 8        /* u32 seq + u32 length */
 
 typedef struct opd_ring_hdr {
   uint32_t magic;                        /* written by the creator */
   uint32_t n_slots;                      /* informational: never trusted */
   uint32_t slot_size;
   uint32_t pad0_;
-  _Alignas(OPD_CACHELINE) _Atomic uint64_t head; /* messages published */
-  _Atomic uint32_t producer_sleeping;    /* futex word: producer waits for
-                                            room */
   _Alignas(OPD_CACHELINE) _Atomic uint64_t tail; /* messages consumed */
-  _Atomic uint32_t consumer_sleeping;    /* futex word: consumer waits for
-                                            messages */
+  _Alignas(OPD_CACHELINE) _Atomic uint32_t consumer_sleeping; /* futex word:
+                                            the consumer waits for messages */
+  _Alignas(OPD_CACHELINE) _Atomic uint32_t producer_sleeping; /* futex word:
+                                            the producer waits for room */
   _Alignas(OPD_CACHELINE) unsigned char slots[]; /* n_slots * slot_size */
 } opd_ring_hdr_t;
 
@@ -53,8 +60,9 @@ typedef struct opd_ring {
   opd_ring_hdr_t *hdr;                   /* shared */
   uint32_t n_slots;                      /* power of two */
   uint32_t slot_size;                    /* bytes per slot, multiple of 8 */
-  uint64_t mine;                         /* producer: head; consumer: tail */
-  uint64_t seen;                         /* the other side's last value */
+  uint64_t mine;                         /* messages produced / consumed */
+  uint64_t seen;                         /* producer: the consumer's tail as
+                                            last read */
   int doorbell;                          /* producer: an eventfd to write
                                             instead of FUTEX_WAKE when the
                                             consumer sleeps (the daemon waits
@@ -72,29 +80,31 @@ int opd__ring_init(void *mem, size_t size, uint32_t n_slots, uint32_t slot_size,
 
 /* Attaches to a ring the other side formatted, with the geometry agreed in
  * the setup message (not read from the ring). Returns 0, or OPD_EINVAL /
- * OPD_EPROTO (bad geometry, wrong magic, counters not at zero). */
+ * OPD_EPROTO (bad geometry, wrong magic, tail not at zero). */
 int opd__ring_attach(void *mem, size_t size, uint32_t n_slots,
                      uint32_t slot_size, opd_ring_t *r);
 
 /* Largest message a slot holds. */
 static inline uint32_t opd__ring_max_msg(const opd_ring_t *r) {
-  return r->slot_size - 4;
+  return r->slot_size - OPD_RING_SLOT_HDR;
 }
 
 /* Producer: copies msg into the next slot and publishes it. Returns 0,
  * 1 when the ring is full (nothing written), OPD_ETOOBIG for a message over
- * opd__ring_max_msg, or OPD_EPROTO when the consumer's counter is corrupt.
+ * opd__ring_max_msg, or OPD_EPROTO when the consumer's counter is corrupt
+ * (it is read only when the ring looks full).
  * Wakes a sleeping consumer. */
 int opd__ring_push(opd_ring_t *r, const void *msg, uint32_t len);
 
 /* Consumer: copies the next message into buf (cap bytes) and frees its
  * slot. Returns 0 with *len set, 1 when the ring is empty, or OPD_EPROTO
- * when the producer's counter or the slot's length is corrupt (or larger
- * than cap). Wakes a sleeping producer. */
+ * when the slot's sequence word or length is corrupt (or the length is
+ * larger than cap). Wakes a sleeping producer. */
 int opd__ring_pop(opd_ring_t *r, void *buf, uint32_t cap, uint32_t *len);
 
-/* Messages waiting for the consumer (0 if the counters are corrupt). */
-uint64_t opd__ring_pending(opd_ring_t *r);
+/* Consumer: 1 when the next message is there, 0 when not, OPD_EPROTO when
+ * its slot is corrupt. One load of the slot's sequence word. */
+int opd__ring_ready(const opd_ring_t *r);
 
 /* Blocking helpers. Consumer: waits until a message is there, spinning
  * spin_ns first, then sleeping on the futex (timeout_ns < 0: forever).

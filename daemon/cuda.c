@@ -589,11 +589,15 @@ void opd__cuda_session_release(opd_session_t *s) {
  * when the kernel never completes) and hands finished jobs to the loop
  * through uv_async_send. Querying instead of a stream callback saves the
  * driver's callback thread hand-off (tens of microseconds on a tiny op).
- * It spins for up to SPIN_NS after the last progress, then backs off to
- * sleeps of up to MAX_SLEEP_NS, and blocks on a condition variable when
- * nothing is pending: no busy core while the GPU is idle. */
+ * It spins for up to SPIN_NS after the last progress (also with nothing
+ * pending: the next request of a client in a loop comes within
+ * microseconds), then backs off to sleeps of up to MAX_SLEEP_NS, and
+ * blocks on a condition variable when nothing is pending: no busy core
+ * while the GPU is idle. */
 #define SPIN_NS 50000
 #define MAX_SLEEP_NS 100000
+/* how long the loop itself spins for a launched job (see on_idle) */
+#define GPU_SPIN_NS 50000
 
 static void *poller_main(void *arg) {
   opd_server_t *srv = arg;
@@ -604,6 +608,20 @@ static void *poller_main(void *arg) {
 
   pthread_mutex_lock(&st->mu);
   for (;;) {
+    if (st->pending == NULL && !st->stop &&
+        opd__now_ns() - last_progress < SPIN_NS) {
+      /* the next tiny op usually follows at once: wait for it spinning,
+       * not on the condition variable, whose wake-up is a system call and
+       * a thread switch on the critical path of every request */
+      pthread_mutex_unlock(&st->mu);
+      for (int i = 0; i < 64; i++) {
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#endif
+      }
+      pthread_mutex_lock(&st->mu);
+      continue;
+    }
     while (st->pending == NULL && !st->stop) {
       pthread_cond_wait(&st->cv, &st->mu);
       last_progress = opd__now_ns();
@@ -680,6 +698,11 @@ static void give_event(cuda_state_t *st, int dev, cudaEvent_t ev) {
 
 static void on_async(uv_async_t *h) {
   opd__cuda_reap((opd_server_t *)h->data);
+}
+
+int opd__cuda_inflight(opd_server_t *srv) {
+  cuda_state_t *st = srv->cuda;
+  return st != NULL ? st->inflight : 0;
 }
 
 int opd__cuda_has_done(opd_server_t *srv) {
@@ -810,6 +833,10 @@ int opd__cuda_job_launch(opd_job_t *job) {
   pthread_cond_signal(&st->cv);
   pthread_mutex_unlock(&st->mu);
   if (st->inflight++ == 0) uv_ref((uv_handle_t *)&st->async);
+  /* a tiny op finishes within microseconds: the loop watches for it
+   * without blocking for a while (daemon/ringsvc.c, on_idle) */
+  s->srv->gpu_spin_until = opd__now_ns() + GPU_SPIN_NS;
+  opd__ring_update_idle(s->srv);
   return 0;
 fail:
 #undef STEP

@@ -55,40 +55,52 @@ static int is_eventfd(int fd) {
 
 static void service_session(opd_session_t *s);
 
-/* While a client spins, the loop runs without blocking and this runs every
- * iteration: it watches the spinning sessions' submission rings for up to
- * IDLE_SPIN_NS and serves a request the moment one lands, instead of
- * paying an epoll_wait system call per look. Sockets and timers wait at
- * most that long meanwhile. */
+/* While a client spins, or a GPU job launched less than GPU_SPIN_NS ago is
+ * running, the loop runs without blocking and this runs every iteration:
+ * for up to IDLE_SPIN_NS it watches the spinning sessions' submission
+ * rings and the finished GPU jobs, and serves each the moment it is there,
+ * instead of paying an epoll_wait system call (and, for a GPU job, the
+ * completion thread's wake-up) per look or per request. Sockets and timers
+ * wait at most that long meanwhile. A longer GPU job is left to the
+ * completion thread's wake-up, so a busy GPU costs no busy loop. */
 #define IDLE_SPIN_NS 20000
+
+static int spin_wanted(opd_server_t *srv) {
+  return srv->n_spin > 0 || (opd__cuda_inflight(srv) > 0 &&
+                             opd__now_ns() < srv->gpu_spin_until);
+}
 
 static void on_idle(uv_idle_t *h) {
   opd_server_t *srv = h->data;
-  if (srv->n_spin == 0) return;
   uint64_t until = opd__now_ns() + IDLE_SPIN_NS;
-  do {
+  while (spin_wanted(srv)) {
+    int served = 0;
     if (opd__cuda_has_done(srv)) { /* a GPU job finished: reply now */
       opd__cuda_reap(srv);
-      return;
+      served = 1;
     }
     for (opd_session_t *s = srv->sessions, *next; s; s = next) {
       next = s->next;
-      if (s->ring != OPD_RING_SPIN || s->fd < 0 || s->closing) continue;
-      if (opd__ring_pending(&s->sq) > 0) {
+      if (!s->ring || s->fd < 0 || s->closing) continue;
+      if (opd__ring_ready(&s->sq) != 0) { /* a request, or corrupt */
         service_session(s);
-        return; /* let the loop run its other work, then come back */
+        served = 1;
       }
     }
-    for (int i = 0; i < 32; i++) {
+    if (srv->ring_kick) return; /* overflow to drain: on_check does it */
+    if (!served) {
+      for (int i = 0; i < 16; i++) {
 #if defined(__x86_64__) || defined(__i386__)
-      __builtin_ia32_pause();
+        __builtin_ia32_pause();
 #endif
+      }
     }
-  } while (opd__now_ns() < until);
+    if (opd__now_ns() >= until) return;
+  }
 }
 
 static void update_idle(opd_server_t *srv) {
-  int want = srv->n_spin > 0 || srv->ring_kick;
+  int want = spin_wanted(srv) || srv->ring_kick;
   if (want && !uv_is_active((uv_handle_t *)&srv->ring_idle))
     uv_idle_start(&srv->ring_idle, on_idle);
   else if (!want && uv_is_active((uv_handle_t *)&srv->ring_idle))
@@ -304,13 +316,17 @@ static void on_check(uv_check_t *h) {
 /* Before the loop blocks: adaptive rings must ring the doorbell. */
 static void on_prepare(uv_prepare_t *h) {
   opd_server_t *srv = h->data;
-  if (srv->n_ring == 0 || srv->n_spin > 0 || srv->ring_kick) return;
+  if (srv->n_ring == 0 || srv->ring_kick ||
+      uv_is_active((uv_handle_t *)&srv->ring_idle))
+    return; /* the loop will not block */
   for (opd_session_t *s = srv->sessions; s; s = s->next) {
     if (s->ring != OPD_RING_ADAPTIVE || s->fd < 0) continue;
     if (opd__ring_arm_sleep(&s->sq) != 0) srv->ring_kick = 1;
   }
   update_idle(srv); /* a message arrived meanwhile: do not block */
 }
+
+void opd__ring_update_idle(opd_server_t *srv) { update_idle(srv); }
 
 void opd__ring_init_server(opd_server_t *srv) {
   uv_check_init(srv->loop, &srv->ring_check);

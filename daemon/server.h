@@ -112,6 +112,8 @@ typedef struct opd_server {
   uv_idle_t ring_idle;           /* active: the loop must not block */
   int n_ring, n_spin;            /* ring sessions, spinning ones */
   int ring_kick;                 /* work left for the next iteration */
+  uint64_t gpu_spin_until;       /* after a GPU launch the loop spins (no
+                                    epoll) for its completion until then */
   opd_pub_t *pubs;               /* published arenas */
   uint32_t n_pubs, cap_pubs;
   int n_devices;                 /* CUDA devices in use (0: cpu only) */
@@ -256,6 +258,9 @@ int opd__ring_setup(opd_session_t *s, const msgpack_object *body, char *err,
 int opd__ring_reply(opd_session_t *s, const void *head, size_t hlen,
                     const void *body, size_t blen);
 void opd__ring_close(opd_session_t *s);
+/* Starts or stops the loop's spinning (spin sessions, GPU jobs just
+ * launched, replies to drain). */
+void opd__ring_update_idle(opd_server_t *srv);
 void opd__ring_free(opd_session_t *s);
 /* session.c: a payload from the ring, as if it came in a frame */
 void opd__handle_payload(opd_session_t *s, const unsigned char *p,
@@ -300,6 +305,7 @@ int opd__cuda_job_launch(opd_job_t *job);
 void opd__cuda_session_release(opd_session_t *s);
 /* Completed GPU jobs waiting for the loop? (a cheap hint) / reply to them. */
 int opd__cuda_has_done(opd_server_t *srv);
+int opd__cuda_inflight(opd_server_t *srv); /* launched, not yet replied */
 void opd__cuda_reap(opd_server_t *srv);
 /* Called by the backend on the loop when a launched job completed. */
 void opd__job_done(opd_job_t *job);

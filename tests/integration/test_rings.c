@@ -131,16 +131,16 @@ Test(rings, garbage_in_the_ring_closes_that_session_only) {
   raw_ring_t r;
   cr_assert_eq(raw_setup(&r, "spin", 1, 1), 0);
   opd_ring_hdr_t *h = r.base;
-  /* a length far beyond the slot, then publish it */
-  uint32_t bad = 1u << 30;
-  memcpy(h->slots, &bad, 4);
-  atomic_store(&h->head, 1);
+  /* a length far beyond the slot, then publish it (slot: seq, length) */
+  uint32_t seq = 1, bad = 1u << 30;
+  memcpy(h->slots + 4, &bad, 4);
+  atomic_store((_Atomic uint32_t *)h->slots, seq);
   cr_assert_eq(th_raw_expect_close(r.fd, 3000), OPD_EPROTO);
   cr_assert_eq(opd_ping(bystander), 0, "others are not affected");
-  /* a head that claims more than the ring holds */
+  /* a sequence word that is neither the next message nor the last lap's */
   cr_assert_eq(raw_setup(&r, "spin", 1, 1), 0);
   h = r.base;
-  atomic_store(&h->head, 100000);
+  atomic_store((_Atomic uint32_t *)h->slots, 100000u);
   cr_assert_eq(th_raw_expect_close(r.fd, 3000), OPD_EPROTO);
   /* bytes in a slot that are not msgpack */
   cr_assert_eq(raw_setup(&r, "spin", 1, 1), 0);

@@ -44,7 +44,7 @@ Test(ring, order_full_empty_and_wraparound) {
   char buf[64];
   uint32_t len;
   cr_assert_eq(opd__ring_pop(&c, buf, sizeof buf, &len), 1, "empty");
-  cr_assert_eq(opd__ring_push(&p, buf, 29), OPD_ETOOBIG, "28 bytes at most");
+  cr_assert_eq(opd__ring_push(&p, buf, 25), OPD_ETOOBIG, "24 bytes at most");
   for (int round = 0; round < 50; round++) { /* wraps many times */
     for (int i = 0; i < 4; i++) {
       char msg[16];
@@ -52,7 +52,7 @@ Test(ring, order_full_empty_and_wraparound) {
       cr_assert_eq(opd__ring_push(&p, msg, (uint32_t)k), 0);
     }
     cr_assert_eq(opd__ring_push(&p, "x", 1), 1, "full");
-    cr_assert_eq(opd__ring_pending(&c), 4);
+    cr_assert_eq(opd__ring_ready(&c), 1);
     for (int i = 0; i < 4; i++) {
       char want[16];
       int k = snprintf(want, sizeof want, "m%d.%d", round, i);
@@ -65,6 +65,10 @@ Test(ring, order_full_empty_and_wraparound) {
   munmap(m, n);
 }
 
+static _Atomic uint32_t *seq_of(opd_ring_hdr_t *h, uint32_t slot_size, int i) {
+  return (_Atomic uint32_t *)(h->slots + (size_t)i * slot_size);
+}
+
 Test(ring, a_hostile_peer_is_detected) {
   size_t n = opd__ring_bytes(8, 64);
   void *m = shm(n);
@@ -74,29 +78,35 @@ Test(ring, a_hostile_peer_is_detected) {
   uint32_t len;
   cr_assert_eq(opd__ring_init(m, n, 8, 64, &p), 0);
   cr_assert_eq(opd__ring_attach(m, n, 8, 64, &c), 0);
-  /* the producer claims more messages than the ring holds */
-  atomic_store(&h->head, 9);
+  /* a sequence word that is neither the next message nor the last lap's */
+  atomic_store(seq_of(h, 64, 0), 9);
+  cr_assert_eq(opd__ring_ready(&c), OPD_EPROTO);
   cr_assert_eq(opd__ring_pop(&c, buf, sizeof buf, &len), OPD_EPROTO);
-  cr_assert_eq(opd__ring_pending(&c), 0);
+  atomic_store(seq_of(h, 64, 0), 0);
+  cr_assert_eq(opd__ring_ready(&c), 0, "empty again");
   /* a slot length beyond the slot */
-  atomic_store(&h->head, 0);
   cr_assert_eq(opd__ring_push(&p, "hello", 5), 0);
+  cr_assert_eq(opd__ring_ready(&c), 1);
   uint32_t bad = 4000;
-  memcpy(h->slots, &bad, 4);
+  memcpy(h->slots + 4, &bad, 4);
   cr_assert_eq(opd__ring_pop(&c, buf, sizeof buf, &len), OPD_EPROTO);
   /* a length within the slot but over the reader's buffer */
-  uint32_t big = 60;
-  memcpy(h->slots, &big, 4);
+  uint32_t big = 56;
+  memcpy(h->slots + 4, &big, 4);
   cr_assert_eq(opd__ring_pop(&c, buf, 16, &len), OPD_EPROTO);
-  /* the head moving backwards */
   bad = 5;
-  memcpy(h->slots, &bad, 4);
+  memcpy(h->slots + 4, &bad, 4);
   cr_assert_eq(opd__ring_pop(&c, buf, sizeof buf, &len), 0);
-  atomic_store(&h->head, 0);
+  cr_assert_eq(memcmp(buf, "hello", 5), 0);
+  /* the producer rewinding a consumed slot's sequence word */
+  atomic_store(seq_of(h, 64, 1), 7);
   cr_assert_eq(opd__ring_pop(&c, buf, sizeof buf, &len), OPD_EPROTO);
-  /* the consumer's tail ahead of what was written */
-  atomic_store(&h->head, 1);
-  atomic_store(&h->tail, 7);
+  /* the consumer's tail ahead of what was written, seen once full */
+  for (int i = 1; i < 9; i++) cr_assert_eq(opd__ring_push(&p, "x", 1), 0);
+  atomic_store(&h->tail, 77);
+  cr_assert_eq(opd__ring_push(&p, "x", 1), OPD_EPROTO);
+  /* ... and moving backwards */
+  atomic_store(&h->tail, 0);
   cr_assert_eq(opd__ring_push(&p, "x", 1), OPD_EPROTO);
   munmap(m, n);
 }
