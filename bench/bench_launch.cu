@@ -3,8 +3,18 @@
  * socket. The "bare C launch + sync" baseline that a tiny op requested
  * through opd is compared with (issue 4's latency target).
  *   build/bench/bench_launch [N]
- * Prints `latency op=softmax shape=1x1024 impl=bare_launch_sync p50_us=...`.
+ * Prints `latency op=softmax shape=1x1024 impl=bare_launch_sync p50_us=...`,
+ * then the pieces of the daemon's way of finishing a job, so that its
+ * overhead can be told apart from the driver's:
+ *   event_query_spin  launch, cudaEventRecord, spin on cudaEventQuery in
+ *                     the same thread
+ *   event_poller      the same, but a second thread polls the event and
+ *                     raises a flag the first one spins on (the daemon's
+ *                     completion thread hand-off)
+ *   launch_only       the time cudaLaunchKernel takes to return
+ *   event_record      the time cudaEventRecord takes to return
  */
+#include <pthread.h>
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +35,33 @@ static double now_us(void) {
 static int cmpd(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return (x > y) - (x < y);
+}
+
+static void report(const char *impl, double *t, int n) {
+  qsort(t, n, sizeof *t, cmpd);
+  printf("latency op=softmax shape=1x1024 impl=%s p50_us=%.2f p99_us=%.2f "
+         "p999_us=%.2f n=%d\n",
+         impl, t[n / 2], t[n * 99 / 100], t[n * 999 / 1000], n);
+  fflush(stdout);
+}
+
+typedef struct poller {
+  cudaEvent_t ev;
+  int go, done, stop;
+} poller_t;
+
+/* The completion thread of the event_poller case: waits for a launch,
+ * polls its event, raises done. */
+static void *poller(void *arg) {
+  poller_t *p = (poller_t *)arg;
+  while (!__atomic_load_n(&p->stop, __ATOMIC_ACQUIRE)) {
+    if (!__atomic_load_n(&p->go, __ATOMIC_ACQUIRE)) continue;
+    __atomic_store_n(&p->go, 0, __ATOMIC_RELAXED);
+    while (cudaEventQuery(p->ev) == cudaErrorNotReady) {
+    }
+    __atomic_store_n(&p->done, 1, __ATOMIC_RELEASE);
+  }
+  return NULL;
 }
 
 int main(int argc, char **argv) {
@@ -65,9 +102,53 @@ int main(int argc, char **argv) {
       return 1;
     }
   }
-  qsort(t, n, sizeof *t, cmpd);
-  printf("latency op=softmax shape=1x1024 impl=bare_launch_sync p50_us=%.2f "
-         "p99_us=%.2f p999_us=%.2f n=%d\n",
-         t[n / 2], t[n * 99 / 100], t[n * 999 / 1000], n);
+  report("bare_launch_sync", t, n);
+
+  cudaEvent_t ev;
+  cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+  for (int i = 0; i < n; i++) {
+    double t0 = now_us();
+    opd__softmax_cuda(&call, &ctx);
+    cudaEventRecord(ev, st);
+    while (cudaEventQuery(ev) == cudaErrorNotReady) {
+    }
+    t[i] = now_us() - t0;
+  }
+  report("event_query_spin", t, n);
+
+  poller_t pl;
+  pl.ev = ev;
+  pl.go = pl.done = pl.stop = 0;
+  pthread_t th;
+  pthread_create(&th, NULL, poller, &pl);
+  for (int i = 0; i < n; i++) {
+    double t0 = now_us();
+    opd__softmax_cuda(&call, &ctx);
+    cudaEventRecord(ev, st);
+    __atomic_store_n(&pl.go, 1, __ATOMIC_RELEASE);
+    while (!__atomic_load_n(&pl.done, __ATOMIC_ACQUIRE)) {
+    }
+    __atomic_store_n(&pl.done, 0, __ATOMIC_RELAXED);
+    t[i] = now_us() - t0;
+  }
+  __atomic_store_n(&pl.stop, 1, __ATOMIC_RELEASE);
+  pthread_join(th, NULL);
+  report("event_poller", t, n);
+
+  for (int i = 0; i < n; i++) {
+    double t0 = now_us();
+    opd__softmax_cuda(&call, &ctx);
+    t[i] = now_us() - t0;
+    cudaStreamSynchronize(st);
+  }
+  report("launch_only", t, n);
+  for (int i = 0; i < n; i++) {
+    opd__softmax_cuda(&call, &ctx);
+    double t0 = now_us();
+    cudaEventRecord(ev, st);
+    t[i] = now_us() - t0;
+    cudaStreamSynchronize(st);
+  }
+  report("event_record", t, n);
   return 0;
 }

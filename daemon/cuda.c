@@ -109,6 +109,8 @@ typedef struct cuda_state {
   opd_job_t *done;               /* completed jobs, pushed by CUDA's thread */
   int inflight;                  /* launched, not yet done: keeps the loop
                                     alive (the async handle is ref'd) */
+  int loop_polls;                /* the loop is polling the events itself
+                                    (atomic; see opd__cuda_poll) */
 } cuda_state_t;
 
 /* Evaluates a CUDA call; on failure formats "what: error" into err and
@@ -593,11 +595,53 @@ void opd__cuda_session_release(opd_session_t *s) {
  * pending: the next request of a client in a loop comes within
  * microseconds), then backs off to sleeps of up to MAX_SLEEP_NS, and
  * blocks on a condition variable when nothing is pending: no busy core
- * while the GPU is idle. */
+ * while the GPU is idle.
+ *
+ * While the loop thread spins anyway (a spinning client, or a job launched
+ * less than GPU_SPIN_NS ago: daemon/ringsvc.c, on_idle) the loop queries
+ * the events itself (opd__cuda_poll) and replies at once, and this thread
+ * stands by without touching the driver: no hand-off, no wake-up, and no
+ * second thread in the driver's locks while the loop launches. */
 #define SPIN_NS 50000
 #define MAX_SLEEP_NS 100000
 /* how long the loop itself spins for a launched job (see on_idle) */
 #define GPU_SPIN_NS 50000
+
+static void cpu_pause(int n) {
+  for (int i = 0; i < n; i++) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+  }
+}
+
+/* Moves the pending jobs whose events completed (or failed) to the done
+ * list; caller holds mu. *cur_dev: the calling thread's current device.
+ * Returns how many moved. */
+static int collect_done(cuda_state_t *st, int *cur_dev) {
+  int done = 0;
+  for (opd_job_t **pp = &st->pending, *prev = NULL; *pp;) {
+    opd_job_t *job = *pp;
+    if (job->device != *cur_dev) {
+      cudaSetDevice(st->dev[job->device].index);
+      *cur_dev = job->device;
+    }
+    cudaError_t e = cudaEventQuery((cudaEvent_t)job->cuda_event);
+    if (e == cudaErrorNotReady) {
+      prev = job;
+      pp = &job->next;
+      continue;
+    }
+    *pp = job->next; /* finished, or its stream failed */
+    if (st->pending_tail == job) st->pending_tail = prev;
+    job->cuda_status = (int)e;
+    job->ns = opd__now_ns() - job->t_start;
+    job->next = st->done;
+    st->done = job;
+    done++;
+  }
+  return done;
+}
 
 static void *poller_main(void *arg) {
   opd_server_t *srv = arg;
@@ -608,17 +652,22 @@ static void *poller_main(void *arg) {
 
   pthread_mutex_lock(&st->mu);
   for (;;) {
+    if (__atomic_load_n(&st->loop_polls, __ATOMIC_ACQUIRE) && !st->stop) {
+      /* the loop polls: stand by, awake */
+      pthread_mutex_unlock(&st->mu);
+      cpu_pause(8);
+      pthread_mutex_lock(&st->mu);
+      last_progress = opd__now_ns();
+      sleep_ns = 0;
+      continue;
+    }
     if (st->pending == NULL && !st->stop &&
         opd__now_ns() - last_progress < SPIN_NS) {
       /* the next tiny op usually follows at once: wait for it spinning,
        * not on the condition variable, whose wake-up is a system call and
        * a thread switch on the critical path of every request */
       pthread_mutex_unlock(&st->mu);
-      for (int i = 0; i < 64; i++) {
-#if defined(__x86_64__) || defined(__i386__)
-        __builtin_ia32_pause();
-#endif
-      }
+      cpu_pause(8);
       pthread_mutex_lock(&st->mu);
       continue;
     }
@@ -628,28 +677,7 @@ static void *poller_main(void *arg) {
       sleep_ns = 0;
     }
     if (st->stop) break;
-    int done = 0;
-    for (opd_job_t **pp = &st->pending, *prev = NULL; *pp;) {
-      opd_job_t *job = *pp;
-      if (job->device != cur_dev) {
-        cudaSetDevice(st->dev[job->device].index);
-        cur_dev = job->device;
-      }
-      cudaError_t e = cudaEventQuery((cudaEvent_t)job->cuda_event);
-      if (e == cudaErrorNotReady) {
-        prev = job;
-        pp = &job->next;
-        continue;
-      }
-      *pp = job->next; /* finished, or its stream failed */
-      if (st->pending_tail == job) st->pending_tail = prev;
-      job->cuda_status = (int)e;
-      job->ns = opd__now_ns() - job->t_start;
-      job->next = st->done;
-      st->done = job;
-      done++;
-    }
-    if (done) {
+    if (collect_done(st, &cur_dev)) {
       pthread_mutex_unlock(&st->mu);
       uv_async_send(&st->async);
       pthread_mutex_lock(&st->mu);
@@ -660,11 +688,7 @@ static void *poller_main(void *arg) {
     if (opd__now_ns() - last_progress < SPIN_NS) {
       /* let launches in between: the loop thread takes mu to queue jobs */
       pthread_mutex_unlock(&st->mu);
-      for (int i = 0; i < 64; i++) {
-#if defined(__x86_64__) || defined(__i386__)
-        __builtin_ia32_pause();
-#endif
-      }
+      cpu_pause(8);
       pthread_mutex_lock(&st->mu);
       continue;
     }
@@ -678,6 +702,22 @@ static void *poller_main(void *arg) {
   }
   pthread_mutex_unlock(&st->mu);
   return NULL;
+}
+
+void opd__cuda_loop_polls(opd_server_t *srv, int on) {
+  cuda_state_t *st = srv->cuda;
+  if (st != NULL) __atomic_store_n(&st->loop_polls, on, __ATOMIC_RELEASE);
+}
+
+int opd__cuda_poll(opd_server_t *srv) {
+  cuda_state_t *st = srv->cuda;
+  if (st == NULL || __atomic_load_n(&st->pending, __ATOMIC_RELAXED) == NULL ||
+      pthread_mutex_trylock(&st->mu) != 0)
+    return 0;
+  int cur_dev = -1; /* the loop thread's device changes between calls */
+  int done = collect_done(st, &cur_dev);
+  pthread_mutex_unlock(&st->mu);
+  return done;
 }
 
 /* An event for a job on device dev (recycled; loop thread only). */

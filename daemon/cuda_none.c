@@ -102,6 +102,13 @@ int opd__cuda_has_done(opd_server_t *srv) {
 
 void opd__cuda_reap(opd_server_t *srv) { (void)srv; }
 
+void opd__cuda_loop_polls(opd_server_t *srv, int on) { (void)srv, (void)on; }
+
+int opd__cuda_poll(opd_server_t *srv) {
+  (void)srv;
+  return 0;
+}
+
 int opd__cuda_inflight(opd_server_t *srv) {
   (void)srv;
   return 0;

@@ -73,10 +73,11 @@ static int spin_wanted(opd_server_t *srv) {
 static void on_idle(uv_idle_t *h) {
   opd_server_t *srv = h->data;
   uint64_t until = opd__now_ns() + IDLE_SPIN_NS;
+  opd__cuda_loop_polls(srv, 1);
   while (spin_wanted(srv)) {
     int served = 0;
-    if (opd__cuda_has_done(srv)) { /* a GPU job finished: reply now */
-      opd__cuda_reap(srv);
+    if (opd__cuda_poll(srv) > 0 || opd__cuda_has_done(srv)) {
+      opd__cuda_reap(srv); /* a GPU job finished: reply now */
       served = 1;
     }
     for (opd_session_t *s = srv->sessions, *next; s; s = next) {
@@ -87,16 +88,13 @@ static void on_idle(uv_idle_t *h) {
         served = 1;
       }
     }
-    if (srv->ring_kick) return; /* overflow to drain: on_check does it */
-    if (!served) {
-      for (int i = 0; i < 16; i++) {
+    if (srv->ring_kick || opd__now_ns() >= until) break;
 #if defined(__x86_64__) || defined(__i386__)
-        __builtin_ia32_pause();
+    if (!served) __builtin_ia32_pause();
 #endif
-      }
-    }
-    if (opd__now_ns() >= until) return;
   }
+  /* the completion thread takes over; it sees jobs still pending */
+  opd__cuda_loop_polls(srv, 0);
 }
 
 static void update_idle(opd_server_t *srv) {

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The latency figures of issues 4 and 5 on the GPU machine, in one run:
+# the in-process floor of a tiny op (bench_launch, with the pieces of the
+# daemon's completion path), the tiny op through the daemon from C and
+# from Python over each transport, and the noop round trip per transport
+# from C and Python next to the raw ping-pongs.
+#   bash tests/gpu/latency.sh [OUTDIR]
+# The daemon runs on CPUs 2-7 (taskset), the clients where bench_pingpong
+# pins them (CPUs 0 and 1) or unpinned; see bench/results/README.md.
+set -uo pipefail
+out=${1:-${OUT:-/tmp/opd-latency}}
+mkdir -p "$out"
+deps=
+[ -f /usr/include/uv.h ] || deps=DEPS=$PWD/.deps/gpu
+make -j"$(nproc)" CUDA=1 BLAS=0 $deps build/opd build/opctl build/libopd.so \
+  build/tests/daemon_gpu build/bench/bench_launch build/bench/bench_pingpong \
+  >"$out/build.log" 2>&1 || { tail -n 30 "$out/build.log"; exit 1; }
+sock=/tmp/opd-lat.sock
+taskset -c 2-7 build/opd --socket "$sock" >"$out/opd.log" 2>&1 &
+pid=$!
+for _ in $(seq 1 100); do build/opctl --socket "$sock" ping -c 1 >/dev/null 2>&1 && break; sleep 0.1; done
+export OPD_SOCKET=$sock OPD_LIB=$PWD/build/libopd.so PYTHONPATH=$PWD/python PYTHONUNBUFFERED=1
+
+echo "== tiny op floor: in-process launch + sync, and the completion pieces"
+taskset -c 0 build/bench/bench_launch 20000 2>&1 | tee "$out/bench_launch.txt"
+echo "== tiny op through the daemon from C (daemon_gpu latency lines)"
+for w in spin adaptive; do
+  OPD_WAIT=$w taskset -c 0 timeout 120 build/tests/daemon_gpu "$sock" 2>&1 | grep -E "^latency|passed|FAIL"
+done | tee "$out/daemon_gpu.txt"
+echo "== tiny op from Python (bench_gpu.py tiny)"
+for w in spin adaptive; do
+  echo "# OPD_WAIT=$w"
+  OPD_WAIT=$w taskset -c 0 timeout 120 python3 bench/bench_gpu.py --skip workers16,mps 2>&1
+done | tee "$out/bench_gpu_tiny.txt"
+echo "== noop per transport from C, next to the raw ping-pongs"
+timeout 200 build/bench/bench_pingpong -n 100000 -s "$sock" 2>&1 | tee "$out/transports.txt" | grep -E "^(latency|error|# placement)"
+echo "== noop per transport from Python"
+taskset -c 0 timeout 200 python3 bench/bench_python.py --socket "$sock" -n 100000 --sizes 4K \
+  2>&1 | tee "$out/python.txt" | grep -E "^(latency transport|error|#)"
+kill -TERM "$pid"; wait "$pid"; echo "opd exit status $?"
