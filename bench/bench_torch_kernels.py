@@ -4,7 +4,12 @@ in the same run on the GPU machine:
 
     python3 bench/bench_torch_kernels.py
 
-Prints `bench impl=torch op=… dtype=… shape=… us=… gbps=…` lines.
+Prints `bench impl=torch op=… dtype=… shape=… us=… gbps=…` lines, and for
+conv2d (3x3, stride 1, padding 1, bias; cuDNN through F.conv2d) `bench
+impl=torch op=conv2d dtype=… shape=N…_C…_HxW_K… us=… tflops=…`, where
+dtype=float32 is with TF32 off (float32 products and sums, as opd's igemm
+and direct3x3) and float32_tf32 with TF32 on (torch's default for cuDNN
+convolutions: 10-bit mantissa products, not comparable in accuracy).
 """
 import sys
 
@@ -41,7 +46,8 @@ def timed(fn, reps=20):
 
 
 cases = [((8192, 8192), torch.float32), ((1024, 65536), torch.float32),
-         ((256, 262144), torch.float32), ((8192, 8192), torch.bfloat16)]
+         ((256, 262144), torch.float32), ((8192, 8192), torch.bfloat16),
+         ((8192, 8192), torch.float16)]
 for shape, dt in cases:
     x = torch.randn(shape, dtype=dt, device=dev)
     C = shape[-1]
@@ -55,6 +61,8 @@ for shape, dt in cases:
         "gelu": lambda: F.gelu(x),
     }
     for name, fn in ops.items():
+        if dt == torch.float16 and name != "gelu":
+            continue  # gpu_kernels --bench times float16 for gelu only
         try:
             us = timed(fn)
             print("bench impl=torch op=%s dtype=%s shape=[%d,%d] us=%.1f gbps=%.0f"
@@ -62,3 +70,23 @@ for shape, dt in cases:
                      nbytes / us / 1e3), flush=True)
         except Exception as e:  # keep going: one line per failure
             print("bench impl=torch op=%s error=%r" % (name, e), flush=True)
+
+# conv2d: the shapes of gpu_kernels --bench (N, C, H=W, K), 3x3, padding 1
+conv_cases = [(1, 3, 224, 64), (1, 64, 56, 64), (8, 256, 14, 256), (32, 64, 56, 64)]
+conv_dtypes = [("float32", torch.float32, False), ("float32_tf32", torch.float32, True),
+               ("bfloat16", torch.bfloat16, False), ("float16", torch.float16, False)]
+torch.backends.cudnn.benchmark = True  # cuDNN picks its fastest algorithm per shape
+for label, dt, tf32 in conv_dtypes:
+    torch.backends.cudnn.allow_tf32 = tf32
+    for n, c, hw, k in conv_cases:
+        try:
+            x = torch.randn((n, c, hw, hw), dtype=dt, device=dev)
+            w = torch.randn((k, c, 3, 3), dtype=dt, device=dev)
+            b = torch.randn((k,), dtype=dt, device=dev)
+            us = timed(lambda: F.conv2d(x, w, b, padding=1))
+            flops = 2.0 * n * k * hw * hw * c * 9
+            print("bench impl=torch op=conv2d dtype=%s shape=N%d_C%d_%dx%d_K%d us=%.1f tflops=%.2f"
+                  % (label, n, c, hw, hw, k, us, flops / us / 1e6), flush=True)
+        except Exception as e:  # keep going: one line per failure
+            print("bench impl=torch op=conv2d dtype=%s error=%r" % (label, e), flush=True)
+torch.backends.cudnn.allow_tf32 = True

@@ -2,37 +2,69 @@
  * bias of one dtype), geometry from the shared plan (kernels/conv2d/plan.h).
  *
  * Variants (opd__conv2d_cuda_variant; opd__conv2d_cuda runs AUTO):
+ *   igemm      implicit GEMM, any R x S, stride, dilation and padding
+ *              (int32 indexing: OPD_EINVAL past it). y (K, N*P*Q) =
+ *              weight (K, C*R*S) @ columns, the columns gathered from x
+ *              into shared memory stage by stage (BK channels at one tap),
+ *              never written to global memory; zeros for padding taps and
+ *              for channels / output channels / pixels past the end, so
+ *              any C, K, N*P*Q works. Two kernels:
+ *              float16 / bfloat16: tensor cores through WMMA 16x16x16 with
+ *                float accumulators (sm_80+), 64 output channels x 128 / 64
+ *                / 32 pixels per block (tiles L / M / S), each warp 32 x 32;
+ *              float32: FFMA only (no TF32: products and sums in float32,
+ *                as the tolerances assume), register-blocked 8x8 / 8x4 / 4x4
+ *                outputs per thread on tiles 64x128 / 64x64 / 32x64 (L/M/S).
+ *              The tile is the largest giving >= 2 blocks per SM, else S.
+ *              Why faster than direct3x3: the direct kernel reads one smem
+ *              weight per FMA (LDS-bound, ~13 TFLOP/s at best on the
+ *              H200); here a thread reads 4 float4 per 64 FMAs (float32 L),
+ *              and the half types run on tensor cores.
  *   direct3x3  R = S = 3, stride 1, dilation 1, any padding: a direct
  *              kernel. A block computes a 16x16 tile of output pixels for
  *              16 output channels; input channels go through shared memory
  *              8 at a time (an 18x18 halo tile each, zeros outside the
  *              image) with their 16x8x9 weights; each thread accumulates
  *              its pixel's 16 channels in float registers. No scratch.
- *   im2col     every other geometry (stride, padding, dilation, any R x S):
- *              im2col of a chunk of images into the workspace scratch,
- *              cols_n (C*R*S, P*Q), then one strided-batched cuBLASLt GEMM
- *              y_n (K, P*Q) = weight (K, C*R*S) @ cols_n with the weight
- *              repeated (batch stride 0), fp32 accumulation, the bias
- *              pre-filled into y and added through beta = 1. A 1x1 kernel
- *              with stride 1 and no padding skips im2col (cols_n is x_n).
- * Why im2col + cuBLASLt for the general case: it reuses the tuned tensor-
- * core GEMM (fp16/bf16 HGMMA) with a kernel of a few lines, and costs one
- * extra write + read of the columns (R*S times x) through L2-sized
- * chunks; cuDNN would be the library that does conv well, but it is not
- * on the GPU machine (no cudnn headers or libs there), and an implicit-
- * GEMM kernel of our own is far more code to get fast. AUTO picks
- * direct3x3 whenever it applies; --bench times both on the 3x3 cases so
- * the choice can be revisited with numbers.
- * Scratch: when the workspace's scratch holds fewer than one image's
- * columns, one image's worth comes from cudaMallocAsync on the stream and
- * goes back with cudaFreeAsync after the last GEMM (stream-ordered).
- * Test: build/tests/gpu_kernels (op=conv2d); bench: --bench (op=conv2d).
+ *   im2col     every geometry: im2col of a chunk of images into the
+ *              workspace scratch, cols_n (C*R*S, P*Q), then one strided-
+ *              batched cuBLASLt GEMM y_n (K, P*Q) = weight (K, C*R*S) @
+ *              cols_n with the weight repeated (batch stride 0), fp32
+ *              accumulation, the bias pre-filled into y and added through
+ *              beta = 1. A 1x1 kernel with stride 1 and no padding skips
+ *              im2col (cols_n is x_n). Costs one extra write + read of the
+ *              columns (R*S times x) through L2-sized chunks; cuBLASLt
+ *              splits long reductions (split-K), which igemm does not.
+ * AUTO (auto_variant): 1x1 stride 1 unpadded -> im2col (a plain GEMM);
+ * stride 1 dilation 1 -> igemm (half types on sm_80+), except when even
+ * tile S gives < 64 blocks for C*R*S >= 1024 (deep layers on tiny images:
+ * no split-K) -> im2col; other 3x3 -> direct3x3; the rest -> im2col.
+ * cuDNN would be the library that does conv well, but it is not on the
+ * GPU machine (no cudnn headers or libs there).
+ * Scratch: only im2col uses it; when the workspace's scratch holds fewer
+ * than one image's columns, one image's worth comes from cudaMallocAsync
+ * on the stream and goes back with cudaFreeAsync after the last GEMM.
+ * Measured on the H200 (float32, before igemm; median of 20, L2 flushed):
+ * N1 C3 224x224 K64 direct 30.7 us / im2col 44.5; N1 C64 56x56 K64 67.6 /
+ * 43.1; N8 C256 14x14 K256 249.7 / 138.4; N32 C64 56x56 K64 558.0 /
+ * 834.9. igemm (all dtypes) is not yet measured on the H200.
+ * Test: build/tests/gpu_kernels --op conv2d ("gpu op=conv2d[igemm]",
+ * "[igemm:L]" / "[igemm:M]" / "[igemm:S]" (tiles forced through
+ * kernels/conv2d/igemm.h), "[direct3x3]", "[im2col]" and "" (AUTO) lines,
+ * three dtypes); bench: build/tests/gpu_kernels --bench --op conv2d
+ * ("bench op=conv2d variant=... dtype=float32|bfloat16" lines), torch /
+ * cuDNN in the same run: python3 bench/bench_torch_kernels.py.
  */
+#include <type_traits>
+
+#include <mma.h>
+
 #include "kernels/cuda/gemm.cuh"
 
 extern "C" {
 #include "kernels/conv2d/plan.h"
 }
+#include "kernels/conv2d/igemm.h"
 
 #define TILE 16                    /* output tile edge (pixels) */
 #define KT 16                      /* output channels per block */
@@ -126,6 +158,311 @@ __global__ void fill_bias(T *y, const T *bias, int64_t total, int64_t K, int64_t
     y[e] = bias ? bias[e / PQ % K] : from_f<T>(0.0f);
 }
 
+/* ---- implicit GEMM (variant igemm) --------------------------------------
+ * The convolution as the GEMM  y (K, N*P*Q) = weight (K, C*R*S) @ cols
+ * without cols in memory: a block owns BM output channels x BN output
+ * pixels (pixels over all images, so small images fill a tile), and walks
+ * the reduction in stages of BK input channels at one tap (r, s): channel
+ * chunk outer, taps inner, so the 9 stages of a 3x3 reread the same
+ * channels (L1 hits). A thread gathers one pixel's column (bounds decided
+ * once per tap) and a few weight elements; the next stage's loads are
+ * issued before the current stage's math (registers), and shared memory is
+ * double-buffered, so one __syncthreads per stage. Out-of-range channels,
+ * output channels, pixels and taps in the padding load as zeros. */
+
+#define IG_BM 64                   /* output channels per block (tc and L/M) */
+#define TC_BK 32                   /* channels per stage, tensor-core kernel */
+#define TC_LD (TC_BK + 8)          /* smem row pitch (elements): 80 bytes, so
+                                      the 8 rows of an ldmatrix phase fall on
+                                      distinct banks, and rows stay 16-byte
+                                      (fragment: 32-byte) aligned */
+#define F32_THREADS 128            /* every float32 tile */
+
+typedef struct igemm_geom {
+  int C, H, W, K, R, S, P, Q;      /* as conv_plan_t, checked to fit int32 */
+  int sh, sw, ph, pw, dh, dw;
+  int PQ, NPQ;                     /* output pixels per image, in all */
+} igemm_geom_t;
+
+/* The output pixel a thread gathers for and stores: its image's offset in
+ * x and y, and the input row / column of tap (0, 0). */
+typedef struct ig_pix {
+  int64_t xoff;                    /* n*C*H*W */
+  int64_t yoff;                    /* n*K*P*Q + p*Q + q */
+  int ih0, iw0;                    /* p*sh - ph, q*sw - pw */
+  bool ok;                         /* pix < N*P*Q */
+} ig_pix_t;
+
+__device__ __forceinline__ ig_pix_t ig_pixel(const igemm_geom_t &g, int pix) {
+  ig_pix_t r;
+  r.ok = pix < g.NPQ;
+  int n = 0, p = 0, q = 0;
+  if (r.ok) {
+    n = pix / g.PQ;
+    int pq = pix - n * g.PQ;
+    p = pq / g.Q;
+    q = pq - p * g.Q;
+  }
+  r.xoff = (int64_t)n * g.C * g.H * g.W;
+  r.yoff = (int64_t)n * g.K * g.PQ + (int64_t)p * g.Q + q;
+  r.ih0 = p * g.sh - g.ph;
+  r.iw0 = q * g.sw - g.pw;
+  return r;
+}
+
+/* Offset of tap (r, s) of pixel px inside its image's channel plane, or
+ * -1 when the tap is in the padding (or the pixel past the end). */
+__device__ __forceinline__ int ig_tap(const igemm_geom_t &g, const ig_pix_t &px, int r, int s) {
+  int ih = px.ih0 + r * g.dh, iw = px.iw0 + s * g.dw;
+  bool ok = px.ok && (unsigned)ih < (unsigned)g.H && (unsigned)iw < (unsigned)g.W;
+  return ok ? ih * g.W + iw : -1;
+}
+
+/* Next stage: taps inner, channel chunks of bk outer. */
+__device__ __forceinline__ void ig_advance(const igemm_geom_t &g, int bk, int &c0, int &r, int &s) {
+  if (++s == g.S) {
+    s = 0;
+    if (++r == g.R) {
+      r = 0;
+      c0 += bk;
+    }
+  }
+}
+
+/* float16 / bfloat16 on tensor cores (WMMA 16x16x16, float accumulators).
+ * BM = 64 output channels x BN pixels, 2*BN threads = BN/16 warps as 2 x
+ * BN/32, each warp a 32 x 32 tile (2 x 2 fragments). Per stage: A =
+ * weight (64 x 32 channels), row-major As[m][c]; B = the gathered columns,
+ * stored pixel-major Bs[pixel][c] (WMMA's col_major B), both with the
+ * reduction contiguous; a thread gathers 2 x 8 channels of its pixel and
+ * 256/(2*BN) x 8 weights, packed into 16-byte smem stores. Epilogue: the
+ * accumulators go through smem (reusing As/Bs) so that y is written
+ * pixel-contiguous (coalesced), + bias, rounded to T once. */
+template <typename T, int BN>
+__global__ __launch_bounds__(2 * BN) void conv_igemm_tc(const T *__restrict__ x,
+                                                        const T *__restrict__ w,
+                                                        const T *__restrict__ bias,
+                                                        T *__restrict__ y, igemm_geom_t g) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  using namespace nvcuda;
+  constexpr int BM = IG_BM, BK = TC_BK, LD = TC_LD, NT = 2 * BN;
+  constexpr int A_TASKS = BM * (BK / 8) / NT; /* 8-channel weight groups per thread */
+  typedef uint16_t a_tile_t[BM][LD];
+  typedef uint16_t b_tile_t[BN][LD];
+  typedef float c_row_t[BN + 4];
+  constexpr int AB_BYTES = 2 * (int)(sizeof(a_tile_t) + sizeof(b_tile_t));
+  constexpr int C_BYTES = BM * (int)sizeof(c_row_t);
+  __shared__ __align__(128) unsigned char smem[AB_BYTES > C_BYTES ? AB_BYTES : C_BYTES];
+  a_tile_t *As = reinterpret_cast<a_tile_t *>(smem);                        /* [2] */
+  b_tile_t *Bs = reinterpret_cast<b_tile_t *>(smem + 2 * sizeof(a_tile_t)); /* [2] */
+  c_row_t *Cs = reinterpret_cast<c_row_t *>(smem);                          /* [BM] */
+
+  const int tid = threadIdx.x, warp = tid / 32, wm = warp % 2, wn = warp / 2;
+  const int k0 = blockIdx.y * BM;
+  const int j = tid % BN, g0 = tid / BN; /* gathers pixel j, channel groups g0, g0 + 2 */
+  const ig_pix_t px = ig_pixel(g, blockIdx.x * BN + j);
+  const uint16_t *xn = reinterpret_cast<const uint16_t *>(x) + px.xoff;
+  const uint16_t *wb = reinterpret_cast<const uint16_t *>(w);
+  const int HW = g.H * g.W, RS = g.R * g.S;
+
+  uint4 rb[2], ra[A_TASKS];
+  /* stage (c0, r, s) into registers: 8 channels from c on, n of them real */
+  auto gather = [&](int c0, int r, int s) {
+    int off = ig_tap(g, px, r, s);
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      int c = c0 + (g0 + 2 * h) * 8, n = off >= 0 ? g.C - c : 0;
+      const uint16_t *pb = xn + off + (int64_t)c * HW;
+      uint32_t v[8];
+#pragma unroll
+      for (int i = 0; i < 8; i++) v[i] = i < n ? (uint32_t)__ldg(pb + i * HW) : 0u;
+      rb[h] = make_uint4(v[0] | v[1] << 16, v[2] | v[3] << 16, v[4] | v[5] << 16,
+                         v[6] | v[7] << 16);
+    }
+#pragma unroll
+    for (int a = 0; a < A_TASKS; a++) {
+      int e = a * NT + tid, k = k0 + (e >> 2), c = c0 + (e & 3) * 8, n = k < g.K ? g.C - c : 0;
+      const uint16_t *pa = wb + ((int64_t)k * g.C + c) * RS + r * g.S + s;
+      uint32_t v[8];
+#pragma unroll
+      for (int i = 0; i < 8; i++) v[i] = i < n ? (uint32_t)__ldg(pa + i * RS) : 0u;
+      ra[a] = make_uint4(v[0] | v[1] << 16, v[2] | v[3] << 16, v[4] | v[5] << 16,
+                         v[6] | v[7] << 16);
+    }
+  };
+  auto stage = [&](int buf) {
+#pragma unroll
+    for (int h = 0; h < 2; h++)
+      *reinterpret_cast<uint4 *>(&Bs[buf][j][(g0 + 2 * h) * 8]) = rb[h];
+#pragma unroll
+    for (int a = 0; a < A_TASKS; a++) {
+      int e = a * NT + tid;
+      *reinterpret_cast<uint4 *>(&As[buf][e >> 2][(e & 3) * 8]) = ra[a];
+    }
+  };
+
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][2];
+#pragma unroll
+  for (int fm = 0; fm < 2; fm++)
+#pragma unroll
+    for (int fn = 0; fn < 2; fn++) wmma::fill_fragment(acc[fm][fn], 0.0f);
+
+  const int steps = (g.C + BK - 1) / BK * RS;
+  int c0 = 0, r = 0, s = 0;
+  gather(c0, r, s);
+  for (int it = 0; it < steps; it++) {
+    const int buf = it & 1, cs = c0; /* cs: this stage's first channel */
+    stage(buf);
+    __syncthreads(); /* buf complete; every warp is past stage it-1's math on buf^1 */
+    ig_advance(g, BK, c0, r, s);
+    if (it + 1 < steps) gather(c0, r, s); /* in flight during the math below */
+#pragma unroll
+    for (int kk = 0; kk < BK / 16; kk++) {
+      if (cs + kk * 16 >= g.C) break; /* the all-zero half of a last chunk */
+      wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> fa[2];
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> fb[2];
+#pragma unroll
+      for (int f = 0; f < 2; f++) {
+        wmma::load_matrix_sync(fa[f], reinterpret_cast<const T *>(&As[buf][wm * 32 + f * 16][kk * 16]), LD);
+        wmma::load_matrix_sync(fb[f], reinterpret_cast<const T *>(&Bs[buf][wn * 32 + f * 16][kk * 16]), LD);
+      }
+#pragma unroll
+      for (int fm = 0; fm < 2; fm++)
+#pragma unroll
+        for (int fn = 0; fn < 2; fn++) wmma::mma_sync(acc[fm][fn], fa[fm], fb[fn], acc[fm][fn]);
+    }
+  }
+  __syncthreads(); /* Cs overlays As/Bs */
+#pragma unroll
+  for (int fm = 0; fm < 2; fm++)
+#pragma unroll
+    for (int fn = 0; fn < 2; fn++)
+      wmma::store_matrix_sync(&Cs[wm * 32 + fm * 16][wn * 32 + fn * 16], acc[fm][fn], BN + 4,
+                              wmma::mem_row_major);
+  __syncthreads();
+  if (!px.ok) return;
+  for (int m = g0; m < BM && k0 + m < g.K; m += NT / BN) {
+    float v = Cs[m][j] + (bias ? to_f(bias[k0 + m]) : 0.0f);
+    y[px.yoff + (int64_t)(k0 + m) * g.PQ] = from_f<T>(v);
+  }
+#else
+  __trap(); /* never launched: the host checks for sm_80 */
+#endif
+}
+
+/* float32 with FFMA (no TF32: products and sums stay float32). Tile BM x
+ * BN, 128 threads, each a TM x TN block of outputs (TM, TN of 4 or 8) so
+ * that every 4 or 8 smem floats feed TM*TN FMAs: per reduction step a
+ * thread reads TM/4 + TN/4 float4 and issues TM*TN FFMA (8x8: 4 LDS.128 per
+ * 64 FFMA; the old direct kernel read one smem weight per FMA). A thread's
+ * rows are tm*4 + {0..3} (+ BM/2 when TM = 8), its pixels tn*4 + {0..3}
+ * (+ BN/2 when TN = 8): the float4 reads of a warp are consecutive (no bank
+ * conflicts). Stage: As[c][m], Bs[c][pixel] for BK channels; a thread
+ * gathers BK*BN/128 channels of its one pixel and BK*BM/128 channels of
+ * its one weight row. BK is 8 / 16 / 32 for tiles L / M / S, so that a
+ * stage is 512 / 512 / 512 FMAs per thread whatever the tile: the smaller
+ * tiles run where blocks are few (one or two per SM), and there each
+ * stage's math must cover the latency of the next stage's loads. */
+template <int BM, int BN, int TM, int TN, int BK>
+__global__ __launch_bounds__(F32_THREADS) void conv_igemm_f32(const float *__restrict__ x,
+                                                              const float *__restrict__ w,
+                                                              const float *__restrict__ bias,
+                                                              float *__restrict__ y,
+                                                              igemm_geom_t g) {
+  constexpr int NT = F32_THREADS, TNX = BN / TN;
+  constexpr int QM = TM / 4, QN = TN / 4;           /* float4 groups per thread */
+  constexpr int B_PER = BK * BN / NT, A_PER = BK * BM / NT;
+  static_assert((BM / TM) * (BN / TN) == NT, "one output block per thread");
+  static_assert(NT % BN == 0 && NT % BM == 0 && (BK * BM) % NT == 0, "gather mapping");
+  __shared__ __align__(16) float As[2][BK][BM];
+  __shared__ __align__(16) float Bs[2][BK][BN];
+
+  const int tid = threadIdx.x, tn = tid % TNX, tm = tid / TNX;
+  const int k0 = blockIdx.y * BM, pix0 = blockIdx.x * BN;
+  const int j = tid % BN, i0 = tid / BN; /* gathers pixel j, channels i0 + NT/BN * i */
+  const ig_pix_t px = ig_pixel(g, pix0 + j);
+  const float *xn = x + px.xoff;
+  const int HW = g.H * g.W, RS = g.R * g.S;
+
+  const int am = tid % BM, a0 = tid / BM; /* gathers weight row k0 + am, channels a0 + NT/BM * a */
+  const int64_t wrow = (int64_t)(k0 + am) * g.C;
+
+  float rb[B_PER], ra[A_PER];
+  /* stage (c0, r, s) into registers; n: how many of the thread's channels
+   * are real (0 for a padding tap, a pixel or row past the end) */
+  auto gather = [&](int c0, int r, int s) {
+    int off = ig_tap(g, px, r, s), cb = c0 + i0, n = off >= 0 ? g.C - cb : 0;
+    const float *pb = xn + off + (int64_t)cb * HW;
+#pragma unroll
+    for (int i = 0; i < B_PER; i++) rb[i] = i * (NT / BN) < n ? __ldg(pb + i * (NT / BN) * HW) : 0.0f;
+    int ca = c0 + a0, na = k0 + am < g.K ? g.C - ca : 0;
+    const float *pa = w + (wrow + ca) * RS + r * g.S + s;
+#pragma unroll
+    for (int a = 0; a < A_PER; a++) ra[a] = a * (NT / BM) < na ? __ldg(pa + a * (NT / BM) * RS) : 0.0f;
+  };
+  auto stage = [&](int buf) {
+#pragma unroll
+    for (int i = 0; i < B_PER; i++) Bs[buf][i0 + i * (NT / BN)][j] = rb[i];
+#pragma unroll
+    for (int a = 0; a < A_PER; a++) As[buf][a0 + a * (NT / BM)][am] = ra[a];
+  };
+
+  float acc[TM][TN];
+#pragma unroll
+  for (int i = 0; i < TM; i++)
+#pragma unroll
+    for (int jj = 0; jj < TN; jj++) acc[i][jj] = 0.0f;
+
+  const int steps = (g.C + BK - 1) / BK * RS;
+  int c0 = 0, r = 0, s = 0;
+  gather(c0, r, s);
+  for (int it = 0; it < steps; it++) {
+    const int buf = it & 1;
+    stage(buf);
+    __syncthreads(); /* buf complete; every warp is past stage it-1's math on buf^1 */
+    ig_advance(g, BK, c0, r, s);
+    if (it + 1 < steps) gather(c0, r, s); /* in flight during the math below */
+#pragma unroll
+    for (int kk = 0; kk < BK; kk++) {
+      float a[TM], b[TN];
+#pragma unroll
+      for (int q = 0; q < QM; q++) {
+        float4 v = *reinterpret_cast<const float4 *>(&As[buf][kk][q * (BM / QM) + tm * 4]);
+        a[4 * q] = v.x, a[4 * q + 1] = v.y, a[4 * q + 2] = v.z, a[4 * q + 3] = v.w;
+      }
+#pragma unroll
+      for (int q = 0; q < QN; q++) {
+        float4 v = *reinterpret_cast<const float4 *>(&Bs[buf][kk][q * (BN / QN) + tn * 4]);
+        b[4 * q] = v.x, b[4 * q + 1] = v.y, b[4 * q + 2] = v.z, b[4 * q + 3] = v.w;
+      }
+#pragma unroll
+      for (int i = 0; i < TM; i++)
+#pragma unroll
+        for (int jj = 0; jj < TN; jj++) acc[i][jj] = fmaf(a[i], b[jj], acc[i][jj]);
+    }
+  }
+  /* epilogue: straight from registers (16 threads of a warp store 16
+   * pixels 4 apart of one row per instruction) */
+  float bv[TM];
+#pragma unroll
+  for (int i = 0; i < TM; i++) {
+    int k = k0 + (i / 4) * (BM / QM) + tm * 4 + i % 4;
+    bv[i] = bias && k < g.K ? __ldg(bias + k) : 0.0f;
+  }
+#pragma unroll
+  for (int jj = 0; jj < TN; jj++) {
+    ig_pix_t po = ig_pixel(g, pix0 + (jj / 4) * (BN / QN) + tn * 4 + jj % 4);
+    if (!po.ok) continue;
+#pragma unroll
+    for (int i = 0; i < TM; i++) {
+      int k = k0 + (i / 4) * (BM / QM) + tm * 4 + i % 4;
+      if (k < g.K) y[po.yoff + (int64_t)k * g.PQ] = acc[i][jj] + bv[i];
+    }
+  }
+}
+
+/* ---- choosing a variant ----------------------------------------------- */
+
 static bool is_direct(const conv_plan_t *p) {
   return p->R == 3 && p->S == 3 && p->sh == 1 && p->sw == 1 && p->dh == 1 && p->dw == 1 &&
          p->C <= INT32_MAX && p->H < INT32_MAX / 2 && p->W < INT32_MAX / 2 &&
@@ -136,14 +473,62 @@ static bool is_pointwise(const conv_plan_t *p) {
   return p->R == 1 && p->S == 1 && p->sh == 1 && p->sw == 1 && p->ph == 0 && p->pw == 0;
 }
 
+/* The implicit-GEMM kernels index in int32: offsets inside one image of x
+ * and inside weight, pixel numbers over N*P*Q (+ a tile), input rows and
+ * columns with their padding; K tiles (of 32 or 64) go in gridDim.y. */
+static bool igemm_fits(const conv_plan_t *p) {
+  const int64_t lim = INT32_MAX;
+  return p->C * p->H * p->W <= lim && p->K * p->C * p->R * p->S <= lim &&
+         p->N * p->P * p->Q <= lim - 256 && (p->K + 31) / 32 <= 65535 &&
+         p->H + 2 * p->ph <= (1 << 30) && p->W + 2 * p->pw <= (1 << 30);
+}
+
+/* Blocks of igemm tile t (OPD_IGEMM_TILE_L/M/S) for the call. */
+static int64_t igemm_blocks(const conv_plan_t *p, bool half, int t) {
+  int64_t bm = !half && t == OPD_IGEMM_TILE_S ? 32 : IG_BM;
+  int64_t bn = t == OPD_IGEMM_TILE_L ? 128 : t == OPD_IGEMM_TILE_M ? 64 : half ? 32 : 64;
+  return (p->K + bm - 1) / bm * ((p->N * p->P * p->Q + bn - 1) / bn);
+}
+
+/* The largest tile that still gives every SM two blocks, else the
+ * smallest: small images and few channels need the parallelism more than
+ * the reuse of a large tile. */
+static int igemm_tile(const conv_plan_t *p, bool half, int sms) {
+  for (int t = OPD_IGEMM_TILE_L; t < OPD_IGEMM_TILE_S; t++)
+    if (igemm_blocks(p, half, t) >= 2 * (int64_t)sms) return t;
+  return OPD_IGEMM_TILE_S;
+}
+
+/* Too few blocks for a long reduction even with the smallest tile (deep
+ * layers on small images: 7x7 with 512 channels): the kernel has no
+ * split-K, cuBLASLt has, so AUTO leaves those to im2col. */
+static bool igemm_starved(const conv_plan_t *p, bool half) {
+  return igemm_blocks(p, half, OPD_IGEMM_TILE_S) < 64 && p->C * p->R * p->S >= 1024;
+}
+
+/* AUTO: pointwise -> im2col (a plain cuBLASLt GEMM); stride 1 dilation 1
+ * -> igemm (every dtype; half types on sm_80+), unless starved; other 3x3
+ * stride 1 -> direct3x3; the rest -> im2col. */
+static int auto_variant(const conv_plan_t *p, int32_t dtype, int cc_major) {
+  bool half = dtype != OPD_DTYPE_FLOAT32;
+  if (is_pointwise(p)) return OPD_CONV_IM2COL;
+  if (p->sh == 1 && p->sw == 1 && p->dh == 1 && p->dw == 1 && igemm_fits(p) &&
+      (!half || cc_major >= 8) && !igemm_starved(p, half))
+    return OPD_CONV_IGEMM;
+  if (is_direct(p)) return OPD_CONV_DIRECT3X3;
+  return OPD_CONV_IM2COL;
+}
+
 extern "C" size_t opd__conv2d_cuda_workspace(const opd_kcall_t *call) {
   conv_plan_t p;
   if (opd__conv2d_plan((opd_kcall_t *)call, &p)) return 0;
-  if (is_direct(&p) || is_pointwise(&p)) return 0;
+  int v = auto_variant(&p, call->in[0].dtype, 8);
+  if (v != OPD_CONV_IM2COL || is_pointwise(&p)) return 0;
   size_t b = (size_t)(p.C * p.R * p.S * p.P * p.Q) * opd__dtype_size(call->in[0].dtype);
   return (b + 255) & ~(size_t)255;
 }
 
+/* ---- running ------------------------------------------------------------ */
 template <typename T>
 static int run_direct(opd_kcall_t *call, const opd_cuda_ctx_t *ctx, const conv_plan_t *p) {
   int tiles_q = (int)((p->Q + TILE - 1) / TILE), tiles_p = (int)((p->P + TILE - 1) / TILE);
@@ -214,19 +599,109 @@ static int run_im2col(opd_kcall_t *call, const opd_cuda_ctx_t *ctx, const conv_p
   return rc;
 }
 
+
+template <typename T>
+static int run_igemm(opd_kcall_t *call, const opd_cuda_ctx_t *ctx, const conv_plan_t *p,
+                     int tile) {
+  igemm_geom_t g = {(int)p->C,  (int)p->H,  (int)p->W,  (int)p->K,  (int)p->R,
+                    (int)p->S,  (int)p->P,  (int)p->Q,  (int)p->sh, (int)p->sw,
+                    (int)p->ph, (int)p->pw, (int)p->dh, (int)p->dw, (int)(p->P * p->Q),
+                    (int)(p->N * p->P * p->Q)};
+  const T *x = (const T *)call->in[0].data, *w = (const T *)call->in[1].data;
+  const T *bias = p->has_bias ? (const T *)call->in[2].data : NULL;
+  T *y = (T *)call->out[0].data;
+  cudaStream_t st = OPD_STREAM(ctx);
+  unsigned kt64 = (unsigned)((p->K + 63) / 64), kt32 = (unsigned)((p->K + 31) / 32);
+  auto px = [&](int bn) { return (unsigned)((g.NPQ + bn - 1) / bn); };
+  if constexpr (std::is_same<T, float>::value) {
+    if (tile == OPD_IGEMM_TILE_L)
+      conv_igemm_f32<64, 128, 8, 8, 8><<<dim3(px(128), kt64), F32_THREADS, 0, st>>>(x, w, bias, y, g);
+    else if (tile == OPD_IGEMM_TILE_M)
+      conv_igemm_f32<64, 64, 8, 4, 16><<<dim3(px(64), kt64), F32_THREADS, 0, st>>>(x, w, bias, y, g);
+    else
+      conv_igemm_f32<32, 64, 4, 4, 32><<<dim3(px(64), kt32), F32_THREADS, 0, st>>>(x, w, bias, y, g);
+  } else {
+    if (tile == OPD_IGEMM_TILE_L)
+      conv_igemm_tc<T, 128><<<dim3(px(128), kt64), 256, 0, st>>>(x, w, bias, y, g);
+    else if (tile == OPD_IGEMM_TILE_M)
+      conv_igemm_tc<T, 64><<<dim3(px(64), kt64), 128, 0, st>>>(x, w, bias, y, g);
+    else
+      conv_igemm_tc<T, 32><<<dim3(px(32), kt64), 64, 0, st>>>(x, w, bias, y, g);
+  }
+  OPD_CUDA_LAUNCHED();
+  return 0;
+}
+
+/* SM count and compute capability major of ctx's device. */
+static int device_info(opd_kcall_t *call, const opd_cuda_ctx_t *ctx, int *sms, int *major) {
+  OPD_CUDA_CHECK(cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, ctx->device));
+  OPD_CUDA_CHECK(cudaDeviceGetAttribute(major, cudaDevAttrComputeCapabilityMajor, ctx->device));
+  return 0;
+}
+
+/* igemm with tile `tile` (OPD_IGEMM_TILE_AUTO: by size) on a planned,
+ * non-empty call; OPD_EINVAL where it does not apply. */
+static int igemm_checked(opd_kcall_t *call, const opd_cuda_ctx_t *ctx, const conv_plan_t *p,
+                         int tile) {
+  int sms, major, rc = device_info(call, ctx, &sms, &major);
+  if (rc) return rc;
+  int32_t dt = call->out[0].dtype;
+  bool half = dt != OPD_DTYPE_FLOAT32;
+  if (!igemm_fits(p))
+    return opd__kerr(call, OPD_EINVAL, "too large for the implicit-GEMM kernel's int32 indexing");
+  if (half && major < 8)
+    return opd__kerr(call, OPD_EINVAL, "the implicit-GEMM kernel needs sm_80 for %s",
+                     opd__kdtype_name(dt));
+  if (tile == OPD_IGEMM_TILE_AUTO) tile = igemm_tile(p, half, sms);
+  if (tile < OPD_IGEMM_TILE_L || tile > OPD_IGEMM_TILE_S)
+    return opd__kerr(call, OPD_EINVAL, "unknown implicit-GEMM tile %d", tile);
+  OPD_FLOAT_DISPATCH(dt, return opd__cuda_bad_dtype(call, dt),
+    return run_igemm<T>(call, ctx, p, tile);
+  )
+  return 0;
+}
+
+/* ---- entry points --------------------------------------------------------- */
+
+extern "C" int opd__conv2d_cuda_igemm(opd_kcall_t *call, const opd_cuda_ctx_t *ctx, int tile) {
+  conv_plan_t p;
+  int rc = opd__conv2d_plan(call, &p);
+  if (rc) return rc;
+  if (p.N == 0 || p.K == 0 || p.P * p.Q == 0) return 0;
+  return igemm_checked(call, ctx, &p, tile);
+}
+
 extern "C" int opd__conv2d_cuda_variant(opd_kcall_t *call, const opd_cuda_ctx_t *ctx,
                                         int variant) {
   conv_plan_t p;
   int rc = opd__conv2d_plan(call, &p);
   if (rc) return rc;
   if (p.N == 0 || p.K == 0 || p.P * p.Q == 0) return 0;
-  bool direct = variant == OPD_CONV_DIRECT3X3 || (variant == OPD_CONV_AUTO && is_direct(&p));
-  if (variant == OPD_CONV_DIRECT3X3 && !is_direct(&p))
-    return opd__kerr(call, OPD_EINVAL, "the direct kernel takes 3x3, stride 1, dilation 1 only");
-  OPD_FLOAT_DISPATCH(call->out[0].dtype, return opd__cuda_bad_dtype(call, call->out[0].dtype),
-    return direct ? run_direct<T>(call, ctx, &p) : run_im2col<T>(call, ctx, &p);
-  )
-  return 0;
+  int32_t dt = call->out[0].dtype;
+  if (variant == OPD_CONV_AUTO) {
+    int sms, major = 0;
+    if (dt != OPD_DTYPE_FLOAT32 && (rc = device_info(call, ctx, &sms, &major))) return rc;
+    variant = auto_variant(&p, dt, major);
+  }
+  switch (variant) {
+    case OPD_CONV_IGEMM:
+      return igemm_checked(call, ctx, &p, OPD_IGEMM_TILE_AUTO);
+    case OPD_CONV_DIRECT3X3:
+      if (!is_direct(&p))
+        return opd__kerr(call, OPD_EINVAL,
+                         "the direct kernel takes 3x3, stride 1, dilation 1 only");
+      OPD_FLOAT_DISPATCH(dt, return opd__cuda_bad_dtype(call, dt),
+        return run_direct<T>(call, ctx, &p);
+      )
+      return 0;
+    case OPD_CONV_IM2COL:
+      OPD_FLOAT_DISPATCH(dt, return opd__cuda_bad_dtype(call, dt),
+        return run_im2col<T>(call, ctx, &p);
+      )
+      return 0;
+    default:
+      return opd__kerr(call, OPD_EINVAL, "unknown conv2d variant %d", variant);
+  }
 }
 
 extern "C" int opd__conv2d_cuda(opd_kcall_t *call, const opd_cuda_ctx_t *ctx) {

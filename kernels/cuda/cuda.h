@@ -74,10 +74,14 @@ size_t opd__cuda_workspace(const opd_kcall_t *call);
 OPD_BUILTIN_OPS(X)
 #undef X
 
-/* conv2d's variants, for tests and benchmarks: OPD_CONV_AUTO is what
- * opd__conv2d_cuda runs (direct for 3x3 stride 1 dilation 1, else im2col);
- * OPD_CONV_DIRECT3X3 returns OPD_EINVAL for other geometries. */
-enum { OPD_CONV_AUTO = 0, OPD_CONV_DIRECT3X3 = 1, OPD_CONV_IM2COL = 2 };
+/* conv2d's variants, for tests and benchmarks (kernels/conv2d/cuda.cu says
+ * which geometry and dtype AUTO gives to which): OPD_CONV_AUTO is what
+ * opd__conv2d_cuda runs; OPD_CONV_DIRECT3X3 returns OPD_EINVAL for other
+ * geometries than 3x3 stride 1 dilation 1; OPD_CONV_IGEMM (implicit GEMM:
+ * tensor cores for float16 / bfloat16, FFMA for float32) returns
+ * OPD_EINVAL for sizes past its int32 indexing, or float16 / bfloat16 on
+ * a GPU older than sm_80. */
+enum { OPD_CONV_AUTO = 0, OPD_CONV_DIRECT3X3 = 1, OPD_CONV_IM2COL = 2, OPD_CONV_IGEMM = 3 };
 int opd__conv2d_cuda_variant(opd_kcall_t *call, const opd_cuda_ctx_t *ctx,
                              int variant);
 

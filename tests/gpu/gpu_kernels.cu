@@ -26,8 +26,14 @@
  * bandwidth = bytes read + written / time, next to a device-to-device
  * cudaMemcpyAsync moving the same bytes in the same run:
  * "bench op=... dtype=... shape=... us=... gbps=... copy_gbps=...
- * pct_copy=..."; matmul as TFLOP/s, conv2d (both variants) and nms as
+ * pct_copy=..." (gelu also in float16); matmul as TFLOP/s, conv2d (every
+ * variant: direct3x3, im2col, igemm; float32 and bfloat16) and nms as
  * times.
+ * conv2d is checked through every variant (AUTO, im2col, igemm with its
+ * tile by size and with each tile forced, direct3x3 on 3x3 stride 1):
+ * lines "gpu op=conv2d[variant]"; relu / gelu also on fixed edge values
+ * and misaligned / in-place buffers ("[special]", "[misaligned]",
+ * "[in-place]").
  *
  * Build and run (GPU machine):
  *   make CUDA=1 BLAS=0 build/tests/gpu_kernels
@@ -47,6 +53,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "kernels/conv2d/igemm.h"
 #include "kernels/cuda/cuda.h"
 
 extern "C" {
@@ -338,6 +345,72 @@ static void check_unary(void) {
     }
 }
 
+/* relu / gelu on fixed values (signed zeros, a float32 denormal, the
+ * far tails, NaN), and through the other layouts of unary.cuh: x and y
+ * misaligned by one element (the scalar kernel) and in place (y == x,
+ * aligned: the pack kernel with a 3-element tail). */
+static void check_unary_edges(void) {
+  static const float sp[16] = {0.0f, -0.0f, 1e-40f, -1e-40f, 5.5f,   -5.5f,   10.0f,  -10.0f,
+                               20.0f, -20.0f, 300.0f, -300.0f, 60000.0f, -60000.0f, NAN, 0.5f};
+  const char *ops[2] = {"relu", "gelu"};
+  for (int d = 0; d < 3; d++) {
+    double a, r;
+    tol(DTS[d], &a, &r, 1e-6, 1e-5);
+    in_spec_t s = {1, S(16), 0, 0, sp};
+    run_case("relu", "[special]", DTS[d], 1, &s, no_attrs, a, r);
+    run_case("gelu", "[special]", DTS[d], 1, &s, no_attrs, a, r);
+    run_case("gelu", "[tanh,special]", DTS[d], 1, &s,
+             [](opd_kcall_t *c) { strcpy(attr(c, "approximate")->s, "tanh"); }, a, r);
+    for (const char *op : ops)
+      for (int layout = 0; layout < 2; layout++) { /* 0: misaligned by 1 element, 1: in place */
+        if (!wanted(op)) continue;
+        const int64_t n = 4099;
+        size_t esz = opd__dtype_size(DTS[d]);
+        std::vector<float> h((size_t)n), want((size_t)n);
+        for (auto &v : h) v = round_to(DTS[d], frand(-6, 6));
+        opd_kcall_t ref, gpu;
+        call_init(&ref, op);
+        call_init(&gpu, op);
+        ref.n_in = gpu.n_in = 1;
+        int64_t shp[1] = {n};
+        set_view(&ref.in[0], OPD_DTYPE_FLOAT32, 1, shp, h.data());
+        shape_outs(&ref);
+        ref.out[0].data = want.data();
+        ref.op->cpu_ref(&ref);
+        std::vector<float> hx((size_t)n + 2, 0.0f); /* misaligned: x at element 1 */
+        std::copy(h.begin(), h.end(), hx.begin() + (layout == 0));
+        char *dx = (char *)to_dev(DTS[d], hx.data(), n + 2), *dy = NULL;
+        void *xin = dx + (layout == 0 ? esz : 0), *yout = xin;
+        if (layout == 0) {
+          CK(cudaMalloc(&dy, (size_t)(n + 2) * esz));
+          CK(cudaMemset(dy, 0xff, (size_t)(n + 2) * esz));
+          yout = dy + esz;
+        }
+        set_view(&gpu.in[0], DTS[d], 1, shp, xin);
+        shape_outs(&gpu);
+        gpu.out[0].data = yout;
+        int rg = opd__cuda_kernel_find(op)->run(&gpu, &g_ctx);
+        CK(cudaStreamSynchronize(g_stream));
+        std::vector<float> got = from_dev(DTS[d], yout, n);
+        double maxa = 0, maxr = 0;
+        bool ok = rg == 0;
+        for (int64_t i = 0; i < n; i++) {
+          float w = round_to(DTS[d], want[i]);
+          double e = fabs((double)got[i] - w);
+          maxa = std::max(maxa, e);
+          if (w != 0) maxr = std::max(maxr, e / fabs(w));
+          if (!(e <= a + r * fabs(w))) ok = false;
+        }
+        printf("gpu op=%s%s dtype=%s shape=[%lld] max_abs_err=%.3g max_rel_err=%.3g %s\n", op,
+               layout == 0 ? "[misaligned]" : "[in-place]", opd__kdtype_name(DTS[d]),
+               (long long)n, maxa, maxr, ok ? "PASS" : "FAIL");
+        ok ? g_pass++ : g_fail++;
+        CK(cudaFree(dx));
+        if (dy) CK(cudaFree(dy));
+      }
+  }
+}
+
 static void check_binary(void) {
   struct { in_spec_t a, b; } cases[] = {
       {{2, S(37, 129), -2, 2, NULL}, {2, S(37, 129), -2, 2, NULL}},
@@ -431,7 +504,28 @@ static void check_matmul(void) {
 static int conv_im2col(opd_kcall_t *c, const opd_cuda_ctx_t *x) {
   return opd__conv2d_cuda_variant(c, x, OPD_CONV_IM2COL);
 }
+static int conv_direct(opd_kcall_t *c, const opd_cuda_ctx_t *x) {
+  return opd__conv2d_cuda_variant(c, x, OPD_CONV_DIRECT3X3);
+}
+static int conv_igemm(opd_kcall_t *c, const opd_cuda_ctx_t *x) {
+  return opd__conv2d_cuda_variant(c, x, OPD_CONV_IGEMM);
+}
+static int conv_igemm_l(opd_kcall_t *c, const opd_cuda_ctx_t *x) {
+  return opd__conv2d_cuda_igemm(c, x, OPD_IGEMM_TILE_L);
+}
+static int conv_igemm_m(opd_kcall_t *c, const opd_cuda_ctx_t *x) {
+  return opd__conv2d_cuda_igemm(c, x, OPD_IGEMM_TILE_M);
+}
+static int conv_igemm_s(opd_kcall_t *c, const opd_cuda_ctx_t *x) {
+  return opd__conv2d_cuda_igemm(c, x, OPD_IGEMM_TILE_S);
+}
 
+/* Every case through AUTO (""), im2col and igemm (its tile by size), every
+ * igemm tile forced (L / M / S), and direct3x3 where it applies, in each
+ * dtype: odd C (not a multiple of the 8 / 32 channel stages), K past one
+ * or two 64-channel tiles, pixel counts that end mid-tile, tiles that
+ * span images (P*Q < tile), padding 0 / 1 / 2, bias or not, stride,
+ * dilation, 1 x N and 5 x 5 kernels. */
 static void check_conv2d(void) {
   struct cc { int64_t N, C, H, W, K, R, S, sh, sw, ph, pw, dh, dw; int bias; } cases[] = {
       {1, 3, 17, 19, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1},
@@ -444,6 +538,19 @@ static void check_conv2d(void) {
       {2, 8, 9, 9, 12, 1, 1, 1, 1, 0, 0, 1, 1, 1},   /* pointwise */
       {1, 6, 10, 10, 3, 1, 1, 2, 2, 1, 1, 1, 1, 0},
       {1, 64, 28, 28, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1},
+      {2, 37, 23, 29, 70, 3, 3, 1, 1, 1, 1, 1, 1, 1}, /* odd C, 2 K tiles, odd pixels */
+      {1, 16, 12, 20, 64, 3, 3, 1, 1, 0, 0, 1, 1, 0}, /* padding 0, K = one tile */
+      {3, 9, 5, 7, 12, 3, 3, 1, 1, 1, 1, 1, 1, 1},    /* tiles span images */
+      {1, 130, 10, 10, 24, 3, 3, 1, 1, 1, 1, 1, 1, 0}, /* 5 channel chunks, last partial */
+      {1, 3, 40, 40, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1},  /* first layer */
+      {1, 8, 15, 11, 9, 5, 5, 1, 1, 2, 2, 1, 1, 1},   /* 5x5 */
+      {2, 33, 7, 40, 65, 1, 3, 1, 1, 0, 1, 1, 1, 0},  /* 1x3, K = 65 */
+      {1, 48, 9, 9, 130, 3, 3, 1, 1, 2, 2, 1, 1, 1},  /* padding 2, 3 K tiles */
+  };
+  struct { const char *label; cuda_fn fn; } variants[] = {
+      {"", NULL},                    {"[im2col]", conv_im2col},   {"[igemm]", conv_igemm},
+      {"[igemm:L]", conv_igemm_l},   {"[igemm:M]", conv_igemm_m}, {"[igemm:S]", conv_igemm_s},
+      {"[direct3x3]", conv_direct},
   };
   for (int d = 0; d < 3; d++)
     for (auto &k : cases) {
@@ -462,9 +569,10 @@ static void check_conv2d(void) {
       double a, r;
       tol(DTS[d], &a, &r, 0, 1e-5);
       a = DTS[d] == OPD_DTYPE_FLOAT32 ? (double)red * ldexp(1.0, -22) : a * sqrt((double)red + 1);
-      run_case("conv2d", "", DTS[d], 2 + k.bias, in, at, a, r);
-      if (k.R == 3 && k.S == 3 && k.sh == 1 && k.sw == 1 && k.dh == 1 && k.dw == 1)
-        run_case("conv2d", "[im2col]", DTS[d], 2 + k.bias, in, at, a, r, conv_im2col);
+      bool direct = k.R == 3 && k.S == 3 && k.sh == 1 && k.sw == 1 && k.dh == 1 && k.dw == 1;
+      for (auto &v : variants)
+        if (v.fn != conv_direct || direct)
+          run_case("conv2d", v.label, DTS[d], 2 + k.bias, in, at, a, r, v.fn);
     }
 }
 
@@ -577,6 +685,11 @@ __global__ void to_bf16(const float *s, __nv_bfloat16 *d, int64_t n) {
        i += (int64_t)gridDim.x * blockDim.x)
     d[i] = __float2bfloat16_rn(s[i]);
 }
+__global__ void to_f16(const float *s, __half *d, int64_t n) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x)
+    d[i] = __float2half_rn(s[i]);
+}
 
 /* Device tensor of n elements of dt, random in [lo, hi). */
 static void *dev_rand(int dt, int64_t n, float lo, float hi) {
@@ -587,6 +700,7 @@ static void *dev_rand(int dt, int64_t n, float lo, float hi) {
   void *d;
   CK(cudaMalloc(&d, (size_t)n * 2));
   if (dt == OPD_DTYPE_BFLOAT16) to_bf16<<<1024, 256>>>(f, (__nv_bfloat16 *)d, n);
+  if (dt == OPD_DTYPE_FLOAT16) to_f16<<<1024, 256>>>(f, (__half *)d, n);
   CK(cudaDeviceSynchronize());
   CK(cudaFree(f));
   return d;
@@ -641,10 +755,12 @@ static void bench_rows(void) {
   struct { int dt; int64_t R, C; } shapes[] = {{OPD_DTYPE_FLOAT32, 8192, 8192},
                                                {OPD_DTYPE_FLOAT32, 1024, 65536},
                                                {OPD_DTYPE_FLOAT32, 256, 262144},
-                                               {OPD_DTYPE_BFLOAT16, 8192, 8192}};
+                                               {OPD_DTYPE_BFLOAT16, 8192, 8192},
+                                               {OPD_DTYPE_FLOAT16, 8192, 8192}};
   for (auto &s : shapes)
     for (const char *op : ops) {
       if (!wanted(op)) continue;
+      if (s.dt == OPD_DTYPE_FLOAT16 && strcmp(op, "gelu") != 0) continue; /* gelu only */
       opd_kcall_t c;
       call_init(&c, op);
       int64_t shp[2] = {s.R, s.C}, cs[1] = {s.C};
@@ -693,37 +809,39 @@ static void bench_matmul(void) {
   }
 }
 
-static int conv_direct(opd_kcall_t *c, const opd_cuda_ctx_t *x) {
-  return opd__conv2d_cuda_variant(c, x, OPD_CONV_DIRECT3X3);
-}
-
+/* conv2d 3x3 stride 1 padding 1 on four shapes, float32 and bfloat16,
+ * every variant (igemm with its tile chosen by size, as AUTO runs it). */
 static void bench_conv2d(void) {
   if (!wanted("conv2d")) return;
   struct { int64_t N, C, HW, K; } cases[] = {{1, 3, 224, 64}, {1, 64, 56, 64}, {8, 256, 14, 256},
                                              {32, 64, 56, 64}};
-  for (auto &k : cases)
-    for (int v = 0; v < 2; v++) {
-      opd_kcall_t c;
-      call_init(&c, "conv2d");
-      attr(&c, "padding")->ints[0] = 1;
-      int64_t sx[4] = {k.N, k.C, k.HW, k.HW}, sw[4] = {k.K, k.C, 3, 3}, sbias[1] = {k.K};
-      c.n_in = 3;
-      set_view(&c.in[0], OPD_DTYPE_FLOAT32, 4, sx, dev_rand(OPD_DTYPE_FLOAT32, k.N * k.C * k.HW * k.HW, -1, 1));
-      set_view(&c.in[1], OPD_DTYPE_FLOAT32, 4, sw, dev_rand(OPD_DTYPE_FLOAT32, k.K * k.C * 9, -1, 1));
-      set_view(&c.in[2], OPD_DTYPE_FLOAT32, 1, sbias, dev_rand(OPD_DTYPE_FLOAT32, k.K, -1, 1));
-      shape_outs(&c);
-      CK(cudaMalloc(&c.out[0].data, (size_t)c.out[0].numel * 4));
-      ensure_workspace(opd__cuda_workspace(&c));
-      cuda_fn fn = v == 0 ? conv_direct : conv_im2col;
-      double us = time_us([&] { run_or_die(&c, fn); });
-      double fl = 2.0 * k.N * k.K * k.HW * k.HW * k.C * 9;
-      printf("bench op=conv2d variant=%s dtype=float32 shape=N%lld_C%lld_%lldx%lld_K%lld us=%.1f tflops=%.2f\n",
-             v == 0 ? "direct3x3" : "im2col", (long long)k.N, (long long)k.C, (long long)k.HW,
-             (long long)k.HW, (long long)k.K, us, fl / (us * 1e6));
-      fflush(stdout);
-      for (int i = 0; i < 3; i++) CK(cudaFree(c.in[i].data));
-      CK(cudaFree(c.out[0].data));
-    }
+  struct { const char *name; cuda_fn fn; } variants[] = {
+      {"direct3x3", conv_direct}, {"im2col", conv_im2col}, {"igemm", conv_igemm}};
+  const int dts[2] = {OPD_DTYPE_FLOAT32, OPD_DTYPE_BFLOAT16};
+  for (int dt : dts)
+    for (auto &k : cases)
+      for (auto &v : variants) {
+        opd_kcall_t c;
+        call_init(&c, "conv2d");
+        attr(&c, "padding")->ints[0] = 1;
+        int64_t sx[4] = {k.N, k.C, k.HW, k.HW}, sw[4] = {k.K, k.C, 3, 3}, sbias[1] = {k.K};
+        c.n_in = 3;
+        set_view(&c.in[0], dt, 4, sx, dev_rand(dt, k.N * k.C * k.HW * k.HW, -1, 1));
+        set_view(&c.in[1], dt, 4, sw, dev_rand(dt, k.K * k.C * 9, -1, 1));
+        set_view(&c.in[2], dt, 1, sbias, dev_rand(dt, k.K, -1, 1));
+        shape_outs(&c);
+        CK(cudaMalloc(&c.out[0].data, (size_t)c.out[0].numel * opd__dtype_size(dt)));
+        ensure_workspace(opd__cuda_workspace(&c));
+        double us = time_us([&] { run_or_die(&c, v.fn); });
+        double fl = 2.0 * k.N * k.K * k.HW * k.HW * k.C * 9;
+        printf("bench op=conv2d variant=%s dtype=%s shape=N%lld_C%lld_%lldx%lld_K%lld us=%.1f "
+               "tflops=%.2f\n",
+               v.name, opd__kdtype_name(dt), (long long)k.N, (long long)k.C, (long long)k.HW,
+               (long long)k.HW, (long long)k.K, us, fl / (us * 1e6));
+        fflush(stdout);
+        for (int i = 0; i < 3; i++) CK(cudaFree(c.in[i].data));
+        CK(cudaFree(c.out[0].data));
+      }
 }
 
 static void bench_nms(void) {
@@ -802,6 +920,7 @@ int main(int argc, char **argv) {
   check_noop();
   check_copy();
   check_unary();
+  check_unary_edges();
   check_binary();
   check_rows();
   check_matmul();
