@@ -8,6 +8,11 @@
  * its own reply may come first or last. The socket stays blocking; waits
  * with a timeout use poll().
  *
+ * The request path is kept cheap: a frame is packed into a stack buffer
+ * (fbuf_t, no libc call per small chunk) and each reply is decoded in one
+ * pass (opd__mp_decode) into the connection's arena, which needs no malloc
+ * for an ordinary reply.
+ *
  * A connection remembers the pid that made it: after fork() the child
  * gets OPD_ESTATE instead of reading replies meant for its parent.
  */
@@ -69,7 +74,7 @@ struct opd_client {
   size_t rlen, rcap;
   int rfds[8];                   /* fds received, not yet claimed (mu) */
   int n_rfds;
-  msgpack_zone zone;             /* under mu */
+  opd_mp_arena_t arena;          /* decodes one reply (under mu) */
   uint32_t max_frame;
   uint32_t max_inflight;
   carena_t *arenas;
@@ -143,36 +148,93 @@ typedef struct fbuf {
   char local[1024];
 } fbuf_t;
 
+static int fbuf_grow(fbuf_t *b, size_t len) {
+  size_t cap = b->cap * 2;
+  while (cap < b->size + len) cap *= 2;
+  char *nd = b->data == b->local ? malloc(cap) : realloc(b->data, cap);
+  if (nd == NULL) {
+    b->oom = 1;
+    return -1;
+  }
+  if (b->data == b->local) memcpy(nd, b->local, b->size);
+  b->data = nd;
+  b->cap = cap;
+  return 0;
+}
+
+/* Copies what a frame is mostly made of, 1 to 16 bytes, with two
+ * fixed-size (possibly overlapping) moves, which compile to plain loads
+ * and stores rather than a call to memcpy. */
+static inline void copy_small(char *d, const char *s, size_t len) {
+  if (len >= 8 && len <= 16) {
+    memcpy(d, s, 8);
+    memcpy(d + len - 8, s + len - 8, 8);
+  } else if (len >= 4 && len < 8) {
+    memcpy(d, s, 4);
+    memcpy(d + len - 4, s + len - 4, 4);
+  } else if (len < 4) {
+    if (len > 0) d[0] = s[0];
+    if (len > 1) d[1] = s[1];
+    if (len > 2) d[2] = s[2];
+  } else {
+    memcpy(d, s, len);
+  }
+}
+
+/* msgpack-c's packer (the requests other than run and infer) calls this
+ * for every header and every string body. */
 static int fbuf_write(void *data, const char *buf, size_t len) {
   fbuf_t *b = data;
-  if (b->size + len > b->cap) {
-    size_t cap = b->cap * 2;
-    while (cap < b->size + len) cap *= 2;
-    char *nd = b->data == b->local ? malloc(cap) : realloc(b->data, cap);
-    if (nd == NULL) {
-      b->oom = 1;
-      return -1;
-    }
-    if (b->data == b->local) memcpy(nd, b->local, b->size);
-    b->data = nd;
-    b->cap = cap;
-  }
-  memcpy(b->data + b->size, buf, len);
+  if (b->size + len > b->cap && fbuf_grow(b, len) != 0) return -1;
+  copy_small(b->data + b->size, buf, len);
   b->size += len;
   return 0;
 }
 
+/* Room for n more bytes at the end of b, or NULL (b->oom is set). */
+static inline unsigned char *fbuf_room(fbuf_t *b, size_t n) {
+  if (b->cap - b->size < n && fbuf_grow(b, n) != 0) return NULL;
+  return (unsigned char *)b->data + b->size;
+}
+
+static inline void fbuf_set_end(fbuf_t *b, unsigned char *end) {
+  b->size = (size_t)((char *)end - b->data);
+}
+
+/* The run and infer frames are packed with these: msgpack written in
+ * place (common/wire.h), the same bytes msgpack-c's packer writes. */
+static inline void put_map(fbuf_t *b, uint32_t n) {
+  unsigned char *p = fbuf_room(b, OPD_MP_PUT_MAX);
+  if (p) fbuf_set_end(b, opd__mp_put_map(p, n));
+}
+
+/* A string at p, where the caller made room for OPD_MP_PUT_MAX + len. */
+static inline unsigned char *put_strp(unsigned char *p, const char *s,
+                                      size_t len) {
+  p = opd__mp_put_str(p, (uint32_t)len);
+  copy_small((char *)p, s, len);
+  return p + len;
+}
+
+static inline void put_str(fbuf_t *b, const char *s, size_t len) {
+  unsigned char *p = fbuf_room(b, OPD_MP_PUT_MAX + len);
+  if (p) fbuf_set_end(b, put_strp(p, s, len));
+}
+
+#define PUT_KEY(b, lit) put_str((b), (lit), sizeof(lit) - 1)
+#define PUT_STR(b, s) put_str((b), (s), strlen(s))
+
 /* Starts a request frame [type, id, body...]; the caller packs the body
- * map next. */
+ * map next, with pk (msgpack-c's packer into b) or the put_ helpers. */
 static void frame_begin(fbuf_t *b, msgpack_packer *pk, int type, uint64_t id) {
+  unsigned char *p = (unsigned char *)b->local + OPD_FRAME_HEADER;
   b->data = b->local;
-  b->size = OPD_FRAME_HEADER;
   b->cap = sizeof b->local;
   b->oom = 0;
-  msgpack_packer_init(pk, b, fbuf_write);
-  msgpack_pack_array(pk, 3);
-  msgpack_pack_uint32(pk, (uint32_t)type);
-  msgpack_pack_uint64(pk, id);
+  if (pk) msgpack_packer_init(pk, b, fbuf_write);
+  *p++ = 0x93; /* fits: local holds far more than 1 + 2 * OPD_MP_PUT_MAX */
+  p = opd__mp_put_uint(p, (uint32_t)type);
+  fbuf_set_end(b, opd__mp_put_uint(p, id));
 }
 
 static void fbuf_free(fbuf_t *b) {
@@ -200,8 +262,8 @@ static slot_t *slot_find(opd_client_t *c, uint64_t id) {
 }
 
 static void slot_remove(opd_client_t *c, slot_t *s) {
-  free(s->msg);
-  free(s->payload);
+  if (s->msg) free(s->msg); /* both NULL after a plain success */
+  if (s->payload) free(s->payload);
   if (s->fd >= 0) close(s->fd);
   *s = c->slots[--c->n_slots];
 }
@@ -230,14 +292,14 @@ static void set_broken(opd_client_t *c, int code, const char *msg) {
 static void deliver(opd_client_t *c, const unsigned char *p, uint32_t len) {
   char err[160];
   msgpack_object o;
-  size_t off = 0;
 
-  if (opd__mp_check(p, len, OPD_MAX_DEPTH, err, sizeof err) != 0 ||
-      msgpack_unpack((const char *)p, len, &off, &c->zone, &o) !=
-          MSGPACK_UNPACK_SUCCESS ||
-      o.type != MSGPACK_OBJECT_ARRAY || o.via.array.size != 4) {
-    set_broken(c, OPD_EPROTO, "the daemon sent a malformed reply");
-    msgpack_zone_clear(&c->zone);
+  int rc = opd__mp_decode(&c->arena, p, len, OPD_MAX_DEPTH, &o, err, sizeof err);
+  if (rc != 0 || o.type != MSGPACK_OBJECT_ARRAY || o.via.array.size != 4) {
+    char why[240];
+    snprintf(why, sizeof why, "the daemon sent a malformed reply (%s)",
+             rc != 0 ? err : "not [type, id, code, body]");
+    set_broken(c, rc != 0 ? rc : OPD_EPROTO, why);
+    opd__mp_arena_reset(&c->arena);
     return;
   }
   const msgpack_object *f = o.via.array.ptr;
@@ -247,7 +309,8 @@ static void deliver(opd_client_t *c, const unsigned char *p, uint32_t len) {
   opd__mp_uint(&f[1], &id);
   opd__mp_int(&f[2], &code);
   const msgpack_object *m = opd__mp_get(&f[3], "message");
-  char msg[400] = "";
+  char msg[400];
+  msg[0] = '\0'; /* not `= ""`: that would clear all 400 bytes per reply */
   if (m != NULL) opd__mp_str(m, msg, sizeof msg);
 
   if (type == OPD_MSG_GOODBYE) {
@@ -276,7 +339,7 @@ static void deliver(opd_client_t *c, const unsigned char *p, uint32_t len) {
       else close(fd);
     }
   }
-  msgpack_zone_clear(&c->zone);
+  opd__mp_arena_reset(&c->arena);
 }
 
 /* Reads what has arrived (waiting up to timeout_ms, < 0 forever) into rbuf.
@@ -405,7 +468,7 @@ static void deliver_frames(opd_client_t *c) {
     deliver(c, c->rbuf + off + OPD_FRAME_HEADER, len);
     off += OPD_FRAME_HEADER + len;
   }
-  memmove(c->rbuf, c->rbuf + off, c->rlen - off);
+  if (off > 0 && c->rlen > off) memmove(c->rbuf, c->rbuf + off, c->rlen - off);
   c->rlen -= off;
 }
 
@@ -787,7 +850,7 @@ int opd_connect_flags(const char *socket_path, uint32_t flags,
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
   pthread_cond_init(&c->cv, &ca);
   pthread_condattr_destroy(&ca);
-  msgpack_zone_init(&c->zone, 4096);
+  opd__mp_arena_init(&c->arena);
 
   if (opd__socket_path(socket_path, c->path, sizeof c->path) != 0) {
     rc = fail(OPD_EINVAL, "socket path too long");
@@ -857,7 +920,7 @@ void opd_close(opd_client_t *c) {
   free(c->arenas);
   free(c->rbuf);
   free(c->hello_json);
-  msgpack_zone_destroy(&c->zone);
+  opd__mp_arena_destroy(&c->arena);
   pthread_mutex_destroy(&c->mu);
   pthread_mutex_destroy(&c->send_mu);
   pthread_cond_destroy(&c->cv);
@@ -1195,51 +1258,73 @@ int opd_tensor_init(opd_tensor_t *t, uint64_t arena, uint64_t offset,
   return 0;
 }
 
-static int pack_tensors(msgpack_packer *pk, const opd_tensor_t *t, uint32_t n,
-                        const char *what) {
-  msgpack_pack_array(pk, n);
+static int pack_tensor_list(fbuf_t *b, const opd_tensor_t *t, uint32_t n,
+                            const char *what) {
+  unsigned char *p = fbuf_room(b, OPD_MP_PUT_MAX);
+  if (p) fbuf_set_end(b, opd__mp_put_array(p, n));
   for (uint32_t i = 0; i < n; i++) {
     if (t[i].rank < 0 || t[i].rank > OPD_MAX_RANK)
       return fail(OPD_ELIMIT, "%s %u: rank %d out of 0..%d", what, i,
                   t[i].rank, OPD_MAX_RANK);
-    opd_desc_t d = {.arena = t[i].arena, .offset = t[i].offset,
-                    .dtype = t[i].dtype, .rank = t[i].rank,
-                    .contiguous = !t[i].strided};
-    memcpy(d.shape, t[i].shape, sizeof d.shape);
-    memcpy(d.strides, t[i].strides, sizeof d.strides);
-    opd__desc_pack(pk, &d);
+    if ((p = fbuf_room(b, OPD_MP_DESC_MAX)) == NULL) continue;
+    fbuf_set_end(b, opd__mp_put_desc(p, t[i].arena, t[i].offset, t[i].dtype,
+                                     t[i].rank, t[i].shape,
+                                     t[i].strided ? t[i].strides : NULL));
   }
   return 0;
 }
 
-static int pack_attrs(msgpack_packer *pk, const opd_attr_t *a, uint32_t n) {
-  msgpack_pack_map(pk, n);
+static inline int pack_tensors(fbuf_t *b, const opd_tensor_t *t, uint32_t n,
+                               const char *what) {
+  if (n > 0) return pack_tensor_list(b, t, n, what);
+  unsigned char *p = fbuf_room(b, 1);
+  if (p) fbuf_set_end(b, opd__mp_put_array(p, 0)); /* [] */
+  return 0;
+}
+
+/* One attribute's value; 0 or OPD_EINVAL. */
+static int put_attr(fbuf_t *b, const opd_attr_t *a) {
+  unsigned char *p;
+  switch (a->type) {
+    case OPD_ATTR_INT:
+      if ((p = fbuf_room(b, OPD_MP_PUT_MAX))) fbuf_set_end(b, opd__mp_put_int(p, a->i));
+      return 0;
+    case OPD_ATTR_FLOAT:
+      if ((p = fbuf_room(b, OPD_MP_PUT_MAX))) fbuf_set_end(b, opd__mp_put_double(p, a->f));
+      return 0;
+    case OPD_ATTR_BOOL:
+      if ((p = fbuf_room(b, 1))) {
+        *p = a->i ? 0xc3 : 0xc2; /* true, false */
+        fbuf_set_end(b, p + 1);
+      }
+      return 0;
+    case OPD_ATTR_STR:
+      if (a->s == NULL)
+        return fail(OPD_EINVAL, "attribute \"%s\" has no string", a->name);
+      PUT_STR(b, a->s);
+      return 0;
+    case OPD_ATTR_INTS:
+      if (a->n < 0 || a->n > OPD_MAX_RANK)
+        return fail(OPD_EINVAL, "attribute \"%s\": %d ints, at most %d",
+                    a->name, a->n, OPD_MAX_RANK);
+      if ((p = fbuf_room(b, (1 + OPD_MAX_RANK) * OPD_MP_PUT_MAX)) == NULL)
+        return 0;
+      p = opd__mp_put_array(p, (uint32_t)a->n);
+      for (int k = 0; k < a->n; k++) p = opd__mp_put_int(p, a->ints[k]);
+      fbuf_set_end(b, p);
+      return 0;
+  }
+  return fail(OPD_EINVAL, "attribute \"%s\" has unknown type %d", a->name,
+              a->type);
+}
+
+static int pack_attrs(fbuf_t *b, const opd_attr_t *a, uint32_t n) {
+  put_map(b, n);
   for (uint32_t i = 0; i < n; i++) {
     if (a[i].name == NULL) return fail(OPD_EINVAL, "attribute %u has no name", i);
-    PACK_STR(pk, a[i].name);
-    switch (a[i].type) {
-      case OPD_ATTR_INT: msgpack_pack_int64(pk, a[i].i); break;
-      case OPD_ATTR_FLOAT: msgpack_pack_double(pk, a[i].f); break;
-      case OPD_ATTR_BOOL:
-        if (a[i].i) msgpack_pack_true(pk);
-        else msgpack_pack_false(pk);
-        break;
-      case OPD_ATTR_STR:
-        if (a[i].s == NULL)
-          return fail(OPD_EINVAL, "attribute \"%s\" has no string", a[i].name);
-        PACK_STR(pk, a[i].s);
-        break;
-      case OPD_ATTR_INTS:
-        if (a[i].n < 0 || a[i].n > OPD_MAX_RANK)
-          return fail(OPD_EINVAL, "attribute \"%s\": %d ints, at most %d",
-                      a[i].name, a[i].n, OPD_MAX_RANK);
-        msgpack_pack_array(pk, (size_t)a[i].n);
-        for (int k = 0; k < a[i].n; k++) msgpack_pack_int64(pk, a[i].ints[k]);
-        break;
-      default:
-        return fail(OPD_EINVAL, "attribute \"%s\" has unknown type %d",
-                    a[i].name, a[i].type);
-    }
+    PUT_STR(b, a[i].name);
+    int rc = put_attr(b, &a[i]);
+    if (rc != 0) return rc;
   }
   return 0;
 }
@@ -1249,27 +1334,31 @@ static int build_run(fbuf_t *b, int type, uint64_t id, const char *device,
                      const char *op, const opd_tensor_t *in, uint32_t n_in,
                      const opd_tensor_t *out, uint32_t n_out,
                      const opd_attr_t *attrs, uint32_t n_attrs) {
-  msgpack_packer pk;
   if (op == NULL) return fail(OPD_EINVAL, "op name is NULL");
   if ((n_in && !in) || (n_out && !out) || (n_attrs && !attrs))
     return fail(OPD_EINVAL, "NULL tensor or attribute array with a count");
-  frame_begin(b, &pk, type, id);
-  msgpack_pack_map(&pk, (type == OPD_MSG_RUN ? 4 : 3) + (device != NULL));
-  if (device != NULL) {
-    PACK_STR(&pk, "device");
-    PACK_STR(&pk, device);
+  size_t op_len = strlen(op), dev_len = device ? strlen(device) : 0;
+  frame_begin(b, NULL, type, id);
+  /* {"device"?: str, "op": str, "in": ...: one look for room for it all */
+  unsigned char *p = fbuf_room(b, 6 * OPD_MP_PUT_MAX + op_len + dev_len);
+  if (p != NULL) {
+    p = opd__mp_put_map(p, (type == OPD_MSG_RUN ? 4u : 3u) + (device != NULL));
+    if (device != NULL) {
+      p = put_strp(p, "device", 6);
+      p = put_strp(p, device, dev_len);
+    }
+    p = put_strp(p, "op", 2);
+    p = put_strp(p, op, op_len);
+    fbuf_set_end(b, put_strp(p, "in", 2));
   }
-  PACK_STR(&pk, "op");
-  PACK_STR(&pk, op);
-  PACK_STR(&pk, "in");
-  int rc = pack_tensors(&pk, in, n_in, "input");
+  int rc = pack_tensors(b, in, n_in, "input");
   if (rc == 0 && type == OPD_MSG_RUN) {
-    PACK_STR(&pk, "out");
-    rc = pack_tensors(&pk, out, n_out, "output");
+    PUT_KEY(b, "out");
+    rc = pack_tensors(b, out, n_out, "output");
   }
   if (rc == 0) {
-    PACK_STR(&pk, "attrs");
-    rc = pack_attrs(&pk, attrs, n_attrs);
+    PUT_KEY(b, "attrs");
+    rc = pack_attrs(b, attrs, n_attrs);
   }
   if (rc != 0) fbuf_free(b);
   return rc;

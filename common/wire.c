@@ -1,9 +1,10 @@
-/* Wire helpers: name tables, msgpack pre-check, descriptor codec and
+/* Wire helpers: name tables, the msgpack decoder, descriptor codec and
  * validation. See wire.h for the DESIGN. */
 #include "common/wire.h"
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static void seterr(char *err, size_t errlen, const char *fmt, ...)
@@ -72,123 +73,239 @@ const char *opd__attr_type_name(int type) {
   return "none";
 }
 
-/* ---- msgpack pre-check ------------------------------------------------ */
+/* ---- msgpack decoding ------------------------------------------------- */
 
-static uint64_t be(const unsigned char *p, int n) {
-  uint64_t v = 0;
-  for (int i = 0; i < n; i++) v = v << 8 | p[i];
-  return v;
+enum { MP_CHUNK_MIN = 1024 }; /* objects in a malloc'd chunk, at least */
+
+struct opd_mp_chunk {
+  struct opd_mp_chunk *next;
+  msgpack_object obj[];
+};
+
+void opd__mp_arena_free_chunks(opd_mp_arena_t *a) {
+  while (a->chunks != NULL) {
+    opd_mp_chunk_t *c = a->chunks;
+    a->chunks = c->next;
+    free(c);
+  }
 }
 
-int opd__mp_check(const void *buf, size_t len, int max_depth, char *err,
-                  size_t errlen) {
+/* A new chunk for n objects that do not fit in the current one. The rest of
+ * the current one is abandoned: less than n objects, so an arena never
+ * holds more than twice what was asked of it, plus one minimum chunk. */
+static msgpack_object *arena_grow(opd_mp_arena_t *a, size_t n) {
+  size_t cap = n > MP_CHUNK_MIN ? n : MP_CHUNK_MIN;
+  if (cap > (SIZE_MAX - sizeof(opd_mp_chunk_t)) / sizeof(msgpack_object))
+    return NULL;
+  opd_mp_chunk_t *c = malloc(sizeof *c + cap * sizeof(msgpack_object));
+  if (c == NULL) return NULL;
+  c->next = a->chunks;
+  a->chunks = c;
+  a->next = c->obj + n;
+  a->end = c->obj + cap;
+  return c->obj;
+}
+
+static inline msgpack_object *arena_take(opd_mp_arena_t *a, size_t n) {
+  if ((size_t)(a->end - a->next) < n) return arena_grow(a, n);
+  msgpack_object *o = a->next;
+  a->next += n;
+  return o;
+}
+
+/* Big-endian loads; the compiler turns each into one load and a bswap. */
+static inline uint16_t ld16(const unsigned char *p) {
+  return (uint16_t)(p[0] << 8 | p[1]);
+}
+static inline uint32_t ld32(const unsigned char *p) {
+  return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 |
+         (uint32_t)p[3];
+}
+static inline uint64_t ld64(const unsigned char *p) {
+  return (uint64_t)ld32(p) << 32 | ld32(p + 4);
+}
+
+static inline void set_int(msgpack_object *o, int64_t v) {
+  if (v >= 0) {
+    o->type = MSGPACK_OBJECT_POSITIVE_INTEGER;
+    o->via.u64 = (uint64_t)v;
+  } else {
+    o->type = MSGPACK_OBJECT_NEGATIVE_INTEGER;
+    o->via.i64 = v;
+  }
+}
+
+/* One pass over the bytes, with a stack of the containers being filled:
+ * [cur, stop) are the objects still to read at this depth, `outer` counts
+ * those of the levels above. Scalars and strings need only not run past
+ * the end (bytes they take from objects still to come show up as
+ * truncation there). A container's count must fit in the bytes left
+ * after one for every object still to come (outer + stop - cur): so every
+ * object ever allocated gets a byte of its own, and the objects allocated
+ * for a payload never outnumber its bytes. */
+int opd__mp_decode(opd_mp_arena_t *a, const void *buf, size_t len,
+                   int max_depth, msgpack_object *out, char *err,
+                   size_t errlen) {
   enum { CAP = 32 };
   const unsigned char *p = buf, *end = p + len;
-  uint64_t left[CAP + 1]; /* objects still to read at each depth */
+  struct { msgpack_object *cur, *stop; } stack[CAP]; /* the levels above */
+  msgpack_object *cur = out, *stop = out + 1;
+  size_t outer = 0;
+  uint64_t objs; /* a container's objects: its count, twice that for a map */
   int depth = 0;
 
   if (max_depth > CAP) max_depth = CAP;
-  left[0] = 1;
-  while (depth >= 0) {
-    if (left[depth] == 0) {
+  for (;;) {
+    if (cur == stop) {
+      if (depth == 0) break;
       depth--;
+      cur = stack[depth].cur;
+      stop = stack[depth].stop;
+      outer -= (size_t)(stop - cur);
       continue;
     }
-    left[depth]--;
-    if (p >= end) {
-      seterr(err, errlen, "msgpack payload is truncated");
+    msgpack_object *o = cur++;
+    if (p == end) goto truncated;
+    unsigned t = *p++;
+    uint64_t n; /* str/bin length or container count */
+
+#define NEED(k) if ((size_t)(end - p) < (k)) goto truncated
+    switch (t >> 4) { /* the fixed forms first: one jump */
+      case 0x0: case 0x1: case 0x2: case 0x3:
+      case 0x4: case 0x5: case 0x6: case 0x7:
+        o->type = MSGPACK_OBJECT_POSITIVE_INTEGER;
+        o->via.u64 = t;
+        continue;
+      case 0x8: n = t & 0x0f; goto map;
+      case 0x9: n = t & 0x0f; goto array;
+      case 0xa: case 0xb: n = t & 0x1f; goto str;
+      case 0xe: case 0xf:
+        o->type = MSGPACK_OBJECT_NEGATIVE_INTEGER;
+        o->via.i64 = (int8_t)t;
+        continue;
+      default: break; /* 0xc0 to 0xdf */
+    }
+    switch (t) {
+      case 0xc0: o->type = MSGPACK_OBJECT_NIL; continue;
+      case 0xc2:
+      case 0xc3:
+        o->type = MSGPACK_OBJECT_BOOLEAN;
+        o->via.boolean = t == 0xc3;
+        continue;
+      case 0xc4: NEED(1); n = p[0]; p += 1; goto bin;
+      case 0xc5: NEED(2); n = ld16(p); p += 2; goto bin;
+      case 0xc6: NEED(4); n = ld32(p); p += 4; goto bin;
+      case 0xca: {
+        NEED(4);
+        uint32_t u = ld32(p);
+        float f;
+        memcpy(&f, &u, sizeof f);
+        o->type = MSGPACK_OBJECT_FLOAT32;
+        o->via.f64 = f;
+        p += 4;
+        continue;
+      }
+      case 0xcb: {
+        NEED(8);
+        uint64_t u = ld64(p);
+        memcpy(&o->via.f64, &u, sizeof u);
+        o->type = MSGPACK_OBJECT_FLOAT64;
+        p += 8;
+        continue;
+      }
+      case 0xcc: NEED(1); n = p[0]; p += 1; goto uint;
+      case 0xcd: NEED(2); n = ld16(p); p += 2; goto uint;
+      case 0xce: NEED(4); n = ld32(p); p += 4; goto uint;
+      case 0xcf: NEED(8); n = ld64(p); p += 8; goto uint;
+      case 0xd0: NEED(1); set_int(o, (int8_t)p[0]); p += 1; continue;
+      case 0xd1: NEED(2); set_int(o, (int16_t)ld16(p)); p += 2; continue;
+      case 0xd2: NEED(4); set_int(o, (int32_t)ld32(p)); p += 4; continue;
+      case 0xd3: NEED(8); set_int(o, (int64_t)ld64(p)); p += 8; continue;
+      case 0xd9: NEED(1); n = p[0]; p += 1; goto str;
+      case 0xda: NEED(2); n = ld16(p); p += 2; goto str;
+      case 0xdb: NEED(4); n = ld32(p); p += 4; goto str;
+      case 0xdc: NEED(2); n = ld16(p); p += 2; goto array;
+      case 0xdd: NEED(4); n = ld32(p); p += 4; goto array;
+      case 0xde: NEED(2); n = ld16(p); p += 2; goto map;
+      case 0xdf: NEED(4); n = ld32(p); p += 4; goto map;
+      default:
+        seterr(err, errlen, "msgpack type 0x%02x is not used by the protocol",
+               t);
+        return OPD_EPROTO;
+    }
+#undef NEED
+
+  uint:
+    o->type = MSGPACK_OBJECT_POSITIVE_INTEGER;
+    o->via.u64 = n;
+    continue;
+  str:
+    if (n > (size_t)(end - p)) goto truncated;
+    o->type = MSGPACK_OBJECT_STR;
+    o->via.str.size = (uint32_t)n;
+    o->via.str.ptr = (const char *)p;
+    p += n;
+    continue;
+  bin:
+    if (n > (size_t)(end - p)) goto truncated;
+    o->type = MSGPACK_OBJECT_BIN;
+    o->via.bin.size = (uint32_t)n;
+    o->via.bin.ptr = (const char *)p;
+    p += n;
+    continue;
+  array:
+    o->type = MSGPACK_OBJECT_ARRAY;
+    objs = n;
+    goto container;
+  map:
+    o->type = MSGPACK_OBJECT_MAP;
+    objs = 2 * n; /* an entry is a key and a value */
+  container: {
+    /* o->via.map has via.array's layout: {size, pointer to the objects} */
+    size_t left = (size_t)(end - p), owed = outer + (size_t)(stop - cur);
+    if (objs > (left > owed ? left - owed : 0)) {
+      seterr(err, errlen,
+             "msgpack %s count %llu is larger than the %zu bytes left",
+             o->type == MSGPACK_OBJECT_MAP ? "map" : "array",
+             (unsigned long long)n, left > owed ? left - owed : 0);
       return OPD_EPROTO;
     }
-    unsigned t = *p++;
-    size_t avail = (size_t)(end - p);
-    uint64_t skip = 0;     /* bytes of payload after the header */
-    uint64_t objs = 0;     /* objects inside a container */
-    int container = 0, hdr = 0; /* hdr: bytes of length field */
-
-    if (t <= 0x7f || t >= 0xe0 || t == 0xc0 || t == 0xc2 || t == 0xc3) {
-      /* fixint, nil, bool */
-    } else if (t >= 0x80 && t <= 0x8f) {
-      container = 1, objs = 2 * (uint64_t)(t & 0x0f);
-    } else if (t >= 0x90 && t <= 0x9f) {
-      container = 1, objs = t & 0x0f;
-    } else if (t >= 0xa0 && t <= 0xbf) {
-      skip = t & 0x1f;
-    } else {
-      switch (t) {
-        case 0xc4: case 0xd9: hdr = 1; break;             /* bin8, str8 */
-        case 0xc5: case 0xda: hdr = 2; break;             /* bin16, str16 */
-        case 0xc6: case 0xdb: hdr = 4; break;             /* bin32, str32 */
-        case 0xca: skip = 4; break;                       /* float32 */
-        case 0xcb: skip = 8; break;                       /* float64 */
-        case 0xcc: case 0xd0: skip = 1; break;
-        case 0xcd: case 0xd1: skip = 2; break;
-        case 0xce: case 0xd2: skip = 4; break;
-        case 0xcf: case 0xd3: skip = 8; break;
-        case 0xdc: container = 1, hdr = 2; break;         /* array16 */
-        case 0xdd: container = 1, hdr = 4; break;         /* array32 */
-        case 0xde: container = 2, hdr = 2; break;         /* map16 */
-        case 0xdf: container = 2, hdr = 4; break;         /* map32 */
-        default:
-          seterr(err, errlen,
-                 "msgpack type 0x%02x is not used by the protocol", t);
-          return OPD_EPROTO;
-      }
-      if (hdr) {
-        if (avail < (size_t)hdr) {
-          seterr(err, errlen, "msgpack payload is truncated");
-          return OPD_EPROTO;
-        }
-        uint64_t n = be(p, hdr);
-        p += hdr, avail -= (size_t)hdr;
-        if (container) objs = container == 2 ? 2 * n : n, container = 1;
-        else skip = n;
-      }
+    if (depth + 1 > max_depth) {
+      seterr(err, errlen, "msgpack nesting deeper than %d levels", max_depth);
+      return OPD_EPROTO;
     }
-    if (container) {
-      if (objs > avail) {
-        seterr(err, errlen,
-               "msgpack %s count %llu is larger than the %zu bytes left",
-               (t & 0xf0) == 0x80 || t >= 0xde ? "map" : "array",
-               (unsigned long long)((t & 0xf0) == 0x80 || t >= 0xde ? objs / 2
-                                                                    : objs),
-               avail);
-        return OPD_EPROTO;
-      }
-      if (depth + 1 > max_depth) {
-        seterr(err, errlen, "msgpack nesting deeper than %d levels",
-               max_depth);
-        return OPD_EPROTO;
-      }
-      left[++depth] = objs;
-    } else {
-      if (skip > avail) {
-        seterr(err, errlen, "msgpack payload is truncated");
-        return OPD_EPROTO;
-      }
-      p += skip;
+    msgpack_object *kids = objs ? arena_take(a, (size_t)objs) : a->next;
+    if (kids == NULL) {
+      seterr(err, errlen, "out of memory decoding a %zu-byte msgpack payload",
+             len);
+      return OPD_ENOMEM;
     }
+    o->via.array.size = (uint32_t)n;
+    o->via.array.ptr = kids;
+    if (objs) {
+      stack[depth].cur = cur;
+      stack[depth].stop = stop;
+      outer += (size_t)(stop - cur);
+      depth++;
+      cur = kids;
+      stop = kids + (size_t)objs;
+    }
+    continue;
   }
+  }
+
   if (p != end) {
     seterr(err, errlen, "%zu bytes after the msgpack object",
            (size_t)(end - p));
     return OPD_EPROTO;
   }
   return 0;
+truncated:
+  seterr(err, errlen, "msgpack payload is truncated");
+  return OPD_EPROTO;
 }
 
 /* ---- typed getters ---------------------------------------------------- */
-
-const msgpack_object *opd__mp_get(const msgpack_object *map, const char *key) {
-  if (map == NULL || map->type != MSGPACK_OBJECT_MAP) return NULL;
-  size_t klen = strlen(key);
-  for (uint32_t i = 0; i < map->via.map.size; i++) {
-    const msgpack_object *k = &map->via.map.ptr[i].key;
-    if (k->type == MSGPACK_OBJECT_STR && k->via.str.size == klen &&
-        memcmp(k->via.str.ptr, key, klen) == 0)
-      return &map->via.map.ptr[i].val;
-  }
-  return NULL;
-}
 
 int opd__mp_uint(const msgpack_object *o, uint64_t *v) {
   if (o == NULL || o->type != MSGPACK_OBJECT_POSITIVE_INTEGER)
@@ -273,16 +390,9 @@ int opd__desc_decode(const msgpack_object *o, opd_desc_t *d, char *err,
 }
 
 void opd__desc_pack(msgpack_packer *pk, const opd_desc_t *d) {
-  msgpack_pack_array(pk, 5);
-  msgpack_pack_uint64(pk, d->arena);
-  msgpack_pack_uint64(pk, d->offset);
-  msgpack_pack_uint32(pk, (uint32_t)d->dtype);
-  msgpack_pack_array(pk, (size_t)d->rank);
-  for (int i = 0; i < d->rank; i++) msgpack_pack_int64(pk, d->shape[i]);
-  if (d->contiguous) {
-    msgpack_pack_nil(pk);
-  } else {
-    msgpack_pack_array(pk, (size_t)d->rank);
-    for (int i = 0; i < d->rank; i++) msgpack_pack_int64(pk, d->strides[i]);
-  }
+  unsigned char buf[OPD_MP_DESC_MAX];
+  unsigned char *end =
+      opd__mp_put_desc(buf, d->arena, d->offset, d->dtype, d->rank, d->shape,
+                       d->contiguous ? NULL : d->strides);
+  pk->callback(pk->data, (const char *)buf, (size_t)(end - buf));
 }

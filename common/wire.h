@@ -1,17 +1,34 @@
-/* Wire helpers shared by the daemon and libopd: frames, a msgpack
- * pre-check, tensor descriptors and the name tables of protocol.h.
+/* Wire helpers shared by the daemon and libopd: frames, the msgpack
+ * decoder, tensor descriptors and the name tables of protocol.h.
  *
  * DESIGN
- * msgpack-c's unpacker allocates `count` objects as soon as it reads an
- * array or map header, so a 10-byte frame claiming 2^32 elements would make
- * it allocate gigabytes, and it has no depth limit. Every payload that
- * crosses a trust boundary is therefore walked once by opd__mp_check(),
- * which rejects counts larger than the bytes left and nesting deeper than
- * OPD_MAX_DEPTH, before msgpack-c sees it. After that the unpacked objects
- * are read through the small typed getters below, and every tensor
- * descriptor is copied into a private opd_desc_t before it is validated
- * (opd__desc_validate), so nothing is read twice from memory a client can
- * still change.
+ * Every payload that crosses a trust boundary is decoded by
+ * opd__mp_decode(): one pass over the bytes that both validates them and
+ * builds msgpack-c's msgpack_object tree, so the handlers read it with
+ * msgpack-c's types and the small typed getters below. It rejects what the
+ * protocol does not use (ext, 0xc1), nesting deeper than OPD_MAX_DEPTH,
+ * truncation, trailing bytes, and every array/map count larger than the
+ * bytes left, *before* allocating for it: each object needs at least one
+ * byte, so a 10-byte frame cannot claim 2^32 elements (msgpack-c's own
+ * unpacker would allocate them, and it has no depth limit). A count must
+ * fit in the bytes left after one for every object announced and not yet
+ * read, so a payload never gets more objects allocated than it has bytes.
+ *
+ * Strings and bins point into the payload (zero copy, as msgpack-c's
+ * unpacker does); arrays and maps come from an opd_mp_arena_t, a bump
+ * allocator whose first 4 KiB live inside the struct, so the common small
+ * request or reply decodes without malloc; bigger payloads add malloc'd
+ * chunks, freed by opd__mp_arena_reset(). The payload buffer and the arena
+ * must outlive the objects.
+ *
+ * The frames of every request and reply (the run request, the reply head,
+ * the {"ns"} body) are encoded in place by the opd__mp_put_* functions
+ * below rather than through msgpack-c's packer, whose callback costs a
+ * call per header and per string; they write the same bytes.
+ *
+ * Every tensor descriptor is copied into a private opd_desc_t before it is
+ * validated (opd__desc_validate), so nothing is read twice from memory a
+ * client can still change.
  */
 #ifndef OPD_WIRE_H
 #define OPD_WIRE_H
@@ -19,6 +36,7 @@
 #include <msgpack.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "opd/protocol.h"
 
@@ -53,15 +71,139 @@ static inline uint32_t opd__frame_get_len(const unsigned char *h) {
          (uint32_t)h[3] << 24;
 }
 
-/* Checks that buf[0..len) holds exactly one well-formed msgpack object,
- * nested at most max_depth deep, whose every array/map count fits in the
- * bytes left. Returns 0 or OPD_EPROTO with a reason in err. */
-int opd__mp_check(const void *buf, size_t len, int max_depth, char *err,
-                  size_t errlen);
+/* Room for decoded arrays and maps (see DESIGN). The first chunk is part
+ * of the struct: once initialized, an arena must not be moved or copied. */
+#define OPD_MP_ARENA_INLINE 4096 /* bytes of the first chunk */
+typedef struct opd_mp_chunk opd_mp_chunk_t;
+typedef struct opd_mp_arena {
+  msgpack_object *next, *end;    /* free room of the current chunk */
+  opd_mp_chunk_t *chunks;        /* malloc'd chunks, newest first */
+  msgpack_object first[OPD_MP_ARENA_INLINE / sizeof(msgpack_object)];
+} opd_mp_arena_t;
+
+static inline void opd__mp_arena_init(opd_mp_arena_t *a) {
+  a->chunks = NULL;
+  a->next = a->first;
+  a->end = a->first + sizeof a->first / sizeof a->first[0];
+}
+void opd__mp_arena_free_chunks(opd_mp_arena_t *a);
+/* Forgets every object decoded into a; keeps the first chunk, frees the
+ * others. */
+static inline void opd__mp_arena_reset(opd_mp_arena_t *a) {
+  if (a->chunks != NULL) opd__mp_arena_free_chunks(a);
+  opd__mp_arena_init(a);
+}
+/* Frees what a holds; init it again before any further use. */
+static inline void opd__mp_arena_destroy(opd_mp_arena_t *a) {
+  opd__mp_arena_reset(a);
+}
+
+/* Decodes buf[0..len), which must hold exactly one msgpack object nested at
+ * most max_depth (<= 32) deep, into *out; arrays and maps are allocated
+ * from a, strings and bins point into buf. Returns 0, OPD_EPROTO (the
+ * reason in err: truncation, an unused type, a count larger than the bytes
+ * left, nesting, trailing bytes) or OPD_ENOMEM. On failure *out is
+ * undefined and a may hold partial objects until it is reset. */
+int opd__mp_decode(opd_mp_arena_t *a, const void *buf, size_t len,
+                   int max_depth, msgpack_object *out, char *err,
+                   size_t errlen);
+
+/* Encoders that write straight into memory the caller has made room for
+ * (OPD_MP_PUT_MAX bytes for one header or scalar), each returning the end
+ * of what it wrote: no callback and no call per chunk, as msgpack-c's
+ * packer makes. They write exactly msgpack-c's bytes (the smallest form;
+ * signed values >= 0 in the unsigned forms; doubles as float64), so a
+ * frame is the same whichever packed it; test_wire holds them to that. */
+#define OPD_MP_PUT_MAX 9
+
+static inline unsigned char *opd__mp_put_be(unsigned char *p, uint64_t v,
+                                            int n) {
+  for (int i = n - 1; i >= 0; i--, v >>= 8) p[i] = (unsigned char)v;
+  return p + n;
+}
+static inline unsigned char *opd__mp_put_tagged(unsigned char *p, unsigned tag,
+                                                uint64_t v, int n) {
+  p[0] = (unsigned char)tag;
+  return opd__mp_put_be(p + 1, v, n);
+}
+static inline unsigned char *opd__mp_put_uint(unsigned char *p, uint64_t v) {
+  if (v < 0x80) { *p = (unsigned char)v; return p + 1; }
+  if (v < 0x100) return opd__mp_put_tagged(p, 0xcc, v, 1);
+  if (v < 0x10000) return opd__mp_put_tagged(p, 0xcd, v, 2);
+  if (v < 0x100000000ull) return opd__mp_put_tagged(p, 0xce, v, 4);
+  return opd__mp_put_tagged(p, 0xcf, v, 8);
+}
+static inline unsigned char *opd__mp_put_int(unsigned char *p, int64_t v) {
+  if (v >= 0) return opd__mp_put_uint(p, (uint64_t)v);
+  if (v >= -32) { *p = (unsigned char)(v & 0xff); return p + 1; }
+  if (v >= INT8_MIN) return opd__mp_put_tagged(p, 0xd0, (uint64_t)v, 1);
+  if (v >= INT16_MIN) return opd__mp_put_tagged(p, 0xd1, (uint64_t)v, 2);
+  if (v >= INT32_MIN) return opd__mp_put_tagged(p, 0xd2, (uint64_t)v, 4);
+  return opd__mp_put_tagged(p, 0xd3, (uint64_t)v, 8);
+}
+static inline unsigned char *opd__mp_put_double(unsigned char *p, double v) {
+  uint64_t u;
+  memcpy(&u, &v, sizeof u);
+  return opd__mp_put_tagged(p, 0xcb, u, 8);
+}
+/* Headers: a string's bytes follow its header, a container's n elements
+ * (a map's n keys and values) follow its header. */
+static inline unsigned char *opd__mp_put_str(unsigned char *p, uint32_t n) {
+  if (n < 32) { *p = (unsigned char)(0xa0 | n); return p + 1; }
+  if (n < 0x100) return opd__mp_put_tagged(p, 0xd9, n, 1);
+  if (n < 0x10000) return opd__mp_put_tagged(p, 0xda, n, 2);
+  return opd__mp_put_tagged(p, 0xdb, n, 4);
+}
+static inline unsigned char *opd__mp_put_array(unsigned char *p, uint32_t n) {
+  if (n < 16) { *p = (unsigned char)(0x90 | n); return p + 1; }
+  if (n < 0x10000) return opd__mp_put_tagged(p, 0xdc, n, 2);
+  return opd__mp_put_tagged(p, 0xdd, n, 4);
+}
+static inline unsigned char *opd__mp_put_map(unsigned char *p, uint32_t n) {
+  if (n < 16) { *p = (unsigned char)(0x80 | n); return p + 1; }
+  if (n < 0x10000) return opd__mp_put_tagged(p, 0xde, n, 2);
+  return opd__mp_put_tagged(p, 0xdf, n, 4);
+}
+
+/* A tensor descriptor [arena, offset, dtype, shape, strides], strides nil
+ * when `strides` is NULL; rank 0..OPD_MAX_RANK. At most OPD_MP_DESC_MAX
+ * bytes. */
+#define OPD_MP_DESC_MAX (1 + 3 * OPD_MP_PUT_MAX + 2 * (1 + OPD_MAX_RANK * OPD_MP_PUT_MAX))
+static inline unsigned char *opd__mp_put_desc(unsigned char *p, uint64_t arena,
+                                              uint64_t offset, int32_t dtype,
+                                              int32_t rank,
+                                              const int64_t *shape,
+                                              const int64_t *strides) {
+  *p++ = 0x95;
+  p = opd__mp_put_uint(p, arena);
+  p = opd__mp_put_uint(p, offset);
+  p = opd__mp_put_uint(p, (uint32_t)dtype);
+  p = opd__mp_put_array(p, (uint32_t)rank);
+  for (int i = 0; i < rank; i++) p = opd__mp_put_int(p, shape[i]);
+  if (strides == NULL) {
+    *p++ = 0xc0;
+  } else {
+    p = opd__mp_put_array(p, (uint32_t)rank);
+    for (int i = 0; i < rank; i++) p = opd__mp_put_int(p, strides[i]);
+  }
+  return p;
+}
 
 /* Typed access to unpacked objects. Map lookups return NULL when the key
  * is absent or `map` is not a map. */
-const msgpack_object *opd__mp_get(const msgpack_object *map, const char *key);
+static inline const msgpack_object *opd__mp_get(const msgpack_object *map,
+                                                const char *key) {
+  /* inline: for a literal key strlen is a constant and memcmp a compare */
+  size_t klen = strlen(key);
+  if (map == NULL || map->type != MSGPACK_OBJECT_MAP) return NULL;
+  const msgpack_object_kv *kv = map->via.map.ptr;
+  for (uint32_t i = 0; i < map->via.map.size; i++)
+    if (kv[i].key.type == MSGPACK_OBJECT_STR &&
+        kv[i].key.via.str.size == klen &&
+        memcmp(kv[i].key.via.str.ptr, key, klen) == 0)
+      return &kv[i].val;
+  return NULL;
+}
 int opd__mp_uint(const msgpack_object *o, uint64_t *v);   /* 0 or EPROTO */
 int opd__mp_int(const msgpack_object *o, int64_t *v);     /* 0 or EPROTO */
 int opd__mp_str(const msgpack_object *o, char *buf, size_t cap); /* NUL-terminates;
@@ -69,7 +211,8 @@ int opd__mp_str(const msgpack_object *o, char *buf, size_t cap); /* NUL-terminat
 
 /* Descriptor encode/decode. Decode copies everything into *d and checks
  * only the encoding (types, rank <= OPD_MAX_RANK); on failure it writes a
- * reason to err and returns OPD_EPROTO or OPD_ELIMIT. */
+ * reason to err and returns OPD_EPROTO or OPD_ELIMIT. Pack writes what
+ * opd__mp_put_desc() does (d->rank 0..OPD_MAX_RANK). */
 int opd__desc_decode(const msgpack_object *o, opd_desc_t *d, char *err,
                      size_t errlen);
 void opd__desc_pack(msgpack_packer *pk, const opd_desc_t *d);

@@ -442,15 +442,10 @@ static void job_finish(opd_job_t *job) {
                      job->call.err[0] ? job->call.err
                                       : opd__errdefault(job->rc));
   } else if (s->fd >= 0) {
-    /* {"ns": uint} */
-    char body[16];
-    msgpack_sbuffer sb = {.size = 0, .data = body, .alloc = sizeof body};
-    msgpack_packer pk;
-    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-    msgpack_pack_map(&pk, 1);
-    msgpack_pack_str_with_body(&pk, "ns", 2);
-    msgpack_pack_uint64(&pk, job->ns);
-    opd__reply(s, job->req_id, 0, body, sb.size);
+    /* {"ns": uint}, written in place (common/wire.h) */
+    unsigned char body[4 + OPD_MP_PUT_MAX] = {0x81, 0xa2, 'n', 's'};
+    unsigned char *end = opd__mp_put_uint(body + 4, job->ns);
+    opd__reply(s, job->req_id, 0, (const char *)body, (size_t)(end - body));
   }
   job_recycle(srv, job);
 }

@@ -190,7 +190,6 @@ int opd__server_init(opd_server_t *srv, uv_loop_t *loop,
   snprintf(srv->goodbye_why, sizeof srv->goodbye_why,
            "daemon is shutting down");
   msgpack_sbuffer_init(&srv->scratch);
-  if (!msgpack_zone_init(&srv->zone, 8192)) return OPD_ENOMEM;
   srv->op_stats = calloc((size_t)opd__n_ops, sizeof *srv->op_stats);
   if (srv->op_stats == NULL) return OPD_ENOMEM;
   if (opd__ops_pack(srv) != 0) return OPD_EINTERNAL;
@@ -254,5 +253,4 @@ void opd__server_free(opd_server_t *srv) {
   free(srv->op_stats);
   free(srv->ops_body);
   msgpack_sbuffer_destroy(&srv->scratch);
-  msgpack_zone_destroy(&srv->zone);
 }

@@ -119,7 +119,6 @@ typedef struct opd_server {
   int n_devices;                 /* CUDA devices in use (0: cpu only) */
   int healthy;                   /* 0 once a CUDA context is poisoned */
   void *cuda;                    /* backend state (daemon/cuda.c) */
-  msgpack_zone zone;             /* decodes one frame, cleared after it */
   msgpack_sbuffer scratch;       /* packs one reply body at a time */
 } opd_server_t;
 

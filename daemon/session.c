@@ -2,8 +2,8 @@
  *
  * DESIGN
  * Reads go into a per-session buffer with recvmsg(); every complete frame
- * in it is checked (opd__mp_check), unpacked into the server's zone and
- * handed to opd__handle(). A framing error (length over the limit, bytes
+ * in it is decoded and checked in one pass (opd__mp_decode, common/wire.h)
+ * and handed to opd__handle(). A framing error (length over the limit, bytes
  * that are not msgpack, a payload that is not [type, id, body]) ends the
  * session with a goodbye naming the problem: after it the stream cannot be
  * trusted. Replies are sent at once when the socket takes them; the rest
@@ -169,24 +169,22 @@ static void write_frame(opd_session_t *s, const void *hdr, size_t hlen,
 /* Frames [type, id, code, body] where body is packed bytes or {}. */
 static void send_msg(opd_session_t *s, int type, uint64_t id, int code,
                      const char *body, size_t body_len) {
-  unsigned char hdr[OPD_FRAME_HEADER + 32];
-  msgpack_sbuffer sb = {.size = 0, .data = (char *)hdr + OPD_FRAME_HEADER,
-                        .alloc = sizeof hdr - OPD_FRAME_HEADER};
-  msgpack_packer pk;
-  /* Pack the fixed head into the stack buffer: at most 1+1+9+9 bytes, so
-   * the sbuffer never reallocates it. */
-  msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-  msgpack_pack_array(&pk, 4);
-  msgpack_pack_uint32(&pk, (uint32_t)type);
-  msgpack_pack_uint64(&pk, id);
-  msgpack_pack_int(&pk, code);
+  /* the fixed head, written in place (common/wire.h): 1 + 3 * 9 bytes at
+   * most */
+  unsigned char hdr[OPD_FRAME_HEADER + 1 + 3 * OPD_MP_PUT_MAX];
+  unsigned char *p = hdr + OPD_FRAME_HEADER;
+  *p++ = 0x94;
+  p = opd__mp_put_uint(p, (uint32_t)type);
+  p = opd__mp_put_uint(p, id);
+  p = opd__mp_put_int(p, code);
+  size_t head = (size_t)(p - hdr) - OPD_FRAME_HEADER;
   static const char empty_map = (char)0x80;
   if (body == NULL) body = &empty_map, body_len = 1;
   if (s->ring && type == OPD_MSG_REPLY && !s->reply_socket && s->fd >= 0 &&
-      opd__ring_reply(s, hdr + OPD_FRAME_HEADER, sb.size, body, body_len))
+      opd__ring_reply(s, hdr + OPD_FRAME_HEADER, head, body, body_len))
     return;
-  opd__frame_put_len(hdr, (uint32_t)(sb.size + body_len));
-  write_frame(s, hdr, OPD_FRAME_HEADER + sb.size, body, body_len);
+  opd__frame_put_len(hdr, (uint32_t)(head + body_len));
+  write_frame(s, hdr, OPD_FRAME_HEADER + head, body, body_len);
 }
 
 void opd__reply(opd_session_t *s, uint64_t id, int code, const char *body,
@@ -336,21 +334,19 @@ static void do_read(opd_session_t *s) {
   s->rlen += (size_t)n;
 }
 
+/* Decodes one payload and hands it to opd__handle(). The arena is on the
+ * stack: nothing decoded outlives the call, and a nested call (a handler
+ * pumping the session) has its own. */
 void opd__handle_payload(opd_session_t *s, const unsigned char *p,
                          uint32_t len) {
-  opd_server_t *srv = s->srv;
   char err[200];
   msgpack_object obj;
-  size_t off = 0;
+  opd_mp_arena_t arena;
 
-  if (opd__mp_check(p, len, OPD_MAX_DEPTH, err, sizeof err) != 0) {
-    send_goodbye(s, OPD_EPROTO, "bad frame: %s", err);
-    return;
-  }
-  int r = msgpack_unpack((const char *)p, len, &off, &srv->zone, &obj);
-  if (r != MSGPACK_UNPACK_SUCCESS) {
-    send_goodbye(s, r == MSGPACK_UNPACK_NOMEM_ERROR ? OPD_ENOMEM : OPD_EPROTO,
-                 "bad frame: msgpack-c could not decode it");
+  opd__mp_arena_init(&arena);
+  int rc = opd__mp_decode(&arena, p, len, OPD_MAX_DEPTH, &obj, err, sizeof err);
+  if (rc != 0) {
+    send_goodbye(s, rc, "bad frame: %s", err);
   } else if (obj.type != MSGPACK_OBJECT_ARRAY || obj.via.array.size != 3 ||
              obj.via.array.ptr[0].type != MSGPACK_OBJECT_POSITIVE_INTEGER ||
              obj.via.array.ptr[1].type != MSGPACK_OBJECT_POSITIVE_INTEGER ||
@@ -358,10 +354,10 @@ void opd__handle_payload(opd_session_t *s, const unsigned char *p,
     send_goodbye(s, OPD_EPROTO,
                  "bad frame: a request must be [type, id, body-map]");
   } else {
-    srv->requests++;
+    s->srv->requests++;
     opd__handle(s, &obj);
   }
-  msgpack_zone_clear(&srv->zone);
+  opd__mp_arena_destroy(&arena);
 }
 
 /* Handles the complete frames in rbuf. Returns the number handled. */
