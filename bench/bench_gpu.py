@@ -113,6 +113,11 @@ def bench_tiny(sock, calls):
                 out("bench=tiny impl=%s op=softmax shape=1x1024 %s correct=%d"
                     % (impl, pct(ts), ok))
                 if impl == "opd":
+                    run = c.prepare("softmax", x, out=y)
+                    ts = timed(run, calls)
+                    out("bench=tiny impl=opd_prepared op=softmax shape=1x1024 %s"
+                        % pct(ts))
+                    run.close()
                     ts = timed(lambda: c.softmax(x), calls)
                     out("bench=tiny impl=opd_alloc op=softmax shape=1x1024 %s" % pct(ts))
                     ts = timed(c.ping, calls)

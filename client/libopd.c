@@ -89,6 +89,7 @@ struct opd_client {
 };
 
 enum { RING_ADAPTIVE = 1, RING_SPIN = 2 };
+#define SOCKET_LOOK_NS 50000 /* a spinning reader polls the socket this often */
 #define RING_SQ_SLOTS 256
 #define RING_SQ_SLOT 2048
 #define RING_CQ_SLOTS 512
@@ -415,8 +416,8 @@ static int ring_read_some(opd_client_t *c, int timeout_ms) {
     c->rcap = cap;
   }
   int64_t deadline = timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
-  uint64_t spin_start = 0;
-  for (unsigned iter = 0;; iter++) {
+  uint64_t spin_start = 0, sock_at = 0; /* when to look at the socket */
+  for (;;) {
     int got = 0;
     while (c->rcap - c->rlen >= max + OPD_FRAME_HEADER) {
       uint32_t len;
@@ -429,29 +430,34 @@ static int ring_read_some(opd_client_t *c, int timeout_ms) {
       got = 1;
     }
     if (got) return 0;
-    /* the socket: every 64 turns of the spin, and before any sleep */
-    if ((iter & 63) == 0) {
-      struct pollfd pfd = {.fd = c->fd, .events = POLLIN};
-      if (poll(&pfd, 1, 0) > 0) return read_some(c, 0);
-    }
-    if (deadline >= 0 && now_ms() >= deadline) return OPD_ETIMEDOUT;
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     uint64_t now = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-    if (spin_start == 0) spin_start = now;
+    if (spin_start == 0) spin_start = now, sock_at = now + SOCKET_LOOK_NS;
+    /* the socket (goodbyes, fd-carrying replies, EOF): every
+     * SOCKET_LOOK_NS of spinning (not at once: a system call there would
+     * delay every reply), and before any sleep */
+    if (now >= sock_at) {
+      struct pollfd pfd = {.fd = c->fd, .events = POLLIN};
+      if (poll(&pfd, 1, 0) > 0) return read_some(c, 0);
+      sock_at = now + SOCKET_LOOK_NS;
+    }
+    if (deadline >= 0 && now_ms() >= deadline) return OPD_ETIMEDOUT;
     if (c->ring == RING_SPIN || now - spin_start < ADAPTIVE_SPIN_NS) {
 #if defined(__x86_64__) || defined(__i386__)
       __builtin_ia32_pause();
 #endif
       continue;
     }
+    struct pollfd pfd = {.fd = c->fd, .events = POLLIN};
+    if (poll(&pfd, 1, 0) > 0) return read_some(c, 0);
     /* adaptive: sleep on the ring (the daemon wakes it), at most 2 ms at a
      * time so that the socket is looked at too */
     int64_t left = deadline < 0 ? 2000000 : (deadline - now_ms()) * 1000000;
     if (left > 2000000) left = 2000000;
     if (left < 0) left = 0;
     if (opd__ring_wait_message(&c->cq, 0, left) < 0) return OPD_EPROTO;
-    iter = 63; /* look at the socket next turn */
+    sock_at = 0; /* look at the socket next turn */
   }
 }
 
@@ -1409,6 +1415,77 @@ int opd_run_on(opd_client_t *c, const char *device, const char *op,
   if (rc != 0) return rc;
   return wait_reply(c, req, -1, NULL, NULL, NULL);
 }
+
+/* ---- prepared runs ---------------------------------------------------- */
+
+struct opd_prepared {
+  const opd_client_t *c;  /* whose arena ids the request names */
+  size_t len;             /* bytes of frame */
+  char frame[];           /* length header + [4, id, body] */
+};
+
+/* The id of a prepared frame: after the length, 0x93 and the type, a
+ * uint64 written full width (0xcf + 8 bytes) so that any id fits. */
+#define PREP_ID_AT (OPD_FRAME_HEADER + 2)
+
+int opd_prepare(opd_client_t *c, const char *device, const char *op,
+                const opd_tensor_t *in, uint32_t n_in, const opd_tensor_t *out,
+                uint32_t n_out, const opd_attr_t *attrs, uint32_t n_attrs,
+                opd_prepared_t **p) {
+  fbuf_t b;
+  int rc = check_usable(c);
+  if (rc) return rc;
+  if (p == NULL) return fail(OPD_EINVAL, "opd_prepare: p is NULL");
+  /* UINT64_MAX packs as 0xcf + 8 bytes: the slot new ids go into */
+  rc = build_run(&b, OPD_MSG_RUN, UINT64_MAX, device, op, in, n_in, out, n_out,
+                 attrs, n_attrs);
+  if (rc != 0) return rc;
+  opd_prepared_t *q = NULL;
+  if (b.oom || (unsigned char)b.data[PREP_ID_AT] != 0xcf ||
+      (q = malloc(sizeof *q + b.size)) == NULL) {
+    fbuf_free(&b);
+    return fail(OPD_ENOMEM, "out of memory preparing a run");
+  }
+  q->c = c;
+  q->len = b.size;
+  memcpy(q->frame, b.data, b.size);
+  fbuf_free(&b);
+  *p = q;
+  return 0;
+}
+
+int opd_submit_prepared(opd_client_t *c, const opd_prepared_t *p,
+                        uint64_t *req) {
+  fbuf_t b;
+  int rc = check_usable(c);
+  if (rc) return rc;
+  if (p == NULL || req == NULL)
+    return fail(OPD_EINVAL, "opd_submit_prepared: NULL prepared run or req");
+  if (p->c != c)
+    return fail(OPD_EINVAL, "this prepared run was made on another "
+                "connection (its arena ids are that connection's)");
+  b.oom = 0;
+  b.size = b.cap = p->len;
+  b.data = p->len <= sizeof b.local ? b.local : malloc(p->len);
+  if (b.data == NULL) return fail(OPD_ENOMEM, "out of memory");
+  memcpy(b.data, p->frame, p->len);
+  uint64_t id = new_id(c);
+  for (int i = 0; i < 8; i++)
+    b.data[PREP_ID_AT + 1 + i] = (char)(id >> (56 - 8 * i));
+  rc = submit_frame(c, &b, id, 0, -1);
+  fbuf_free(&b);
+  if (rc == 0) *req = id;
+  return rc;
+}
+
+int opd_run_prepared(opd_client_t *c, const opd_prepared_t *p) {
+  uint64_t req;
+  int rc = opd_submit_prepared(c, p, &req);
+  if (rc != 0) return rc;
+  return wait_reply(c, req, -1, NULL, NULL, NULL);
+}
+
+void opd_prepared_free(opd_prepared_t *p) { free(p); }
 
 int opd_infer(opd_client_t *c, const char *op, const opd_tensor_t *in,
               uint32_t n_in, const opd_attr_t *attrs, uint32_t n_attrs,

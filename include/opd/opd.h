@@ -222,6 +222,24 @@ int opd_submit_on(opd_client_t *c, const char *device, const char *op,
  * for again. Each request is waited for once. */
 int opd_wait(opd_client_t *c, uint64_t req, int timeout_ms);
 
+/* A run encoded once and sent many times: the lowest-latency way to repeat
+ * the same op on the same tensors (a trading loop, a tiny GPU op). The
+ * arguments are those of opd_submit_on, checked the same way; the request
+ * bytes are built here and each opd_run_prepared / opd_submit_prepared
+ * only stamps a new request id on a copy of them. A prepared run belongs
+ * to the connection it was made on (its arena ids are that connection's);
+ * another connection gets OPD_EINVAL. Free it with opd_prepared_free (at
+ * any time, also after opd_close). */
+typedef struct opd_prepared opd_prepared_t;
+int opd_prepare(opd_client_t *c, const char *device, const char *op,
+                const opd_tensor_t *in, uint32_t n_in, const opd_tensor_t *out,
+                uint32_t n_out, const opd_attr_t *attrs, uint32_t n_attrs,
+                opd_prepared_t **p);
+int opd_run_prepared(opd_client_t *c, const opd_prepared_t *p);
+int opd_submit_prepared(opd_client_t *c, const opd_prepared_t *p,
+                        uint64_t *req);
+void opd_prepared_free(opd_prepared_t *p);
+
 /* Asks which outputs `op` would write for these inputs (only dtype, rank
  * and shape of the inputs are used). Fills out[0..*n_out) (dtype, rank,
  * shape; arena and offset 0). cap is the room in out. */

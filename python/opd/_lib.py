@@ -124,6 +124,11 @@ def _declare(lib):
                                c_uint32]),
         "opd_submit_on": (c_int, [vp, cp, cp, T, c_uint32, T, c_uint32, A,
                                   c_uint32, P(c_uint64)]),
+        "opd_prepare": (c_int, [vp, cp, cp, T, c_uint32, T, c_uint32, A,
+                                c_uint32, P(vp)]),
+        "opd_run_prepared": (c_int, [vp, vp]),
+        "opd_submit_prepared": (c_int, [vp, vp, P(c_uint64)]),
+        "opd_prepared_free": (None, [vp]),
     }
     for name, (res, args) in sigs.items():
         f = getattr(lib, name)

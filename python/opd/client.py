@@ -141,6 +141,75 @@ class Request:
         return self._result
 
 
+class Prepared:
+    """A run prepared once by Client.prepare(). Call it to run it (returns
+    the outputs, as run() would: the same Tensors every time); submit()
+    sends it without waiting. It is rebuilt by itself after the
+    connection changes (fork). close() frees it (also on garbage
+    collection)."""
+    __slots__ = ("_client", "_op", "_inputs", "_out", "_device", "_attrs",
+                 "_p", "_token", "_keep", "_result", "_torch_dev", "_free")
+
+    def __init__(self, client, op, inputs, out, device, attrs):
+        self._client, self._op, self._inputs = client, op, tuple(inputs)
+        self._out, self._device, self._attrs = out, device, dict(attrs)
+        self._p, self._token = None, None
+        self._free = client._need("opd_prepared_free")
+        self._build()
+
+    def _build(self):
+        c = self._client
+        args, ret, devb = c._prepare(self._op, self._inputs, self._out,
+                                     self._attrs, self._device)
+        if self._out is None:             # the outputs allocated once
+            self._out = ret
+        p = ctypes.c_void_p()
+        check(c._need("opd_prepare")(args[0], devb, *args[1:8],
+                                     ctypes.byref(p)))
+        self.close()
+        self._p, self._token, self._keep = p, c._token, args
+        self._torch_dev = args[8][3]
+        self._result = ret[0] if len(ret) == 1 else (ret if ret else None)
+
+    def _ready(self):
+        c = self._client
+        h = c._handle()
+        if c._token is not self._token:   # a new connection: its arena ids
+            self._build()
+            h = c._handle()
+        if self._torch_dev is not None and c.sync_torch:
+            import torch
+            torch.cuda.synchronize(self._torch_dev)
+        return h
+
+    def __call__(self):
+        h = self._ready()
+        check(self._client._lib.opd_run_prepared(h, self._p))
+        return self._result
+
+    def submit(self):
+        """Sends the run without waiting; returns a Request (wait() returns
+        the outputs)."""
+        h = self._ready()
+        rid = ctypes.c_uint64()
+        check(self._client._lib.opd_submit_prepared(h, self._p,
+                                                    ctypes.byref(rid)))
+        return Request(self._client, rid.value, self._keep, self._result,
+                       self._token)
+
+    def close(self):
+        """Frees the encoded request (the tensors stay as they are)."""
+        p, self._p = self._p, None
+        if p is not None and p.value:
+            self._free(p)
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
 class Client:
     """A connection to the opd daemon; also a factory of shared tensors and
     the runner of operators (one method per daemon operator). Thread-safe.
@@ -797,7 +866,7 @@ class Client:
         in_arr = (_lib.TensorDesc * n_in)(*[self._desc(t) for t in ins]) if n_in else None
         out_arr = (_lib.TensorDesc * n_out)(*[self._desc(t) for t in outs]) if n_out else None
         return (h, ob, in_arr, n_in, out_arr, n_out, attr_arr, len(attrs),
-                (ins, outs, keep)), ret, devb
+                (ins, outs, keep, torch_dev)), ret, devb
 
     def _viewed(self, t):
         m = self._maps.get(t.arena.serial)
@@ -858,6 +927,17 @@ class Client:
                                               ctypes.byref(rid)))
         res = outs[0] if len(outs) == 1 else (outs if outs else None)
         return Request(self, rid.value, args, res, self._token)
+
+    def prepare(self, op, *inputs, out=None, device=None, **attrs):
+        """Prepares a run (arguments as run()) to be repeated: libopd
+        encodes the request once, and each call of the returned Prepared
+        costs one ctypes call and the round trip, none of run()'s argument
+        handling (the lowest-latency way to call the same op on the same
+        tensors in a loop). The tensors are fixed: outputs allocated here
+        (out=None) are the same Tensors on every call, so keep what you
+        need before the next one. Argument errors that only the daemon
+        checks are raised by each call, as run() raises them."""
+        return Prepared(self, op, inputs, out, device, attrs)
 
     def infer(self, op, *inputs, **attrs):
         """Returns [(dtype, shape)] of the outputs `op` would write for these
