@@ -405,6 +405,24 @@ static int64_t now_ms(void) {
  * and watches the socket too (goodbyes, fd-carrying replies, EOF). Waits by
  * spinning (spin), or spinning briefly then sleeping on the ring's futex
  * (adaptive). Called without mu by the one reading thread. */
+/* Moves what the completion ring holds into rbuf as frames (while rbuf
+ * has room for a slot). Returns 1 if it moved something, 0 if the ring was
+ * empty, OPD_EPROTO if it is corrupt. */
+static int ring_drain(opd_client_t *c, uint32_t max) {
+  int got = 0;
+  while (c->rcap - c->rlen >= max + OPD_FRAME_HEADER) {
+    uint32_t len;
+    int rc = opd__ring_pop(&c->cq, c->rbuf + c->rlen + OPD_FRAME_HEADER, max,
+                           &len);
+    if (rc < 0) return OPD_EPROTO;
+    if (rc == 1) break;
+    opd__frame_put_len(c->rbuf + c->rlen, len);
+    c->rlen += OPD_FRAME_HEADER + len;
+    got = 1;
+  }
+  return got;
+}
+
 static int ring_read_some(opd_client_t *c, int timeout_ms) {
   uint32_t max = opd__ring_max_msg(&c->cq);
   if (c->rcap - c->rlen < max + OPD_FRAME_HEADER) {
@@ -418,18 +436,8 @@ static int ring_read_some(opd_client_t *c, int timeout_ms) {
   int64_t deadline = timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
   uint64_t spin_start = 0, sock_at = 0; /* when to look at the socket */
   for (;;) {
-    int got = 0;
-    while (c->rcap - c->rlen >= max + OPD_FRAME_HEADER) {
-      uint32_t len;
-      int rc = opd__ring_pop(&c->cq, c->rbuf + c->rlen + OPD_FRAME_HEADER, max,
-                             &len);
-      if (rc < 0) return OPD_EPROTO;
-      if (rc == 1) break;
-      opd__frame_put_len(c->rbuf + c->rlen, len);
-      c->rlen += OPD_FRAME_HEADER + len;
-      got = 1;
-    }
-    if (got) return 0;
+    int got = ring_drain(c, max);
+    if (got != 0) return got < 0 ? got : 0;
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     uint64_t now = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
@@ -437,20 +445,23 @@ static int ring_read_some(opd_client_t *c, int timeout_ms) {
     /* the socket (goodbyes, fd-carrying replies, EOF): every
      * SOCKET_LOOK_NS of spinning (not at once: a system call there would
      * delay every reply), and before any sleep */
-    if (now >= sock_at) {
+    int sleep_next = c->ring != RING_SPIN && now - spin_start >= ADAPTIVE_SPIN_NS;
+    if (now >= sock_at || sleep_next) {
       struct pollfd pfd = {.fd = c->fd, .events = POLLIN};
-      if (poll(&pfd, 1, 0) > 0) return read_some(c, 0);
+      if (poll(&pfd, 1, 0) > 0) {
+        /* replies the daemon pushed before its goodbye come first */
+        if (ring_drain(c, max) < 0) return OPD_EPROTO;
+        return read_some(c, 0);
+      }
       sock_at = now + SOCKET_LOOK_NS;
     }
     if (deadline >= 0 && now_ms() >= deadline) return OPD_ETIMEDOUT;
-    if (c->ring == RING_SPIN || now - spin_start < ADAPTIVE_SPIN_NS) {
+    if (!sleep_next) {
 #if defined(__x86_64__) || defined(__i386__)
       __builtin_ia32_pause();
 #endif
       continue;
     }
-    struct pollfd pfd = {.fd = c->fd, .events = POLLIN};
-    if (poll(&pfd, 1, 0) > 0) return read_some(c, 0);
     /* adaptive: sleep on the ring (the daemon wakes it), at most 2 ms at a
      * time so that the socket is looked at too */
     int64_t left = deadline < 0 ? 2000000 : (deadline - now_ms()) * 1000000;

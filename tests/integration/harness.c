@@ -35,6 +35,9 @@ static void dump_log(void) {
 }
 
 void th_start(const char *const *args) {
+  /* a test that starts its own daemon (with options) replaces the suite's:
+   * criterion runs the suite's .init even when the test sets .init = NULL */
+  th_stop();
   const char *bin = getenv("OPD_BIN");
   if (bin == NULL) bin = "build/opd";
   snprintf(th_d.dir, sizeof th_d.dir, "/tmp/opd-test.XXXXXX");
