@@ -33,21 +33,40 @@
  *              accumulation, the bias pre-filled into y and added through
  *              beta = 1. A 1x1 kernel with stride 1 and no padding skips
  *              im2col (cols_n is x_n). Costs one extra write + read of the
- *              columns (R*S times x) through L2-sized chunks; cuBLASLt
- *              splits long reductions (split-K), which igemm does not.
+ *              columns (R*S times x) through chunks of up to 32 MiB (the
+ *              workspace asked for); cuBLASLt splits long reductions
+ *              (split-K), which igemm does not. For float16 / bfloat16
+ *              the split-K parts are summed in float (kernels/cuda/gemm.cuh:
+ *              cuBLASLt's default sums them in the 16-bit output type).
  * AUTO (auto_variant): 1x1 stride 1 unpadded -> im2col (a plain GEMM);
- * stride 1 dilation 1 -> igemm (half types on sm_80+), except when even
- * tile S gives < 64 blocks for C*R*S >= 1024 (deep layers on tiny images:
- * no split-K) -> im2col; other 3x3 -> direct3x3; the rest -> im2col.
+ * stride 1 dilation 1 -> igemm (half types on sm_80+), except on a small
+ * grid with a long reduction -> im2col: igemm's tile S gives fewer than 2
+ * blocks per SM and C*R*S >= 1024 (float32) / 512 (half types), where
+ * cuBLASLt's split-K keeps the GPU busy; 3x3 stride 1 that igemm cannot
+ * take (half types before sm_80, past its int32 indexing) -> direct3x3;
+ * the rest (stride or dilation > 1) -> im2col. direct3x3 is never AUTO's
+ * choice where igemm runs: it wins only at C = 3 float32, by 5%.
  * cuDNN would be the library that does conv well, but it is not on the
  * GPU machine (no cudnn headers or libs there).
  * Scratch: only im2col uses it; when the workspace's scratch holds fewer
  * than one image's columns, one image's worth comes from cudaMallocAsync
  * on the stream and goes back with cudaFreeAsync after the last GEMM.
- * Measured on the H200 (float32, before igemm; median of 20, L2 flushed):
- * N1 C3 224x224 K64 direct 30.7 us / im2col 44.5; N1 C64 56x56 K64 67.6 /
- * 43.1; N8 C256 14x14 K256 249.7 / 138.4; N32 C64 56x56 K64 558.0 /
- * 834.9. igemm (all dtypes) is not yet measured on the H200.
+ * Measured on the H200 run of 2026-11-30, before this routing (3x3 pad 1,
+ * us, median of 20, L2 flushed; gpu_kernels --bench, torch = cuDNN through
+ * bench/bench_torch_kernels.py, float32 with TF32 off):
+ *                            direct3x3  im2col  igemm  torch   AUTO now
+ *   float32  N1 C3 224 K64      30.6     44.6    32.3   30.0   igemm
+ *            N1 C64 56 K64      67.4     43.0    31.8   28.0   igemm
+ *            N8 C256 14 K256   249.1    138.1   169.5  103.9   im2col
+ *            N32 C64 56 K64    556.9    831.8   293.0  257.8   igemm
+ *   bfloat16 N1 C3 224 K64      28.9     40.9    25.4   31.6   igemm
+ *            N1 C64 56 K64      70.7     30.4    39.8   23.1   im2col
+ *            N8 C256 14 K256   252.3     74.1   140.6   30.8   im2col
+ *            N32 C64 56 K64    504.8    632.6   110.8   73.9   igemm
+ * (132 SMs: tile S blocks are 1568 / 98 / 200 / 3136 in float32 and
+ * 1568 / 98 / 196 / 3136 in bfloat16, C*R*S 27 / 576 / 2304 / 576.)
+ * The im2col times were taken with a 96 MiB scratch (one chunk for N8)
+ * and before the reduction-scheme fix in gemm.cu; re-measure both.
  * Test: build/tests/gpu_kernels --op conv2d ("gpu op=conv2d[igemm]",
  * "[igemm:L]" / "[igemm:M]" / "[igemm:S]" (tiles forced through
  * kernels/conv2d/igemm.h), "[direct3x3]", "[im2col]" and "" (AUTO) lines,
@@ -499,32 +518,75 @@ static int igemm_tile(const conv_plan_t *p, bool half, int sms) {
   return OPD_IGEMM_TILE_S;
 }
 
-/* Too few blocks for a long reduction even with the smallest tile (deep
- * layers on small images: 7x7 with 512 channels): the kernel has no
- * split-K, cuBLASLt has, so AUTO leaves those to im2col. */
-static bool igemm_starved(const conv_plan_t *p, bool half) {
-  return igemm_blocks(p, half, OPD_IGEMM_TILE_S) < 64 && p->C * p->R * p->S >= 1024;
+/* Reduction lengths C*R*S from which a small grid goes to im2col (H200,
+ * 3x3, igemm vs im2col). float32: igemm's FFMA kernel and cuBLASLt's SGEMM
+ * are close per FLOP, so only a long reduction pays for the columns pass
+ * (C*R*S 576: 31.8 us vs 43.0; 2304: 169.5 vs 138.1). Half types:
+ * cuBLASLt's Hopper kernels do far more per SM than the WMMA kernel's
+ * 2-warp tile S blocks (576: 39.8 vs 30.4; 2304: 140.6 vs 74.1). Both
+ * cut-offs lie between measured points (512 a guess below 576: shorter
+ * reductions leave little for split-K to win over the columns pass and
+ * the two extra launches). */
+#define SMALL_GRID_CRS_F32 1024
+#define SMALL_GRID_CRS_HALF 512
+
+/* Even igemm's smallest tile gives fewer than two blocks per SM, and the
+ * reduction is long: igemm has no split-K and leaves most SMs idle for
+ * C*R*S steps, cuBLASLt splits the reduction (deep layers on small
+ * images: N1 C64 56x56, N8 C256 14x14). */
+static bool igemm_small_grid(const conv_plan_t *p, bool half, int sms) {
+  int64_t crs = p->C * p->R * p->S;
+  return igemm_blocks(p, half, OPD_IGEMM_TILE_S) < 2 * (int64_t)sms &&
+         crs >= (half ? SMALL_GRID_CRS_HALF : SMALL_GRID_CRS_F32);
 }
 
-/* AUTO: pointwise -> im2col (a plain cuBLASLt GEMM); stride 1 dilation 1
- * -> igemm (every dtype; half types on sm_80+), unless starved; other 3x3
- * stride 1 -> direct3x3; the rest -> im2col. */
-static int auto_variant(const conv_plan_t *p, int32_t dtype, int cc_major) {
+/* AUTO on a GPU with `sms` SMs of compute capability cc_major:
+ * pointwise -> im2col (a plain cuBLASLt GEMM); stride 1 dilation 1 ->
+ * igemm (half types on sm_80+), unless the grid is small and the reduction
+ * long (igemm_small_grid) -> im2col; 3x3 stride 1 that igemm cannot take
+ * (half types before sm_80, past its int32 indexing) -> direct3x3; the
+ * rest -> im2col. */
+static int auto_variant(const conv_plan_t *p, int32_t dtype, int sms, int cc_major) {
   bool half = dtype != OPD_DTYPE_FLOAT32;
   if (is_pointwise(p)) return OPD_CONV_IM2COL;
   if (p->sh == 1 && p->sw == 1 && p->dh == 1 && p->dw == 1 && igemm_fits(p) &&
-      (!half || cc_major >= 8) && !igemm_starved(p, half))
-    return OPD_CONV_IGEMM;
+      (!half || cc_major >= 8))
+    return igemm_small_grid(p, half, sms) ? OPD_CONV_IM2COL : OPD_CONV_IGEMM;
   if (is_direct(p)) return OPD_CONV_DIRECT3X3;
   return OPD_CONV_IM2COL;
 }
 
+/* SM count and compute capability major of the current device (the
+ * daemon's device thread, the test's device); an H200 when the query
+ * fails (its error is cleared: it must not surface at a later launch). */
+static void current_device(int *sms, int *major) {
+  int dev;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
+    (void)cudaGetLastError();
+    *sms = 132;
+    *major = 9;
+  }
+}
+
+/* im2col's scratch: the columns of as many images as fit in
+ * IM2COL_CHUNK_BYTES, at least one, so that a small batch is one im2col
+ * launch and one batched GEMM rather than a pair per image, and the GEMM
+ * reads the columns back from L2 (50 MiB on the H200). */
+#define IM2COL_CHUNK_BYTES ((size_t)32 << 20)
 extern "C" size_t opd__conv2d_cuda_workspace(const opd_kcall_t *call) {
   conv_plan_t p;
   if (opd__conv2d_plan((opd_kcall_t *)call, &p)) return 0;
-  int v = auto_variant(&p, call->in[0].dtype, 8);
-  if (v != OPD_CONV_IM2COL || is_pointwise(&p)) return 0;
-  size_t b = (size_t)(p.C * p.R * p.S * p.P * p.Q) * opd__dtype_size(call->in[0].dtype);
+  if (p.N == 0 || p.K == 0 || p.P * p.Q == 0 || is_pointwise(&p)) return 0;
+  int sms, major;
+  current_device(&sms, &major);
+  if (auto_variant(&p, call->in[0].dtype, sms, major) != OPD_CONV_IM2COL) return 0;
+  size_t img = (size_t)(p.C * p.R * p.S * p.P * p.Q) * opd__dtype_size(call->in[0].dtype);
+  if (img == 0) return 0; /* C = 0: no columns, y is the bias */
+  size_t n = img >= IM2COL_CHUNK_BYTES ? 1 : IM2COL_CHUNK_BYTES / img;
+  if (n > (size_t)p.N) n = (size_t)p.N;
+  size_t b = n * img;
   return (b + 255) & ~(size_t)255;
 }
 
@@ -679,9 +741,9 @@ extern "C" int opd__conv2d_cuda_variant(opd_kcall_t *call, const opd_cuda_ctx_t 
   if (p.N == 0 || p.K == 0 || p.P * p.Q == 0) return 0;
   int32_t dt = call->out[0].dtype;
   if (variant == OPD_CONV_AUTO) {
-    int sms, major = 0;
-    if (dt != OPD_DTYPE_FLOAT32 && (rc = device_info(call, ctx, &sms, &major))) return rc;
-    variant = auto_variant(&p, dt, major);
+    int sms, major;
+    if ((rc = device_info(call, ctx, &sms, &major))) return rc;
+    variant = auto_variant(&p, dt, sms, major);
   }
   switch (variant) {
     case OPD_CONV_IGEMM:

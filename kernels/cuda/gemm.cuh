@@ -9,9 +9,18 @@
  * conv2d's shared weight). Precision: float32 runs CUBLAS_COMPUTE_32F
  * (true fp32; TF32 off, so that results match the CPU reference and
  * torch's default allow_tf32=False for matmul), float16 and bfloat16 run
- * with fp32 accumulation and fp32 alpha/beta. The algorithm comes from
- * cuBLASLt's heuristic, told the real pointer alignment and the workspace
- * share (OPD_CUDA_LT_WORKSPACE) it may use.
+ * with fp32 accumulation and fp32 alpha/beta, and split-K only with the
+ * COMPUTE_TYPE reduction (the parts summed in float in the workspace, the
+ * result rounded once): cuBLASLt's default also allows INPLACE and
+ * OUTPUT_TYPE, which round each part (or the running sum) to the 16-bit
+ * output type; its heuristic picks split-K for small outputs with a long
+ * reduction. conv2d im2col (24, 1170) @ (1170, 100) failed so on the H200:
+ * errors up to 2^-6 in float16 and 2^-2 in bfloat16, 11% / 81% of
+ * outputs near zero, as a simulation of parts rounded to 16 bits gives
+ * (one rounding of a float sum: none past the test's tolerance). torch's
+ * allow_{fp16,bf16}_reduced_precision_reduction=False sets the same mask.
+ * The algorithm comes from cuBLASLt's heuristic, told the real pointer
+ * alignment and the workspace share (OPD_CUDA_LT_WORKSPACE) it may use.
  */
 #ifndef OPD_KERNELS_CUDA_GEMM_CUH
 #define OPD_KERNELS_CUDA_GEMM_CUH

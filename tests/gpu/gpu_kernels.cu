@@ -489,6 +489,7 @@ static void check_matmul(void) {
       {{2, S(4, 0), -1, 1, NULL}, {2, S(0, 6), -1, 1, NULL}},                /* K = 0 */
       {{2, S(0, 8), -1, 1, NULL}, {2, S(8, 6), -1, 1, NULL}},
       {{2, S(64, 1000), -1, 1, NULL}, {2, S(1000, 96), -1, 1, NULL}},
+      {{2, S(16, 4096), -1, 1, NULL}, {2, S(4096, 24), -1, 1, NULL}},    /* split-K */
   };
   for (int d = 0; d < 3; d++)
     for (auto &c : cases) {
@@ -525,7 +526,11 @@ static int conv_igemm_s(opd_kcall_t *c, const opd_cuda_ctx_t *x) {
  * dtype: odd C (not a multiple of the 8 / 32 channel stages), K past one
  * or two 64-channel tiles, pixel counts that end mid-tile, tiles that
  * span images (P*Q < tile), padding 0 / 1 / 2, bias or not, stride,
- * dilation, 1 x N and 5 x 5 kernels. */
+ * dilation, 1 x N and 5 x 5 kernels, and long reductions onto few outputs
+ * (C*R*S >= 1170 onto <= 100 pixels, where cuBLASLt's heuristic splits K
+ * in im2col; the parts must be summed in float: C130 10x10 failed in
+ * float16 / bfloat16 on the H200 while cuBLASLt was free to sum them in
+ * the output type, kernels/cuda/gemm.cuh). */
 static void check_conv2d(void) {
   struct cc { int64_t N, C, H, W, K, R, S, sh, sw, ph, pw, dh, dw; int bias; } cases[] = {
       {1, 3, 17, 19, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1},
@@ -546,6 +551,8 @@ static void check_conv2d(void) {
       {1, 8, 15, 11, 9, 5, 5, 1, 1, 2, 2, 1, 1, 1},   /* 5x5 */
       {2, 33, 7, 40, 65, 1, 3, 1, 1, 0, 1, 1, 1, 0},  /* 1x3, K = 65 */
       {1, 48, 9, 9, 130, 3, 3, 1, 1, 2, 2, 1, 1, 1},  /* padding 2, 3 K tiles */
+      {1, 256, 7, 7, 16, 3, 3, 1, 1, 1, 1, 1, 1, 0},  /* C*R*S 2304 onto 16 x 49: split-K */
+      {2, 160, 6, 6, 40, 3, 3, 1, 1, 1, 1, 1, 1, 1},  /* split-K, batched, bias + beta 1 */
   };
   struct { const char *label; cuda_fn fn; } variants[] = {
       {"", NULL},                    {"[im2col]", conv_im2col},   {"[igemm]", conv_igemm},
