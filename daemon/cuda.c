@@ -111,6 +111,9 @@ typedef struct cuda_state {
                                     alive (the async handle is ref'd) */
   int loop_polls;                /* the loop is polling the events itself
                                     (atomic; see opd__cuda_poll) */
+  /* where the time of short jobs (request to reply under 1 ms) goes, in
+   * ns summed over n_short jobs: logged at shutdown (docs/gpu.md) */
+  uint64_t n_short, ns_prep, ns_launch, ns_gpu, ns_reply;
 } cuda_state_t;
 
 /* Evaluates a CUDA call; on failure formats "what: error" into err and
@@ -281,6 +284,13 @@ void opd__cuda_shutdown(opd_server_t *srv) {
     pthread_cond_signal(&st->cv);
     pthread_mutex_unlock(&st->mu);
     pthread_join(st->poller, NULL);
+  }
+  if (st->n_short > 0) {
+    double n = (double)st->n_short * 1000.0;
+    LOG_INFO("cuda: %llu jobs under 1 ms, mean us: request to launch %.2f, "
+             "launch %.2f, launch to seen complete %.2f, to replied %.2f",
+             (unsigned long long)st->n_short, st->ns_prep / n,
+             st->ns_launch / n, st->ns_gpu / n, st->ns_reply / n);
   }
   for (int i = 0; i < srv->n_devices; i++) {
     cuda_dev_t *d = &st->dev[i];
@@ -635,7 +645,8 @@ static int collect_done(cuda_state_t *st, int *cur_dev) {
     *pp = job->next; /* finished, or its stream failed */
     if (st->pending_tail == job) st->pending_tail = prev;
     job->cuda_status = (int)e;
-    job->ns = opd__now_ns() - job->t_start;
+    job->t_seen = opd__now_ns();
+    job->ns = job->t_seen - job->t_start;
     job->next = st->done;
     st->done = job;
     done++;
@@ -774,6 +785,14 @@ void opd__cuda_reap(opd_server_t *srv) {
     if (e == cudaSuccess) /* an event of a failed stream is not reused */
       give_event(st, job->device, (cudaEvent_t)job->cuda_event);
     job->cuda_event = NULL;
+    uint64_t now = opd__now_ns();
+    if (now - job->t_recv < 1000000) {
+      st->n_short++;
+      st->ns_prep += job->t_start - job->t_recv;
+      st->ns_launch += job->t_launched - job->t_start;
+      st->ns_gpu += job->t_seen - job->t_launched;
+      st->ns_reply += now - job->t_seen;
+    }
     opd__job_done(job);
   }
 }
@@ -865,6 +884,7 @@ int opd__cuda_job_launch(opd_job_t *job) {
     goto fail;
   }
   job->cuda_event = ev;
+  job->t_launched = opd__now_ns();
   job->next = NULL;
   pthread_mutex_lock(&st->mu);
   if (st->pending_tail) st->pending_tail->next = job;

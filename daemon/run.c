@@ -621,6 +621,7 @@ void opd__run_request(opd_session_t *s, uint64_t id, const msgpack_object *body,
     job->s = s;
     job->req_id = id;
     job->op_index = idx;
+    job->t_recv = opd__now_ns();
     rc = prepare(s, op, body, infer, req, job, expect, err, sizeof err);
   }
   if (rc != 0) {

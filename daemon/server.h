@@ -132,7 +132,10 @@ struct opd_job {
   uint64_t ns;                   /* kernel time */
   uint64_t bytes;                /* bytes of all its tensors */
   int device;                    /* -1: cpu; else the CUDA device */
+  uint64_t t_recv;               /* when its request was taken */
   uint64_t t_start;              /* when it was launched */
+  uint64_t t_launched;           /* CUDA: its work queued (event recorded) */
+  uint64_t t_seen;               /* CUDA: its event seen complete */
   const void *cuda_kernel;       /* opd_cuda_kernel_t of a CUDA run */
   int cuda_status;               /* cudaError_t the stream reported */
   void *cuda_event;              /* cudaEvent_t recorded after its work */
