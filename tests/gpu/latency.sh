@@ -38,3 +38,4 @@ echo "== noop per transport from Python"
 taskset -c 0 timeout 200 python3 bench/bench_python.py --socket "$sock" -n 100000 --sizes 4K \
   2>&1 | tee "$out/python.txt" | grep -E "^(latency transport|error|#)"
 kill -TERM "$pid"; wait "$pid"; echo "opd exit status $?"
+grep -a "jobs under 1 ms" "$out/opd.log" # where a tiny GPU job's time goes
