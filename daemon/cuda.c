@@ -143,6 +143,20 @@ static int is_sticky(cudaError_t e) {
 }
 
 static void on_async(uv_async_t *h);
+static void reply_done(opd_server_t *srv, opd_job_t *list);
+static void cuda_reap(opd_server_t *srv);
+
+/* cudaSetDevice, skipped when this thread's device already is index: on the
+ * loop thread it sits on every launch's path. Every device switch in the
+ * daemon goes through here, so the cache stays true. */
+static _Thread_local int cur_device = -1;
+
+static cudaError_t set_device(int index) {
+  if (index == cur_device) return cudaSuccess;
+  cudaError_t e = cudaSetDevice(index);
+  cur_device = e == cudaSuccess ? index : -1;
+  return e;
+}
 static void *poller_main(void *arg);
 
 static void *driver_fn(const char *name) {
@@ -188,7 +202,7 @@ static int parse_devices(const char *spec, int avail, int *use, char *err,
 static int dev_init(cuda_dev_t *d, int index, char *err, size_t errlen) {
   struct cudaDeviceProp prop;
   d->index = index;
-  CU(cudaSetDevice(index), err, errlen);
+  CU(set_device(index), err, errlen);
   CU(cudaFree(0), err, errlen); /* creates the primary context now */
   CU(cudaGetDeviceProperties(&prop, index), err, errlen);
   snprintf(d->name, sizeof d->name, "%s", prop.name);
@@ -280,7 +294,7 @@ void opd__cuda_shutdown(opd_server_t *srv) {
   if (st == NULL) return;
   if (st->poller_started) {
     pthread_mutex_lock(&st->mu);
-    st->stop = 1;
+    __atomic_store_n(&st->stop, 1, __ATOMIC_RELEASE);
     pthread_cond_signal(&st->cv);
     pthread_mutex_unlock(&st->mu);
     pthread_join(st->poller, NULL);
@@ -294,7 +308,7 @@ void opd__cuda_shutdown(opd_server_t *srv) {
   }
   for (int i = 0; i < srv->n_devices; i++) {
     cuda_dev_t *d = &st->dev[i];
-    cudaSetDevice(d->index);
+    set_device(d->index);
     cudaStreamSynchronize(d->util);
     cublasLtDestroy((cublasLtHandle_t)d->lt);
     cudaStreamDestroy(d->util);
@@ -360,7 +374,7 @@ int opd__cuda_alloc(opd_server_t *srv, int dev, uint64_t size, void **ptr,
     return OPD_EDEVICE;
   }
   cuda_dev_t *d = &st->dev[dev];
-  CU(cudaSetDevice(d->index), err, errlen);
+  CU(set_device(d->index), err, errlen);
   cudaError_t e = cudaMallocAsync(ptr, size, d->util);
   if (e != cudaSuccess) {
     cudaGetLastError();
@@ -379,7 +393,7 @@ int opd__cuda_alloc(opd_server_t *srv, int dev, uint64_t size, void **ptr,
 void opd__cuda_free(opd_server_t *srv, int dev, void *ptr) {
   cuda_state_t *st = srv->cuda;
   if (st == NULL || dev < 0 || dev >= srv->n_devices) return;
-  cudaSetDevice(st->dev[dev].index);
+  set_device(st->dev[dev].index);
   /* every job that used it has completed (the arena's references) */
   cudaFreeAsync(ptr, st->dev[dev].util);
 }
@@ -405,7 +419,7 @@ int opd__cuda_alloc_vmm(opd_server_t *srv, int dev, uint64_t size, void **ptr,
              "memory is not available");
     return OPD_EBACKEND;
   }
-  CU(cudaSetDevice(st->dev[dev].index), err, errlen);
+  CU(set_device(st->dev[dev].index), err, errlen);
   CUmemAllocationProp prop;
   memset(&prop, 0, sizeof prop);
   prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
@@ -452,7 +466,7 @@ fail:
 void opd__cuda_free_vmm(opd_server_t *srv, void *token) {
   cuda_state_t *st = srv->cuda;
   vmm_alloc_t *a = token;
-  cudaSetDevice(st->dev[a->dev].index);
+  set_device(st->dev[a->dev].index);
   st->vmm.unmap(a->ptr, a->size);
   st->vmm.addr_free(a->ptr, a->size);
   st->vmm.release(a->handle);
@@ -498,7 +512,7 @@ int opd__cuda_import(opd_server_t *srv, uint64_t session, int dev,
     cudaIpcMemHandle_t h;
     void *p;
     memcpy(&h, handle, sizeof h);
-    CU(cudaSetDevice(st->dev[dev].index), err, errlen);
+    CU(set_device(st->dev[dev].index), err, errlen);
     cudaError_t e = cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess);
     if (e != cudaSuccess) {
       cudaGetLastError();
@@ -548,7 +562,7 @@ void opd__cuda_import_release(opd_server_t *srv, void *token) {
   for (pp = &st->ipc; *pp != o; pp = &(*pp)->next) {
   }
   *pp = o->next;
-  cudaSetDevice(st->dev[o->dev].index);
+  set_device(st->dev[o->dev].index);
   cudaIpcCloseMemHandle(o->base);
   free(o);
 }
@@ -589,7 +603,7 @@ void opd__cuda_session_release(opd_session_t *s) {
   if (st == NULL) return;
   for (int i = 0; i < s->srv->n_devices; i++) {
     if (s->streams[i] == NULL) continue;
-    cudaSetDevice(st->dev[i].index);
+    set_device(st->dev[i].index);
     cudaStreamDestroy(s->streams[i]); /* returns at once; work drains */
     s->streams[i] = NULL;
   }
@@ -626,16 +640,12 @@ static void cpu_pause(int n) {
 }
 
 /* Moves the pending jobs whose events completed (or failed) to the done
- * list; caller holds mu. *cur_dev: the calling thread's current device.
- * Returns how many moved. */
-static int collect_done(cuda_state_t *st, int *cur_dev) {
+ * list; caller holds mu. Returns how many moved. */
+static int collect_done(cuda_state_t *st) {
   int done = 0;
   for (opd_job_t **pp = &st->pending, *prev = NULL; *pp;) {
     opd_job_t *job = *pp;
-    if (job->device != *cur_dev) {
-      cudaSetDevice(st->dev[job->device].index);
-      *cur_dev = job->device;
-    }
+    set_device(st->dev[job->device].index);
     cudaError_t e = cudaEventQuery((cudaEvent_t)job->cuda_event);
     if (e == cudaErrorNotReady) {
       prev = job;
@@ -659,14 +669,16 @@ static void *poller_main(void *arg) {
   cuda_state_t *st = srv->cuda;
   uint64_t last_progress = opd__now_ns();
   long sleep_ns = 0;
-  int cur_dev = -1;
 
   pthread_mutex_lock(&st->mu);
   for (;;) {
     if (__atomic_load_n(&st->loop_polls, __ATOMIC_ACQUIRE) && !st->stop) {
-      /* the loop polls: stand by, awake */
+      /* the loop polls: stand by, awake, reading only the flag (taking mu
+       * here would bounce its cache line off the loop's every look) */
       pthread_mutex_unlock(&st->mu);
-      cpu_pause(8);
+      while (__atomic_load_n(&st->loop_polls, __ATOMIC_ACQUIRE) &&
+             !__atomic_load_n(&st->stop, __ATOMIC_RELAXED))
+        cpu_pause(8);
       pthread_mutex_lock(&st->mu);
       last_progress = opd__now_ns();
       sleep_ns = 0;
@@ -688,7 +700,7 @@ static void *poller_main(void *arg) {
       sleep_ns = 0;
     }
     if (st->stop) break;
-    if (collect_done(st, &cur_dev)) {
+    if (collect_done(st)) {
       pthread_mutex_unlock(&st->mu);
       uv_async_send(&st->async);
       pthread_mutex_lock(&st->mu);
@@ -722,13 +734,16 @@ void opd__cuda_loop_polls(opd_server_t *srv, int on) {
 
 int opd__cuda_poll(opd_server_t *srv) {
   cuda_state_t *st = srv->cuda;
-  if (st == NULL || __atomic_load_n(&st->pending, __ATOMIC_RELAXED) == NULL ||
+  if (st == NULL || (__atomic_load_n(&st->pending, __ATOMIC_RELAXED) == NULL &&
+                     __atomic_load_n(&st->done, __ATOMIC_RELAXED) == NULL) ||
       pthread_mutex_trylock(&st->mu) != 0)
     return 0;
-  int cur_dev = -1; /* the loop thread's device changes between calls */
-  int done = collect_done(st, &cur_dev);
+  int done = collect_done(st);
+  opd_job_t *list = st->done; /* with what the poller finished before */
+  st->done = NULL;
   pthread_mutex_unlock(&st->mu);
-  return done;
+  reply_done(srv, list);
+  return done + (list != NULL);
 }
 
 /* An event for a job on device dev (recycled; loop thread only). */
@@ -748,7 +763,7 @@ static void give_event(cuda_state_t *st, int dev, cudaEvent_t ev) {
 }
 
 static void on_async(uv_async_t *h) {
-  opd__cuda_reap((opd_server_t *)h->data);
+  cuda_reap((opd_server_t *)h->data);
 }
 
 int opd__cuda_inflight(opd_server_t *srv) {
@@ -756,19 +771,9 @@ int opd__cuda_inflight(opd_server_t *srv) {
   return st != NULL ? st->inflight : 0;
 }
 
-int opd__cuda_has_done(opd_server_t *srv) {
+/* Replies to the finished jobs of list (loop thread). */
+static void reply_done(opd_server_t *srv, opd_job_t *list) {
   cuda_state_t *st = srv->cuda;
-  /* a racy peek is enough: a miss is caught by the async wake-up */
-  return st != NULL && __atomic_load_n(&st->done, __ATOMIC_RELAXED) != NULL;
-}
-
-/* Replies to every job the poller finished (loop thread). */
-void opd__cuda_reap(opd_server_t *srv) {
-  cuda_state_t *st = srv->cuda;
-  pthread_mutex_lock(&st->mu);
-  opd_job_t *list = st->done;
-  st->done = NULL;
-  pthread_mutex_unlock(&st->mu);
   /* the list is newest first; sessions are independent, order is moot */
   while (list) {
     opd_job_t *job = list;
@@ -797,6 +802,16 @@ void opd__cuda_reap(opd_server_t *srv) {
   }
 }
 
+/* Replies to every job the poller finished (loop thread). */
+static void cuda_reap(opd_server_t *srv) {
+  cuda_state_t *st = srv->cuda;
+  pthread_mutex_lock(&st->mu);
+  opd_job_t *list = st->done;
+  st->done = NULL;
+  pthread_mutex_unlock(&st->mu);
+  reply_done(srv, list);
+}
+
 /* Launches everything of one job on the session's stream. On error the
  * scratch already allocated is freed on the stream; nothing was queued
  * that would call back. */
@@ -816,7 +831,7 @@ int opd__cuda_job_launch(opd_job_t *job) {
     snprintf(err, errlen, "cuda:%d: %s", dev, s->srv->goodbye_why);
     return OPD_EBACKEND;
   }
-  CU(cudaSetDevice(d->index), err, errlen);
+  CU(set_device(d->index), err, errlen);
   if ((rc = session_stream(s, dev, &stream, err, errlen)) != 0) return rc;
   job->t_start = opd__now_ns();
 

@@ -95,12 +95,6 @@ uint64_t opd__cuda_vmm_size(void *token) {
   return 0;
 }
 
-int opd__cuda_has_done(opd_server_t *srv) {
-  (void)srv;
-  return 0;
-}
-
-void opd__cuda_reap(opd_server_t *srv) { (void)srv; }
 
 void opd__cuda_loop_polls(opd_server_t *srv, int on) { (void)srv, (void)on; }
 

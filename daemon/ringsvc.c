@@ -76,10 +76,7 @@ static void on_idle(uv_idle_t *h) {
   opd__cuda_loop_polls(srv, 1);
   while (spin_wanted(srv)) {
     int served = 0;
-    if (opd__cuda_poll(srv) > 0 || opd__cuda_has_done(srv)) {
-      opd__cuda_reap(srv); /* a GPU job finished: reply now */
-      served = 1;
-    }
+    if (opd__cuda_poll(srv) > 0) served = 1; /* GPU jobs done: replied */
     for (opd_session_t *s = srv->sessions, *next; s; s = next) {
       next = s->next;
       if (!s->ring || s->fd < 0 || s->closing) continue;

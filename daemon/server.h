@@ -305,16 +305,13 @@ const void *opd__cuda_kernel(const char *op, int dtype, char *err,
  * 0, or an error (job not started, call->err set). */
 int opd__cuda_job_launch(opd_job_t *job);
 void opd__cuda_session_release(opd_session_t *s);
-/* Completed GPU jobs waiting for the loop? (a cheap hint) / reply to them. */
-int opd__cuda_has_done(opd_server_t *srv);
 int opd__cuda_inflight(opd_server_t *srv); /* launched, not yet replied */
 /* The loop thread polls the launched jobs' events itself while it spins:
- * on = 1 while it does (the completion thread stands by), and poll moves
- * finished jobs to the done list (returns how many; 0 if the lock is
- * busy). */
+ * on = 1 while it does (the completion thread stands by), and poll
+ * replies to the finished jobs (returns non-zero if it replied to any; 0
+ * also when the lock is busy). */
 void opd__cuda_loop_polls(opd_server_t *srv, int on);
 int opd__cuda_poll(opd_server_t *srv);
-void opd__cuda_reap(opd_server_t *srv);
 /* Called by the backend on the loop when a launched job completed. */
 void opd__job_done(opd_job_t *job);
 
