@@ -312,7 +312,11 @@ static void deliver(opd_client_t *c, const unsigned char *p, uint32_t len) {
   const msgpack_object *m = opd__mp_get(&f[3], "message");
   char msg[400];
   msg[0] = '\0'; /* not `= ""`: that would clear all 400 bytes per reply */
-  if (m != NULL) opd__mp_str(m, msg, sizeof msg);
+  if (m != NULL && m->type == MSGPACK_OBJECT_STR) { /* long: truncated */
+    size_t n = m->via.str.size < sizeof msg - 1 ? m->via.str.size : sizeof msg - 1;
+    memcpy(msg, m->via.str.ptr, n);
+    msg[n] = '\0';
+  }
 
   if (type == OPD_MSG_GOODBYE) {
     char full[460];
@@ -1053,12 +1057,14 @@ int opd_arena_fd(opd_client_t *c, uint64_t arena, int *fd) {
   int rc = check_usable(c);
   if (rc) return rc;
   if (fd == NULL) return fail(OPD_EINVAL, "fd is NULL");
-  rc = fail(OPD_EARENA, "arena %llu was not created by this connection",
-            (unsigned long long)arena);
+  rc = OPD_EARENA;
   pthread_mutex_lock(&c->mu);
   for (size_t i = 0; i < c->n_arenas; i++)
     if (c->arenas[i].id == arena) *fd = c->arenas[i].fd, rc = 0;
   pthread_mutex_unlock(&c->mu);
+  if (rc != 0) /* only a failure sets the last error */
+    fail(rc, "arena %llu was not created by this connection",
+         (unsigned long long)arena);
   return rc;
 }
 
