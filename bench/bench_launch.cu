@@ -10,7 +10,8 @@
  *                     the same thread
  *   event_poller      the same, but a second thread polls the event and
  *                     raises a flag the first one spins on (the daemon's
- *                     completion thread hand-off)
+ *                     completion thread hand-off); needs two CPUs: pinned
+ *                     to one it measures time slices (~8 ms)
  *   launch_only       the time cudaLaunchKernel takes to return
  *   event_record      the time cudaEventRecord takes to return
  */

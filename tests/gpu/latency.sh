@@ -22,7 +22,7 @@ for _ in $(seq 1 100); do build/opctl --socket "$sock" ping -c 1 >/dev/null 2>&1
 export OPD_SOCKET=$sock OPD_LIB=$PWD/build/libopd.so PYTHONPATH=$PWD/python PYTHONUNBUFFERED=1
 
 echo "== tiny op floor: in-process launch + sync, and the completion pieces"
-taskset -c 0 build/bench/bench_launch 20000 2>&1 | tee "$out/bench_launch.txt"
+taskset -c 0,1 build/bench/bench_launch 20000 2>&1 | tee "$out/bench_launch.txt"
 echo "== tiny op through the daemon from C (daemon_gpu latency lines)"
 for w in spin adaptive; do
   OPD_WAIT=$w taskset -c 0 timeout 120 build/tests/daemon_gpu "$sock" 2>&1 | grep -E "^latency|passed|FAIL"
