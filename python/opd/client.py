@@ -256,6 +256,7 @@ class Client:
         self._schemas = None          # op name -> schema
         self._methods = {}
         self._infer_cache = {}
+        self._desc_arrays = {}        # descriptors -> their ctypes array
         self._op_bytes = {}
         self._serial = next(_serials)
         _clients.add(self)
@@ -816,15 +817,17 @@ class Client:
             ins.pop()
         torch_dev = None                      # a torch CUDA tensor's device
         odev = "cpu"                          # where new outputs go
+        maps = self._maps
         for i, x in enumerate(ins):
-            if x is None:
-                raise errors.error(protocol.EINVAL, "%s: input %d is None but a "
-                                   "later input is given" % (op, i))
-            if not isinstance(x, Tensor):
-                if _is_torch(x) and x.is_cuda:
-                    torch_dev = x.device
-                ins[i] = x = self._convert(x)
-            elif self._maps and self._viewed(x):
+            if type(x) is not Tensor:
+                if x is None:
+                    raise errors.error(protocol.EINVAL, "%s: input %d is None "
+                                       "but a later input is given" % (op, i))
+                if not isinstance(x, Tensor):
+                    if _is_torch(x) and x.is_cuda:
+                        torch_dev = x.device
+                    ins[i] = x = self._convert(x)
+            if maps and self._viewed(x):
                 torch_dev = x.arena.device        # torch may use its view
             if odev == "cpu":
                 odev = x.arena.device
@@ -834,14 +837,17 @@ class Client:
             if dev == "cpu":
                 odev = "cpu"
             devb = dev.encode()
-        schema = self._schema(op)
-        attr_arr, keep, akey = self._attrs(schema, attrs)
+        if attrs:
+            attr_arr, keep, akey = self._attrs(self._schema(op), attrs)
+        else:
+            attr_arr, keep, akey = None, (), ()
         ob = self._op_bytes.get(op)
         if ob is None:
             ob = self._op_bytes[op] = op.encode()
         if out is None:
-            ret = outs = tuple(self.empty(shape, dt, odev) for dt, shape in
-                               self._infer(h, ob, ins, attr_arr, akey))
+            spec = self._infer(h, ob, ins, attr_arr, akey)
+            ret = outs = tuple([self.empty(shape, dt, odev) for dt, shape in
+                                spec]) if spec else ()
         else:
             ret = (out,) if isinstance(out, Tensor) or _is_torch(out) else tuple(out)
             outs = []
@@ -863,17 +869,37 @@ class Client:
             import torch
             torch.cuda.synchronize(torch_dev)
         n_in, n_out = len(ins), len(outs)
-        in_arr = (_lib.TensorDesc * n_in)(*[self._desc(t) for t in ins]) if n_in else None
-        out_arr = (_lib.TensorDesc * n_out)(*[self._desc(t) for t in outs]) if n_out else None
+        in_arr = self._desc_array(ins)
+        out_arr = self._desc_array(outs)
         return (h, ob, in_arr, n_in, out_arr, n_out, attr_arr, len(attrs),
                 (ins, outs, keep, torch_dev)), ret, devb
+
+    def _desc_array(self, ts):
+        """The descriptors of tensors ts as libopd takes them (a pointer to
+        the first of n): one descriptor as itself (ctypes passes its
+        address), several as an array, cached by the descriptors (each
+        Tensor keeps its own, so a loop over the same tensors builds no
+        array)."""
+        if not ts:
+            return None
+        if len(ts) == 1:
+            return self._desc(ts[0])
+        descs = [self._desc(t) for t in ts]
+        key = tuple(map(id, descs))   # the entry keeps descs alive: ids hold
+        hit = self._desc_arrays.get(key)
+        if hit is None:
+            if len(self._desc_arrays) >= 256:
+                self._desc_arrays.clear()
+            hit = self._desc_arrays[key] = ((_lib.TensorDesc * len(descs))(*descs),
+                                            descs)
+        return hit[0]
 
     def _viewed(self, t):
         m = self._maps.get(t.arena.serial)
         return m is not None and len(m.views) > 0
 
     def _infer(self, h, ob, ins, attr_arr, akey):
-        key = (ob, tuple((t.dtype, t.shape) for t in ins), akey)
+        key = (ob, tuple([(t.dtype, t.shape) for t in ins]), akey)
         r = self._infer_cache.get(key)
         if r is not None:
             return r
@@ -1023,6 +1049,7 @@ class Client:
                                  % name)
         m = types.MethodType(_make_method(schema), self)
         self._methods[name] = m
+        self.__dict__[name] = m  # found directly from now on, no __getattr__
         return m
 
     def __dir__(self):
