@@ -437,15 +437,18 @@ static int ring_read_some(opd_client_t *c, int timeout_ms) {
     c->rbuf = nb;
     c->rcap = cap;
   }
-  int64_t deadline = timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
   uint64_t spin_start = 0, sock_at = 0; /* when to look at the socket */
+  uint64_t deadline = 0;                 /* ns; 0: none (timeout_ms < 0) */
   for (;;) {
     int got = ring_drain(c, max);
     if (got != 0) return got < 0 ? got : 0;
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     uint64_t now = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-    if (spin_start == 0) spin_start = now, sock_at = now + SOCKET_LOOK_NS;
+    if (spin_start == 0) {
+      spin_start = now, sock_at = now + SOCKET_LOOK_NS;
+      if (timeout_ms >= 0) deadline = now + (uint64_t)timeout_ms * 1000000u;
+    }
     /* the socket (goodbyes, fd-carrying replies, EOF): every
      * SOCKET_LOOK_NS of spinning (not at once: a system call there would
      * delay every reply), and before any sleep */
@@ -459,7 +462,7 @@ static int ring_read_some(opd_client_t *c, int timeout_ms) {
       }
       sock_at = now + SOCKET_LOOK_NS;
     }
-    if (deadline >= 0 && now_ms() >= deadline) return OPD_ETIMEDOUT;
+    if (deadline && now >= deadline) return OPD_ETIMEDOUT;
     if (!sleep_next) {
 #if defined(__x86_64__) || defined(__i386__)
       __builtin_ia32_pause();
@@ -468,9 +471,8 @@ static int ring_read_some(opd_client_t *c, int timeout_ms) {
     }
     /* adaptive: sleep on the ring (the daemon wakes it), at most 2 ms at a
      * time so that the socket is looked at too */
-    int64_t left = deadline < 0 ? 2000000 : (deadline - now_ms()) * 1000000;
+    int64_t left = deadline ? (int64_t)(deadline - now) : 2000000;
     if (left > 2000000) left = 2000000;
-    if (left < 0) left = 0;
     if (opd__ring_wait_message(&c->cq, 0, left) < 0) return OPD_EPROTO;
     sock_at = 0; /* look at the socket next turn */
   }
@@ -725,14 +727,33 @@ static int call(opd_client_t *c, int type,
   return wait_reply(c, id, -1, payload, len, NULL);
 }
 
-/* Unpacks a reply payload's body into obj (zone owned by caller). */
-static const msgpack_object *reply_body(const char *payload, size_t len,
-                                        msgpack_zone *z, msgpack_object *o) {
-  size_t off = 0;
-  if (msgpack_unpack(payload, len, &off, z, o) != MSGPACK_UNPACK_SUCCESS ||
-      o->type != MSGPACK_OBJECT_ARRAY || o->via.array.size != 4)
+/* A control request's reply payload and its decoded form: call() or
+ * wait_reply() fills payload and len, reply_decode() decodes it with the
+ * same decoder as every other reply (strings point into payload), and
+ * reply_free() releases both. */
+typedef struct reply {
+  char *payload;
+  size_t len;
+  opd_mp_arena_t arena;
+  msgpack_object obj;
+} reply_t;
+
+/* The body map of the reply, or NULL if it is malformed. */
+static const msgpack_object *reply_decode(reply_t *r) {
+  char err[160];
+  opd__mp_arena_init(&r->arena);
+  if (r->payload == NULL ||
+      opd__mp_decode(&r->arena, r->payload, r->len, OPD_MAX_DEPTH, &r->obj, err,
+                     sizeof err) != 0 ||
+      r->obj.type != MSGPACK_OBJECT_ARRAY || r->obj.via.array.size != 4)
     return NULL;
-  return &o->via.array.ptr[3];
+  return &r->obj.via.array.ptr[3];
+}
+
+static void reply_free(reply_t *r) {
+  opd__mp_arena_destroy(&r->arena);
+  free(r->payload);
+  r->payload = NULL;
 }
 
 /* ---- connect / close ------------------------------------------------------ */
@@ -849,8 +870,7 @@ int opd_connect_flags(const char *socket_path, uint32_t flags,
                       opd_client_t **out) {
   struct sockaddr_un addr = {.sun_family = AF_UNIX};
   opd_client_t *c = NULL;
-  char *payload = NULL;
-  size_t len = 0;
+  reply_t r = {.payload = NULL};
   int rc;
 
   if (out == NULL) return fail(OPD_EINVAL, "opd_connect: out is NULL");
@@ -888,17 +908,14 @@ int opd_connect_flags(const char *socket_path, uint32_t flags,
               c->path, strerror(errno), c->path);
     goto error;
   }
-  rc = call(c, OPD_MSG_HELLO, pack_hello, &flags, -1, &payload, &len);
+  rc = call(c, OPD_MSG_HELLO, pack_hello, &flags, -1, &r.payload, &r.len);
   if (rc != 0) {
     if (rc != OPD_EVERSION)
       fail(rc, "opd at %s refused the connection: %s", c->path,
            opd_last_error());
     goto error;
   }
-  msgpack_zone z;
-  msgpack_object o;
-  msgpack_zone_init(&z, 2048);
-  const msgpack_object *body = reply_body(payload, len, &z, &o);
+  const msgpack_object *body = reply_decode(&r);
   const msgpack_object *lim = body ? opd__mp_get(body, "limits") : NULL;
   uint64_t v;
   if (lim && opd__mp_uint(opd__mp_get(lim, "max_frame"), &v) == 0)
@@ -908,15 +925,13 @@ int opd_connect_flags(const char *socket_path, uint32_t flags,
   if (body) opd__json_from_msgpack(body, &c->hello_json, &c->hello_len);
   const msgpack_object *rings = body ? opd__mp_get(body, "rings") : NULL;
   int offered = rings && rings->type == MSGPACK_OBJECT_BOOLEAN && rings->via.boolean;
-  msgpack_zone_destroy(&z);
-  free(payload);
-  payload = NULL;
+  reply_free(&r);
   int mode = wait_mode(flags);
   if (mode != 0 && offered && (rc = setup_rings(c, mode)) != 0) goto error;
   *out = c;
   return 0;
 error:
-  free(payload);
+  free(r.payload);
   opd_close(c);
   return rc;
 }
@@ -971,18 +986,13 @@ int opd_server_info(opd_client_t *c, char **json, size_t *len) {
 static int call_for_arena(opd_client_t *c, int type,
                           void (*pack)(msgpack_packer *, const void *),
                           const void *arg, int pass_fd, uint64_t *arena) {
-  char *payload = NULL;
-  size_t len = 0;
-  int rc = call(c, type, pack, arg, pass_fd, &payload, &len);
+  reply_t r = {.payload = NULL};
+  int rc = call(c, type, pack, arg, pass_fd, &r.payload, &r.len);
   if (rc != 0) return rc;
-  msgpack_zone z;
-  msgpack_object o;
-  msgpack_zone_init(&z, 512);
-  const msgpack_object *body = reply_body(payload, len, &z, &o);
+  const msgpack_object *body = reply_decode(&r);
   if (body == NULL || opd__mp_uint(opd__mp_get(body, "arena"), arena) != 0)
     rc = fail(OPD_EPROTO, "%s: reply without an arena id", opd__msg_name(type));
-  msgpack_zone_destroy(&z);
-  free(payload);
+  reply_free(&r);
   return rc;
 }
 
@@ -1144,19 +1154,15 @@ int opd_unpublish(opd_client_t *c, const char *name) {
 int opd_attach(opd_client_t *c, const char *name, uint64_t *arena,
                uint64_t *size, char *device, size_t device_cap, char *meta,
                size_t meta_cap) {
-  char *payload = NULL;
-  size_t len = 0;
+  reply_t r = {.payload = NULL};
   int rc = check_usable(c);
   if (rc) return rc;
   if (name == NULL || arena == NULL)
     return fail(OPD_EINVAL, "opd_attach: name and arena must not be NULL");
   pub_args_t a = {0, name, 0, NULL};
-  rc = call(c, OPD_MSG_ATTACH, pack_pub, &a, -1, &payload, &len);
+  rc = call(c, OPD_MSG_ATTACH, pack_pub, &a, -1, &r.payload, &r.len);
   if (rc != 0) return rc;
-  msgpack_zone z;
-  msgpack_object o;
-  msgpack_zone_init(&z, 512);
-  const msgpack_object *body = reply_body(payload, len, &z, &o);
+  const msgpack_object *body = reply_decode(&r);
   uint64_t sz = 0;
   if (body == NULL || opd__mp_uint(opd__mp_get(body, "arena"), arena) != 0 ||
       opd__mp_uint(opd__mp_get(body, "size"), &sz) != 0)
@@ -1168,8 +1174,7 @@ int opd_attach(opd_client_t *c, const char *name, uint64_t *arena,
   if (rc == 0 && meta && meta_cap &&
       opd__mp_str(opd__mp_get(body, "meta"), meta, meta_cap) != 0)
     meta[0] = '\0';
-  msgpack_zone_destroy(&z);
-  free(payload);
+  reply_free(&r);
   return rc;
 }
 
@@ -1208,8 +1213,7 @@ int opd_import_cuda(opd_client_t *c, const void *handle, size_t handle_len,
 
 int opd_export_cuda(opd_client_t *c, uint64_t arena, int *fd,
                     uint64_t *alloc_size) {
-  char *payload = NULL;
-  size_t len = 0;
+  reply_t r = {.payload = NULL};
   int rc = check_usable(c);
   if (rc) return rc;
   if (fd == NULL) return fail(OPD_EINVAL, "opd_export_cuda: fd is NULL");
@@ -1223,12 +1227,9 @@ int opd_export_cuda(opd_client_t *c, uint64_t arena, int *fd,
   msgpack_pack_uint64(&pk, arena);
   rc = submit_frame(c, &b, id, 1, -1);
   fbuf_free(&b);
-  if (rc == 0) rc = wait_reply(c, id, -1, &payload, &len, fd);
+  if (rc == 0) rc = wait_reply(c, id, -1, &r.payload, &r.len, fd);
   if (rc != 0) return rc;
-  msgpack_zone z;
-  msgpack_object o;
-  msgpack_zone_init(&z, 512);
-  const msgpack_object *body = reply_body(payload, len, &z, &o);
+  const msgpack_object *body = reply_decode(&r);
   uint64_t sz = 0;
   if (body == NULL || opd__mp_uint(opd__mp_get(body, "alloc_size"), &sz) != 0 ||
       *fd < 0) {
@@ -1237,8 +1238,7 @@ int opd_export_cuda(opd_client_t *c, uint64_t arena, int *fd,
   } else if (alloc_size) {
     *alloc_size = sz;
   }
-  msgpack_zone_destroy(&z);
-  free(payload);
+  reply_free(&r);
   return rc;
 }
 
@@ -1508,8 +1508,7 @@ int opd_infer(opd_client_t *c, const char *op, const opd_tensor_t *in,
               uint32_t n_in, const opd_attr_t *attrs, uint32_t n_attrs,
               opd_tensor_t *out, uint32_t cap, uint32_t *n_out) {
   fbuf_t b;
-  char *payload = NULL;
-  size_t len = 0;
+  reply_t r = {.payload = NULL};
   int rc = check_usable(c);
   if (rc) return rc;
   if (n_out == NULL || (cap && out == NULL))
@@ -1520,13 +1519,10 @@ int opd_infer(opd_client_t *c, const char *op, const opd_tensor_t *in,
   if (rc != 0) return rc;
   rc = submit_frame(c, &b, id, 1, -1);
   fbuf_free(&b);
-  if (rc == 0) rc = wait_reply(c, id, -1, &payload, &len, NULL);
+  if (rc == 0) rc = wait_reply(c, id, -1, &r.payload, &r.len, NULL);
   if (rc != 0) return rc;
 
-  msgpack_zone z;
-  msgpack_object o;
-  msgpack_zone_init(&z, 1024);
-  const msgpack_object *body = reply_body(payload, len, &z, &o);
+  const msgpack_object *body = reply_decode(&r);
   const msgpack_object *arr = body ? opd__mp_get(body, "out") : NULL;
   if (arr == NULL || arr->type != MSGPACK_OBJECT_ARRAY) {
     rc = fail(OPD_EPROTO, "infer: malformed reply");
@@ -1553,8 +1549,7 @@ int opd_infer(opd_client_t *c, const char *op, const opd_tensor_t *in,
         opd__mp_int(&sh->via.array.ptr[d], &out[i].shape[d]);
     }
   }
-  msgpack_zone_destroy(&z);
-  free(payload);
+  reply_free(&r);
   return rc;
 }
 
@@ -1567,22 +1562,17 @@ int opd_ping(opd_client_t *c) {
 /* ---- introspection -------------------------------------------------------- */
 
 static int json_call(opd_client_t *c, int type, char **json, size_t *len) {
-  char *payload = NULL;
-  size_t plen = 0;
+  reply_t r = {.payload = NULL};
   int rc = check_usable(c);
   if (rc) return rc;
   if (json == NULL) return fail(OPD_EINVAL, "json is NULL");
-  rc = call(c, type, NULL, NULL, -1, &payload, &plen);
+  rc = call(c, type, NULL, NULL, -1, &r.payload, &r.len);
   if (rc != 0) return rc;
-  msgpack_zone z;
-  msgpack_object o;
-  msgpack_zone_init(&z, 8192);
-  const msgpack_object *body = reply_body(payload, plen, &z, &o);
+  const msgpack_object *body = reply_decode(&r);
   if (body == NULL) rc = fail(OPD_EPROTO, "malformed reply");
   else if (opd__json_from_msgpack(body, json, len) != 0)
     rc = fail(OPD_ENOMEM, "out of memory");
-  msgpack_zone_destroy(&z);
-  free(payload);
+  reply_free(&r);
   return rc;
 }
 

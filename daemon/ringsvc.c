@@ -94,7 +94,7 @@ static void on_idle(uv_idle_t *h) {
   opd__cuda_loop_polls(srv, 0);
 }
 
-static void update_idle(opd_server_t *srv) {
+void opd__ring_update_idle(opd_server_t *srv) {
   int want = spin_wanted(srv) || srv->ring_kick;
   if (want && !uv_is_active((uv_handle_t *)&srv->ring_idle))
     uv_idle_start(&srv->ring_idle, on_idle);
@@ -205,7 +205,7 @@ int opd__ring_setup(opd_session_t *s, const msgpack_object *body, char *err,
   s->ring = mode;
   if (mode == OPD_RING_SPIN) srv->n_spin++;
   srv->n_ring++;
-  update_idle(srv);
+  opd__ring_update_idle(srv);
   LOG_INFO("session %llu: %s rings, %llu+%llu slots", (unsigned long long)s->id,
            wait, (unsigned long long)sqn, (unsigned long long)cqn);
   return 0;
@@ -256,7 +256,7 @@ int opd__ring_reply(opd_session_t *s, const void *head, size_t hlen,
   while (*pp) pp = &(*pp)->next;
   *pp = o;
   s->srv->ring_kick = 1; /* retry soon: the client frees room silently */
-  update_idle(s->srv);
+  opd__ring_update_idle(s->srv);
   return 1;
 }
 
@@ -305,7 +305,7 @@ static void on_check(uv_check_t *h) {
     next = s->next;
     service_session(s);
   }
-  update_idle(srv);
+  opd__ring_update_idle(srv);
 }
 
 /* Before the loop blocks: adaptive rings must ring the doorbell. */
@@ -318,10 +318,8 @@ static void on_prepare(uv_prepare_t *h) {
     if (s->ring != OPD_RING_ADAPTIVE || s->fd < 0) continue;
     if (opd__ring_arm_sleep(&s->sq) != 0) srv->ring_kick = 1;
   }
-  update_idle(srv); /* a message arrived meanwhile: do not block */
+  opd__ring_update_idle(srv); /* a message arrived meanwhile: do not block */
 }
-
-void opd__ring_update_idle(opd_server_t *srv) { update_idle(srv); }
 
 void opd__ring_init_server(opd_server_t *srv) {
   uv_check_init(srv->loop, &srv->ring_check);
@@ -347,7 +345,7 @@ void opd__ring_close(opd_session_t *s) {
     uv_close((uv_handle_t *)s->ring_poll, free_handle);
     s->ring_poll = NULL; /* the fd is closed in opd__ring_free */
   }
-  update_idle(srv);
+  opd__ring_update_idle(srv);
 }
 
 void opd__ring_free(opd_session_t *s) {
