@@ -253,3 +253,20 @@ Test(basic, strided_input_through_copy) {
     for (int j = 0; j < 3; j++) cr_assert_eq(yy[i * 3 + j], x[j * 4 + i]);
   opd_close(c);
 }
+
+Test(basic, arena_fd_of_own_arenas_only) {
+  opd_client_t *c = th_connect();
+  void *base;
+  uint64_t a = th_arena(c, 4096, &base);
+  int fd = -1;
+  EXPECT_ERR(opd_arena_fd(c, a + 1000, &fd), OPD_EARENA,
+             "was not created by this connection");
+  cr_assert_eq(fd, -1);
+  EXPECT_ERR(opd_arena_fd(c, a, NULL), OPD_EINVAL, "fd is NULL");
+  cr_assert_eq(opd_arena_fd(c, a, &fd), 0);
+  cr_assert_geq(fd, 0);
+  /* success leaves the last error alone */
+  cr_assert(strstr(opd_last_error(), "fd is NULL") != NULL, "%s",
+            opd_last_error());
+  opd_close(c);
+}
