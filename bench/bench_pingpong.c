@@ -392,20 +392,11 @@ static long topo(int cpu, const char *what) {
 
 static void print_header(int argc, char **argv, size_t n, size_t warm,
                          const char *cases, const char *why) {
-  char date[64], cpu[256];
-  time_t t = time(NULL);
-  struct tm tm;
-  gmtime_r(&t, &tm);
-  strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  struct utsname u;
-  SYSCHECK(uname(&u) == 0, "uname");
-  cpu_model(cpu, sizeof cpu);
   printf("# bench_pingpong: raw cross-process ping-pong baselines\n");
   printf("# command:");
   for (int i = 0; i < argc; i++) printf(" %s", argv[i]);
-  printf("\n# date: %s\n", date);
-  printf("# machine: %s %s; cpu: %s; nproc: %ld; kernel: %s\n", u.nodename,
-         u.machine, cpu, sysconf(_SC_NPROCESSORS_ONLN), u.release);
+  printf("\n");
+  print_machine();
   printf("# round trips: %zu per case (warmup %zu); cases: %s; socket "
          "message: %d bytes\n", n, warm, cases, SOCK_MSG);
   /* what one sample's own clock reads cost: back-to-back, p50 */

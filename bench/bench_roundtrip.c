@@ -94,18 +94,8 @@ static void print_latency(const char *name, const stats_t *s, uint64_t raw_p50) 
 
 static void print_header(opd_client_t *c, const char *sock, size_t n,
                          size_t warm, int k) {
-  char date[64], cpu[256];
-  time_t t = time(NULL);
-  struct tm tm;
-  gmtime_r(&t, &tm);
-  strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  struct utsname u;
-  SYSCHECK(uname(&u) == 0, "uname");
-  cpu_model(cpu, sizeof cpu);
   printf("# bench_roundtrip (libopd %s)\n", opd_version());
-  printf("# date: %s\n", date);
-  printf("# machine: %s %s; cpu: %s; nproc: %ld; kernel: %s\n", u.nodename,
-         u.machine, cpu, sysconf(_SC_NPROCESSORS_ONLN), u.release);
+  print_machine();
   printf("# socket: %s; iterations: %zu (warmup %zu); pipeline depth: %d\n",
          sock, n, warm, k);
   char *info;

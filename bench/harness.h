@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/utsname.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -61,6 +62,23 @@ static inline void cpu_model(char *buf, size_t cap) {
     break;
   }
   fclose(f);
+}
+
+/* The header lines every benchmark prints about where it ran:
+ *   # date: <UTC>
+ *   # machine: <host> <arch>; cpu: <model>; nproc: N; kernel: <release> */
+static inline void print_machine(void) {
+  char date[64], cpu[256];
+  time_t t = time(NULL);
+  struct tm tm;
+  gmtime_r(&t, &tm);
+  strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  struct utsname u;
+  SYSCHECK(uname(&u) == 0, "uname");
+  cpu_model(cpu, sizeof cpu);
+  printf("# date: %s\n", date);
+  printf("# machine: %s %s; cpu: %s; nproc: %ld; kernel: %s\n", u.nodename,
+         u.machine, cpu, sysconf(_SC_NPROCESSORS_ONLN), u.release);
 }
 
 /* Reads or writes exactly n bytes; 0, or -1 on EOF or error. */
