@@ -290,9 +290,39 @@ static void set_broken(opd_client_t *c, int code, const char *msg) {
 }
 
 /* Handles one reply payload; caller holds mu. */
+/* The common reply without the decoder: [REPLY, id, 0, body] with body
+ * {} or {"ns": uint}, as the daemon writes them in place (daemon/session.c
+ * send_msg, daemon/run.c job_finish). Returns 1 if p is one (delivered),
+ * 0 for the full path. */
+static int deliver_ok(opd_client_t *c, const unsigned char *p, uint32_t len) {
+  uint64_t id, ns;
+  if (len < 5 || p[0] != 0x94 || p[1] != OPD_MSG_REPLY) return 0;
+  uint32_t k = opd__mp_get_uint(p + 2, len - 2, &id);
+  if (k == 0 || 3 + k >= len || p[2 + k] != 0) return 0;
+  const unsigned char *b = p + 3 + k;
+  uint32_t blen = len - 3 - k;
+  if (!(blen == 1 && b[0] == 0x80) &&
+      !(blen > 4 && memcmp(b, "\x81\xa2ns", 4) == 0 &&
+        opd__mp_get_uint(b + 4, blen - 4, &ns) == blen - 4))
+    return 0;
+  slot_t *s = slot_find(c, id);
+  if (s != NULL && !s->done) {
+    s->done = 1;
+    s->code = 0;
+    c->n_pending--;
+    if (s->want_body && (s->payload = malloc(len)) != NULL) {
+      memcpy(s->payload, p, len);
+      s->payload_len = len;
+    }
+  }
+  return 1;
+}
+
 static void deliver(opd_client_t *c, const unsigned char *p, uint32_t len) {
   char err[160];
   msgpack_object o;
+
+  if (deliver_ok(c, p, len)) return;
 
   int rc = opd__mp_decode(&c->arena, p, len, OPD_MAX_DEPTH, &o, err, sizeof err);
   if (rc != 0 || o.type != MSGPACK_OBJECT_ARRAY || o.via.array.size != 4) {

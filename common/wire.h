@@ -165,6 +165,22 @@ static inline unsigned char *opd__mp_put_map(unsigned char *p, uint32_t n) {
   return opd__mp_put_tagged(p, 0xdf, n, 4);
 }
 
+/* The reverse for the fixed heads' unsigned integers: the size in bytes of
+ * the msgpack unsigned integer at p (n bytes there), its value in *v; 0 if
+ * p does not start with one that fits. */
+static inline uint32_t opd__mp_get_uint(const unsigned char *p, size_t n,
+                                        uint64_t *v) {
+  if (n == 0) return 0;
+  uint32_t k = p[0] < 0x80 ? 1
+               : p[0] >= 0xcc && p[0] <= 0xcf ? 1u + (1u << (p[0] - 0xcc))
+                                              : 0;
+  if (k == 0 || k > n) return 0;
+  uint64_t x = p[0] < 0x80 ? p[0] : 0;
+  for (uint32_t i = 1; i < k; i++) x = x << 8 | p[i];
+  *v = x;
+  return k;
+}
+
 /* A tensor descriptor [arena, offset, dtype, shape, strides], strides nil
  * when `strides` is NULL; rank 0..OPD_MAX_RANK. At most OPD_MP_DESC_MAX
  * bytes. */

@@ -247,6 +247,7 @@ int opd__arena_release(opd_session_t *s, uint64_t id) {
     if (a->id != id) continue;
     s->arenas[i] = s->arenas[--s->n_arenas];
     if (a->parent == NULL && a->import == NULL) s->bytes_mapped -= a->size;
+    s->srv->arena_epoch++; /* cached runs may name it (daemon/run.c) */
     opd__arena_unref(a);
     return 0;
   }
@@ -254,6 +255,7 @@ int opd__arena_release(opd_session_t *s, uint64_t id) {
 }
 
 void opd__arena_release_all(opd_session_t *s) {
+  if (s->n_arenas > 0) s->srv->arena_epoch++;
   while (s->n_arenas > 0) {
     opd_arena_t *a = s->arenas[--s->n_arenas];
     if (a->parent == NULL && a->import == NULL) s->bytes_mapped -= a->size;

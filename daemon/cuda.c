@@ -610,22 +610,22 @@ void opd__cuda_session_release(opd_session_t *s) {
 }
 
 /* The completion poller. A launched job ends with an event recorded on
- * its stream; this thread queries the pending jobs' events (a stream that
- * failed reports its error there too, so a poisoned context is noticed even
- * when the kernel never completes) and hands finished jobs to the loop
- * through uv_async_send. Querying instead of a stream callback saves the
- * driver's callback thread hand-off (tens of microseconds on a tiny op).
- * It spins for up to SPIN_NS after the last progress (also with nothing
- * pending: the next request of a client in a loop comes within
- * microseconds), then backs off to sleeps of up to MAX_SLEEP_NS, and
- * blocks on a condition variable when nothing is pending: no busy core
- * while the GPU is idle.
+ * its stream (a stream that failed reports its error there too, so a
+ * poisoned context is noticed even when the kernel never completes).
  *
- * While the loop thread spins anyway (a spinning client, or a job launched
- * less than GPU_SPIN_NS ago: daemon/ringsvc.c, on_idle) the loop queries
- * the events itself (opd__cuda_poll) and replies at once, and this thread
- * stands by without touching the driver: no hand-off, no wake-up, and no
- * second thread in the driver's locks while the loop launches. */
+ * Right after a launch the loop thread itself queries the events (it spins
+ * for GPU_SPIN_NS: daemon/ringsvc.c, on_idle, opd__cuda_poll) and replies
+ * at once: a tiny op needs no hand-off between threads, no wake-up, and no
+ * second thread in the driver's locks while the loop launches. Meanwhile
+ * this thread sleeps on its condition variable. When the loop stops
+ * polling with jobs still pending (opd__cuda_loop_polls(srv, 0): a kernel
+ * longer than GPU_SPIN_NS, or the loop about to block), it wakes this
+ * thread, which polls them (spinning for up to SPIN_NS after the last
+ * progress, then sleeps doubling up to MAX_SLEEP_NS) and hands finished
+ * ones to the loop through uv_async_send. With nothing pending, or while
+ * the loop polls, it sleeps: no busy core besides the loop's own. Querying
+ * instead of a stream callback saves the driver's callback thread hand-off
+ * (tens of microseconds on a tiny op). */
 #define SPIN_NS 50000
 #define MAX_SLEEP_NS 100000
 /* how long the loop itself spins for a launched job (see on_idle) */
@@ -667,35 +667,16 @@ static int collect_done(cuda_state_t *st) {
 static void *poller_main(void *arg) {
   opd_server_t *srv = arg;
   cuda_state_t *st = srv->cuda;
-  uint64_t last_progress = opd__now_ns();
+  uint64_t last_progress = 0;
   long sleep_ns = 0;
 
   pthread_mutex_lock(&st->mu);
   for (;;) {
-    if (__atomic_load_n(&st->loop_polls, __ATOMIC_ACQUIRE) && !st->stop) {
-      /* the loop polls: stand by, awake, reading only the flag (taking mu
-       * here would bounce its cache line off the loop's every look) */
-      pthread_mutex_unlock(&st->mu);
-      while (__atomic_load_n(&st->loop_polls, __ATOMIC_ACQUIRE) &&
-             !__atomic_load_n(&st->stop, __ATOMIC_RELAXED))
-        cpu_pause(8);
-      pthread_mutex_lock(&st->mu);
-      last_progress = opd__now_ns();
-      sleep_ns = 0;
-      continue;
-    }
-    if (st->pending == NULL && !st->stop &&
-        opd__now_ns() - last_progress < SPIN_NS) {
-      /* the next tiny op usually follows at once: wait for it spinning,
-       * not on the condition variable, whose wake-up is a system call and
-       * a thread switch on the critical path of every request */
-      pthread_mutex_unlock(&st->mu);
-      cpu_pause(8);
-      pthread_mutex_lock(&st->mu);
-      continue;
-    }
-    while (st->pending == NULL && !st->stop) {
-      pthread_cond_wait(&st->cv, &st->mu);
+    if ((__atomic_load_n(&st->loop_polls, __ATOMIC_RELAXED) || st->pending == NULL) &&
+        !st->stop) {
+      while ((__atomic_load_n(&st->loop_polls, __ATOMIC_RELAXED) ||
+              st->pending == NULL) && !st->stop)
+        pthread_cond_wait(&st->cv, &st->mu);
       last_progress = opd__now_ns();
       sleep_ns = 0;
     }
@@ -727,9 +708,20 @@ static void *poller_main(void *arg) {
   return NULL;
 }
 
+/* on: the loop polls (the poller sleeps); off: the poller takes over the
+ * pending jobs, woken only if there are any. */
 void opd__cuda_loop_polls(opd_server_t *srv, int on) {
   cuda_state_t *st = srv->cuda;
-  if (st != NULL) __atomic_store_n(&st->loop_polls, on, __ATOMIC_RELEASE);
+  if (st == NULL || __atomic_load_n(&st->loop_polls, __ATOMIC_RELAXED) == on)
+    return;
+  if (on) {
+    __atomic_store_n(&st->loop_polls, 1, __ATOMIC_RELAXED);
+    return;
+  }
+  pthread_mutex_lock(&st->mu);
+  __atomic_store_n(&st->loop_polls, 0, __ATOMIC_RELAXED);
+  if (st->pending != NULL) pthread_cond_signal(&st->cv);
+  pthread_mutex_unlock(&st->mu);
 }
 
 int opd__cuda_poll(opd_server_t *srv) {
@@ -905,7 +897,8 @@ int opd__cuda_job_launch(opd_job_t *job) {
   if (st->pending_tail) st->pending_tail->next = job;
   else st->pending = job;
   st->pending_tail = job;
-  pthread_cond_signal(&st->cv);
+  /* no signal: the loop polls it first (on_idle, started below), and
+   * wakes the poller if it is still pending when the loop stops */
   pthread_mutex_unlock(&st->mu);
   if (st->inflight++ == 0) uv_ref((uv_handle_t *)&st->async);
   /* a tiny op finishes within microseconds: the loop watches for it

@@ -337,7 +337,7 @@ static void handle_release(opd_session_t *s, uint64_t id,
 static void handle_stats(opd_session_t *s, uint64_t id) {
   opd_server_t *srv = s->srv;
   msgpack_packer *pk = scratch(srv);
-  msgpack_pack_map(pk, 11);
+  msgpack_pack_map(pk, 12);
   PACK_STR(pk, "published");
   msgpack_pack_uint32(pk, srv->n_pubs);
   PACK_STR(pk, "devices");
@@ -350,6 +350,8 @@ static void handle_stats(opd_session_t *s, uint64_t id) {
   msgpack_pack_uint64(pk, srv->requests);
   PACK_STR(pk, "errors");
   msgpack_pack_uint64(pk, srv->errors);
+  PACK_STR(pk, "run_cache_hits");
+  msgpack_pack_uint64(pk, srv->run_cache_hits);
   PACK_STR(pk, "arenas");
   msgpack_pack_uint64(pk, srv->arenas);
   PACK_STR(pk, "bytes_mapped");

@@ -9,6 +9,8 @@
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
+#include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,6 +43,12 @@ static void usage(FILE *f) {
           "      --max-inflight N       runs queued per session (default 1024)\n"
           "      --inline-bytes B       runs touching at most B bytes execute on\n"
           "                             the event loop (default 16384)\n"
+          "      --spin-window-us US    while a client spins, how long the loop\n"
+          "                             serves rings between looks at sockets\n"
+          "                             and timers (default 20)\n"
+          "      --loop-cpu N           pin the event loop thread to CPU N\n"
+          "                             (kernel and completion threads stay\n"
+          "                             unpinned)\n"
           "  -V, --version              print the version and exit\n"
           "  -h, --help                 print this help and exit\n",
           OPD_MAX_FRAME_DEFAULT);
@@ -60,9 +68,31 @@ static int parse_u64(const char *opt, const char *s, uint64_t lo, uint64_t hi,
   return 0;
 }
 
+static void noop_work(uv_work_t *w) { (void)w; }
+static void noop_after(uv_work_t *w, int status) { (void)w, (void)status; }
+
+/* --loop-cpu: pins this (the loop) thread. Threads inherit their
+ * creator's affinity and libuv starts its pool on first use, so the pool
+ * is started first, unpinned (the kernel pool and the CUDA threads exist
+ * already). */
+static int pin_loop(uv_loop_t *loop, int cpu) {
+  static uv_work_t w;
+  uv_queue_work(loop, &w, noop_work, noop_after);
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  int rc = pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+  if (rc != 0) {
+    LOG_ERROR("--loop-cpu %d: %s", cpu, strerror(rc));
+    return -1;
+  }
+  LOG_INFO("event loop pinned to CPU %d", cpu);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   enum { O_FRAME = 256, O_CLIENTS, O_ARENAS, O_ARENA_BYTES, O_SESSION_BYTES,
-         O_INFLIGHT, O_INLINE };
+         O_INFLIGHT, O_INLINE, O_WINDOW, O_LOOP_CPU };
   static const struct option opts[] = {
       {"socket", required_argument, 0, 's'},
       {"threads", required_argument, 0, 't'},
@@ -75,6 +105,8 @@ int main(int argc, char **argv) {
       {"max-session-bytes", required_argument, 0, O_SESSION_BYTES},
       {"max-inflight", required_argument, 0, O_INFLIGHT},
       {"inline-bytes", required_argument, 0, O_INLINE},
+      {"spin-window-us", required_argument, 0, O_WINDOW},
+      {"loop-cpu", required_argument, 0, O_LOOP_CPU},
       {"version", no_argument, 0, 'V'},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
@@ -82,6 +114,8 @@ int main(int argc, char **argv) {
       .devices = "all",
       .threads = 0,
       .log_level = OPD_LOG_INFO,
+      .loop_cpu = -1,
+      .spin_window_ns = 20000,
       .limits = {.max_frame = OPD_MAX_FRAME_DEFAULT,
                  .max_arenas = 64,
                  .max_arena_bytes = 64ull << 30,
@@ -144,6 +178,14 @@ int main(int argc, char **argv) {
         if (parse_u64("--inline-bytes", optarg, 0, 1u << 30, &v)) return 1;
         cfg.limits.inline_bytes = (uint32_t)v;
         break;
+      case O_WINDOW:
+        if (parse_u64("--spin-window-us", optarg, 1, 1000000, &v)) return 1;
+        cfg.spin_window_ns = (uint32_t)v * 1000;
+        break;
+      case O_LOOP_CPU:
+        if (parse_u64("--loop-cpu", optarg, 0, CPU_SETSIZE - 1, &v)) return 1;
+        cfg.loop_cpu = (int)v;
+        break;
       case 'V': printf("opd %s (protocol %d)\n", OPD_VERSION,
                        OPD_PROTOCOL_VERSION);
         return 0;
@@ -175,6 +217,10 @@ int main(int argc, char **argv) {
   static opd_server_t srv;
   if (opd__server_init(&srv, loop, &cfg) != 0) {
     LOG_ERROR("could not start; exiting");
+    opd__server_free(&srv);
+    return 1;
+  }
+  if (cfg.loop_cpu >= 0 && pin_loop(loop, cfg.loop_cpu) != 0) {
     opd__server_free(&srv);
     return 1;
   }

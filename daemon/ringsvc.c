@@ -62,8 +62,12 @@ static void service_session(opd_session_t *s);
  * instead of paying an epoll_wait system call (and, for a GPU job, the
  * completion thread's wake-up) per look or per request. Sockets and timers
  * wait at most that long meanwhile. A longer GPU job is left to the
- * completion thread's wake-up, so a busy GPU costs no busy loop. */
-#define IDLE_SPIN_NS 20000
+ * completion thread's wake-up, so a busy GPU costs no busy loop. The
+ * window is --spin-window-us (default 20 us); the gaps between windows
+ * (one loop iteration: timers, epoll_wait, the check handle) are what a
+ * spinning request can wait for beyond its own service, and are counted
+ * for the shutdown report (opd__ring_report). */
+#define WINDOW_GAP_LONG_NS 2000 /* a gap this long shows in a spin tail */
 
 static int spin_wanted(opd_server_t *srv) {
   return srv->n_spin > 0 || (opd__cuda_inflight(srv) > 0 &&
@@ -72,7 +76,14 @@ static int spin_wanted(opd_server_t *srv) {
 
 static void on_idle(uv_idle_t *h) {
   opd_server_t *srv = h->data;
-  uint64_t until = opd__now_ns() + IDLE_SPIN_NS;
+  uint64_t now = opd__now_ns(), until = now + srv->cfg.spin_window_ns;
+  if (srv->win_left_at != 0) {
+    uint64_t gap = now - srv->win_left_at;
+    srv->win_gaps++;
+    srv->win_gap_ns += gap;
+    if (gap > srv->win_gap_max) srv->win_gap_max = gap;
+    if (gap >= WINDOW_GAP_LONG_NS) srv->win_gaps_long++;
+  }
   opd__cuda_loop_polls(srv, 1);
   while (spin_wanted(srv)) {
     int served = 0;
@@ -90,8 +101,24 @@ static void on_idle(uv_idle_t *h) {
     if (!served) __builtin_ia32_pause();
 #endif
   }
-  /* the completion thread takes over; it sees jobs still pending */
-  opd__cuda_loop_polls(srv, 0);
+  /* back within microseconds (the idle handle stays active): the poller
+   * sleeps on; otherwise it takes over the jobs still pending */
+  if (spin_wanted(srv)) {
+    srv->win_left_at = opd__now_ns();
+  } else {
+    srv->win_left_at = 0;
+    opd__cuda_loop_polls(srv, 0);
+  }
+}
+
+void opd__ring_report(opd_server_t *srv) {
+  if (srv->win_gaps == 0) return;
+  LOG_INFO("spin: %llu gaps between %u us windows, mean %.2f us, max %.1f us, "
+           "%llu of them %.0f us or longer",
+           (unsigned long long)srv->win_gaps, srv->cfg.spin_window_ns / 1000,
+           (double)srv->win_gap_ns / (double)srv->win_gaps / 1e3,
+           (double)srv->win_gap_max / 1e3,
+           (unsigned long long)srv->win_gaps_long, WINDOW_GAP_LONG_NS / 1e3);
 }
 
 void opd__ring_update_idle(opd_server_t *srv) {
@@ -100,6 +127,7 @@ void opd__ring_update_idle(opd_server_t *srv) {
     uv_idle_start(&srv->ring_idle, on_idle);
   else if (!want && uv_is_active((uv_handle_t *)&srv->ring_idle))
     uv_idle_stop(&srv->ring_idle);
+  if (!want) opd__cuda_loop_polls(srv, 0); /* the loop may block now */
 }
 
 static void free_handle(uv_handle_t *h) { free(h); }

@@ -240,6 +240,7 @@ void opd__server_free(opd_server_t *srv) {
     close(srv->listen_fd);
     unlink(srv->cfg.socket_path);
   }
+  opd__ring_report(srv);
   uv_walk(srv->loop, close_cb, NULL);
   uv_run(srv->loop, UV_RUN_DEFAULT);
   while (srv->job_free) {

@@ -48,6 +48,10 @@ typedef struct opd_config {
   char devices[128];             /* --devices: "all", "none", "0,1" */
   int threads;                   /* kernel threads (0: number of CPUs) */
   int log_level;
+  int loop_cpu;                  /* --loop-cpu: pin the loop thread (-1: no) */
+  uint32_t spin_window_ns;       /* --spin-window-us: how long the loop
+                                    serves spinning rings between looks at
+                                    sockets and timers */
   opd_limits_t limits;
 } opd_config_t;
 
@@ -102,6 +106,7 @@ typedef struct opd_server {
   uint64_t start_ns;
   /* stats */
   uint64_t sessions_total, requests, errors, bytes_mapped, arenas;
+  uint64_t run_cache_hits;       /* runs that skipped decode and checks */
   opd_op_stats_t *op_stats;      /* one per registry entry */
   /* the OPS reply body, packed once */
   char *ops_body;
@@ -112,8 +117,13 @@ typedef struct opd_server {
   uv_idle_t ring_idle;           /* active: the loop must not block */
   int n_ring, n_spin;            /* ring sessions, spinning ones */
   int ring_kick;                 /* work left for the next iteration */
+  /* spin windows (ringsvc.c on_idle): the gaps between them, for the
+   * shutdown report */
+  uint64_t win_left_at, win_gaps, win_gap_ns, win_gap_max, win_gaps_long;
   uint64_t gpu_spin_until;       /* after a GPU launch the loop spins (no
                                     epoll) for its completion until then */
+  uint64_t arena_epoch;          /* bumped when an arena is released:
+                                    cached run requests are checked anew */
   opd_pub_t *pubs;               /* published arenas */
   uint32_t n_pubs, cap_pubs;
   int n_devices;                 /* CUDA devices in use (0: cpu only) */
@@ -193,6 +203,9 @@ struct opd_session {
   void *ring_over;               /* replies waiting for completion room */
   int reply_socket;              /* the next reply goes to the socket */
   void *streams[OPD_MAX_DEVICES]; /* cudaStream_t per device, lazily */
+  struct opd_run_cache *run_cache; /* the last validated run (run.c) */
+  const unsigned char *run_body; /* the RUN frame being handled: its body */
+  uint32_t run_body_len;
 };
 
 /* server.c */
@@ -204,6 +217,13 @@ uint64_t opd__now_ns(void);
  * keep answering (stats) for a grace period, then drain and exit with
  * status 3 so that the init system restarts us. */
 void opd__server_poisoned(opd_server_t *srv, const char *why);
+
+/* run.c: a run request whose body equals the session's last validated one
+ * (and no arena released since) is queued without decoding; returns 1 if
+ * it was, 0 to take the full path. */
+int opd__run_cached(opd_session_t *s, uint64_t id, const unsigned char *body,
+                    uint32_t len);
+void opd__run_cache_free(opd_session_t *s);
 
 /* session.c */
 void opd__session_accept(opd_server_t *srv, int fd);
@@ -253,6 +273,7 @@ void opd__arena_release_all(opd_session_t *s);
 #define OPD_RING_ADAPTIVE 1
 #define OPD_RING_SPIN 2
 void opd__ring_init_server(opd_server_t *srv);
+void opd__ring_report(opd_server_t *srv); /* logs the spin windows' gaps */
 int opd__ring_setup(opd_session_t *s, const msgpack_object *body, char *err,
                     size_t errlen);
 /* 1 when the reply went to (or waits for) the completion ring, 0 when it

@@ -343,6 +343,20 @@ void opd__handle_payload(opd_session_t *s, const unsigned char *p,
   msgpack_object obj;
   opd_mp_arena_t arena;
 
+  /* [RUN, id, body]: a body the session's run cache holds skips the
+   * decoder (daemon/run.c); any other is remembered for the cache */
+  if (len > 3 && p[0] == 0x93 && p[1] == OPD_MSG_RUN && s->hello) {
+    uint64_t id;
+    uint32_t k = opd__mp_get_uint(p + 2, len - 2, &id);
+    if (k > 0) {
+      if (opd__run_cached(s, id, p + 2 + k, len - 2 - k)) {
+        s->srv->requests++;
+        return;
+      }
+      s->run_body = p + 2 + k;
+      s->run_body_len = len - 2 - k;
+    }
+  }
   opd__mp_arena_init(&arena);
   int rc = opd__mp_decode(&arena, p, len, OPD_MAX_DEPTH, &obj, err, sizeof err);
   if (rc != 0) {
@@ -357,6 +371,7 @@ void opd__handle_payload(opd_session_t *s, const unsigned char *p,
     s->srv->requests++;
     opd__handle(s, &obj);
   }
+  s->run_body = NULL;
   opd__mp_arena_destroy(&arena);
 }
 
@@ -408,6 +423,7 @@ static void maybe_free(opd_session_t *s) {
   opd_server_t *srv = s->srv;
   opd__unpublish_all(s);
   opd__ring_free(s);
+  opd__run_cache_free(s);
   opd__arena_release_all(s);
   opd__cuda_session_release(s);
   if (s->prev) s->prev->next = s->next;

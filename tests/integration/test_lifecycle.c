@@ -145,6 +145,27 @@ Test(lifecycle, command_line, .init = NULL, .fini = NULL) {
                        "7", NULL};
   cr_assert_eq(run_opd(dev, out, sizeof out), 1);
   cr_assert(strstr(out, "--devices 7: no CUDA device 7") != NULL, "%s", out);
+  const char *win[] = {"opd", "--spin-window-us", "0", NULL};
+  cr_assert_eq(run_opd(win, out, sizeof out), 1);
+  cr_assert(strstr(out, "--spin-window-us expects a number from 1") != NULL,
+            "%s", out);
+  /* a CPU this process may not run on: refused, and the socket is freed */
+  const char *cpu[] = {"opd", "--socket", "/tmp/opd-cputest.sock",
+                       "--devices", "none", "--loop-cpu", "1023", NULL};
+  cr_assert_eq(run_opd(cpu, out, sizeof out), 1);
+  cr_assert(strstr(out, "--loop-cpu 1023: Invalid argument") != NULL, "%s", out);
+  cr_assert_neq(access("/tmp/opd-cputest.sock", F_OK), 0, "socket left behind");
+}
+
+/* --loop-cpu pins the loop thread and the daemon serves as usual */
+Test(lifecycle, loop_cpu_pins_and_serves, .init = NULL, .fini = NULL) {
+  const char *args[] = {"--loop-cpu", "0", "--spin-window-us", "50", NULL};
+  th_start(args);
+  opd_client_t *c = th_connect();
+  cr_assert_eq(opd_run(c, "noop", NULL, 0, NULL, 0, NULL, 0), 0, "%s",
+               opd_last_error());
+  opd_close(c);
+  th_stop();
 }
 
 Test(lifecycle, no_daemon_gives_one_clear_sentence, .init = NULL, .fini = NULL) {

@@ -89,3 +89,44 @@ Test(prepared, errors_are_clear_and_the_connection_survives) {
   opd_close(c);
   th_assert_alive();
 }
+
+/* The daemon keeps each session's last validated run request and reuses
+ * the validation for byte-identical requests (daemon/run.c, the run
+ * cache) until an arena is released anywhere: the run must then be
+ * checked anew, and fail when it names the arena that went. */
+Test(prepared, the_daemon_rechecks_a_cached_run_after_an_arena_goes) {
+  opd_client_t *c = th_connect(), *other = th_connect();
+  void *base, *base2, *obase;
+  uint64_t a = th_arena(c, 4096, &base), b = th_arena(c, 4096, &base2);
+  float *x = base, *y = (float *)((char *)base + 1024);
+  opd_tensor_t tx = th_f32(a, 0, 1, 16), ty = th_f32(a, 1024, 1, 16);
+  opd_tensor_t bx = th_f32(b, 0, 1, 16), by = th_f32(b, 1024, 1, 16);
+  opd_prepared_t *p, *q;
+  cr_assert_eq(opd_prepare(c, NULL, "relu", &tx, 1, &ty, 1, NULL, 0, &p), 0);
+  cr_assert_eq(opd_prepare(c, NULL, "relu", &bx, 1, &by, 1, NULL, 0, &q), 0);
+  int64_t hits = th_stat("run_cache_hits");
+  for (int round = 0; round < 10; round++) {
+    for (int i = 0; i < 16; i++) x[i] = (float)(i - 8 - round);
+    cr_assert_eq(opd_run_prepared(c, p), 0, "%s", opd_last_error());
+    for (int i = 0; i < 16; i++) cr_assert_float_eq(y[i], fmaxf(x[i], 0.0f), 0.0f);
+  }
+  cr_assert_geq(th_stat("run_cache_hits") - hits, 9, "repeats hit the cache");
+  /* another session's arena goes: checked anew, still fine */
+  uint64_t o = th_arena(other, 4096, &obase);
+  cr_assert_eq(opd_arena_release(other, o), 0);
+  x[0] = 5.0f;
+  cr_assert_eq(opd_run_prepared(c, p), 0, "%s", opd_last_error());
+  cr_assert_float_eq(y[0], 5.0f, 0.0f);
+  /* the run's own arena goes: the same bytes now fail, every time */
+  cr_assert_eq(opd_run_prepared(c, q), 0, "%s", opd_last_error());
+  cr_assert_eq(opd_run_prepared(c, q), 0, "%s", opd_last_error());
+  cr_assert_eq(opd_arena_release(c, b), 0);
+  for (int i = 0; i < 2; i++)
+    EXPECT_ERR(opd_run_prepared(c, q), OPD_EARENA, "unknown arena");
+  cr_assert_eq(opd_run_prepared(c, p), 0, "%s", opd_last_error());
+  opd_prepared_free(q);
+  opd_prepared_free(p);
+  opd_close(other);
+  opd_close(c);
+  th_assert_alive();
+}
