@@ -67,11 +67,17 @@ static void service_session(opd_session_t *s);
  * (one loop iteration: timers, epoll_wait, the check handle) are what a
  * spinning request can wait for beyond its own service, and are counted
  * for the shutdown report (opd__ring_report). */
+#define CLOCK_TURNS 32
 #define WINDOW_GAP_LONG_NS 2000 /* a gap this long shows in a spin tail */
 
+static int spin_wanted_at(opd_server_t *srv, uint64_t now) {
+  return srv->n_spin > 0 ||
+         (opd__cuda_inflight(srv) > 0 && now < srv->gpu_spin_until);
+}
+
 static int spin_wanted(opd_server_t *srv) {
-  return srv->n_spin > 0 || (opd__cuda_inflight(srv) > 0 &&
-                             opd__now_ns() < srv->gpu_spin_until);
+  return srv->n_spin > 0 ||
+         (opd__cuda_inflight(srv) > 0 && opd__now_ns() < srv->gpu_spin_until);
 }
 
 static void on_idle(uv_idle_t *h) {
@@ -85,7 +91,7 @@ static void on_idle(uv_idle_t *h) {
     if (gap >= WINDOW_GAP_LONG_NS) srv->win_gaps_long++;
   }
   opd__cuda_loop_polls(srv, 1);
-  while (spin_wanted(srv)) {
+  for (unsigned turn = 1;; turn++) {
     int served = 0;
     if (opd__cuda_poll(srv) > 0) served = 1; /* GPU jobs done: replied */
     for (opd_session_t *s = srv->sessions, *next; s; s = next) {
@@ -96,7 +102,14 @@ static void on_idle(uv_idle_t *h) {
         served = 1;
       }
     }
-    if (srv->ring_kick || opd__now_ns() >= until) break;
+    if (srv->ring_kick) break;
+    /* the clock every CLOCK_TURNS looks: a look is then a few loads */
+    if (turn % CLOCK_TURNS == 0) {
+      uint64_t t = opd__now_ns();
+      if (t >= until || !spin_wanted_at(srv, t)) break;
+    } else if (srv->n_spin == 0 && opd__cuda_inflight(srv) == 0) {
+      break; /* nothing left to spin for */
+    }
 #if defined(__x86_64__) || defined(__i386__)
     if (!served) __builtin_ia32_pause();
 #endif
@@ -127,7 +140,10 @@ void opd__ring_update_idle(opd_server_t *srv) {
     uv_idle_start(&srv->ring_idle, on_idle);
   else if (!want && uv_is_active((uv_handle_t *)&srv->ring_idle))
     uv_idle_stop(&srv->ring_idle);
-  if (!want) opd__cuda_loop_polls(srv, 0); /* the loop may block now */
+  if (!want) {
+    srv->win_left_at = 0; /* a stop, not a gap between windows */
+    opd__cuda_loop_polls(srv, 0); /* the loop may block now */
+  }
 }
 
 static void free_handle(uv_handle_t *h) { free(h); }

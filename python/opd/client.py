@@ -148,13 +148,15 @@ class Prepared:
     connection changes (fork). close() frees it (also on garbage
     collection)."""
     __slots__ = ("_client", "_op", "_inputs", "_out", "_device", "_attrs",
-                 "_p", "_token", "_keep", "_result", "_torch_dev", "_free")
+                 "_p", "_token", "_keep", "_result", "_torch_dev", "_free",
+                 "_run", "_h")
 
     def __init__(self, client, op, inputs, out, device, attrs):
         self._client, self._op, self._inputs = client, op, tuple(inputs)
         self._out, self._device, self._attrs = out, device, dict(attrs)
-        self._p, self._token = None, None
+        self._p, self._token, self._h = None, None, None
         self._free = client._need("opd_prepared_free")
+        self._run = client._need("opd_run_prepared")
         self._build()
 
     def _build(self):
@@ -180,11 +182,22 @@ class Prepared:
         if self._torch_dev is not None and c.sync_torch:
             import torch
             torch.cuda.synchronize(self._torch_dev)
+        # the fast path of __call__: this handle, while the connection, the
+        # fork generation and the client's release queue stay as they are
+        self._h = h if self._torch_dev is None else None
         return h
 
     def __call__(self):
-        h = self._ready()
-        check(self._client._lib.opd_run_prepared(h, self._p))
+        c = self._client
+        h = self._h
+        # the fast path (a loop of tiny ops): nothing to rebuild, release
+        # or synchronize since the last call; else _ready() does it all
+        if (h is None or h is not c._h or c._gen != memory._fork_gen[0] or
+                c._pending_release):
+            h = self._ready()
+        rc = self._run(h, self._p)
+        if rc:
+            check(rc)
         return self._result
 
     def submit(self):

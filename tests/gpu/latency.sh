@@ -5,8 +5,11 @@
 # from Python over each transport, and the noop round trip per transport
 # from C and Python next to the raw ping-pongs.
 #   bash tests/gpu/latency.sh [OUTDIR]
-# The daemon runs on CPUs 2-7 (taskset), the clients where bench_pingpong
-# pins them (CPUs 0 and 1) or unpinned; see bench/results/README.md.
+# The daemon runs on CPUs 2-7 (taskset) with its event loop pinned to CPU 2
+# (--loop-cpu 2: the CPU bench_pingpong gives its raw baselines' child, so
+# the opd round trips cross the same pair of CPUs as the raw ones); the
+# clients run where bench_pingpong pins them (CPU 1) or on CPU 0; see
+# bench/results/README.md.
 set -uo pipefail
 out=${1:-${OUT:-/tmp/opd-latency}}
 mkdir -p "$out"
@@ -16,7 +19,11 @@ make -j"$(nproc)" CUDA=1 BLAS=0 $deps build/opd build/opctl build/libopd.so \
   build/tests/daemon_gpu build/bench/bench_launch build/bench/bench_pingpong \
   >"$out/build.log" 2>&1 || { tail -n 30 "$out/build.log"; exit 1; }
 sock=/tmp/opd-lat.sock
-taskset -c 2-7 build/opd --socket "$sock" >"$out/opd.log" 2>&1 &
+echo "== cpus (lscpu -e)"; lscpu -e=CPU,CORE,SOCKET,NODE 2>/dev/null | head -n 17
+# the limits of tests/gpu/run.sh, so that daemon_gpu's out-of-memory check
+# reaches CUDA
+taskset -c 2-7 build/opd --socket "$sock" --loop-cpu 2 --max-arena-bytes 4398046511104 \
+  --max-session-bytes 4398046511104 >"$out/opd.log" 2>&1 &
 pid=$!
 for _ in $(seq 1 100); do build/opctl --socket "$sock" ping -c 1 >/dev/null 2>&1 && break; sleep 0.1; done
 export OPD_SOCKET=$sock OPD_LIB=$PWD/build/libopd.so PYTHONPATH=$PWD/python PYTHONUNBUFFERED=1
@@ -33,9 +40,9 @@ for w in spin adaptive; do
   OPD_WAIT=$w taskset -c 0 timeout 120 python3 bench/bench_gpu.py --skip workers16,mps 2>&1
 done | tee "$out/bench_gpu_tiny.txt"
 echo "== noop per transport from C, next to the raw ping-pongs"
-timeout 200 build/bench/bench_pingpong -n 100000 -s "$sock" 2>&1 | tee "$out/transports.txt" | grep -E "^(latency|error|# placement)"
+timeout 200 build/bench/bench_pingpong -n 100000 -s "$sock" 2>&1 | tee "$out/transports.txt" | grep -E "^(latency|error|# placement|# stalls)"
 echo "== noop per transport from Python"
 taskset -c 0 timeout 200 python3 bench/bench_python.py --socket "$sock" -n 100000 --sizes 4K \
   2>&1 | tee "$out/python.txt" | grep -E "^(latency transport|error|#)"
 kill -TERM "$pid"; wait "$pid"; echo "opd exit status $?"
-grep -a "jobs under 1 ms" "$out/opd.log" # where a tiny GPU job's time goes
+grep -a -E "jobs under 1 ms|spin: " "$out/opd.log" # where a tiny GPU job's time goes; the gaps between spin windows
