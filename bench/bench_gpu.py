@@ -211,6 +211,11 @@ def run_workers(impl, label, sock, n, seconds):
         start.set()
         time.sleep(min(1.0, seconds / 2))
         during = gpu_mem_mib()
+        mapped = ""
+        if impl == "opd":  # what the daemon itself holds for the workers
+            with opd.connect(sock) as c:
+                mapped = " opd_bytes_mapped_mib=%.0f" % (
+                    c.stats()["bytes_mapped"] / 2**20)
         res = [results.get(timeout=seconds + 60) for _ in procs]
         bad = [r for r in res if r[0] != "ok"]
         if bad:
@@ -220,8 +225,8 @@ def run_workers(impl, label, sock, n, seconds):
             during - before, during) if during is not None and before is not None \
             else "gpu_mem_mib=na"
         out("bench=workers%d impl=%s op=softmax shape=%dx%d seconds=%g "
-            "ops_per_s=%.0f per_worker_ops_per_s=%.0f %s"
-            % (n, label, ROWS, COLS, seconds, ops, ops / n, mem))
+            "ops_per_s=%.0f per_worker_ops_per_s=%.0f %s%s"
+            % (n, label, ROWS, COLS, seconds, ops, ops / n, mem, mapped))
     finally:
         for p in procs:
             p.join(10)

@@ -404,8 +404,9 @@ static void probe_stalls(void) {
     }
     prev = t;
   }
-  printf("# stalls: a spinning thread lost >= 2 us %.2f times per ms (mean "
-         "%.1f us, max %.1f us) over 200 ms\n", (double)n / 200.0,
+  printf("# stalls: a spinning thread on cpu %d lost >= 2 us %.2f times per "
+         "ms (mean %.1f us, max %.1f us) over 200 ms\n", sched_getcpu(),
+         (double)n / 200.0,
          n ? (double)sum / (double)n / 1e3 : 0.0, (double)max / 1e3);
 }
 

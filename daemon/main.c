@@ -44,8 +44,10 @@ static void usage(FILE *f) {
           "      --inline-bytes B       runs touching at most B bytes execute on\n"
           "                             the event loop (default 16384)\n"
           "      --spin-window-us US    while a client spins, how long the loop\n"
-          "                             serves rings between looks at sockets\n"
-          "                             and timers (default 20)\n"
+          "                             serves rings between looks at sockets,\n"
+          "                             timers and signals (default: 20 while a\n"
+          "                             socket-only client is connected, else\n"
+          "                             200)\n"
           "      --loop-cpu N           pin the event loop thread to CPU N\n"
           "                             (kernel and completion threads stay\n"
           "                             unpinned)\n"
@@ -115,7 +117,7 @@ int main(int argc, char **argv) {
       .threads = 0,
       .log_level = OPD_LOG_INFO,
       .loop_cpu = -1,
-      .spin_window_ns = 20000,
+      .spin_window_ns = 0, /* auto: 20 us with socket clients, else 200 */
       .limits = {.max_frame = OPD_MAX_FRAME_DEFAULT,
                  .max_arenas = 64,
                  .max_arena_bytes = 64ull << 30,

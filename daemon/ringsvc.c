@@ -63,7 +63,7 @@ static void service_session(opd_session_t *s);
  * completion thread's wake-up) per look or per request. Sockets and timers
  * wait at most that long meanwhile. A longer GPU job is left to the
  * completion thread's wake-up, so a busy GPU costs no busy loop. The
- * window is --spin-window-us (default 20 us); the gaps between windows
+ * window is --spin-window-us (window_ns below); the gaps between windows
  * (one loop iteration: timers, epoll_wait, the check handle) are what a
  * spinning request can wait for beyond its own service, and are counted
  * for the shutdown report (opd__ring_report). */
@@ -80,9 +80,23 @@ static int spin_wanted(opd_server_t *srv) {
          (opd__cuda_inflight(srv) > 0 && opd__now_ns() < srv->gpu_spin_until);
 }
 
+/* --spin-window-us, or by default: short while a socket-only client is
+ * connected (its requests wait for the gap between windows), long when
+ * every session uses rings (then only new connections, control messages
+ * and signals wait, and a spinning request meets a gap ten times less
+ * often). */
+#define WINDOW_SOCKETS_NS 20000
+#define WINDOW_RINGS_NS 200000
+
+static uint64_t window_ns(const opd_server_t *srv) {
+  if (srv->cfg.spin_window_ns != 0) return srv->cfg.spin_window_ns;
+  return srv->n_sessions > (uint32_t)srv->n_ring ? WINDOW_SOCKETS_NS
+                                                 : WINDOW_RINGS_NS;
+}
+
 static void on_idle(uv_idle_t *h) {
   opd_server_t *srv = h->data;
-  uint64_t now = opd__now_ns(), until = now + srv->cfg.spin_window_ns;
+  uint64_t now = opd__now_ns(), until = now + window_ns(srv);
   if (srv->win_left_at != 0) {
     uint64_t gap = now - srv->win_left_at;
     srv->win_gaps++;
@@ -126,9 +140,15 @@ static void on_idle(uv_idle_t *h) {
 
 void opd__ring_report(opd_server_t *srv) {
   if (srv->win_gaps == 0) return;
-  LOG_INFO("spin: %llu gaps between %u us windows, mean %.2f us, max %.1f us, "
+  char win[32];
+  if (srv->cfg.spin_window_ns != 0)
+    snprintf(win, sizeof win, "%u us", srv->cfg.spin_window_ns / 1000);
+  else
+    snprintf(win, sizeof win, "%d or %d us", WINDOW_SOCKETS_NS / 1000,
+             WINDOW_RINGS_NS / 1000);
+  LOG_INFO("spin: %llu gaps between %s windows, mean %.2f us, max %.1f us, "
            "%llu of them %.0f us or longer",
-           (unsigned long long)srv->win_gaps, srv->cfg.spin_window_ns / 1000,
+           (unsigned long long)srv->win_gaps, win,
            (double)srv->win_gap_ns / (double)srv->win_gaps / 1e3,
            (double)srv->win_gap_max / 1e3,
            (unsigned long long)srv->win_gaps_long, WINDOW_GAP_LONG_NS / 1e3);
