@@ -473,10 +473,12 @@ static int ring_read_some(opd_client_t *c, int timeout_ms) {
   }
   uint64_t spin_start = 0, sock_at = 0; /* when to look at the socket */
   uint64_t deadline = 0;                 /* ns; 0: none (timeout_ms < 0) */
-  for (unsigned turn = 0;; turn++) {
+  for (unsigned turn = 1;; turn++) {
     int got = ring_drain(c, max);
     if (got != 0) return got < 0 ? got : 0;
-    if (turn % CLOCK_TURNS != 0) { /* the clock only every CLOCK_TURNS */
+    /* the clock only every CLOCK_TURNS (a reply within ~2 us never reads
+     * it) */
+    if (turn % CLOCK_TURNS != 0) {
 #if defined(__x86_64__) || defined(__i386__)
       __builtin_ia32_pause();
 #endif
@@ -589,8 +591,10 @@ static int ring_send(opd_client_t *c, const void *p, uint32_t len) {
   pthread_mutex_lock(&c->send_mu);
   while ((rc = opd__ring_push(&c->sq, p, len)) == 1) {
     if (c->broken) break;
-    /* full: the daemon is behind; wait (bounded, then re-check broken) */
-    if (opd__ring_wait_room(&c->sq, c->ring == RING_SPIN ? 1000000 : 20000,
+    /* full: the daemon is behind; wait (bounded, then re-check broken);
+     * a spinning client spins all the while: the daemon does not look
+     * for it sleeping (ringsvc.c) */
+    if (opd__ring_wait_room(&c->sq, c->ring == RING_SPIN ? 2000000 : 20000,
                             2000000) < 0) {
       rc = OPD_EPROTO;
       break;
@@ -895,6 +899,12 @@ static int setup_rings(opd_client_t *c, int mode) {
   c->ring_size = size;
   base = MAP_FAILED;
   c->ring = mode;
+  /* who may sleep (common/ring.h, wakes): the daemon never waits for room
+   * in the completion ring (it keeps replies aside), and it sleeps on the
+   * submission ring only for adaptive sessions; a spinning client never
+   * sleeps at all (ring_send, ring_read_some) */
+  c->cq.wakes = 0;
+  c->sq.wakes = mode == RING_ADAPTIVE;
 out:
   if (base != MAP_FAILED) munmap(base, size);
   if (fds[0] >= 0) close(fds[0]);

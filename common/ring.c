@@ -54,6 +54,7 @@ static void set_view(opd_ring_t *r, void *mem, uint32_t n_slots,
   r->mine = 0;
   r->seen = 0;
   r->doorbell = -1;
+  r->wakes = 1;
 }
 
 /* A slot's sequence word: the low 32 bits of (message index + 1). */
@@ -136,7 +137,7 @@ int opd__ring_push(opd_ring_t *r, const void *msg, uint32_t len) {
   memcpy(s + OPD_RING_SLOT_HDR, msg, len);
   r->mine++;
   atomic_store_explicit(slot_seq(s), (uint32_t)r->mine, memory_order_release);
-  wake_if_sleeping(&r->hdr->consumer_sleeping, r->doorbell);
+  if (r->wakes) wake_if_sleeping(&r->hdr->consumer_sleeping, r->doorbell);
   return 0;
 }
 
@@ -160,7 +161,7 @@ int opd__ring_pop(opd_ring_t *r, void *buf, uint32_t cap, uint32_t *len) {
   *len = n;
   r->mine++;
   atomic_store_explicit(&r->hdr->tail, r->mine, memory_order_release);
-  wake_if_sleeping(&r->hdr->producer_sleeping, -1);
+  if (r->wakes) wake_if_sleeping(&r->hdr->producer_sleeping, -1);
   return 0;
 }
 

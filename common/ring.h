@@ -67,6 +67,12 @@ typedef struct opd_ring {
                                             instead of FUTEX_WAKE when the
                                             consumer sleeps (the daemon waits
                                             in epoll, not on a futex); -1 */
+  int wakes;                             /* 1 (the default): the other side
+                                            may sleep on this ring, so each
+                                            push / pop looks at its flag
+                                            (a full fence and a load); 0:
+                                            it never sleeps (a spinning peer,
+                                            or the daemon as producer) */
 } opd_ring_t;
 
 /* Bytes a ring of this geometry needs (header + slots). */

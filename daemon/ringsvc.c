@@ -267,6 +267,10 @@ int opd__ring_setup(opd_session_t *s, const msgpack_object *body, char *err,
   s->ring_base = base;
   s->ring_size = size;
   s->ring = mode;
+  /* a spinning client never sleeps (libopd), so its rings skip the look
+   * at its sleeping flags (a full fence per message; common/ring.h); if it
+   * sleeps anyway, only its own replies wait */
+  s->sq.wakes = s->cq.wakes = mode == OPD_RING_ADAPTIVE;
   if (mode == OPD_RING_SPIN) srv->n_spin++;
   srv->n_ring++;
   opd__ring_update_idle(srv);

@@ -424,9 +424,9 @@ void opd__job_drop(opd_job_t *job, int code, const char *msg) {
 
 static void run_kernel(opd_job_t *job) {
   const opd_op_def_t *op = job->call.op;
-  uint64_t t0 = opd__now_ns();
+  uint64_t t0 = opd__ticks();
   job->rc = (op->cpu_fast ? op->cpu_fast : op->cpu_ref)(&job->call);
-  job->ns = opd__now_ns() - t0;
+  job->ns = opd__ticks_ns(opd__ticks() - t0);
 }
 
 /* Replies and frees the job; the session's queue moves on in pump. */
@@ -733,7 +733,7 @@ int opd__run_cached(opd_session_t *s, uint64_t id, const unsigned char *body,
   for (int i = 0; i < job->n_arenas; i++) job->arenas[i]->refs++;
   job->s = s;
   job->req_id = id;
-  job->t_recv = opd__now_ns();
+  if (job->device >= 0) job->t_recv = opd__now_ns(); /* the CUDA breakdown */
   s->srv->run_cache_hits++;
   enqueue(s, job);
   return 1;

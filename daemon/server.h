@@ -213,6 +213,10 @@ int opd__server_init(opd_server_t *srv, uv_loop_t *loop,
                      const opd_config_t *cfg);
 void opd__server_free(opd_server_t *srv);
 uint64_t opd__now_ns(void);
+/* cheap timestamps for durations (server.c): opd__ticks_ns(t1 - t0) */
+void opd__ticks_init(void);
+uint64_t opd__ticks(void);
+uint64_t opd__ticks_ns(uint64_t ticks);
 /* A CUDA context is unusable: mark the daemon unhealthy, refuse CUDA work,
  * keep answering (stats) for a grace period, then drain and exit with
  * status 3 so that the init system restarts us. */
