@@ -36,6 +36,16 @@
  * two spinners on one CPU make each round trip wait for a time slice
  * (~8 ms on the 2-vCPU VM under `taskset -c 0`), 100000 of them ~15 min.
  *
+ * With -s SOCKET each raw case is followed by opd's transport of the same
+ * kind (spin ~ raw_spin, adaptive ~ raw_futex, socket ~ raw_socket): a
+ * noop with opd_run, then with a prepared run (encoded once), on a fresh
+ * connection. The pair runs in -b BLOCKS alternating blocks of N/BLOCKS
+ * round trips (default 10, each after max(WARMUP/BLOCKS, 1000) untimed
+ * ones), so that a drift of the shared host's speed over the run reaches
+ * both sides of the ratio alike. The opd client runs in the parent (the
+ * raw parent's CPU); start the daemon with --loop-cpu on the raw child's
+ * CPU for the same pair of CPUs.
+ *
  * Placement: -p pins the parent and the child to two different CPUs
  * (sched_setaffinity) when at least 2 are allowed; by default they are
  * pinned only when nproc >= 4, because on a 2-vCPU machine pinning a spinner
@@ -50,6 +60,7 @@
  *   cc -std=c11 -O2 -Wall -Wextra bench/bench_pingpong.c -o bench_pingpong
  *
  * Usage: bench_pingpong [-n N] [-w WARMUP] [-c CASES] [-p | -u] [-C A,B]
+ *                       [-s SOCKET [-b BLOCKS]]
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE 1
@@ -292,8 +303,10 @@ static void peer_stop(peer_t *p, int kill_it) {
 
 /* Runs one case: warm-up, then n timed round trips into lat. Prints its
  * line; 0, or -1 if it was aborted. */
-static int run_case(kind_t kind, shared_t *sh, uint64_t *lat, size_t n,
-                    size_t warm, int ncpus, uint64_t *p50_out) {
+/* Times n raw round trips of `kind` (after warm untimed ones) into lat,
+ * with a fresh child. 0, or -1 after printing an error line. */
+static int raw_block(kind_t kind, shared_t *sh, uint64_t *lat, size_t n,
+                     size_t warm, int ncpus) {
   if (kind == K_SPIN && ncpus < 2) {
     /* two spinners on one CPU: each round trip waits for a time slice */
     printf("error transport=raw_spin reason=\"needs 2 allowed CPUs, this "
@@ -324,7 +337,11 @@ static int run_case(kind_t kind, shared_t *sh, uint64_t *lat, size_t n,
     lat[i] = now_ns() - t0;
   }
   peer_stop(&p, 0);
+  return 0;
+}
 
+/* Prints a raw case's line (sorts lat); returns its p50. */
+static uint64_t report_raw(kind_t kind, uint64_t *lat, size_t n) {
   double sum = 0;
   for (size_t i = 0; i < n; i++) sum += (double)lat[i];
   qsort(lat, n, sizeof *lat, cmp_u64);
@@ -333,8 +350,7 @@ static int run_case(kind_t kind, shared_t *sh, uint64_t *lat, size_t n,
          kind_name[kind], pct(lat, n, 0.50), pct(lat, n, 0.99),
          pct(lat, n, 0.999), sum / (double)n, n);
   fflush(stdout);
-  *p50_out = pct(lat, n, 0.50);
-  return 0;
+  return pct(lat, n, 0.50);
 }
 
 /* ---- opd's transports, next to the raw baselines ------------------------- */
@@ -358,8 +374,13 @@ static void report_opd(const char *name, const char *api, uint64_t raw_p50,
   fflush(stdout);
 }
 
-static int run_opd(const char *sock, const char *name, uint32_t flag,
-                   uint64_t raw_p50, uint64_t *lat, size_t n, size_t warm) {
+/* Times n opd noop round trips over one transport (libopd flag) with
+ * opd_run into run_lat, then n with a prepared run into prep_lat, each
+ * after warm untimed ones, on a fresh connection. 0, or -1 after printing
+ * an error line. */
+static int opd_block(const char *sock, const char *name, uint32_t flag,
+                     uint64_t *run_lat, uint64_t *prep_lat, size_t n,
+                     size_t warm) {
   opd_client_t *c;
   opd_prepared_t *p = NULL;
   if (opd_connect_flags(sock, flag, &c) != 0 ||
@@ -367,8 +388,8 @@ static int run_opd(const char *sock, const char *name, uint32_t flag,
     printf("error transport=%s reason=\"%s\"\n", name, opd_last_error());
     return -1;
   }
-  /* opd_run (encodes each request), then a prepared run (encoded once) */
   for (int api = 0; api < 2; api++) {
+    uint64_t *lat = api ? prep_lat : run_lat;
     for (size_t i = 0; i < warm + n; i++) {
       uint64_t t0 = now_ns();
       int rc = api ? opd_run_prepared(c, p)
@@ -381,7 +402,6 @@ static int run_opd(const char *sock, const char *name, uint32_t flag,
       }
       if (i >= warm) lat[i - warm] = now_ns() - t0;
     }
-    report_opd(name, api ? " api=prepared" : "", raw_p50, lat, n);
   }
   opd_prepared_free(p);
   opd_close(c);
@@ -471,7 +491,7 @@ static void print_header(int argc, char **argv, size_t n, size_t warm,
 static void usage(FILE *f) {
   fprintf(f,
           "usage: bench_pingpong [-n N] [-w WARMUP] [-c CASES] [-p | -u] "
-          "[-C A,B]\n"
+          "[-C A,B] [-s SOCKET [-b BLOCKS]]\n"
           "  -n N       timed round trips per case (default 100000)\n"
           "  -w WARMUP  untimed round trips first (default N/10, at most "
           "20000)\n"
@@ -482,7 +502,9 @@ static void usage(FILE *f) {
           "  -C A,B     pin the parent to CPU A and the child to CPU B\n"
           "  -s SOCKET  also time an opd noop over each transport (spin,\n"
           "             adaptive, socket) against a running daemon, each next\n"
-          "             to its raw baseline from this run\n");
+          "             to its raw baseline from this run\n"
+          "  -b BLOCKS  with -s: time each raw case and its opd transport in\n"
+          "             BLOCKS alternating blocks (default 10)\n");
 }
 
 int main(int argc, char **argv) {
@@ -492,8 +514,10 @@ int main(int argc, char **argv) {
   int given_a = -1, given_b = -1;
   char cases[64] = "spin,futex,socket";
   const char *sock = NULL;
-  while ((opt = getopt(argc, argv, "n:w:c:puC:s:h")) != -1) {
+  size_t blocks = 10;
+  while ((opt = getopt(argc, argv, "n:w:c:puC:s:b:h")) != -1) {
     switch (opt) {
+      case 'b': blocks = parse_count("bench_pingpong", "-b", optarg, 1); break;
       case 's': sock = optarg; break;
       case 'n': n = parse_count("bench_pingpong", "-n", optarg, 1); break;
       case 'w': warm = parse_count("bench_pingpong", "-w", optarg, 0); break;
@@ -598,24 +622,40 @@ int main(int argc, char **argv) {
   SYSCHECK(lat != NULL, "malloc");
   signal(SIGPIPE, SIG_IGN); /* a dead socket child: an error, not a death */
 
+  /* each raw case, and with -s its opd transport, in `blocks` alternating
+   * blocks of n / blocks round trips: both see the same machine (a shared
+   * host's speed drifts over seconds) */
+  static const char *const opd_name[K_COUNT] = {"spin", "adaptive", "socket"};
+  static const uint32_t opd_flag[K_COUNT] = {OPD_CONNECT_WAIT_SPIN,
+                                             OPD_CONNECT_WAIT_ADAPTIVE,
+                                             OPD_CONNECT_WAIT_SOCKET};
+  if (sock == NULL) blocks = 1;
+  if (blocks > n) blocks = n;
+  size_t nb = n / blocks, nt = nb * blocks;
+  size_t wb = blocks > 1 ? (warm / blocks > 1000 ? warm / blocks : 1000) : warm;
+  uint64_t *run_lat = malloc(nt * sizeof *run_lat);
+  uint64_t *prep_lat = malloc(nt * sizeof *prep_lat);
+  SYSCHECK(run_lat != NULL && prep_lat != NULL, "malloc");
   int failed = 0;
-  uint64_t raw_p50[K_COUNT] = {0};
-  for (int k = 0; k < K_COUNT; k++)
-    if (want[k] &&
-        run_case((kind_t)k, sh, lat, n, warm, nallowed, &raw_p50[k]) != 0)
-      failed = 1;
-  if (sock != NULL) {
-    if (nallowed >= 2 &&
-        run_opd(sock, "spin", OPD_CONNECT_WAIT_SPIN, raw_p50[K_SPIN], lat, n,
-                warm) != 0)
-      failed = 1;
-    if (run_opd(sock, "adaptive", OPD_CONNECT_WAIT_ADAPTIVE, raw_p50[K_FUTEX],
-                lat, n, warm) != 0 ||
-        run_opd(sock, "socket", OPD_CONNECT_WAIT_SOCKET, raw_p50[K_SOCKET], lat,
-                n, warm) != 0)
-      failed = 1;
+  for (int k = 0; k < K_COUNT; k++) {
+    if (!want[k]) continue;
+    int opd_ok = sock != NULL && !(k == K_SPIN && nallowed < 2);
+    int raw_ok = 1;
+    for (size_t b = 0; b < blocks && (raw_ok || opd_ok); b++) {
+      if (raw_ok && raw_block((kind_t)k, sh, lat + b * nb, nb, wb, nallowed) != 0)
+        raw_ok = 0, failed = 1;
+      if (opd_ok && opd_block(sock, opd_name[k], opd_flag[k], run_lat + b * nb,
+                              prep_lat + b * nb, nb, wb) != 0)
+        opd_ok = 0, failed = 1;
+    }
+    uint64_t raw_p50 = raw_ok ? report_raw((kind_t)k, lat, nt) : 0;
+    if (opd_ok) {
+      report_opd(opd_name[k], "", raw_p50, run_lat, nt);
+      report_opd(opd_name[k], " api=prepared", raw_p50, prep_lat, nt);
+    }
   }
-
+  free(run_lat);
+  free(prep_lat);
   free(lat);
   munmap(sh, 4096);
   return failed;
