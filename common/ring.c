@@ -126,19 +126,27 @@ static void wake_if_sleeping(_Atomic uint32_t *flag, int doorbell) {
   }
 }
 
-int opd__ring_push(opd_ring_t *r, const void *msg, uint32_t len) {
-  if (len > opd__ring_max_msg(r)) return OPD_ETOOBIG;
+int opd__ring_push2(opd_ring_t *r, const void *a, uint32_t alen, const void *b,
+                    uint32_t blen) {
+  uint32_t max = opd__ring_max_msg(r);
+  if (alen > max || blen > max - alen) return OPD_ETOOBIG;
+  uint32_t len = alen + blen;
   if (r->mine - r->seen >= r->n_slots) { /* full as last seen: look again */
     if (read_tail(r) != 0) return OPD_EPROTO;
     if (r->mine - r->seen >= r->n_slots) return 1;
   }
   unsigned char *s = slot(r, r->mine);
   memcpy(s + 4, &len, sizeof len);
-  memcpy(s + OPD_RING_SLOT_HDR, msg, len);
+  memcpy(s + OPD_RING_SLOT_HDR, a, alen);
+  if (blen > 0) memcpy(s + OPD_RING_SLOT_HDR + alen, b, blen);
   r->mine++;
   atomic_store_explicit(slot_seq(s), (uint32_t)r->mine, memory_order_release);
   if (r->wakes) wake_if_sleeping(&r->hdr->consumer_sleeping, r->doorbell);
   return 0;
+}
+
+int opd__ring_push(opd_ring_t *r, const void *msg, uint32_t len) {
+  return opd__ring_push2(r, msg, len, NULL, 0);
 }
 
 int opd__ring_ready(const opd_ring_t *r) {

@@ -101,6 +101,10 @@ static inline uint32_t opd__ring_max_msg(const opd_ring_t *r) {
  * (it is read only when the ring looks full).
  * Wakes a sleeping consumer. */
 int opd__ring_push(opd_ring_t *r, const void *msg, uint32_t len);
+/* The same for a message in two parts (a head and a body), written
+ * straight into the slot. */
+int opd__ring_push2(opd_ring_t *r, const void *a, uint32_t alen, const void *b,
+                    uint32_t blen);
 
 /* Consumer: copies the next message into buf (cap bytes) and frees its
  * slot. Returns 0 with *len set, 1 when the ring is empty, or OPD_EPROTO

@@ -176,7 +176,12 @@ static inline uint32_t opd__mp_get_uint(const unsigned char *p, size_t n,
                                               : 0;
   if (k == 0 || k > n) return 0;
   uint64_t x = p[0] < 0x80 ? p[0] : 0;
-  for (uint32_t i = 1; i < k; i++) x = x << 8 | p[i];
+  if (k == 9) { /* the full-width id of a prepared request */
+    memcpy(&x, p + 1, 8);
+    x = __builtin_bswap64(x);
+  } else {
+    for (uint32_t i = 1; i < k; i++) x = x << 8 | p[i];
+  }
   *v = x;
   return k;
 }

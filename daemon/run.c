@@ -429,14 +429,10 @@ static void run_kernel(opd_job_t *job) {
   job->ns = opd__ticks_ns(opd__ticks() - t0);
 }
 
-/* Replies and frees the job; the session's queue moves on in pump. */
-static void job_finish(opd_job_t *job) {
+/* Counts the run and replies: its error, or {"ns"}. */
+static void job_reply(opd_job_t *job) {
   opd_session_t *s = job->s;
-  opd_server_t *srv = s->srv;
-  opd_op_stats_t *st = &srv->op_stats[job->op_index];
-
-  s->running = NULL;
-  s->n_queued--;
+  opd_op_stats_t *st = &s->srv->op_stats[job->op_index];
   st->calls++;
   st->ns += job->ns;
   if (job->rc != 0) {
@@ -450,7 +446,15 @@ static void job_finish(opd_job_t *job) {
     unsigned char *end = opd__mp_put_uint(body + 4, job->ns);
     opd__reply(s, job->req_id, 0, (const char *)body, (size_t)(end - body));
   }
-  job_recycle(srv, job);
+}
+
+/* Replies and frees the job; the session's queue moves on in pump. */
+static void job_finish(opd_job_t *job) {
+  opd_session_t *s = job->s;
+  s->running = NULL;
+  s->n_queued--;
+  job_reply(job);
+  job_recycle(s->srv, job);
 }
 
 static void work_cb(uv_work_t *w) {
@@ -694,14 +698,17 @@ static void job_copy_plan(opd_job_t *dst, const opd_job_t *src) {
   dst->device = src->device;
   dst->cuda_kernel = src->cuda_kernel;
   dst->n_arenas = src->n_arenas;
-  memcpy(dst->arenas, src->arenas, sizeof *src->arenas * (size_t)src->n_arenas);
+  if (src->n_arenas > 0)
+    memcpy(dst->arenas, src->arenas, sizeof *src->arenas * (size_t)src->n_arenas);
   dst->call.op = c->op;
   dst->call.n_in = c->n_in;
   dst->call.n_out = c->n_out;
   dst->call.err[0] = '\0';
-  memcpy(dst->call.in, c->in, sizeof *c->in * (size_t)c->n_in);
-  memcpy(dst->call.out, c->out, sizeof *c->out * (size_t)c->n_out);
-  memcpy(dst->call.attr, c->attr, sizeof *c->attr * (size_t)c->op->n_attrs);
+  if (c->n_in > 0) memcpy(dst->call.in, c->in, sizeof *c->in * (size_t)c->n_in);
+  if (c->n_out > 0)
+    memcpy(dst->call.out, c->out, sizeof *c->out * (size_t)c->n_out);
+  if (c->op->n_attrs > 0)
+    memcpy(dst->call.attr, c->attr, sizeof *c->attr * (size_t)c->op->n_attrs);
   if (src->device >= 0) {
     memcpy(dst->host_in, src->host_in, sizeof(void *) * (size_t)c->n_in);
     memcpy(dst->in_bytes, src->in_bytes, sizeof(uint64_t) * (size_t)c->n_in);
@@ -727,14 +734,29 @@ int opd__run_cached(opd_session_t *s, uint64_t id, const unsigned char *body,
   if (c == NULL || c->len != len || c->epoch != s->srv->arena_epoch ||
       memcmp(c->body, body, len) != 0)
     return 0;
-  opd_job_t *job = job_alloc(s->srv);
+  opd_server_t *srv = s->srv;
+  srv->run_cache_hits++;
+  if (s->q_head == NULL && s->running == NULL && c->job.device < 0 &&
+      c->job.bytes <= srv->cfg.limits.inline_bytes) {
+    /* nothing of this session queued, and small: run it now, as
+     * opd__job_start would, on a job on the stack (its arenas cannot go
+     * while the loop thread is in here) */
+    opd_job_t job;
+    job_copy_plan(&job, &c->job);
+    job.s = s;
+    job.req_id = id;
+    job.call.exec = &opd__exec_serial;
+    run_kernel(&job);
+    job_reply(&job);
+    return 1;
+  }
+  opd_job_t *job = job_alloc(srv);
   if (job == NULL) return 0; /* the full path reports it */
   job_copy_plan(job, &c->job);
   for (int i = 0; i < job->n_arenas; i++) job->arenas[i]->refs++;
   job->s = s;
   job->req_id = id;
   if (job->device >= 0) job->t_recv = opd__now_ns(); /* the CUDA breakdown */
-  s->srv->run_cache_hits++;
   enqueue(s, job);
   return 1;
 }

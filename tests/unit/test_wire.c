@@ -632,3 +632,25 @@ Test(names, tables_come_from_the_x_macros) {
   cr_assert_str_eq(opd__msg_name(OPD_MSG_ARENA_REGISTER), "arena_register");
   cr_assert_str_eq(opd__attr_type_name(OPD_ATTR_INTS), "ints");
 }
+
+/* opd__mp_get_uint reads back every width opd__mp_put_uint writes, and
+ * refuses what is not an unsigned integer or does not fit in the bytes. */
+Test(mpput, get_uint_reads_every_width_and_refuses_the_rest) {
+  const uint64_t vals[] = {0, 1, 0x7f, 0x80, 0xff, 0x100, 0xffff, 0x10000,
+                           0xffffffffull, 0x100000000ull, UINT64_MAX};
+  for (size_t i = 0; i < sizeof vals / sizeof *vals; i++) {
+    unsigned char buf[OPD_MP_PUT_MAX];
+    size_t n = (size_t)(opd__mp_put_uint(buf, vals[i]) - buf);
+    uint64_t v = 12345;
+    cr_assert_eq(opd__mp_get_uint(buf, n, &v), n, "width of %llu",
+                 (unsigned long long)vals[i]);
+    cr_assert_eq(v, vals[i]);
+    if (n > 1) cr_assert_eq(opd__mp_get_uint(buf, n - 1, &v), 0, "truncated");
+  }
+  uint64_t v;
+  const unsigned char neg[] = {0xff}, str[] = {0xa1, 'x'}, i8[] = {0xd0, 1};
+  cr_assert_eq(opd__mp_get_uint(neg, 1, &v), 0);
+  cr_assert_eq(opd__mp_get_uint(str, 2, &v), 0);
+  cr_assert_eq(opd__mp_get_uint(i8, 2, &v), 0);
+  cr_assert_eq(opd__mp_get_uint(neg, 0, &v), 0);
+}
