@@ -122,7 +122,7 @@ typedef struct opd_server {
   uint64_t win_left_at, win_gaps, win_gap_ns, win_gap_max, win_gaps_long;
   uint32_t *svc_hist;            /* ring services in a window: 10 ns buckets
                                     (ringsvc.c), for the shutdown report */
-  uint64_t svc_n;
+  uint64_t svc_n, svc_seen;
   uint64_t gpu_spin_until;       /* after a GPU launch the loop spins (no
                                     epoll) for its completion until then */
   uint64_t arena_epoch;          /* bumped when an arena is released:
