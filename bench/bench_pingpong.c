@@ -42,7 +42,11 @@
  * connection. The pair runs in -b BLOCKS alternating blocks of N/BLOCKS
  * round trips (default 10, each after max(WARMUP/BLOCKS, 1000) untimed
  * ones), so that a drift of the shared host's speed over the run reaches
- * both sides of the ratio alike. The opd client runs in the parent (the
+ * both sides of the ratio alike. Each raw block maps a fresh page: a
+ * cross-core transfer's latency depends on where in the CPU's mesh the
+ * line's home is (on the H200 host one fixed pair of lines gave raw spin
+ * p50s from 350 to 540 ns from run to run), and opd's rings spread over
+ * hundreds of lines. The opd client runs in the parent (the
  * raw parent's CPU); start the daemon with --loop-cpu on the raw child's
  * CPU for the same pair of CPUs.
  *
@@ -315,10 +319,17 @@ static int raw_block(kind_t kind, shared_t *sh, uint64_t *lat, size_t n,
     return -1;
   }
   peer_t p;
+  (void)sh;
+  /* a fresh page per block: the two lines' home in the CPU's cache mesh
+   * (which sets a cross-core transfer's latency) differs from page to
+   * page, and one fixed pair would make the baseline a draw of one */
+  sh = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  SYSCHECK(sh != MAP_FAILED, "mmap");
   peer_start(&p, kind, sh);
   for (size_t i = 0; i < warm; i++) {
     if (round_trip(&p) != 0) {
       peer_stop(&p, 1);
+      munmap(sh, 4096);
       printf("error transport=raw_%s phase=warmup round_trip=%zu "
              "reason=\"no echo within 1 s\"\n", kind_name[kind], i);
       fflush(stdout);
@@ -329,6 +340,7 @@ static int raw_block(kind_t kind, shared_t *sh, uint64_t *lat, size_t n,
     uint64_t t0 = now_ns();
     if (round_trip(&p) != 0) {
       peer_stop(&p, 1);
+      munmap(sh, 4096);
       printf("error transport=raw_%s phase=timed round_trip=%zu "
              "reason=\"no echo within 1 s\"\n", kind_name[kind], i);
       fflush(stdout);
@@ -337,6 +349,7 @@ static int raw_block(kind_t kind, shared_t *sh, uint64_t *lat, size_t n,
     lat[i] = now_ns() - t0;
   }
   peer_stop(&p, 0);
+  munmap(sh, 4096);
   return 0;
 }
 
