@@ -270,6 +270,7 @@ class Client:
         self._methods = {}
         self._infer_cache = {}
         self._desc_arrays = {}        # descriptors -> their ctypes array
+        self._run_memo = {}           # (op, id(out)) -> a run's arguments
         self._op_bytes = {}
         self._serial = next(_serials)
         _clients.add(self)
@@ -295,6 +296,7 @@ class Client:
                 return self._h
             # a handle from before fork() is the parent's: drop it unused
             self._h, self._reg = None, {}
+            self._run_memo.clear()
             self._pending_release.clear()
             self._dallocs, self._pubs = {}, {}
             self._maps, self._no_vmm = {}, set()
@@ -943,14 +945,88 @@ class Client:
         the op has several, or None if it has none. Raises
         BadArgumentError (and other OpdError subclasses) with the daemon's
         message."""
+        return self._run(op, inputs, out, device, attrs)
+
+    def _run(self, op, inputs, out, device, attrs):
+        m = self._run_memo.get((op, id(out)))
+        if (m is not None and m[0] is self._token and m[3] == device and
+                m[4] == attrs):
+            hit = self._memo_run(m, inputs, out)
+            if hit is not _MISS:
+                return hit
         args, outs, devb = self._prepare(op, inputs, out, attrs, device)
         if devb is None:
             check(self._lib.opd_run(*args[:8]))
         else:
             check(self._need("opd_run_on")(args[0], devb, *args[1:8]))
+        if out is not None or not outs:
+            self._memo_store(op, inputs, out, device, attrs, args, outs, devb)
         if len(outs) == 1:
             return outs[0]
         return outs if outs else None
+
+    # A loop that calls run() (c.softmax(x, out=y)) with the same opd
+    # Tensors, attributes and device each time reuses what _prepare built
+    # the first time, and from the second call on a request libopd encoded
+    # once (as Client.prepare does). The memo, per (op, id(out)), holds the
+    # tensors weakly and is used only while each argument is the very
+    # object it was made for and the connection the same. Numpy inputs
+    # (copied in per call), torch tensors and torch views (synced per call)
+    # and new outputs (out=None for an op that has outputs) always take the
+    # full path.
+    _MEMO_MAX = 16
+
+    def _memo_store(self, op, inputs, out, device, attrs, args, outs, devb):
+        if self._maps or args[8][3] is not None:
+            return
+        for x in inputs:
+            if type(x) is not Tensor:
+                return
+        for o in outs:
+            if type(o) is not Tensor:
+                return
+        memo = self._run_memo
+        if len(memo) >= self._MEMO_MAX:
+            memo.clear()
+        # [connection, inputs, outputs, device, attrs, libopd's arguments
+        # after the handle, device bytes, the attribute buffers they use,
+        # the encoded request (_Encoded, from the second call on)]
+        memo[(op, id(out))] = [
+            self._token, tuple([weakref.ref(x) for x in inputs]),
+            tuple([weakref.ref(o) for o in outs]), device, dict(attrs),
+            args[1:8], devb, args[8][2], None]
+
+    def _memo_run(self, m, inputs, out):
+        refs, orefs = m[1], m[2]
+        h = self._h
+        if (len(inputs) != len(refs) or h is None or self._pending_release or
+                self._gen != memory._fork_gen[0] or self._maps):
+            return _MISS
+        for r, x in zip(refs, inputs):
+            if r() is not x:
+                return _MISS
+        if type(out) is Tensor:
+            if len(orefs) != 1 or orefs[0]() is not out:
+                return _MISS
+            res = out
+        else:
+            outs = () if out is None else tuple(out)
+            if len(outs) != len(orefs):
+                return _MISS
+            for r, o in zip(orefs, outs):
+                if r() is not o:
+                    return _MISS
+            res = outs[0] if len(outs) == 1 else (outs if outs else None)
+        prep = m[8]
+        if prep is None:
+            p = ctypes.c_void_p()
+            check(self._need("opd_prepare")(h, m[6], *m[5], ctypes.byref(p)))
+            prep = m[8] = _Encoded(p, self._need("opd_prepared_free"),
+                                   self._need("opd_run_prepared"))
+        rc = prep.run(h, prep.p)
+        if rc:
+            check(rc)
+        return res
 
     def submit(self, op, *inputs, out=None, device=None, **attrs):
         """Sends a run without waiting (as run()); returns a Request whose
@@ -1074,11 +1150,29 @@ class Client:
         return sorted(names)
 
 
+_MISS = object()   # _memo_run: not the memo's call
+
+
+class _Encoded:
+    """A run request libopd encoded once (opd_prepare), freed with its
+    memo entry."""
+    __slots__ = ("p", "free", "run")
+
+    def __init__(self, p, free, run):
+        self.p, self.free, self.run = p, free, run
+
+    def __del__(self):
+        try:
+            self.free(self.p)
+        except Exception:
+            pass
+
+
 def _make_method(schema):
     op = schema["name"]
 
     def method(self, *inputs, out=None, device=None, **attrs):
-        return self.run(op, *inputs, out=out, device=device, **attrs)
+        return self._run(op, inputs, out, device, attrs)
 
     ins = ", ".join(i["name"] + ("=None" if i["optional"] else "")
                     for i in schema["inputs"])
