@@ -426,7 +426,8 @@ static void run_kernel(opd_job_t *job) {
   const opd_op_def_t *op = job->call.op;
   uint64_t t0 = opd__ticks();
   job->rc = (op->cpu_fast ? op->cpu_fast : op->cpu_ref)(&job->call);
-  job->ns = opd__ticks_ns(opd__ticks() - t0);
+  uint64_t t1 = opd__ticks();
+  job->ns = t1 > t0 ? opd__ticks_ns(t1 - t0) : 0; /* moved CPUs: no time */
 }
 
 /* Counts the run and replies: its error, or {"ns"}. */

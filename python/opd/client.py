@@ -979,6 +979,14 @@ class Client:
     def _memo_store(self, op, inputs, out, device, attrs, args, outs, devb):
         if self._maps or args[8][3] is not None:
             return
+        for v in attrs.values():   # compared by ==: immutable values only
+            t = type(v)
+            if t is tuple:
+                for e in v:
+                    if type(e) not in _MEMO_SCALARS:
+                        return
+            elif t not in _MEMO_SCALARS:
+                return
         for x in inputs:
             if type(x) is not Tensor:
                 return
@@ -1009,7 +1017,7 @@ class Client:
             if len(orefs) != 1 or orefs[0]() is not out:
                 return _MISS
             res = out
-        else:
+        elif out is None or type(out) is tuple or type(out) is list:
             outs = () if out is None else tuple(out)
             if len(outs) != len(orefs):
                 return _MISS
@@ -1017,6 +1025,8 @@ class Client:
                 if r() is not o:
                     return _MISS
             res = outs[0] if len(outs) == 1 else (outs if outs else None)
+        else:
+            return _MISS
         prep = m[8]
         if prep is None:
             p = ctypes.c_void_p()
@@ -1151,6 +1161,7 @@ class Client:
 
 
 _MISS = object()   # _memo_run: not the memo's call
+_MEMO_SCALARS = (int, float, bool, str)
 
 
 class _Encoded:

@@ -113,3 +113,22 @@ def test_an_op_without_outputs_is_memoized_without_out(c):
     x = c.from_numpy(np.ones(4, dtype=np.float32))
     assert c.run("noop", x) is None                  # other inputs: full path
     assert c.run("noop") is None
+
+
+def test_a_mutable_attribute_is_never_taken_from_the_memo(c):
+    # conv2d's stride as a list the caller changes between calls
+    x = c.from_numpy(np.ones((1, 1, 6, 6), dtype=np.float32))
+    w = c.from_numpy(np.ones((1, 1, 3, 3), dtype=np.float32))
+    stride = [1, 1]
+    y1 = c.empty((1, 1, 4, 4), "float32")
+    c.conv2d(x, w, out=y1, stride=stride)
+    c.conv2d(x, w, out=y1, stride=stride)
+    assert ("conv2d", id(y1)) not in c._run_memo
+    stride[0] = stride[1] = 2
+    y2 = c.empty((1, 1, 2, 2), "float32")
+    c.conv2d(x, w, out=y2, stride=stride)
+    assert y2.tolist() == [[[[9.0, 9.0], [9.0, 9.0]]]]
+    c.conv2d(x, w, out=y2, stride=(2, 2))          # a tuple is kept
+    c.conv2d(x, w, out=y2, stride=(2, 2))
+    assert ("conv2d", id(y2)) in c._run_memo
+    assert y2.tolist() == [[[[9.0, 9.0], [9.0, 9.0]]]]
