@@ -57,7 +57,7 @@ static void service_session(opd_session_t *s);
 
 /* While a client spins, or a GPU job launched less than GPU_SPIN_NS ago is
  * running, the loop runs without blocking and this runs every iteration:
- * for up to IDLE_SPIN_NS it watches the spinning sessions' submission
+ * for up to a window (window_ns) it watches the spinning sessions' submission
  * rings and the finished GPU jobs, and serves each the moment it is there,
  * instead of paying an epoll_wait system call (and, for a GPU job, the
  * completion thread's wake-up) per look or per request. Sockets and timers
