@@ -110,6 +110,7 @@ typedef struct shared {
   _Alignas(LINE) _Atomic uint64_t ping; /* parent -> child */
   _Alignas(LINE) _Atomic uint64_t pong; /* child -> parent */
 } shared_t;
+_Static_assert(sizeof(shared_t) <= 4096, "a raw block maps one page");
 
 typedef enum { K_SPIN, K_FUTEX, K_SOCKET, K_COUNT } kind_t;
 static const char *const kind_name[K_COUNT] = {"spin", "futex", "socket"};
@@ -308,9 +309,12 @@ static void peer_stop(peer_t *p, int kill_it) {
 /* Runs one case: warm-up, then n timed round trips into lat. Prints its
  * line; 0, or -1 if it was aborted. */
 /* Times n raw round trips of `kind` (after warm untimed ones) into lat,
- * with a fresh child. 0, or -1 after printing an error line. */
-static int raw_block(kind_t kind, shared_t *sh, uint64_t *lat, size_t n,
-                     size_t warm, int ncpus) {
+ * with a fresh child on a fresh page: the two lines' home in the CPU's
+ * cache mesh (which sets a cross-core transfer's latency) differs from
+ * page to page, and one fixed pair would make the baseline a draw of one.
+ * 0, or -1 after printing an error line. */
+static int raw_block(kind_t kind, uint64_t *lat, size_t n, size_t warm,
+                     int ncpus) {
   if (kind == K_SPIN && ncpus < 2) {
     /* two spinners on one CPU: each round trip waits for a time slice */
     printf("error transport=raw_spin reason=\"needs 2 allowed CPUs, this "
@@ -318,39 +322,27 @@ static int raw_block(kind_t kind, shared_t *sh, uint64_t *lat, size_t n,
     fflush(stdout);
     return -1;
   }
-  peer_t p;
-  (void)sh;
-  /* a fresh page per block: the two lines' home in the CPU's cache mesh
-   * (which sets a cross-core transfer's latency) differs from page to
-   * page, and one fixed pair would make the baseline a draw of one */
-  sh = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  shared_t *sh = mmap(NULL, 4096, PROT_READ | PROT_WRITE,
+                      MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   SYSCHECK(sh != MAP_FAILED, "mmap");
+  peer_t p;
   peer_start(&p, kind, sh);
-  for (size_t i = 0; i < warm; i++) {
-    if (round_trip(&p) != 0) {
-      peer_stop(&p, 1);
-      munmap(sh, 4096);
-      printf("error transport=raw_%s phase=warmup round_trip=%zu "
-             "reason=\"no echo within 1 s\"\n", kind_name[kind], i);
-      fflush(stdout);
-      return -1;
-    }
-  }
-  for (size_t i = 0; i < n; i++) {
+  int rc = 0;
+  for (size_t i = 0; i < warm + n; i++) {
     uint64_t t0 = now_ns();
     if (round_trip(&p) != 0) {
-      peer_stop(&p, 1);
-      munmap(sh, 4096);
-      printf("error transport=raw_%s phase=timed round_trip=%zu "
-             "reason=\"no echo within 1 s\"\n", kind_name[kind], i);
+      printf("error transport=raw_%s phase=%s round_trip=%zu "
+             "reason=\"no echo within 1 s\"\n", kind_name[kind],
+             i < warm ? "warmup" : "timed", i < warm ? i : i - warm);
       fflush(stdout);
-      return -1;
+      rc = -1;
+      break;
     }
-    lat[i] = now_ns() - t0;
+    if (i >= warm) lat[i - warm] = now_ns() - t0;
   }
-  peer_stop(&p, 0);
+  peer_stop(&p, rc != 0);
   munmap(sh, 4096);
-  return 0;
+  return rc;
 }
 
 /* Prints a raw case's line (sorts lat); returns its p50. */
@@ -627,10 +619,6 @@ int main(int argc, char **argv) {
 
   print_header(argc, argv, n, warm, cases, why);
 
-  shared_t *sh = mmap(NULL, sizeof(shared_t) < 4096 ? 4096 : sizeof(shared_t),
-                      PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1,
-                      0);
-  SYSCHECK(sh != MAP_FAILED, "mmap");
   uint64_t *lat = malloc(n * sizeof *lat);
   SYSCHECK(lat != NULL, "malloc");
   signal(SIGPIPE, SIG_IGN); /* a dead socket child: an error, not a death */
@@ -655,7 +643,7 @@ int main(int argc, char **argv) {
     int opd_ok = sock != NULL && !(k == K_SPIN && nallowed < 2);
     int raw_ok = 1;
     for (size_t b = 0; b < blocks && (raw_ok || opd_ok); b++) {
-      if (raw_ok && raw_block((kind_t)k, sh, lat + b * nb, nb, wb, nallowed) != 0)
+      if (raw_ok && raw_block((kind_t)k, lat + b * nb, nb, wb, nallowed) != 0)
         raw_ok = 0, failed = 1;
       if (opd_ok && opd_block(sock, opd_name[k], opd_flag[k], run_lat + b * nb,
                               prep_lat + b * nb, nb, wb) != 0)
@@ -670,6 +658,5 @@ int main(int argc, char **argv) {
   free(run_lat);
   free(prep_lat);
   free(lat);
-  munmap(sh, 4096);
   return failed;
 }

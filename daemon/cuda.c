@@ -116,7 +116,7 @@ typedef struct cuda_state {
   /* where the time of short jobs (request to reply under 1 ms) goes, in
    * ns summed over n_short jobs, and per piece a histogram of 0.1 us
    * buckets for the medians: logged at shutdown (docs/gpu.md) */
-  uint64_t n_short, ns_prep, ns_launch, ns_gpu, ns_reply;
+  uint64_t n_short, ns_sum[4]; /* to launch, launch, to seen, to reply */
   uint32_t hist[4][HIST_BUCKETS];
 } cuda_state_t;
 
@@ -132,19 +132,6 @@ typedef struct cuda_state {
       return cuda_code(e_);                                                \
     }                                                                      \
   } while (0)
-
-/* the median of a 0.1 us histogram of n samples, in us */
-static double hist_p50(const uint32_t *h, uint64_t n) {
-  uint64_t seen = 0;
-  for (int i = 0; i < HIST_BUCKETS; i++)
-    if ((seen += h[i]) * 2 >= n) return (i + 0.5) / 10.0;
-  return HIST_BUCKETS / 10.0;
-}
-
-static void hist_add(uint32_t *h, uint64_t ns) {
-  uint64_t b = ns / 100;
-  h[b < HIST_BUCKETS ? b : HIST_BUCKETS - 1]++;
-}
 
 static int cuda_code(cudaError_t e) {
   return e == cudaErrorMemoryAllocation ? OPD_ENOMEM : OPD_EBACKEND;
@@ -317,14 +304,15 @@ void opd__cuda_shutdown(opd_server_t *srv) {
     pthread_join(st->poller, NULL);
   }
   if (st->n_short > 0) {
-    double n = (double)st->n_short * 1000.0;
+    double n = (double)st->n_short * 1000.0, med[4];
+    for (int k = 0; k < 4; k++) /* us: 0.1 us buckets */
+      med[k] = opd__hist_pct(st->hist[k], HIST_BUCKETS, st->n_short, 0.5, 0.1);
     LOG_INFO("cuda: %llu jobs under 1 ms, mean us: request to launch %.2f, "
              "launch %.2f, launch to seen complete %.2f, to replied %.2f; "
              "median us: %.2f, %.2f, %.2f, %.2f",
-             (unsigned long long)st->n_short, st->ns_prep / n,
-             st->ns_launch / n, st->ns_gpu / n, st->ns_reply / n,
-             hist_p50(st->hist[0], st->n_short), hist_p50(st->hist[1], st->n_short),
-             hist_p50(st->hist[2], st->n_short), hist_p50(st->hist[3], st->n_short));
+             (unsigned long long)st->n_short, st->ns_sum[0] / n,
+             st->ns_sum[1] / n, st->ns_sum[2] / n, st->ns_sum[3] / n, med[0],
+             med[1], med[2], med[3]);
   }
   for (int i = 0; i < srv->n_devices; i++) {
     cuda_dev_t *d = &st->dev[i];
@@ -804,15 +792,14 @@ static void reply_done(opd_server_t *srv, opd_job_t *list) {
     job->cuda_event = NULL;
     uint64_t now = opd__now_ns();
     if (now - job->t_recv < 1000000) {
+      uint64_t piece[4] = {job->t_start - job->t_recv,
+                           job->t_launched - job->t_start,
+                           job->t_seen - job->t_launched, now - job->t_seen};
       st->n_short++;
-      st->ns_prep += job->t_start - job->t_recv;
-      st->ns_launch += job->t_launched - job->t_start;
-      st->ns_gpu += job->t_seen - job->t_launched;
-      st->ns_reply += now - job->t_seen;
-      hist_add(st->hist[0], job->t_start - job->t_recv);
-      hist_add(st->hist[1], job->t_launched - job->t_start);
-      hist_add(st->hist[2], job->t_seen - job->t_launched);
-      hist_add(st->hist[3], now - job->t_seen);
+      for (int k = 0; k < 4; k++) { /* histograms of 0.1 us buckets */
+        st->ns_sum[k] += piece[k];
+        opd__hist_add(st->hist[k], HIST_BUCKETS, piece[k], 100);
+      }
     }
     opd__job_done(job);
   }

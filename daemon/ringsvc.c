@@ -76,8 +76,7 @@ static int spin_wanted_at(opd_server_t *srv, uint64_t now) {
 }
 
 static int spin_wanted(opd_server_t *srv) {
-  return srv->n_spin > 0 ||
-         (opd__cuda_inflight(srv) > 0 && opd__now_ns() < srv->gpu_spin_until);
+  return srv->n_spin > 0 || spin_wanted_at(srv, opd__now_ns());
 }
 
 /* --spin-window-us, or by default: short while a socket-only client is
@@ -104,16 +103,12 @@ static void svc_record(opd_server_t *srv, uint64_t ns) {
   if (srv->svc_hist == NULL &&
       (srv->svc_hist = calloc(SVC_BUCKETS, sizeof *srv->svc_hist)) == NULL)
     return;
-  uint64_t b = ns / 10;
-  srv->svc_hist[b < SVC_BUCKETS ? b : SVC_BUCKETS - 1]++;
+  opd__hist_add(srv->svc_hist, SVC_BUCKETS, ns, 10);
   srv->svc_n++;
 }
 
 static double svc_pct(const opd_server_t *srv, double q) {
-  uint64_t seen = 0;
-  for (int i = 0; i < SVC_BUCKETS; i++)
-    if ((seen += srv->svc_hist[i]) >= q * (double)srv->svc_n) return i * 10 + 5;
-  return SVC_BUCKETS * 10;
+  return opd__hist_pct(srv->svc_hist, SVC_BUCKETS, srv->svc_n, q, 10.0);
 }
 
 static void on_idle(uv_idle_t *h) {

@@ -473,6 +473,12 @@ void opd__job_done(opd_job_t *job) {
   opd__session_pump(s);
 }
 
+/* A CPU run small enough that a thread hand-off would cost more than its
+ * kernel executes on the loop thread (--inline-bytes). */
+static int runs_inline(const opd_server_t *srv, const opd_job_t *job) {
+  return job->device < 0 && job->bytes <= srv->cfg.limits.inline_bytes;
+}
+
 void opd__job_start(opd_job_t *job) {
   opd_server_t *srv = job->s->srv;
   if (job->device >= 0) {
@@ -483,7 +489,7 @@ void opd__job_start(opd_job_t *job) {
     }
     return;
   }
-  if (job->bytes <= srv->cfg.limits.inline_bytes) {
+  if (runs_inline(srv, job)) {
     job->call.exec = &opd__exec_serial;
     run_kernel(job);
     job_finish(job);
@@ -737,8 +743,7 @@ int opd__run_cached(opd_session_t *s, uint64_t id, const unsigned char *body,
     return 0;
   opd_server_t *srv = s->srv;
   srv->run_cache_hits++;
-  if (s->q_head == NULL && s->running == NULL && c->job.device < 0 &&
-      c->job.bytes <= srv->cfg.limits.inline_bytes) {
+  if (s->q_head == NULL && s->running == NULL && runs_inline(srv, &c->job)) {
     /* nothing of this session queued, and small: run it now, as
      * opd__job_start would, on a job on the stack (its arenas cannot go
      * while the loop thread is in here) */

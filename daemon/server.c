@@ -73,6 +73,14 @@ uint64_t opd__ticks_ns(uint64_t ticks) {
   return ns_per_tick > 0 ? (uint64_t)((double)ticks * ns_per_tick) : ticks;
 }
 
+double opd__hist_pct(const uint32_t *h, int buckets, uint64_t n, double q,
+                     double width) {
+  uint64_t seen = 0;
+  for (int i = 0; i < buckets; i++)
+    if ((double)(seen += h[i]) >= q * (double)n) return (i + 0.5) * width;
+  return buckets * width;
+}
+
 static void on_listen(uv_poll_t *h, int status, int events) {
   opd_server_t *srv = h->data;
   (void)events;

@@ -216,6 +216,16 @@ int opd__server_init(opd_server_t *srv, uv_loop_t *loop,
                      const opd_config_t *cfg);
 void opd__server_free(opd_server_t *srv);
 uint64_t opd__now_ns(void);
+/* Histograms of `buckets` buckets `width` wide, the last one taking the
+ * rest (the shutdown reports): add a value; the q-quantile of n values,
+ * as its bucket's middle. */
+static inline void opd__hist_add(uint32_t *h, int buckets, uint64_t v,
+                                 uint64_t width) {
+  uint64_t b = v / width;
+  h[b < (uint64_t)buckets ? b : (uint64_t)buckets - 1]++;
+}
+double opd__hist_pct(const uint32_t *h, int buckets, uint64_t n, double q,
+                     double width);
 /* cheap timestamps for durations (server.c): opd__ticks_ns(t1 - t0) */
 void opd__ticks_init(void);
 uint64_t opd__ticks(void);

@@ -2,11 +2,9 @@
 message; codes a client cannot provoke are covered by test_protocol."""
 import ctypes
 import os
-import signal
 import subprocess
 import sys
 import tempfile
-import time
 
 import numpy as np
 import pytest
@@ -15,6 +13,7 @@ import opd
 from opd import _lib, errors
 from opd.tensor import Tensor
 from conftest import REPO
+from _forks import in_child
 
 
 def raises(cls, name, f, *words):
@@ -73,19 +72,12 @@ def test_limits_and_timeouts(c):
 def test_state_after_fork_is_handled(c):
     # libopd refuses a connection used across fork (ESTATE); Client reconnects
     h = c._handle()
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            rc = _lib.load().opd_ping(h)
-            c.ping()
-            code = 0 if rc == opd.protocol.ESTATE else 2
-        finally:
-            os._exit(code)
-    os.close(r)
-    os.close(w)
-    assert os.waitpid(pid, 0)[1] == 0
+
+    def child():
+        rc = _lib.load().opd_ping(h)
+        c.ping()
+        return rc == opd.protocol.ESTATE
+    assert in_child(child)
 
 
 def test_daemon_not_running(tmp_path):

@@ -12,28 +12,19 @@ import pytest
 
 import opd
 import _workers
+from _forks import in_child
 
 
 def test_forked_child_reconnects(c):
     x = c.from_numpy(np.arange(8, dtype=np.float32))
     parent_session = c.server_info()["session"]
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            s = c.server_info()["session"]          # reconnects here
-            y = c.relu(x)                           # parent's tensor, child's session
-            x.numpy()[0] = 100                      # shared: the parent sees it
-            ok = s != parent_session and y.tolist() == list(range(8))
-            os.write(w, b"ok" if ok else b"bad")
-            code = 0
-        finally:
-            os._exit(code)
-    os.close(w)
-    assert os.read(r, 10) == b"ok"
-    os.close(r)
-    assert os.waitpid(pid, 0)[1] == 0
+
+    def child():
+        s = c.server_info()["session"]              # reconnects here
+        y = c.relu(x)                               # parent's tensor, child's session
+        x.numpy()[0] = 100                          # shared: the parent sees it
+        return s != parent_session and y.tolist() == list(range(8))
+    assert in_child(child)
     assert x.numpy()[0] == 100
     assert c.server_info()["session"] == parent_session     # parent unaffected
     assert c.relu(x).tolist()[0] == 100

@@ -1,12 +1,12 @@
 """Prepared runs (Client.prepare): the same results as run(), new input
 values seen on every call, fixed outputs, submit(), errors at call time,
 and a rebuild after fork (a new connection has new arena ids)."""
-import os
 
 import numpy as np
 import pytest
 
 import opd
+from _forks import in_child
 
 
 def test_prepared_run_sees_new_inputs_and_reuses_its_outputs(c, rng):
@@ -57,20 +57,11 @@ def test_prepared_run_is_rebuilt_in_a_forked_child(c):
     y = c.empty((8,), "float32")
     relu = c.prepare("relu", x, out=y)
     relu()
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            x.numpy()[:] = -x.numpy()               # shared with the parent
-            relu()                                  # a new session here
-            os.write(w, b"ok" if y.tolist() == [4, 3, 2, 1, 0, 0, 0, 0] else b"bad")
-            code = 0
-        finally:
-            os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    os.close(w)
-    assert os.read(r, 8) == b"ok" and status == 0
-    os.close(r)
+
+    def child():
+        x.numpy()[:] = -x.numpy()                   # shared with the parent
+        relu()                                      # a new session here
+        return y.tolist() == [4, 3, 2, 1, 0, 0, 0, 0]
+    assert in_child(child)
     relu()                                          # the parent's still works
     assert y.tolist() == [4, 3, 2, 1, 0, 0, 0, 0]
