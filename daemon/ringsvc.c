@@ -94,8 +94,8 @@ static uint64_t window_ns(const opd_server_t *srv) {
 }
 
 /* How long serving a ring takes, from its request seen to its replies
- * pushed (one request, in a ping-pong): the daemon's share of a round
- * trip, reported at shutdown. */
+ * pushed (one request, in a ping-pong; a GPU run: to its launch): the
+ * daemon's share of a CPU round trip, reported at shutdown. */
 #define SVC_BUCKETS 1000 /* 10 ns each */
 #define SVC_SAMPLE 16    /* one service in this many is timed */
 
@@ -164,7 +164,8 @@ static void on_idle(uv_idle_t *h) {
 void opd__ring_report(opd_server_t *srv) {
   if (srv->svc_n > 0)
     LOG_INFO("spin: %llu ring services in spin windows (one in %d timed), "
-             "from request seen to reply pushed: p50 %.0f ns, p99 %.0f ns",
+             "from request seen to reply pushed (GPU runs: to launched): "
+             "p50 %.0f ns, p99 %.0f ns",
              (unsigned long long)srv->svc_seen, SVC_SAMPLE, svc_pct(srv, 0.5),
              svc_pct(srv, 0.99));
   free(srv->svc_hist);
