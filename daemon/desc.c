@@ -22,10 +22,17 @@ static void seterr(char *err, size_t errlen, const char *fmt, ...) {
 }
 
 int opd__desc_is_contiguous(const opd_desc_t *d) {
+  /* the strides opd__desc_validate fills for a contiguous tensor: a zero
+   * dimension counts as 1, so an empty tensor's own strides pass too; a
+   * product past INT64_MAX matches no stride (only size-1 dimensions may
+   * follow it) */
   int64_t expect = 1;
+  int big = 0;
   for (int i = d->rank - 1; i >= 0; i--) {
-    if (d->shape[i] != 1 && d->strides[i] != expect) return 0;
-    expect *= d->shape[i];
+    if (d->shape[i] == 1) continue;
+    if (big || d->strides[i] != expect) return 0;
+    if (d->shape[i] > 1 && __builtin_mul_overflow(expect, d->shape[i], &expect))
+      big = 1;
   }
   return 1;
 }
@@ -44,7 +51,10 @@ int opd__desc_validate(opd_desc_t *d, uint64_t arena_size, int64_t *numel,
            OPD_MAX_RANK);
     return OPD_ELIMIT;
   }
-  /* numel, with overflow checks; any zero extent makes the tensor empty */
+  /* n: the product of the non-zero dimensions, checked so that n * esize
+   * fits in an int64_t. An empty tensor (a zero dimension) is bounded the
+   * same way: its other dimensions could not be sent in a non-empty one,
+   * and the contiguous strides below are products of them. */
   uint64_t n = 1;
   int empty = 0;
   for (int i = 0; i < d->rank; i++) {
@@ -53,9 +63,10 @@ int opd__desc_validate(opd_desc_t *d, uint64_t arena_size, int64_t *numel,
              opd__shape_str(sbuf, sizeof sbuf, d->shape, d->rank));
       return OPD_ESHAPE;
     }
-    if (d->shape[i] == 0) empty = 1;
-  }
-  for (int i = 0; i < d->rank && !empty; i++) {
+    if (d->shape[i] == 0) {
+      empty = 1;
+      continue;
+    }
     if (__builtin_mul_overflow(n, (uint64_t)d->shape[i], &n) ||
         n > (uint64_t)INT64_MAX / (uint64_t)esize) {
       seterr(err, errlen, "shape %s overflows the size computation",
@@ -63,37 +74,44 @@ int opd__desc_validate(opd_desc_t *d, uint64_t arena_size, int64_t *numel,
       return OPD_EOVERFLOW;
     }
   }
-  if (empty) n = 0;
   if (d->contiguous) {
+    /* suffix products of the non-zero dimensions: each divides n, so none
+     * overflows; checked all the same */
     int64_t s = 1;
     for (int i = d->rank - 1; i >= 0; i--) {
       d->strides[i] = s;
-      s *= d->shape[i] ? d->shape[i] : 1; /* cannot overflow: n did not */
-    }
-  }
-  /* extent = (1 + sum (shape-1)*stride) * esize, in bytes */
-  uint64_t span = 0;
-  if (!empty) {
-    for (int i = 0; i < d->rank; i++) {
-      uint64_t t;
-      if (d->strides[i] < 0) {
-        seterr(err, errlen, "negative stride %lld in dimension %d",
-               (long long)d->strides[i], i);
-        return OPD_ELAYOUT;
-      }
-      if (__builtin_mul_overflow((uint64_t)(d->shape[i] - 1),
-                                 (uint64_t)d->strides[i], &t) ||
-          __builtin_add_overflow(span, t, &span)) {
-        seterr(err, errlen, "strides overflow the size computation");
+      if (d->shape[i] > 1 && __builtin_mul_overflow(s, d->shape[i], &s)) {
+        seterr(err, errlen, "shape %s overflows the stride computation",
+               opd__shape_str(sbuf, sizeof sbuf, d->shape, d->rank));
         return OPD_EOVERFLOW;
       }
     }
-    if (__builtin_add_overflow(span, 1, &span) ||
-        __builtin_mul_overflow(span, (uint64_t)esize, &span)) {
+  }
+  /* span = 1 + sum (shape-1)*stride elements, extent = span * esize bytes;
+   * an empty tensor's strides are held to the same bound with its zero
+   * dimensions taken as 1, and it spans no bytes */
+  uint64_t span = 0;
+  for (int i = 0; i < d->rank; i++) {
+    uint64_t t;
+    if (d->strides[i] < 0) {
+      seterr(err, errlen, "negative stride %lld in dimension %d",
+             (long long)d->strides[i], i);
+      return OPD_ELAYOUT;
+    }
+    uint64_t reach = d->shape[i] > 0 ? (uint64_t)d->shape[i] - 1 : 0;
+    if (__builtin_mul_overflow(reach, (uint64_t)d->strides[i], &t) ||
+        __builtin_add_overflow(span, t, &span)) {
       seterr(err, errlen, "strides overflow the size computation");
       return OPD_EOVERFLOW;
     }
   }
+  if (__builtin_add_overflow(span, 1, &span) ||
+      __builtin_mul_overflow(span, (uint64_t)esize, &span) ||
+      span > (uint64_t)INT64_MAX) {
+    seterr(err, errlen, "strides overflow the size computation");
+    return OPD_EOVERFLOW;
+  }
+  if (empty) span = 0;
   if (d->offset % (uint64_t)esize != 0) {
     seterr(err, errlen, "offset %llu is not aligned to the %d-byte %s",
            (unsigned long long)d->offset, esize, opd__dtype_name(d->dtype));
@@ -108,7 +126,7 @@ int opd__desc_validate(opd_desc_t *d, uint64_t arena_size, int64_t *numel,
            (unsigned long long)span, (unsigned long long)arena_size);
     return OPD_EBOUNDS;
   }
-  *numel = (int64_t)n;
+  *numel = empty ? 0 : (int64_t)n;
   *extent = span;
   return 0;
 }
