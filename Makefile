@@ -140,7 +140,7 @@ all: check-deps $(BINS) $(EXAMPLES) cuda
 # ---- dependencies --------------------------------------------------------
 DEB_PKGS := build-essential pkg-config libuv1-dev libmsgpack-dev \
             libopenblas-pthread-dev libcriterion-dev \
-            python3 python3-numpy python3-pytest
+            python3 python3-numpy python3-pytest python3-torch
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 deps:
@@ -155,7 +155,7 @@ check-deps:
 	 [ -f /usr/include/msgpack.h ] || missing=1; \
 	 [ -f $(OPENBLAS_INC)/cblas.h ] || missing=1; \
 	 [ -f /usr/include/criterion/criterion.h ] || missing=1; \
-	 /usr/bin/python3 -c 'import numpy, pytest' 2>/dev/null || missing=1; \
+	 /usr/bin/python3 -c 'import numpy, pytest, torch' 2>/dev/null || missing=1; \
 	 if [ -n "$$missing" ]; then echo "opd: installing missing packages"; $(MAKE) --no-print-directory deps; fi
 
 # ---- build ---------------------------------------------------------------

@@ -3,8 +3,11 @@
 DESIGN
 to_capsule(t) allocates a DLManagedTensor (DLPack 0.x layout, the one
 np.from_dlpack and torch.from_dlpack accept unversioned) whose data
-pointer is the tensor's arena base, byte_offset its offset, and whose
-shape/strides arrays live in the same ctypes allocation. The Python side
+pointer is the tensor's own address (arena base + offset) with
+byte_offset 0, and whose shape/strides arrays live in the same ctypes
+allocation. byte_offset stays 0 because consumers disagree on it: numpy
+adds it to data, some torch versions (Debian's 1.13 among them) ignore
+it and would view, and write, the arena's start instead. The Python side
 (ctypes objects + the Tensor) is kept in _live, keyed by the struct's
 address, until the consumer calls the deleter; if the capsule dies unused
 (still named "dltensor"), its destructor calls the deleter itself. Both
@@ -82,13 +85,13 @@ def to_capsule(t):
     strides = (ctypes.c_int64 * max(n, 1))(*t.strides)
     m = DLManagedTensor()
     code, bits = _CODES[t.dtype]
-    m.dl_tensor.data = t.arena.base
+    m.dl_tensor.data = t.arena.base + t.offset     # see DESIGN: not byte_offset
     m.dl_tensor.device = DLDevice(1, 0)
     m.dl_tensor.ndim = n
     m.dl_tensor.dtype = DLDataType(code, bits, 1)
     m.dl_tensor.shape = ctypes.cast(shape, ctypes.POINTER(ctypes.c_int64))
     m.dl_tensor.strides = ctypes.cast(strides, ctypes.POINTER(ctypes.c_int64))
-    m.dl_tensor.byte_offset = t.offset
+    m.dl_tensor.byte_offset = 0
     m.manager_ctx = None
     m.deleter = _deleter
     addr = ctypes.addressof(m)

@@ -564,8 +564,7 @@ class Client:
         dt = dtype_name(x.dtype)
         t = self.empty(tuple(x.shape), dt)
         if t.size:
-            import torch
-            torch.from_dlpack(t).copy_(x)
+            t.torch().copy_(x)
         return t
 
     def _convert(self, x):

@@ -393,7 +393,9 @@ class Tensor:
 
     def torch(self):
         """Returns a torch tensor with these elements. A host tensor: a
-        zero-copy CPU view (torch.from_dlpack; it keeps this tensor alive).
+        zero-copy CPU view (torch.from_dlpack; it keeps this tensor alive;
+        a bool tensor goes through a uint8 view, which torch versions
+        without DLPack's kDLBool, 1.13 among them, accept).
         A device tensor made by c.empty(..., device=...) (or any operator
         output on a device): a ZERO-COPY torch CUDA view of the daemon's
         memory (the arena is exported as a CUDA VMM fd and mapped here
@@ -412,9 +414,13 @@ class Tensor:
         mapping call fails."""
         import torch
         if self.arena.base is not None:
+            if self.dtype == "bool":   # DLPack < 0.8 (torch 1.13): no kDLBool
+                return torch.from_dlpack(Tensor(
+                    self.arena, self.offset, "uint8", self.shape,
+                    self.strides, self._mem)).view(torch.bool)
             return torch.from_dlpack(self)
         if self.arena.device == "cpu":
-            return torch.from_dlpack(self.cpu())
+            return self.cpu().torch()
         c = _client_of(self)
         if self.arena.kind == "alloc":
             v = c._torch_view(self)
