@@ -68,31 +68,11 @@ int opd__memfd_map(int fd, uint64_t size, void **base, char *err,
  * s's table and *id names it. */
 int opd__arena_register(opd_session_t *s, int fd, uint64_t size,
                         uint64_t *id, char *err, size_t errlen) {
-  const opd_limits_t *l = &s->srv->cfg.limits;
   opd_arena_t *a = NULL;
   void *base = MAP_FAILED;
   int rc = 0;
 
-  if (s->n_arenas >= l->max_arenas) {
-    snprintf(err, errlen, "session has %u arenas, the limit", s->n_arenas);
-    rc = OPD_ELIMIT;
-    goto out;
-  }
-  if (size > l->max_arena_bytes) {
-    snprintf(err, errlen, "arena of %llu bytes exceeds the limit of %llu",
-             (unsigned long long)size,
-             (unsigned long long)l->max_arena_bytes);
-    rc = OPD_ELIMIT;
-    goto out;
-  }
-  if (s->bytes_mapped + size > l->max_session_bytes) {
-    snprintf(err, errlen,
-             "session would map %llu bytes, over the limit of %llu",
-             (unsigned long long)(s->bytes_mapped + size),
-             (unsigned long long)l->max_session_bytes);
-    rc = OPD_ELIMIT;
-    goto out;
-  }
+  if ((rc = opd__limit_arena(s, size, err, errlen)) != 0) goto out;
   if ((rc = opd__memfd_map(fd, size, &base, err, errlen)) != 0) {
     base = MAP_FAILED;
     goto out;
@@ -110,9 +90,11 @@ int opd__arena_register(opd_session_t *s, int fd, uint64_t size,
   a->device = -1;
   opd__cuda_host_register(s->srv, a); /* pinned: copies at full speed */
   s->arenas[s->n_arenas++] = a;
-  s->bytes_mapped += size;
+  opd__acct_arena(s, 1, (int64_t)size);
   s->srv->bytes_mapped += size;
   s->srv->arenas++;
+  s->srv->mappings++;
+  s->srv->host_bytes += size;
   *id = a->id;
   base = MAP_FAILED;
   LOG_DEBUG("session %llu: arena %llu mapped, %llu bytes",
@@ -134,23 +116,15 @@ opd_arena_t *opd__arena_find(opd_session_t *s, uint64_t id) {
 int opd__arena_alloc_device(opd_session_t *s, int dev, uint64_t size,
                             int exportable, uint64_t *id, char *err,
                             size_t errlen) {
-  const opd_limits_t *l = &s->srv->cfg.limits;
   opd_arena_t *a;
   void *ptr;
   int rc;
 
-  if (s->n_arenas >= l->max_arenas) {
-    snprintf(err, errlen, "session has %u arenas, the limit", s->n_arenas);
-    return OPD_ELIMIT;
+  if (size == 0) {
+    snprintf(err, errlen, "size must be at least 1 byte");
+    return OPD_EINVAL;
   }
-  if (size == 0 || size > l->max_arena_bytes ||
-      s->bytes_mapped + size > l->max_session_bytes) {
-    snprintf(err, errlen, "%llu bytes: size must be 1 to %llu and the "
-             "session's total at most %llu",
-             (unsigned long long)size, (unsigned long long)l->max_arena_bytes,
-             (unsigned long long)l->max_session_bytes);
-    return size == 0 ? OPD_EINVAL : OPD_ELIMIT;
-  }
+  if ((rc = opd__limit_arena(s, size, err, errlen)) != 0) return rc;
   if ((a = calloc(1, sizeof *a)) == NULL) {
     snprintf(err, errlen, "out of memory");
     return OPD_ENOMEM;
@@ -170,7 +144,7 @@ int opd__arena_alloc_device(opd_session_t *s, int dev, uint64_t size,
   a->srv = s->srv;
   a->device = dev;
   s->arenas[s->n_arenas++] = a;
-  s->bytes_mapped += size;
+  opd__acct_arena(s, 1, (int64_t)size);
   s->srv->bytes_mapped += size;
   s->srv->arenas++;
   *id = a->id;
@@ -184,14 +158,12 @@ int opd__arena_import(opd_session_t *s, int dev, const void *handle,
   opd_arena_t *a;
   void *ptr, *token;
   int rc;
-  if (s->n_arenas >= s->srv->cfg.limits.max_arenas) {
-    snprintf(err, errlen, "session has %u arenas, the limit", s->n_arenas);
-    return OPD_ELIMIT;
-  }
   if (size == 0) {
     snprintf(err, errlen, "size must be at least 1 byte");
     return OPD_EINVAL;
   }
+  /* the client's own memory: counted as an arena, its bytes are not ours */
+  if ((rc = opd__limit_arena(s, 0, err, errlen)) != 0) return rc;
   if ((a = calloc(1, sizeof *a)) == NULL) {
     snprintf(err, errlen, "out of memory");
     return OPD_ENOMEM;
@@ -210,6 +182,7 @@ int opd__arena_import(opd_session_t *s, int dev, const void *handle,
   a->device = dev;
   a->import = token;
   s->arenas[s->n_arenas++] = a;
+  opd__acct_arena(s, 1, 0);
   s->srv->arenas++;
   *id = a->id;
   return 0;
@@ -235,7 +208,15 @@ void opd__arena_unref(opd_arena_t *a) {
     free(a);
     return;
   }
+  /* host memory: unregistered from CUDA, then unmapped; nothing of it is
+   * kept once its last reference (table, job, publication) goes */
   opd__cuda_host_unregister(a);
+  if (munmap(a->base, a->size) != 0)
+    LOG_ERROR("munmap of arena %llu (%llu bytes) failed: %s",
+              (unsigned long long)a->id, (unsigned long long)a->size,
+              strerror(errno));
+  a->srv->mappings--;
+  a->srv->host_bytes -= a->size;
   free(a);
 }
 
@@ -246,7 +227,8 @@ int opd__arena_release(opd_session_t *s, uint64_t id) {
     opd_arena_t *a = s->arenas[i];
     if (a->id != id) continue;
     s->arenas[i] = s->arenas[--s->n_arenas];
-    if (a->parent == NULL && a->import == NULL) s->bytes_mapped -= a->size;
+    opd__acct_arena(s, -1, a->parent == NULL && a->import == NULL
+                               ? -(int64_t)a->size : 0);
     s->srv->arena_epoch++; /* cached runs may name it (daemon/run.c) */
     opd__arena_unref(a);
     return 0;
@@ -258,7 +240,8 @@ void opd__arena_release_all(opd_session_t *s) {
   if (s->n_arenas > 0) s->srv->arena_epoch++;
   while (s->n_arenas > 0) {
     opd_arena_t *a = s->arenas[--s->n_arenas];
-    if (a->parent == NULL && a->import == NULL) s->bytes_mapped -= a->size;
+    opd__acct_arena(s, -1, a->parent == NULL && a->import == NULL
+                               ? -(int64_t)a->size : 0);
     opd__arena_unref(a);
   }
 }

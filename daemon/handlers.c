@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "common/wire.h"
+#include "daemon/access.h"
 #include "daemon/log.h"
 #include "daemon/server.h"
 
@@ -102,8 +103,10 @@ static void handle_hello(opd_session_t *s, uint64_t id,
   msgpack_pack_uint64(pk, l->max_session_bytes);
   PACK_STR(pk, "max_inflight");
   msgpack_pack_uint32(pk, l->max_inflight);
+  char esc[4 * OPD_MAX_NAME];
   LOG_INFO("session %llu: hello from \"%s\"%s", (unsigned long long)s->id,
-           s->client, s->priority ? " (high priority)" : "");
+           opd__log_escape(s->client, esc, sizeof esc),
+           s->priority ? " (high priority)" : "");
   reply_scratch(s, id);
 }
 
@@ -112,15 +115,11 @@ static void handle_register(opd_session_t *s, uint64_t id,
   uint64_t size, arena;
   char err[200];
 
-  if (s->n_fds == 0) {
-    opd__reply_error(s, id, OPD_EFD,
-                     "arena_register: no file descriptor was sent with the "
-                     "request (send the memfd with SCM_RIGHTS in the same "
-                     "sendmsg)");
+  int fd;
+  if (opd__session_take_fds(s, 1, &fd, err, sizeof err) != 0) {
+    opd__reply_error(s, id, OPD_EFD, "arena_register: the memfd: %s", err);
     return;
   }
-  int fd = s->fds[0];
-  memmove(s->fds, s->fds + 1, (size_t)--s->n_fds * sizeof(int));
   if (opd__mp_uint(opd__mp_get(body, "size"), &size) != 0) {
     close(fd);
     opd__reply_error(s, id, OPD_EPROTO,
@@ -169,7 +168,9 @@ static void handle_alloc(opd_session_t *s, uint64_t id,
 static void handle_publish(opd_session_t *s, uint64_t id, int type,
                            const msgpack_object *body) {
   const char *what = opd__msg_name(type);
-  char name[OPD_MAX_NAME], err[300];
+  /* room for "user/name" in attach and unpublish; publish checks that its
+   * name has at most OPD_MAX_NAME - 1 bytes */
+  char name[2 * OPD_MAX_NAME], err[300];
   uint64_t arena = 0;
   if (opd__mp_str(opd__mp_get(body, "name"), name, sizeof name) != 0 ||
       (type == OPD_MSG_PUBLISH &&
@@ -178,8 +179,8 @@ static void handle_publish(opd_session_t *s, uint64_t id, int type,
                      type == OPD_MSG_PUBLISH
                          ? "%s: \"arena\" (unsigned) and \"name\" (a string "
                            "of at most 63 bytes) are required"
-                         : "%s: \"name\" (a string of at most 63 bytes) is "
-                           "required",
+                         : "%s: \"name\" (a string: \"name\" or "
+                           "\"user/name\") is required",
                      what);
     return;
   }
@@ -191,10 +192,20 @@ static void handle_publish(opd_session_t *s, uint64_t id, int type,
                      what);
     return;
   }
+  opd_readers_t readers, *rd = NULL;
+  const msgpack_object *ro = opd__mp_get(body, "readers");
+  if (type == OPD_MSG_PUBLISH && ro != NULL && ro->type != MSGPACK_OBJECT_NIL) {
+    int rc = opd__readers_parse(ro, &readers, err, sizeof err);
+    if (rc != 0) {
+      opd__reply_error(s, id, rc, "%s: %s", what, err);
+      return;
+    }
+    rd = &readers;
+  }
   opd_arena_t *a = NULL;
   const char *ameta = "";
   int rc = type == OPD_MSG_PUBLISH
-               ? opd__publish(s, arena, name, meta, err, sizeof err)
+               ? opd__publish(s, arena, name, meta, rd, err, sizeof err)
            : type == OPD_MSG_UNPUBLISH
                ? opd__unpublish(s, name, err, sizeof err)
                : opd__attach(s, name, &a, &ameta, err, sizeof err);
@@ -337,7 +348,19 @@ static void handle_release(opd_session_t *s, uint64_t id,
 static void handle_stats(opd_session_t *s, uint64_t id) {
   opd_server_t *srv = s->srv;
   msgpack_packer *pk = scratch(srv);
-  msgpack_pack_map(pk, 12);
+  msgpack_pack_map(pk, 17);
+  PACK_STR(pk, "mappings"); /* host mmaps held for clients: arenas + rings */
+  msgpack_pack_uint64(pk, srv->mappings);
+  PACK_STR(pk, "mapped_bytes");
+  msgpack_pack_uint64(pk, srv->host_bytes);
+  PACK_STR(pk, "inflight");
+  msgpack_pack_uint32(pk, srv->inflight);
+  PACK_STR(pk, "uids");
+  uint32_t nu = 0;
+  for (const opd_acct_t *a = srv->accts; a; a = a->next) nu++;
+  msgpack_pack_uint32(pk, nu);
+  PACK_STR(pk, "reserved_sessions");
+  msgpack_pack_uint32(pk, srv->n_reserved);
   PACK_STR(pk, "published");
   msgpack_pack_uint32(pk, srv->n_pubs);
   PACK_STR(pk, "devices");

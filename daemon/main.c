@@ -21,6 +21,66 @@
 #include "daemon/log.h"
 #include "daemon/server.h"
 
+/* The numeric limits: one row each, yielding the option, its range, its
+ * default and its line of --help (docs/operations.md, "Limits", lists the
+ * same). X(option, field, type, lo, hi, default, help) */
+#define U32 uint32_t
+#define U64 uint64_t
+#define OPD_LIMIT_OPTIONS(X)                                                  \
+  X("max-frame", max_frame, U32, 4096, 64u << 20, OPD_MAX_FRAME_DEFAULT,     \
+    "largest request frame, bytes")                                         \
+  X("max-clients", max_clients, U32, 1, 1u << 20, 1024,                     \
+    "sessions at once")                                                     \
+  X("max-uid-clients", max_uid_clients, U32, 1, 1u << 20, 256,              \
+    "sessions of one uid at once")                                          \
+  X("reserved-clients", reserved_clients, U32, 0, 1024, 8,                  \
+    "sessions past those limits kept for root and opd's own user")          \
+  X("max-arenas", max_arenas, U32, 1, 1u << 16, 64, "arenas per session")   \
+  X("max-uid-arenas", max_uid_arenas, U32, 1, 1u << 20, 4096,               \
+    "arenas of one uid")                                                    \
+  X("max-total-arenas", max_total_arenas, U32, 1, 1u << 20, 16384,          \
+    "arenas of the daemon (each is a mapping: keep it well under "          \
+    "vm.max_map_count)")                                                    \
+  X("max-arena-bytes", max_arena_bytes, U64, 1, UINT64_MAX, 64ull << 30,    \
+    "bytes of one arena")                                                   \
+  X("max-session-bytes", max_session_bytes, U64, 1, UINT64_MAX,             \
+    256ull << 30, "bytes one session may map")                              \
+  X("max-uid-bytes", max_uid_bytes, U64, 1, UINT64_MAX, 1ull << 40,         \
+    "bytes one uid's sessions may map")                                     \
+  X("max-total-bytes", max_total_bytes, U64, 1, UINT64_MAX, 4ull << 40,     \
+    "bytes the daemon maps for all clients")                                \
+  X("max-inflight", max_inflight, U32, 1, 1u << 20, 1024,                   \
+    "runs queued or running per session")                                   \
+  X("max-uid-inflight", max_uid_inflight, U32, 1, 1u << 24, 16384,          \
+    "runs queued or running for one uid")                                   \
+  X("max-total-inflight", max_total_inflight, U32, 1, 1u << 24, 65536,      \
+    "runs queued or running in the daemon")                                 \
+  X("max-names", max_names, U32, 1, 1u << 20, 4096,                         \
+    "published names in the daemon")                                        \
+  X("max-session-names", max_session_names, U32, 1, 1u << 20, 256,          \
+    "names one session may publish")                                        \
+  X("max-uid-names", max_uid_names, U32, 1, 1u << 20, 1024,                 \
+    "names one uid may publish")                                            \
+  X("max-reply-bytes", max_wbuf, U32, 4096, 1u << 30, 4u << 20,             \
+    "unread reply bytes of a session before it stops being read")           \
+  X("handshake-timeout-ms", handshake_ms, U32, 1, 3600000, 10000,           \
+    "a connection that has not said hello by then is closed")               \
+  X("frame-timeout-ms", frame_ms, U32, 1, 3600000, 10000,                   \
+    "a frame begun and not finished by then closes its connection")         \
+  X("inline-bytes", inline_bytes, U32, 0, 1u << 30, 16384,                  \
+    "runs touching at most this many bytes execute on the event loop")
+
+enum {
+  O_FIRST_ = 256,
+#define X(opt, field, type, lo, hi, def, help) O_##field,
+  OPD_LIMIT_OPTIONS(X)
+#undef X
+  O_WINDOW,
+  O_LOOP_CPU,
+  O_ALLOW_USERS,
+  O_ALLOW_GROUPS,
+};
+
 static void usage(FILE *f) {
   fprintf(f,
           "usage: opd [options]\n"
@@ -35,14 +95,11 @@ static void usage(FILE *f) {
           "  -d, --devices LIST         CUDA devices to use: all (default), none\n"
           "                             (cpu backend only), or a list like 0,1\n"
           "  -l, --log-level LEVEL      error, warn, info (default) or debug\n"
-          "      --max-frame BYTES      largest request frame (default %u)\n"
-          "      --max-clients N        sessions at once (default 1024)\n"
-          "      --max-arenas N         arenas per session (default 64)\n"
-          "      --max-arena-bytes B    bytes of one arena (default 64 GiB)\n"
-          "      --max-session-bytes B  bytes one session may map (default 256 GiB)\n"
-          "      --max-inflight N       runs queued per session (default 1024)\n"
-          "      --inline-bytes B       runs touching at most B bytes execute on\n"
-          "                             the event loop (default 16384)\n"
+          "      --allow-users LIST     only these users (names or uids, commas)\n"
+          "                             may connect (default: anyone the socket's\n"
+          "                             mode lets in); root and opd's own user\n"
+          "                             always may\n"
+          "      --allow-groups LIST    ... or members of these groups\n"
           "      --spin-window-us US    while a client spins, how long the loop\n"
           "                             serves rings between looks at sockets,\n"
           "                             timers and signals (default: 20 while a\n"
@@ -52,8 +109,14 @@ static void usage(FILE *f) {
           "                             (kernel and completion threads stay\n"
           "                             unpinned)\n"
           "  -V, --version              print the version and exit\n"
-          "  -h, --help                 print this help and exit\n",
-          OPD_MAX_FRAME_DEFAULT);
+          "  -h, --help                 print this help and exit\n"
+          "\n"
+          "Limits (per session, per uid, for the whole daemon):\n");
+#define X(opt, field, type, lo, hi, def, help)                         \
+  fprintf(f, "      --%-26s %s (default %llu)\n", opt " N", help,      \
+          (unsigned long long)(def));
+  OPD_LIMIT_OPTIONS(X)
+#undef X
 }
 
 static int parse_u64(const char *opt, const char *s, uint64_t lo, uint64_t hi,
@@ -67,6 +130,15 @@ static int parse_u64(const char *opt, const char *s, uint64_t lo, uint64_t hi,
     return -1;
   }
   *out = v;
+  return 0;
+}
+
+static int copy_opt(const char *opt, const char *val, char *dst, size_t cap) {
+  if (strlen(val) >= cap) {
+    fprintf(stderr, "opd: %s is too long (at most %zu bytes)\n", opt, cap - 1);
+    return -1;
+  }
+  strcpy(dst, val);
   return 0;
 }
 
@@ -93,22 +165,19 @@ static int pin_loop(uv_loop_t *loop, int cpu) {
 }
 
 int main(int argc, char **argv) {
-  enum { O_FRAME = 256, O_CLIENTS, O_ARENAS, O_ARENA_BYTES, O_SESSION_BYTES,
-         O_INFLIGHT, O_INLINE, O_WINDOW, O_LOOP_CPU };
   static const struct option opts[] = {
       {"socket", required_argument, 0, 's'},
       {"threads", required_argument, 0, 't'},
       {"devices", required_argument, 0, 'd'},
       {"log-level", required_argument, 0, 'l'},
-      {"max-frame", required_argument, 0, O_FRAME},
-      {"max-clients", required_argument, 0, O_CLIENTS},
-      {"max-arenas", required_argument, 0, O_ARENAS},
-      {"max-arena-bytes", required_argument, 0, O_ARENA_BYTES},
-      {"max-session-bytes", required_argument, 0, O_SESSION_BYTES},
-      {"max-inflight", required_argument, 0, O_INFLIGHT},
-      {"inline-bytes", required_argument, 0, O_INLINE},
+#define X(opt, field, type, lo, hi, def, help) \
+  {opt, required_argument, 0, O_##field},
+      OPD_LIMIT_OPTIONS(X)
+#undef X
       {"spin-window-us", required_argument, 0, O_WINDOW},
       {"loop-cpu", required_argument, 0, O_LOOP_CPU},
+      {"allow-users", required_argument, 0, O_ALLOW_USERS},
+      {"allow-groups", required_argument, 0, O_ALLOW_GROUPS},
       {"version", no_argument, 0, 'V'},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
@@ -118,14 +187,11 @@ int main(int argc, char **argv) {
       .log_level = OPD_LOG_INFO,
       .loop_cpu = -1,
       .spin_window_ns = 0, /* auto: 20 us with socket clients, else 200 */
-      .limits = {.max_frame = OPD_MAX_FRAME_DEFAULT,
-                 .max_arenas = 64,
-                 .max_arena_bytes = 64ull << 30,
-                 .max_session_bytes = 256ull << 30,
-                 .max_inflight = 1024,
-                 .max_clients = 1024,
-                 .max_wbuf = 4u << 20,
-                 .inline_bytes = 16384}};
+      .limits = {
+#define X(opt, field, type, lo, hi, def, help) .field = (type)(def),
+          OPD_LIMIT_OPTIONS(X)
+#undef X
+      }};
   const char *socket_opt = NULL;
   uint64_t v;
   int c;
@@ -151,34 +217,22 @@ int main(int argc, char **argv) {
           return 1;
         }
         break;
-      case O_FRAME:
-        if (parse_u64("--max-frame", optarg, 4096, 64u << 20, &v)) return 1;
-        cfg.limits.max_frame = (uint32_t)v;
-        break;
-      case O_CLIENTS:
-        if (parse_u64("--max-clients", optarg, 1, 1u << 20, &v)) return 1;
-        cfg.limits.max_clients = (uint32_t)v;
-        break;
-      case O_ARENAS:
-        if (parse_u64("--max-arenas", optarg, 1, 1u << 16, &v)) return 1;
-        cfg.limits.max_arenas = (uint32_t)v;
-        break;
-      case O_ARENA_BYTES:
-        if (parse_u64("--max-arena-bytes", optarg, 1, UINT64_MAX, &v)) return 1;
-        cfg.limits.max_arena_bytes = v;
-        break;
-      case O_SESSION_BYTES:
-        if (parse_u64("--max-session-bytes", optarg, 1, UINT64_MAX, &v))
+#define X(opt, field, type, lo, hi, def, help)                       \
+  case O_##field:                                                    \
+    if (parse_u64("--" opt, optarg, lo, hi, &v)) return 1;           \
+    cfg.limits.field = (type)v;                                      \
+    break;
+      OPD_LIMIT_OPTIONS(X)
+#undef X
+      case O_ALLOW_USERS:
+        if (copy_opt("--allow-users", optarg, cfg.allow_users,
+                     sizeof cfg.allow_users))
           return 1;
-        cfg.limits.max_session_bytes = v;
         break;
-      case O_INFLIGHT:
-        if (parse_u64("--max-inflight", optarg, 1, 1u << 20, &v)) return 1;
-        cfg.limits.max_inflight = (uint32_t)v;
-        break;
-      case O_INLINE:
-        if (parse_u64("--inline-bytes", optarg, 0, 1u << 30, &v)) return 1;
-        cfg.limits.inline_bytes = (uint32_t)v;
+      case O_ALLOW_GROUPS:
+        if (copy_opt("--allow-groups", optarg, cfg.allow_groups,
+                     sizeof cfg.allow_groups))
+          return 1;
         break;
       case O_WINDOW:
         if (parse_u64("--spin-window-us", optarg, 1, 1000000, &v)) return 1;

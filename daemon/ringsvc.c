@@ -15,8 +15,11 @@
  *
  * Back-pressure and safety: a reply that does not fit in the completion
  * ring waits in a private overflow list, and the session's submissions are
- * not taken while that list is non-empty or while it has max_inflight runs
- * queued, so a client that stops consuming costs bounded memory. Every
+ * not taken while that list is non-empty or while its runs are at a limit
+ * (daemon/limits.c); the list's bytes count toward --max-reply-bytes, past
+ * which the socket is not read either (a client that sends on the socket
+ * and never reads its completion ring), so a client that stops consuming
+ * costs bounded memory. Every
  * entry is copied out of the ring before it is parsed (opd__ring_pop); a
  * corrupt counter or length closes that session with a goodbye.
  */
@@ -234,16 +237,14 @@ int opd__ring_setup(opd_session_t *s, const msgpack_object *body, char *err,
     snprintf(err, errlen, "\"wait\" must be spin or adaptive, got \"%s\"", wait);
     return OPD_EINVAL;
   }
-  int need = mode == OPD_RING_ADAPTIVE ? 2 : 1;
-  if (s->n_fds < need) {
-    snprintf(err, errlen, "%s rings need %d file descriptors (the memfd%s) "
-             "sent with the request", wait, need,
-             need == 2 ? " and an eventfd" : "");
+  int need = mode == OPD_RING_ADAPTIVE ? 2 : 1, fds[2] = {-1, -1};
+  char why[200];
+  if (opd__session_take_fds(s, need, fds, why, sizeof why) != 0) {
+    snprintf(err, errlen, "%s rings need the memfd%s: %s", wait,
+             need == 2 ? " and an eventfd" : "", why);
     return OPD_EFD;
   }
-  int memfd = s->fds[0], efd = need == 2 ? s->fds[1] : -1;
-  s->n_fds -= need;
-  memmove(s->fds, s->fds + need, (size_t)s->n_fds * sizeof(int));
+  int memfd = fds[0], efd = fds[1];
 
   void *base = NULL;
   int rc = 0;
@@ -298,6 +299,8 @@ int opd__ring_setup(opd_session_t *s, const msgpack_object *body, char *err,
   s->ring_base = base;
   s->ring_size = size;
   s->ring = mode;
+  srv->mappings++;
+  srv->host_bytes += size;
   /* a spinning client never sleeps (libopd), so its rings skip the look
    * at its sleeping flags (a full fence per message; common/ring.h); if it
    * sleeps anyway, only its own replies wait */
@@ -321,22 +324,35 @@ fail:
   return rc;
 }
 
-/* Pushes a reply payload to the completion ring, or queues it. */
+/* A completion ring the client broke (counters out of bounds): the session
+ * ends with a goodbye on the socket, as the submission side does. */
+static void cq_broken(opd_session_t *s) {
+  if (s->cq_corrupt) return;
+  s->cq_corrupt = 1;
+  opd__session_goodbye(s, OPD_EPROTO, "the completion ring is corrupt (a "
+                       "counter or a length out of bounds)");
+}
+
+/* Pushes a reply payload to the completion ring, or queues it (O(1): the
+ * list keeps its tail; its bytes count toward --max-reply-bytes, past
+ * which the session is not read, so the list stays bounded). */
 int opd__ring_reply(opd_session_t *s, const void *head, size_t hlen,
                     const void *body, size_t blen) {
   size_t len = hlen + blen;
+  if (s->cq_corrupt) return 1; /* dropped: the session is ending */
   if (len > opd__ring_max_msg(&s->cq)) return 0; /* too big: the socket */
   if (s->ring_over == NULL) {
     int rc = opd__ring_push2(&s->cq, head, (uint32_t)hlen, body, (uint32_t)blen);
     if (rc == 0) return 1;
     if (rc < 0) {
-      LOG_INFO("session %llu: corrupt completion ring", (unsigned long long)s->id);
-      opd__session_close(s);
+      cq_broken(s);
       return 1;
     }
   }
   overflow_t *o = malloc(sizeof *o + len);
   if (o == NULL) {
+    LOG_ERROR("session %llu: out of memory queueing a reply",
+              (unsigned long long)s->id);
     opd__session_close(s);
     return 1;
   }
@@ -344,9 +360,10 @@ int opd__ring_reply(opd_session_t *s, const void *head, size_t hlen,
   o->len = (uint32_t)len;
   memcpy(o->data, head, hlen);
   memcpy(o->data + hlen, body, blen);
-  overflow_t **pp = (overflow_t **)&s->ring_over;
-  while (*pp) pp = &(*pp)->next;
-  *pp = o;
+  if (s->ring_over == NULL) s->ring_over = o;
+  else ((overflow_t *)s->ring_over_tail)->next = o;
+  s->ring_over_tail = o;
+  s->over_bytes += (uint32_t)len;
   s->srv->ring_kick = 1; /* retry soon: the client frees room silently */
   opd__ring_update_idle(s->srv);
   return 1;
@@ -359,10 +376,12 @@ static int drain_overflow(opd_session_t *s) {
     int rc = opd__ring_push(&s->cq, o->data, o->len);
     if (rc == 1) return 1;
     if (rc < 0) {
-      opd__session_close(s);
+      cq_broken(s);
       return 0;
     }
     s->ring_over = o->next;
+    if (s->ring_over == NULL) s->ring_over_tail = NULL;
+    s->over_bytes -= o->len;
     free(o);
   }
   return 0;
@@ -370,33 +389,45 @@ static int drain_overflow(opd_session_t *s) {
 
 static void service_session(opd_session_t *s) {
   if (s->fd < 0 || !s->ring) return;
+  int had_over = s->ring_over != NULL;
   if (drain_overflow(s)) s->srv->ring_kick = 1;
   if (s->fd < 0) return;
+  if (had_over && s->ring_over == NULL) opd__session_pump(s); /* read again */
+  if (s->fd < 0) return;
+  /* a request from the ring carries no fds: the socket's wait for theirs */
+  int saved_fds = s->n_fds;
+  s->n_fds = 0;
   for (int i = 0; i < RING_BUDGET; i++) {
-    if (s->closing || s->ring_over != NULL ||
-        s->n_queued >= s->srv->cfg.limits.max_inflight)
+    if (s->closing || s->ring_over != NULL || opd__limit_inflight(s))
       break; /* back-pressure: leave the rest in the ring */
     uint32_t len;
     int rc = opd__ring_pop(&s->sq, s->ring_buf, opd__ring_max_msg(&s->sq), &len);
     if (rc == 1) break;
     if (rc < 0) {
+      s->n_fds = saved_fds;
       opd__session_goodbye(s, OPD_EPROTO, "the submission ring is corrupt "
                            "(a counter or a length out of bounds)");
       return;
     }
     opd__handle_payload(s, s->ring_buf, len);
-    if (s->fd < 0) return;
+    if (s->fd < 0) { /* closed: the socket's fds went with it */
+      for (int k = 0; k < saved_fds; k++) close(s->fds[k]);
+      return;
+    }
   }
+  s->n_fds = saved_fds;
   opd__session_pump(s);
 }
 
 static void on_check(uv_check_t *h) {
   opd_server_t *srv = h->data;
   srv->ring_kick = 0;
+  if (srv->unthrottle) opd__sessions_unthrottle(srv);
   for (opd_session_t *s = srv->sessions, *next; s; s = next) {
     next = s->next;
     service_session(s);
   }
+  if (srv->unthrottle) opd__sessions_unthrottle(srv);
   opd__ring_update_idle(srv);
 }
 
@@ -446,9 +477,15 @@ void opd__ring_free(opd_session_t *s) {
     s->ring_over = o->next;
     free(o);
   }
+  s->ring_over_tail = NULL;
+  s->over_bytes = 0;
   if (s->ring_doorbell >= 0) close(s->ring_doorbell);
   s->ring_doorbell = -1;
-  if (s->ring_base) munmap(s->ring_base, s->ring_size);
+  if (s->ring_base) {
+    munmap(s->ring_base, s->ring_size);
+    s->srv->mappings--;
+    s->srv->host_bytes -= s->ring_size;
+  }
   s->ring_base = NULL;
   free(s->ring_buf);
   s->ring_buf = NULL;

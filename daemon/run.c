@@ -395,8 +395,12 @@ static void cache_store(opd_session_t *s, const opd_job_t *job);
 
 static opd_job_t *job_alloc(opd_server_t *srv) {
   opd_job_t *j = srv->job_free;
-  if (j != NULL) srv->job_free = j->next;
-  else if ((j = malloc(sizeof *j)) == NULL) return NULL;
+  if (j != NULL) {
+    srv->job_free = j->next;
+    srv->n_job_free--;
+  } else if ((j = malloc(sizeof *j)) == NULL) {
+    return NULL;
+  }
   j->next = NULL;
   j->n_arenas = 0;
   j->rc = 0;
@@ -407,11 +411,22 @@ static opd_job_t *job_alloc(opd_server_t *srv) {
   return j;
 }
 
+/* Finished jobs are kept for reuse up to JOB_POOL_MAX (a job is ~9 KB:
+ * its descriptors and attributes); past that they are freed, so that a
+ * burst of queued runs does not stay in the daemon after it. */
+#define JOB_POOL_MAX 256
+
 static void job_recycle(opd_server_t *srv, opd_job_t *j) {
   for (int i = 0; i < j->n_arenas; i++) opd__arena_unref(j->arenas[i]);
   j->n_arenas = 0;
+  if (srv->n_job_free >= JOB_POOL_MAX) {
+    free(j);
+    srv->trim_pending += sizeof *j;
+    return;
+  }
   j->next = srv->job_free;
   srv->job_free = j;
+  srv->n_job_free++;
 }
 
 void opd__job_drop(opd_job_t *job, int code, const char *msg) {
@@ -453,7 +468,7 @@ static void job_reply(opd_job_t *job) {
 static void job_finish(opd_job_t *job) {
   opd_session_t *s = job->s;
   s->running = NULL;
-  s->n_queued--;
+  opd__acct_inflight(s, -1);
   job_reply(job);
   job_recycle(s->srv, job);
 }
@@ -693,7 +708,7 @@ static void enqueue(opd_session_t *s, opd_job_t *job) {
   if (s->q_tail) s->q_tail->next = job;
   else s->q_head = job;
   s->q_tail = job;
-  s->n_queued++;
+  opd__acct_inflight(s, 1);
   opd__session_pump(s);
 }
 

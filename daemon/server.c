@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/paths.h"
 #include "common/wire.h"
 #include "daemon/log.h"
 #include "daemon/server.h"
@@ -81,6 +82,39 @@ double opd__hist_pct(const uint32_t *h, int buckets, uint64_t n, double q,
   return buckets * width;
 }
 
+/* Out of fds (EMFILE: ours; ENFILE: the system's): accept would fail at
+ * once again, and a listener left armed makes the loop spin. So the
+ * listener pauses for FD_SHORT_PAUSE_MS and then tries again; connected
+ * clients are not touched, and waiting ones stay in the backlog. Logged
+ * once per FD_SHORT_LOG_MS with the number of pauses since. */
+#define FD_SHORT_PAUSE_MS 100
+#define FD_SHORT_LOG_MS 10000
+
+static void on_listen(uv_poll_t *h, int status, int events);
+
+static void on_accept_resume(uv_timer_t *t) {
+  opd_server_t *srv = t->data;
+  if (srv->listen_fd >= 0 && !srv->stopping)
+    uv_poll_start(&srv->listen_poll, UV_READABLE, on_listen);
+}
+
+static void fds_short(opd_server_t *srv, int err) {
+  uint64_t now = opd__now_ns();
+  srv->fd_short_count++;
+  if (srv->fd_short_logged == 0 ||
+      now - srv->fd_short_logged >= (uint64_t)FD_SHORT_LOG_MS * 1000000u) {
+    LOG_WARN("accept: out of file descriptors (%s): not accepting for %d ms "
+             "at a time (%llu pauses so far; %u sessions; raise LimitNOFILE "
+             "/ ulimit -n)", err == ENFILE ? "ENFILE, the system's limit"
+                                          : "EMFILE, opd's limit",
+             FD_SHORT_PAUSE_MS, (unsigned long long)srv->fd_short_count,
+             srv->n_sessions);
+    srv->fd_short_logged = now;
+  }
+  uv_poll_stop(&srv->listen_poll);
+  uv_timer_start(&srv->accept_timer, on_accept_resume, FD_SHORT_PAUSE_MS, 0);
+}
+
 static void on_listen(uv_poll_t *h, int status, int events) {
   opd_server_t *srv = h->data;
   (void)events;
@@ -92,13 +126,25 @@ static void on_listen(uv_poll_t *h, int status, int events) {
     int fd = accept4(srv->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0) {
       if (errno == EMFILE || errno == ENFILE)
-        LOG_WARN("accept: %s (raise the fd limit)", strerror(errno));
+        fds_short(srv, errno);
       else if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
         LOG_WARN("accept: %s", strerror(errno));
       return;
     }
     opd__session_accept(srv, fd);
   }
+}
+
+/* Handshake and partial-frame deadlines: looked at a few times per the
+ * shorter of the two, never more often than every 10 ms. */
+static void on_sweep(uv_timer_t *t) {
+  opd_server_t *srv = t->data;
+  opd__sessions_sweep(srv, opd__now_ns());
+}
+
+static uint64_t sweep_every_ms(const opd_limits_t *l) {
+  uint64_t ms = (l->handshake_ms < l->frame_ms ? l->handshake_ms : l->frame_ms) / 4;
+  return ms < 10 ? 10 : ms > 1000 ? 1000 : ms;
 }
 
 /* Returns a listening fd, or -1 with a logged reason. */
@@ -111,16 +157,22 @@ static int listen_on(const char *path) {
     return -1;
   }
   strcpy(addr.sun_path, path);
-  /* create the runtime directory if it is missing (e.g. /run/opd) */
-  char dir[sizeof addr.sun_path];
+  /* the runtime directory: created if it is missing (e.g. /run/opd), and
+   * served from only if nobody but us (or root) can replace the socket in
+   * it; the per-user fallback /tmp/opd-<uid> must be ours alone, 0700 */
+  char dir[sizeof addr.sun_path], fallback[64], err[512];
   strcpy(dir, path);
   char *slash = strrchr(dir, '/');
-  if (slash != NULL && slash != dir) {
-    *slash = '\0';
-    if (mkdir(dir, 0750) != 0 && errno != EEXIST) {
-      LOG_ERROR("cannot create %s: %s", dir, strerror(errno));
-      return -1;
-    }
+  if (slash == NULL) strcpy(dir, ".");
+  else if (slash == dir) strcpy(dir, "/");
+  else *slash = '\0';
+  opd__fallback_dir(fallback, sizeof fallback);
+  int own = strcmp(dir, fallback) == 0;
+  if (opd__dir_make(dir, own ? 0700 : 0750, geteuid(),
+                    own ? 0 : OPD_DIR_ROOT_OK | OPD_DIR_STICKY_OK, err,
+                    sizeof err) != 0) {
+    LOG_ERROR("%s; not serving %s", err, path);
+    return -1;
   }
   for (int attempt = 0; attempt < 2; attempt++) {
     fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
@@ -184,6 +236,7 @@ static void stop(opd_server_t *srv, const char *why) {
   }
   srv->stopping = 1;
   LOG_INFO("%s: stopping; draining %u sessions", why, srv->n_sessions);
+  uv_timer_stop(&srv->accept_timer);
   uv_close((uv_handle_t *)&srv->listen_poll, NULL);
   close(srv->listen_fd);
   srv->listen_fd = -1;
@@ -232,6 +285,7 @@ int opd__server_init(opd_server_t *srv, uv_loop_t *loop,
   srv->listen_fd = -1;
   srv->start_ns = opd__now_ns();
   opd__ticks_init();
+  srv->self_uid = geteuid();
   srv->goodbye_code = OPD_ESHUTDOWN;
   snprintf(srv->goodbye_why, sizeof srv->goodbye_why,
            "daemon is shutting down");
@@ -239,6 +293,7 @@ int opd__server_init(opd_server_t *srv, uv_loop_t *loop,
   srv->op_stats = calloc((size_t)opd__n_ops, sizeof *srv->op_stats);
   if (srv->op_stats == NULL) return OPD_ENOMEM;
   if (opd__ops_pack(srv) != 0) return OPD_EINTERNAL;
+  if (opd__access_init(srv) != 0) return OPD_EINVAL;
   if (opd__cuda_init(srv) != 0) return OPD_EDEVICE;
   int threads = cfg->threads > 0 ? cfg->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
   if (threads < 1) threads = 1;
@@ -265,6 +320,14 @@ int opd__server_init(opd_server_t *srv, uv_loop_t *loop,
   srv->drain_timer.data = srv;
   uv_timer_init(loop, &srv->poison_timer);
   srv->poison_timer.data = srv;
+  uv_timer_init(loop, &srv->accept_timer);
+  srv->accept_timer.data = srv;
+  uv_unref((uv_handle_t *)&srv->accept_timer);
+  uv_timer_init(loop, &srv->sweep_timer);
+  srv->sweep_timer.data = srv;
+  uint64_t every = sweep_every_ms(&cfg->limits);
+  uv_timer_start(&srv->sweep_timer, on_sweep, every, every);
+  uv_unref((uv_handle_t *)&srv->sweep_timer);
   opd__ring_init_server(srv);
   LOG_INFO("opd %s listening on %s (protocol %d, %d CUDA device(s), %d "
            "kernel threads, %d operators)",
@@ -296,6 +359,12 @@ void opd__server_free(opd_server_t *srv) {
   }
   opd__exec_pool_destroy(&srv->exec);
   opd__publish_free(srv);
+  opd__access_free(srv);
+  while (srv->accts) {
+    opd_acct_t *a = srv->accts;
+    srv->accts = a->next;
+    free(a);
+  }
   opd__cuda_shutdown(srv);
   free(srv->op_stats);
   free(srv->ops_body);

@@ -28,15 +28,35 @@
 #include "common/ring.h"
 #include "kernels/kernel.h"
 
+/* Every limit has up to three scopes: one session, all sessions of one
+ * uid, the whole daemon (docs/operations.md, "Limits"). 0 never means
+ * unlimited: each has a default (daemon/main.c). */
 typedef struct opd_limits {
   uint32_t max_frame;            /* payload bytes per frame */
   uint32_t max_arenas;           /* arenas per session */
+  uint32_t max_uid_arenas;       /* arenas of one uid's sessions */
+  uint32_t max_total_arenas;     /* arenas (host mappings) of the daemon */
   uint64_t max_arena_bytes;      /* bytes of one arena */
   uint64_t max_session_bytes;    /* bytes mapped by one session */
+  uint64_t max_uid_bytes;        /* bytes mapped by one uid's sessions */
+  uint64_t max_total_bytes;      /* bytes mapped by the daemon */
   uint32_t max_inflight;         /* runs queued or running per session */
+  uint32_t max_uid_inflight;     /* ... of one uid's sessions */
+  uint32_t max_total_inflight;   /* ... of the daemon */
   uint32_t max_clients;          /* sessions at once */
-  uint32_t max_wbuf;             /* unsent reply bytes before we stop
-                                    reading a session */
+  uint32_t max_uid_clients;      /* sessions of one uid at once */
+  uint32_t reserved_clients;     /* past max_clients / max_uid_clients,
+                                    kept for root and the daemon's uid */
+  uint32_t max_names;            /* published names, daemon-wide */
+  uint32_t max_session_names;    /* ... by one session */
+  uint32_t max_uid_names;        /* ... by one uid */
+  uint32_t max_wbuf;             /* unsent reply bytes (socket + completion
+                                    ring overflow) before we stop reading a
+                                    session */
+  uint32_t handshake_ms;         /* a connection without hello after this
+                                    long is closed */
+  uint32_t frame_ms;             /* a frame begun and not finished after
+                                    this long closes the connection */
   uint32_t inline_bytes;         /* runs touching at most this many bytes
                                     execute on the loop thread */
 } opd_limits_t;
@@ -52,6 +72,9 @@ typedef struct opd_config {
   uint32_t spin_window_ns;       /* --spin-window-us: how long the loop
                                     serves spinning rings between looks at
                                     sockets and timers */
+  char allow_users[512];         /* --allow-users: names or uids, commas;
+                                    "" = anyone who can open the socket */
+  char allow_groups[512];        /* --allow-groups: names or gids, commas */
   opd_limits_t limits;
 } opd_config_t;
 
@@ -78,7 +101,22 @@ typedef struct opd_pub {
   char meta[256];                /* opaque, for attachers */
   opd_arena_t *arena;            /* a reference held */
   uint64_t owner;                /* publishing session's id */
+  uid_t owner_uid;               /* its uid: the name belongs to that uid */
+  struct opd_readers *readers;   /* other uids that may attach (access.h);
+                                    NULL: the owner uid only */
 } opd_pub_t;
+
+/* What the sessions of one uid hold together (daemon/limits.c): kept while
+ * the uid has a session or a published name. */
+typedef struct opd_acct {
+  struct opd_acct *next;         /* server list */
+  uid_t uid;
+  uint32_t clients;              /* sessions open */
+  uint32_t arenas;               /* arenas in their tables */
+  uint64_t bytes;                /* bytes those arenas map */
+  uint32_t inflight;             /* runs queued or running */
+  uint32_t names;                /* names published */
+} opd_acct_t;
 
 typedef struct opd_op_stats {
   uint64_t calls, errors, ns;
@@ -99,6 +137,14 @@ typedef struct opd_server {
   int goodbye_code;              /* what sessions are told when stopping */
   char goodbye_why[128];
   uv_timer_t poison_timer;       /* grace before a poisoned daemon stops */
+  uv_timer_t sweep_timer;        /* handshake and partial-frame timeouts */
+  uv_timer_t accept_timer;       /* resumes a listener paused on EMFILE */
+  uint64_t fd_short_logged;      /* when "out of fds" was last logged */
+  uint64_t fd_short_count;       /* pauses since that line */
+  uint32_t n_reserved;           /* sessions on reserved slots */
+  int unthrottle;                /* a uid's or the daemon's run limit came
+                                    free: look at the throttled sessions */
+  size_t trim_pending;           /* bytes freed since the last malloc_trim */
   opd_session_t *sessions;       /* doubly linked list */
   uint32_t n_sessions;
   uint64_t next_session_id, next_arena_id;
@@ -111,7 +157,9 @@ typedef struct opd_server {
   /* the OPS reply body, packed once */
   char *ops_body;
   size_t ops_body_len;
-  opd_job_t *job_free;           /* recycled jobs */
+  opd_job_t *job_free;           /* recycled jobs (run.c: at most
+                                    JOB_POOL_MAX) */
+  uint32_t n_job_free;
   uv_check_t ring_check;         /* services rings after each poll */
   uv_prepare_t ring_prepare;     /* arms adaptive rings before blocking */
   uv_idle_t ring_idle;           /* active: the loop must not block */
@@ -127,6 +175,14 @@ typedef struct opd_server {
                                     epoll) for its completion until then */
   uint64_t arena_epoch;          /* bumped when an arena is released:
                                     cached run requests are checked anew */
+  opd_acct_t *accts;             /* one per uid with sessions or names */
+  uint32_t inflight;             /* runs queued or running, all sessions */
+  uint64_t mappings;             /* host mappings held: arenas + rings */
+  uint64_t host_bytes;           /* bytes of those mappings */
+  uid_t self_uid;                /* the daemon's own uid */
+  uid_t *allow_uids;             /* --allow-users, resolved (daemon/access.c) */
+  gid_t *allow_gids;             /* --allow-groups, resolved */
+  int n_allow_uids, n_allow_gids;
   opd_pub_t *pubs;               /* published arenas */
   uint32_t n_pubs, cap_pubs;
   int n_devices;                 /* CUDA devices in use (0: cpu only) */
@@ -174,6 +230,15 @@ struct opd_session {
   pid_t pid;                     /* SO_PEERCRED at accept */
   uid_t uid;
   gid_t gid;
+  opd_acct_t *acct;              /* this uid's totals (daemon/limits.c) */
+  int reserved;                  /* admitted on a reserved slot */
+  int quiet;                     /* refused at accept: logged once */
+  uint32_t n_names;              /* names this session published */
+  uint64_t t_accept;             /* when accepted (handshake timeout) */
+  uint64_t t_partial;            /* since when rbuf holds a partial frame
+                                    (0: none) */
+  uint32_t over_bytes;           /* replies waiting for completion-ring
+                                    room (bytes) */
   char client[OPD_MAX_NAME];     /* name given at hello */
   int hello;                     /* hello done */
   int parsing;                   /* inside parse_frames (no re-entry) */
@@ -189,6 +254,13 @@ struct opd_session {
   int n_wfds;
   int fds[OPD_MAX_PENDING_FDS];  /* received fds not yet claimed */
   int n_fds;
+  size_t fds_at;                 /* rbuf offset of the bytes they came
+                                    with: the frame holding that byte owns
+                                    them, and they are closed after it */
+  int fd_lost;                   /* errno (EMFILE, ENFILE) of fds the kernel
+                                    could not give us for that frame */
+  int cq_corrupt;                /* the completion ring is unusable */
+  uint64_t t_goodbye;            /* when the goodbye was queued */
   opd_arena_t **arenas;          /* table, limits.max_arenas slots */
   uint32_t n_arenas;
   uint64_t bytes_mapped;
@@ -204,6 +276,7 @@ struct opd_session {
   uv_poll_t *ring_poll;          /* on the doorbell */
   unsigned char *ring_buf;       /* one submission, copied out */
   void *ring_over;               /* replies waiting for completion room */
+  void *ring_over_tail;          /* its last entry (appends are O(1)) */
   int reply_socket;              /* the next reply goes to the socket */
   void *streams[OPD_MAX_DEVICES]; /* cudaStream_t per device, lazily */
   struct opd_run_cache *run_cache; /* the last validated run (run.c) */
@@ -274,9 +347,11 @@ int opd__arena_import(opd_session_t *s, int dev, const void *handle,
                       uint64_t offset, uint64_t size, uint64_t *id, char *err,
                       size_t errlen);
 opd_arena_t *opd__arena_find(opd_session_t *s, uint64_t id);
-/* publish.c */
+/* publish.c: names are (owner uid, name); ATTACH and UNPUBLISH take
+ * "name" (the caller's uid) or "user/name". `readers` may be NULL. */
 int opd__publish(opd_session_t *s, uint64_t arena, const char *name,
-                 const char *meta, char *err, size_t errlen);
+                 const char *meta, const struct opd_readers *readers,
+                 char *err, size_t errlen);
 int opd__unpublish(opd_session_t *s, const char *name, char *err,
                    size_t errlen);
 int opd__attach(opd_session_t *s, const char *name, opd_arena_t **out,
@@ -285,6 +360,38 @@ void opd__unpublish_all(opd_session_t *s);
 void opd__publish_free(opd_server_t *srv);
 void opd__arena_unref(opd_arena_t *a);
 void opd__arena_release_all(opd_session_t *s);
+
+/* limits.c: accounting per session, per uid and daemon-wide. */
+opd_acct_t *opd__acct_get(opd_server_t *srv, uid_t uid); /* NULL: no memory */
+void opd__acct_put(opd_server_t *srv, opd_acct_t *a);   /* frees if unused */
+/* Whether s may map one more arena of `bytes` bytes: 0, or OPD_ELIMIT with
+ * a message naming the scope and the option that sets it. */
+int opd__limit_arena(const opd_session_t *s, uint64_t bytes, char *err,
+                     size_t errlen);
+void opd__acct_arena(opd_session_t *s, int64_t n, int64_t bytes);
+/* Whether s may publish one more name (session, uid, daemon). */
+int opd__limit_name(const opd_session_t *s, char *err, size_t errlen);
+void opd__acct_name(opd_session_t *s, int n);
+/* Whether s may queue one more run: 0, or 1 when its session, its uid or
+ * the daemon is at its limit (the session is then not read until a run
+ * ends). */
+int opd__limit_inflight(const opd_session_t *s);
+void opd__acct_inflight(opd_session_t *s, int n);
+/* Strings for control characters in client-supplied text: writes at most
+ * cap-1 bytes of s with bytes < 0x20, 0x7f and non-UTF-8 escaped as \xNN
+ * and returns buf. */
+const char *opd__log_escape(const char *s, char *buf, size_t cap);
+
+/* access.c: who may connect (--allow-users / --allow-groups). */
+int opd__access_init(opd_server_t *srv); /* resolves names; -1: logged */
+void opd__access_free(opd_server_t *srv);
+/* 1 when a peer with these credentials may be served. */
+int opd__access_allowed(const opd_server_t *srv, uid_t uid, gid_t gid,
+                        pid_t pid);
+/* root or the daemon's own uid */
+static inline int opd__is_admin(const opd_server_t *srv, uid_t uid) {
+  return uid == 0 || uid == srv->self_uid;
+}
 
 /* ringsvc.c: the shared-memory transport */
 #define OPD_RING_ADAPTIVE 1
@@ -306,6 +413,15 @@ void opd__ring_free(opd_session_t *s);
 void opd__handle_payload(opd_session_t *s, const unsigned char *p,
                          uint32_t len);
 void opd__session_goodbye(opd_session_t *s, int code, const char *why);
+/* Claims `need` fds sent with the request being handled: 0 with fds[]
+ * (the caller owns them), or OPD_EFD with err naming why there are none
+ * (not sent, or the daemon was out of fds when they came). */
+int opd__session_take_fds(opd_session_t *s, int need, int *fds, char *err,
+                          size_t errlen);
+/* Sweeps sessions past their handshake / frame / goodbye deadlines, and
+ * reads the throttled sessions again once limits came free. */
+void opd__sessions_sweep(opd_server_t *srv, uint64_t now);
+void opd__sessions_unthrottle(opd_server_t *srv);
 
 /* handlers.c: every request type */
 void opd__handle(opd_session_t *s, const msgpack_object *req);

@@ -21,6 +21,8 @@
  * OPD_ESHUTDOWN, let the running one reply, send a goodbye, flush, close.
  */
 #include <errno.h>
+#include <fcntl.h>
+#include <malloc.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,9 +43,41 @@ static void send_goodbye(opd_session_t *s, int code, const char *fmt, ...)
 
 #define READ_CHUNK (64 * 1024)
 
+/* 0 when s may be served, else the code of its goodbye and why. */
+static int admit(opd_server_t *srv, opd_session_t *s, char *why, size_t cap) {
+  const opd_limits_t *l = &srv->cfg.limits;
+  if (!opd__access_allowed(srv, s->uid, s->gid, s->pid)) {
+    snprintf(why, cap, "uid %u may not use this daemon (not in "
+             "--allow-users or --allow-groups)", (unsigned)s->uid);
+    return OPD_EPERM;
+  }
+  int over_all = srv->n_sessions - srv->n_reserved > l->max_clients;
+  int over_uid = s->acct->clients > l->max_uid_clients;
+  if (!over_all && !over_uid) return 0;
+  /* the reserve is for an admin whom others lock out, not one that fills
+   * the daemon itself */
+  if (opd__is_admin(srv, s->uid) && srv->n_reserved < l->reserved_clients &&
+      s->acct->clients - 1 < (over_all ? l->max_clients : l->max_uid_clients)) {
+    s->reserved = 1;
+    srv->n_reserved++;
+    return 0;
+  }
+  if (over_all)
+    snprintf(why, cap, "too many clients (limit %u); set by --max-clients",
+             l->max_clients);
+  else
+    snprintf(why, cap, "uid %u has %u sessions, the limit "
+             "(--max-uid-clients)", (unsigned)s->uid, l->max_uid_clients);
+  return OPD_ELIMIT;
+}
+
+/* Admission: who the peer is (SO_PEERCRED), whether it may be served
+ * (--allow-users / --allow-groups), and whether a slot is free — the
+ * daemon's and its uid's, or else one of the slots reserved for root and
+ * the daemon's own user. A refused peer gets one goodbye naming why. */
 void opd__session_accept(opd_server_t *srv, int fd) {
   opd_session_t *s = calloc(1, sizeof *s);
-  struct ucred cred;
+  struct ucred cred = {.pid = 0, .uid = (uid_t)-1, .gid = (gid_t)-1};
   socklen_t clen = sizeof cred;
 
   if (s == NULL || (s->arenas = calloc(srv->cfg.limits.max_arenas,
@@ -57,33 +91,47 @@ void opd__session_accept(opd_server_t *srv, int fd) {
   s->fd = fd;
   s->ring_doorbell = -1;
   s->id = ++srv->next_session_id;
+  s->t_accept = opd__now_ns();
   if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) == 0) {
     s->pid = cred.pid;
     s->uid = cred.uid;
     s->gid = cred.gid;
+  } else {
+    s->uid = (uid_t)-1; /* nobody's: limited, never an admin */
+    s->gid = (gid_t)-1;
   }
-  if (uv_poll_init(srv->loop, &s->poll, fd) != 0) {
-    LOG_ERROR("uv_poll_init failed for session %llu",
+  if ((s->acct = opd__acct_get(srv, s->uid)) == NULL ||
+      uv_poll_init(srv->loop, &s->poll, fd) != 0) {
+    LOG_ERROR("out of memory (or uv_poll_init failed) accepting session %llu",
               (unsigned long long)s->id);
+    opd__acct_put(srv, s->acct);
     free(s->arenas);
     free(s);
     close(fd);
     return;
   }
+  s->acct->clients++;
   s->poll.data = s;
   s->next = srv->sessions;
   if (srv->sessions) srv->sessions->prev = s;
   srv->sessions = s;
   srv->n_sessions++;
   srv->sessions_total++;
-  LOG_INFO("session %llu: connected (pid %d uid %u gid %u)",
-           (unsigned long long)s->id, (int)s->pid, (unsigned)s->uid,
-           (unsigned)s->gid);
-  if (srv->n_sessions > srv->cfg.limits.max_clients) {
-    send_goodbye(s, OPD_ELIMIT, "too many clients (limit %u)",
-                 srv->cfg.limits.max_clients);
+  char why[160];
+  int code = admit(srv, s, why, sizeof why);
+  if (code != 0) {
+    /* one log line for a refused peer, one goodbye naming why */
+    LOG_WARN("session %llu: refused pid %d uid %u gid %u: %s",
+             (unsigned long long)s->id, (int)s->pid, (unsigned)s->uid,
+             (unsigned)s->gid, why);
+    s->quiet = 1;
+    send_goodbye(s, code, "%s", why);
+    opd__session_pump(s); /* closes once the goodbye is out */
     return;
   }
+  LOG_INFO("session %llu: connected (pid %d uid %u gid %u%s)",
+           (unsigned long long)s->id, (int)s->pid, (unsigned)s->uid,
+           (unsigned)s->gid, s->reserved ? ", on a reserved slot" : "");
   update_poll(s);
 }
 
@@ -206,10 +254,8 @@ int opd__reply_fd(opd_session_t *s, uint64_t id, const char *body,
   return 0;
 }
 
-static size_t pack_message(char *out, size_t cap, const char *fmt,
-                           va_list ap) {
-  char msg[512];
-  vsnprintf(msg, sizeof msg, fmt, ap);
+/* {"message": msg}, packed into out (cap bytes); msg is cut to fit. */
+static size_t pack_text(char *out, size_t cap, const char *msg) {
   size_t n = strlen(msg);
   if (n + 16 > cap) n = cap - 16;
   msgpack_sbuffer sb = {.size = 0, .data = out, .alloc = cap};
@@ -223,28 +269,37 @@ static size_t pack_message(char *out, size_t cap, const char *fmt,
 
 void opd__reply_error(opd_session_t *s, uint64_t id, int code,
                       const char *fmt, ...) {
-  char body[600];
+  char msg[512], body[600];
   va_list ap;
   va_start(ap, fmt);
-  size_t n = pack_message(body, sizeof body, fmt, ap);
+  vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
+  size_t n = pack_text(body, sizeof body, msg);
   s->srv->errors++;
-  LOG_DEBUG("session %llu: request %llu: %s (%.*s)",
-            (unsigned long long)s->id, (unsigned long long)id,
-            opd__errname(code), (int)n, body);
+  if (opd__log_level >= OPD_LOG_DEBUG) {
+    char esc[600];
+    LOG_DEBUG("session %llu: request %llu: %s (%s)", (unsigned long long)s->id,
+              (unsigned long long)id, opd__errname(code),
+              opd__log_escape(msg, esc, sizeof esc));
+  }
   opd__reply(s, id, code, body, n);
 }
 
 static void send_goodbye(opd_session_t *s, int code, const char *fmt, ...) {
-  char body[600];
+  char msg[512], body[600], esc[600];
   va_list ap;
+  if (s->goodbye == 2) return; /* one goodbye per session */
   va_start(ap, fmt);
-  size_t n = pack_message(body, sizeof body, fmt, ap);
+  vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
+  size_t n = pack_text(body, sizeof body, msg);
   send_msg(s, OPD_MSG_GOODBYE, 0, code, body, n);
-  LOG_INFO("session %llu: closing: %s", (unsigned long long)s->id, body + 10);
+  if (!s->quiet)
+    LOG_INFO("session %llu: closing: %s", (unsigned long long)s->id,
+             opd__log_escape(msg, esc, sizeof esc));
   s->closing = 1;
   s->goodbye = 2; /* sent: close once the running job and wbuf are done */
+  s->t_goodbye = opd__now_ns();
 }
 
 void opd__session_goodbye(opd_session_t *s, int code, const char *why) {
@@ -252,11 +307,38 @@ void opd__session_goodbye(opd_session_t *s, int code, const char *why) {
   opd__session_pump(s);
 }
 
+int opd__session_take_fds(opd_session_t *s, int need, int *fds, char *err,
+                          size_t errlen) {
+  if (s->n_fds < need) {
+    if (s->fd_lost)
+      snprintf(err, errlen, "the daemon could not receive the file "
+               "descriptor%s sent with the request: it is out of file "
+               "descriptors (%s); try again when it has fewer clients",
+               need > 1 ? "s" : "", s->fd_lost == ENFILE ? "ENFILE" : "EMFILE");
+    else if (s->n_fds == 0)
+      snprintf(err, errlen, "no file descriptor was sent with the request "
+               "(send %s with SCM_RIGHTS in the same sendmsg as the "
+               "request's bytes)", need > 1 ? "them" : "it");
+    else
+      snprintf(err, errlen, "%d file descriptors must be sent with the "
+               "request, %d came", need, s->n_fds);
+    return OPD_EFD;
+  }
+  memcpy(fds, s->fds, (size_t)need * sizeof *fds);
+  s->n_fds -= need;
+  memmove(s->fds, s->fds + need, (size_t)s->n_fds * sizeof *s->fds);
+  return 0;
+}
+
 /* ---- reading ---------------------------------------------------------- */
 
+/* Not read while its runs are at a limit (its own, its uid's, the
+ * daemon's) or while its unread replies (socket buffer and completion-ring
+ * overflow) pass --max-reply-bytes. */
 static int throttled(const opd_session_t *s) {
   const opd_limits_t *l = &s->srv->cfg.limits;
-  return s->n_queued >= l->max_inflight || s->wlen - s->woff >= l->max_wbuf;
+  return opd__limit_inflight(s) ||
+         s->wlen - s->woff + s->over_bytes >= l->max_wbuf;
 }
 
 static void update_poll(opd_session_t *s) {
@@ -270,6 +352,17 @@ static void update_poll(opd_session_t *s) {
     uv_poll_start(&s->poll, want, on_poll);
   else
     uv_poll_stop(&s->poll);
+}
+
+/* Closes the fds no handler claimed: they belong to the frame they came
+ * with, never to a later request. */
+static void close_stray_fds(opd_session_t *s) {
+  for (int i = 0; i < s->n_fds; i++) close(s->fds[i]);
+  if (s->n_fds > 0)
+    LOG_DEBUG("session %llu: closed %d file descriptor(s) its request did "
+              "not take", (unsigned long long)s->id, s->n_fds);
+  s->n_fds = 0;
+  s->fd_lost = 0;
 }
 
 static void take_fds(opd_session_t *s, struct msghdr *msg) {
@@ -288,6 +381,18 @@ static void take_fds(opd_session_t *s, struct msghdr *msg) {
   }
 }
 
+/* MSG_CTRUNC: more fds than a request may carry, or none could be
+ * installed because this process (EMFILE) or the system (ENFILE) is out
+ * of them. A probe dup tells which. */
+static int fds_short(void) {
+  int probe = fcntl(0, F_DUPFD_CLOEXEC, 0);
+  if (probe >= 0) {
+    close(probe);
+    return 0;
+  }
+  return errno == EMFILE || errno == ENFILE ? errno : 0;
+}
+
 static void do_read(opd_session_t *s) {
   const opd_limits_t *l = &s->srv->cfg.limits;
   size_t max = (size_t)l->max_frame + OPD_FRAME_HEADER + READ_CHUNK;
@@ -302,6 +407,7 @@ static void do_read(opd_session_t *s) {
     s->rbuf = nb;
     s->rcap = cap;
   }
+  if (s->rcap == s->rlen) return; /* full of frames we are not taking */
   union {
     char buf[CMSG_SPACE(sizeof(int) * OPD_MAX_PENDING_FDS)];
     struct cmsghdr align;
@@ -318,12 +424,27 @@ static void do_read(opd_session_t *s) {
     opd__session_close(s);
     return;
   }
-  if (msg.msg_controllen > 0) take_fds(s, &msg);
+  if (msg.msg_controllen > 0 || (msg.msg_flags & MSG_CTRUNC)) {
+    /* fds come with the first byte of their sendmsg, and a read never
+     * merges two sendmsg's fds: these belong to the frame holding byte
+     * rlen. Fds of an earlier frame still unclaimed are not theirs. */
+    close_stray_fds(s);
+    s->fds_at = s->rlen;
+    take_fds(s, &msg);
+  }
   if (msg.msg_flags & MSG_CTRUNC) {
-    send_goodbye(s, OPD_EPROTO,
-                 "more than %d file descriptors sent at once",
-                 OPD_MAX_PENDING_FDS);
-    return;
+    int why = fds_short();
+    if (why != 0) {
+      s->fd_lost = why; /* the request that wanted them says so */
+      LOG_WARN("session %llu: a file descriptor it sent was lost: the daemon "
+               "is out of file descriptors (%s)", (unsigned long long)s->id,
+               strerror(why));
+    } else {
+      send_goodbye(s, OPD_EPROTO,
+                   "more than %d file descriptors sent at once",
+                   OPD_MAX_PENDING_FDS);
+      return;
+    }
   }
   if (n == 0) {
     LOG_INFO("session %llu: peer closed the connection",
@@ -378,7 +499,7 @@ void opd__handle_payload(opd_session_t *s, const unsigned char *p,
 /* Handles the complete frames in rbuf. Returns the number handled. */
 static int parse_frames(opd_session_t *s) {
   size_t off = 0;
-  int handled = 0;
+  int handled = 0, partial = 0;
   if (s->parsing) return 0; /* a frame's handler got here again */
   s->parsing = 1;
   while (s->fd >= 0 && !s->closing && !throttled(s) &&
@@ -390,15 +511,34 @@ static int parse_frames(opd_session_t *s) {
                    s->srv->cfg.limits.max_frame);
       break;
     }
-    if (s->rlen - off < (size_t)OPD_FRAME_HEADER + len) break;
+    size_t end = off + OPD_FRAME_HEADER + len;
+    if (s->rlen < end) {
+      partial = 1;
+      break;
+    }
+    /* fds that came with a later frame wait for it; others are offered
+     * to this one and closed after it */
+    int mine = s->fds_at < end;
+    int saved = s->n_fds;
+    if (!mine) s->n_fds = 0;
     opd__handle_payload(s, s->rbuf + off + OPD_FRAME_HEADER, len);
-    off += OPD_FRAME_HEADER + len;
+    if (!mine) s->n_fds = saved;
+    else if (s->fd >= 0) close_stray_fds(s);
+    off = end;
     handled++;
   }
+  if (s->fd >= 0 && !s->closing && !throttled(s) && s->rlen > off &&
+      s->rlen - off < OPD_FRAME_HEADER)
+    partial = 1;
   if (s->fd >= 0 && off > 0) {
     memmove(s->rbuf, s->rbuf + off, s->rlen - off);
     s->rlen -= off;
+    s->fds_at = s->fds_at > off ? s->fds_at - off : 0;
   }
+  /* a frame begun and not finished: the clock of --frame-timeout-ms
+   * starts at the first look that finds it so */
+  if (!partial) s->t_partial = 0;
+  else if (s->t_partial == 0 || handled > 0) s->t_partial = opd__now_ns();
   s->parsing = 0;
   return handled;
 }
@@ -430,11 +570,21 @@ static void maybe_free(opd_session_t *s) {
   else srv->sessions = s->next;
   if (s->next) s->next->prev = s->prev;
   srv->n_sessions--;
-  LOG_INFO("session %llu: closed", (unsigned long long)s->id);
+  if (s->reserved) srv->n_reserved--;
+  s->acct->clients--;
+  opd__acct_put(srv, s->acct);
+  if (!s->quiet) LOG_INFO("session %llu: closed", (unsigned long long)s->id);
+  srv->trim_pending += s->rcap + s->wcap;
   free(s->arenas);
   free(s->rbuf);
   free(s->wbuf);
   free(s);
+  /* freed memory back to the system, not kept in malloc's free lists:
+   * after many clients went, the daemon returns to its baseline */
+  if (srv->trim_pending > (1u << 20)) {
+    malloc_trim(0);
+    srv->trim_pending = 0;
+  }
   if (srv->stopping && srv->n_sessions == 0) {
     /* the last session is gone: let the loop end */
     uv_stop(srv->loop);
@@ -451,7 +601,7 @@ static void drop_queue(opd_session_t *s, int code, const char *msg) {
   while (s->q_head) {
     opd_job_t *j = s->q_head;
     s->q_head = j->next;
-    s->n_queued--;
+    opd__acct_inflight(s, -1);
     opd__job_drop(j, code, msg);
   }
   s->q_tail = NULL;
@@ -464,8 +614,7 @@ void opd__session_close(opd_session_t *s) {
   s->fd = -1; /* first: dropped jobs send nothing, and a failed send cannot
                  get back here to close the handle twice */
   drop_queue(s, OPD_ECLOSED, "connection closed");
-  for (int i = 0; i < s->n_fds; i++) close(s->fds[i]);
-  s->n_fds = 0;
+  close_stray_fds(s);
   for (int i = 0; i < s->n_wfds; i++) close(s->wfd[i]);
   s->n_wfds = 0;
   opd__ring_close(s);
@@ -512,4 +661,39 @@ void opd__session_pump(opd_session_t *s) {
     }
   }
   update_poll(s);
+}
+
+/* ---- deadlines and limits that came free ------------------------------ */
+
+void opd__sessions_sweep(opd_server_t *srv, uint64_t now) {
+  const opd_limits_t *l = &srv->cfg.limits;
+  uint64_t hs = (uint64_t)l->handshake_ms * 1000000u;
+  uint64_t fr = (uint64_t)l->frame_ms * 1000000u;
+  for (opd_session_t *s = srv->sessions, *next; s; s = next) {
+    next = s->next;
+    if (s->fd < 0) continue;
+    if (s->goodbye == 2) {
+      /* a peer that does not read its goodbye is not waited for */
+      if (now - s->t_goodbye > fr && s->running == NULL) opd__session_close(s);
+      continue;
+    }
+    if (!s->hello && now - s->t_accept > hs)
+      opd__session_goodbye(s, OPD_ETIMEDOUT, s->rlen > 0
+                           ? "a frame was left unfinished past the handshake "
+                             "timeout (--handshake-timeout-ms)"
+                           : "no hello within the handshake timeout "
+                             "(--handshake-timeout-ms)");
+    else if (s->t_partial != 0 && now - s->t_partial > fr)
+      opd__session_goodbye(s, OPD_ETIMEDOUT, "a frame was left unfinished "
+                           "past the frame timeout (--frame-timeout-ms)");
+  }
+}
+
+void opd__sessions_unthrottle(opd_server_t *srv) {
+  srv->unthrottle = 0;
+  for (opd_session_t *s = srv->sessions, *next; s; s = next) {
+    next = s->next;
+    if (s->fd >= 0 && !s->closing && !(s->poll_events & UV_READABLE))
+      opd__session_pump(s);
+  }
 }

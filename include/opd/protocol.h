@@ -179,14 +179,15 @@ typedef enum {
   X(EINTERNAL, -25, "internal error")                             \
   X(EALIAS, -26, "output overlaps an input")                     \
   X(EREADONLY, -27, "tensor is read-only")                         \
-  X(ENOENT, -28, "no tensor is published under that name")
+  X(ENOENT, -28, "no tensor is published under that name")       \
+  X(EPERM, -29, "permission denied")
 
 typedef enum {
   OPD_OK = 0,
 #define X(name, val, str) OPD_##name = val,
   OPD_ERRNO_MAP(X)
 #undef X
-  OPD_ERRNO_LAST_ = -28
+  OPD_ERRNO_LAST_ = -29
 } opd_errno_t;
 
 /* Element types: X(name, value, size in bytes, string). 0 is invalid. */

@@ -23,8 +23,8 @@ from . import protocol
 from ._lib import LibraryNotFoundError
 from .client import Client, Request, connect, socket_path
 from .errors import (BackendError, BadArgumentError, LimitError,
-                     OpdConnectionError, OpdError, OpdTimeoutError,
-                     ProtocolError)
+                     OpdConnectionError, OpdError, OpdPermissionError,
+                     OpdTimeoutError, ProtocolError)
 from .memory import forget_shared
 from .mp import client, pool_initializer, set_default_socket
 from .tensor import (Tensor, device_name, dtype_name, from_reference,
@@ -53,4 +53,4 @@ __all__ = ["Client", "Request", "Tensor", "connect", "client",
            "dtype_name", "device_name", "lib_version", "lib_path", "DTYPES",
            "OpdError", "BadArgumentError", "OpdConnectionError",
            "ProtocolError", "LimitError", "OpdTimeoutError", "BackendError",
-           "LibraryNotFoundError"]
+           "OpdPermissionError", "LibraryNotFoundError"]

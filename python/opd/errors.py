@@ -20,6 +20,9 @@ per group, all under OpdError:
                                        ENOMEM
       OpdTimeoutError (TimeoutError)   ETIMEDOUT
       BackendError                     EDEVICE EBACKEND EINTERNAL
+      OpdPermissionError (PermissionError)  EPERM: the daemon refused this
+                                       user, or the socket is served by a
+                                       user the client does not trust
 
 Exceptions pickle (code and message survive), so an error raised in a
 Pool worker reaches the parent intact.
@@ -82,6 +85,17 @@ class BackendError(OpdError):
     """The device or backend failed, or the daemon hit an internal error."""
 
 
+class OpdPermissionError(OpdError, PermissionError):
+    """Who may talk to whom: the daemon does not serve this user (or may not
+    let it read a name), or libopd does not trust the socket's owner."""
+
+    def __init__(self, code, message=None):
+        OpdError.__init__(self, code, message)
+
+    def __reduce__(self):
+        return (type(self), (self.code, self.message))
+
+
 _GROUPS = {
     BadArgumentError: ("EINVAL", "ENOOP", "EARITY", "EDTYPE", "ESHAPE",
                        "ELAYOUT", "EBOUNDS", "EOVERFLOW", "EARENA", "EFD",
@@ -91,6 +105,7 @@ _GROUPS = {
     LimitError: ("ELIMIT", "ENOMEM"),
     OpdTimeoutError: ("ETIMEDOUT",),
     BackendError: ("EDEVICE", "EBACKEND", "EINTERNAL"),
+    OpdPermissionError: ("EPERM",),
 }
 
 #: code -> exception class, for every code of protocol.ERRORS

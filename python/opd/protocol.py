@@ -45,6 +45,7 @@ ERRORS = (
     ("EALIAS", -26, "output overlaps an input"),
     ("EREADONLY", -27, "tensor is read-only"),
     ("ENOENT", -28, "no tensor is published under that name"),
+    ("EPERM", -29, "permission denied"),
 )
 
 # OPD_DTYPE_MAP: (name, value, size in bytes)

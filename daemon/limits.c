@@ -1,0 +1,174 @@
+/* Limits and accounting: per session, per uid, daemon-wide.
+ *
+ * DESIGN
+ * A shared host has several users, so a limit per session alone lets one
+ * user open many sessions and take everything, and a global limit alone
+ * lets one user lock the others out. Every resource a client can make the
+ * daemon hold (sessions, arenas and the bytes they map, queued runs,
+ * published names) is therefore counted three times: in the session, in
+ * the session's uid (opd_acct_t, one per uid with a session or a name),
+ * and in the server. A request over any of the three is refused with
+ * OPD_ELIMIT and a message naming the scope and the option that sets it;
+ * runs over the limit are not refused but not read (back-pressure).
+ * Root and the daemon's own uid are limited the same way, except that
+ * --reserved-clients sessions past the client limits are kept for them, so
+ * that an operator's `opctl` reaches a daemon under attack.
+ *
+ * The uid records live in a short list: a host has few distinct users
+ * with sessions at once, and the list is walked only at accept.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/wire.h"
+#include "daemon/server.h"
+
+opd_acct_t *opd__acct_get(opd_server_t *srv, uid_t uid) {
+  for (opd_acct_t *a = srv->accts; a; a = a->next)
+    if (a->uid == uid) return a;
+  opd_acct_t *a = calloc(1, sizeof *a);
+  if (a == NULL) return NULL;
+  a->uid = uid;
+  a->next = srv->accts;
+  srv->accts = a;
+  return a;
+}
+
+void opd__acct_put(opd_server_t *srv, opd_acct_t *a) {
+  if (a == NULL || a->clients || a->arenas || a->bytes || a->inflight ||
+      a->names)
+    return;
+  for (opd_acct_t **pp = &srv->accts; *pp; pp = &(*pp)->next)
+    if (*pp == a) {
+      *pp = a->next;
+      free(a);
+      return;
+    }
+}
+
+int opd__limit_arena(const opd_session_t *s, uint64_t bytes, char *err,
+                     size_t errlen) {
+  const opd_server_t *srv = s->srv;
+  const opd_limits_t *l = &srv->cfg.limits;
+  const opd_acct_t *a = s->acct;
+  unsigned uid = (unsigned)s->uid;
+  if (s->n_arenas >= l->max_arenas) {
+    snprintf(err, errlen, "session has %u arenas, the limit (--max-arenas)",
+             s->n_arenas);
+    return OPD_ELIMIT;
+  }
+  if (a->arenas >= l->max_uid_arenas) {
+    snprintf(err, errlen, "uid %u has %u arenas, the limit (--max-uid-arenas)",
+             uid, a->arenas);
+    return OPD_ELIMIT;
+  }
+  if (srv->arenas >= l->max_total_arenas) {
+    snprintf(err, errlen, "the daemon holds %llu arenas, the limit "
+             "(--max-total-arenas)", (unsigned long long)srv->arenas);
+    return OPD_ELIMIT;
+  }
+  if (bytes > l->max_arena_bytes) {
+    snprintf(err, errlen, "arena of %llu bytes exceeds the limit of %llu "
+             "(--max-arena-bytes)", (unsigned long long)bytes,
+             (unsigned long long)l->max_arena_bytes);
+    return OPD_ELIMIT;
+  }
+  if (s->bytes_mapped + bytes > l->max_session_bytes) {
+    snprintf(err, errlen, "session would map %llu bytes, over the limit of "
+             "%llu (--max-session-bytes)",
+             (unsigned long long)(s->bytes_mapped + bytes),
+             (unsigned long long)l->max_session_bytes);
+    return OPD_ELIMIT;
+  }
+  if (a->bytes + bytes > l->max_uid_bytes) {
+    snprintf(err, errlen, "uid %u would map %llu bytes, over the limit of "
+             "%llu (--max-uid-bytes)", uid,
+             (unsigned long long)(a->bytes + bytes),
+             (unsigned long long)l->max_uid_bytes);
+    return OPD_ELIMIT;
+  }
+  if (srv->bytes_mapped + bytes > l->max_total_bytes) {
+    snprintf(err, errlen, "the daemon would map %llu bytes, over the limit "
+             "of %llu (--max-total-bytes)",
+             (unsigned long long)(srv->bytes_mapped + bytes),
+             (unsigned long long)l->max_total_bytes);
+    return OPD_ELIMIT;
+  }
+  return 0;
+}
+
+void opd__acct_arena(opd_session_t *s, int64_t n, int64_t bytes) {
+  s->acct->arenas = (uint32_t)((int64_t)s->acct->arenas + n);
+  s->acct->bytes = (uint64_t)((int64_t)s->acct->bytes + bytes);
+  s->bytes_mapped = (uint64_t)((int64_t)s->bytes_mapped + bytes);
+}
+
+int opd__limit_name(const opd_session_t *s, char *err, size_t errlen) {
+  const opd_server_t *srv = s->srv;
+  const opd_limits_t *l = &srv->cfg.limits;
+  if (s->n_names >= l->max_session_names) {
+    snprintf(err, errlen, "session has published %u names, the limit "
+             "(--max-session-names)", s->n_names);
+    return OPD_ELIMIT;
+  }
+  if (s->acct->names >= l->max_uid_names) {
+    snprintf(err, errlen, "uid %u has published %u names, the limit "
+             "(--max-uid-names)", (unsigned)s->uid, s->acct->names);
+    return OPD_ELIMIT;
+  }
+  if (srv->n_pubs >= l->max_names) {
+    snprintf(err, errlen, "%u names are published, the limit (--max-names)",
+             srv->n_pubs);
+    return OPD_ELIMIT;
+  }
+  return 0;
+}
+
+void opd__acct_name(opd_session_t *s, int n) {
+  s->n_names = (uint32_t)((int)s->n_names + n);
+  s->acct->names = (uint32_t)((int)s->acct->names + n);
+}
+
+int opd__limit_inflight(const opd_session_t *s) {
+  const opd_limits_t *l = &s->srv->cfg.limits;
+  return s->n_queued >= l->max_inflight ||
+         s->acct->inflight >= l->max_uid_inflight ||
+         s->srv->inflight >= l->max_total_inflight;
+}
+
+void opd__acct_inflight(opd_session_t *s, int n) {
+  opd_server_t *srv = s->srv;
+  const opd_limits_t *l = &srv->cfg.limits;
+  /* a run ends while its uid or the daemon is at the limit: sessions of
+   * others may have stopped being read for it (ringsvc.c on_check) */
+  if (n < 0 && (s->acct->inflight >= l->max_uid_inflight ||
+                srv->inflight >= l->max_total_inflight)) {
+    srv->unthrottle = 1;
+    srv->ring_kick = 1;
+  }
+  s->n_queued = (uint32_t)((int)s->n_queued + n);
+  s->acct->inflight = (uint32_t)((int)s->acct->inflight + n);
+  s->srv->inflight = (uint32_t)((int)s->srv->inflight + n);
+}
+
+const char *opd__log_escape(const char *s, char *buf, size_t cap) {
+  static const char hex[] = "0123456789abcdef";
+  size_t o = 0;
+  if (cap == 0) return buf;
+  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+    int esc = *p < 0x20 || *p == 0x7f || *p == '\\' || *p == '"' ||
+              *p >= 0x80; /* bytes past ASCII: no forged UTF-8 either */
+    if (o + (esc ? 4 : 1) >= cap) break;
+    if (!esc) {
+      buf[o++] = (char)*p;
+      continue;
+    }
+    buf[o++] = '\\';
+    buf[o++] = 'x';
+    buf[o++] = hex[*p >> 4];
+    buf[o++] = hex[*p & 15];
+  }
+  buf[o] = '\0';
+  return buf;
+}
