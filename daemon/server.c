@@ -160,7 +160,7 @@ static int listen_on(const char *path) {
   /* the runtime directory: created if it is missing (e.g. /run/opd), and
    * served from only if nobody but us (or root) can replace the socket in
    * it; the per-user fallback /tmp/opd-<uid> must be ours alone, 0700 */
-  char dir[sizeof addr.sun_path], fallback[64], err[512];
+  char dir[sizeof addr.sun_path], fallback[64], why[512];
   strcpy(dir, path);
   char *slash = strrchr(dir, '/');
   if (slash == NULL) strcpy(dir, ".");
