@@ -12,6 +12,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -169,9 +170,9 @@ static int listen_on(const char *path) {
   opd__fallback_dir(fallback, sizeof fallback);
   int own = strcmp(dir, fallback) == 0;
   if (opd__dir_make(dir, own ? 0700 : 0750, geteuid(),
-                    own ? 0 : OPD_DIR_ROOT_OK | OPD_DIR_STICKY_OK, err,
-                    sizeof err) != 0) {
-    LOG_ERROR("%s; not serving %s", err, path);
+                    own ? 0 : OPD_DIR_ROOT_OK | OPD_DIR_STICKY_OK, why,
+                    sizeof why) != 0) {
+    LOG_ERROR("%s; not serving %s", why, path);
     return -1;
   }
   for (int attempt = 0; attempt < 2; attempt++) {
@@ -295,6 +296,10 @@ int opd__server_init(opd_server_t *srv, uv_loop_t *loop,
   if (opd__ops_pack(srv) != 0) return OPD_EINTERNAL;
   if (opd__access_init(srv) != 0) return OPD_EINVAL;
   if (opd__cuda_init(srv) != 0) return OPD_EDEVICE;
+  cpu_set_t cpus;
+  srv->n_cpus = sched_getaffinity(0, sizeof cpus, &cpus) == 0
+                    ? CPU_COUNT(&cpus) : (int)sysconf(_SC_NPROCESSORS_ONLN);
+  if (srv->n_cpus < 1) srv->n_cpus = 1;
   int threads = cfg->threads > 0 ? cfg->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
   if (threads < 1) threads = 1;
   if (opd__exec_pool_create(&srv->exec, threads) != 0) {
