@@ -15,11 +15,16 @@
  *
  * A connection remembers the pid that made it: after fork() the child
  * gets OPD_ESTATE instead of reading replies meant for its parent.
+ *
+ * Before the first byte is sent, opd_connect checks who serves the socket
+ * (SO_PEERCRED: root, this user or the daemon user, check_peer): the
+ * connection will carry the caller's memory as memfds.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <pwd.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -912,6 +917,75 @@ out:
   return rc;
 }
 
+/* The name of uid `uid` into name[cap] ("" if it has none); returns name. */
+static const char *user_name(uid_t uid, char *name, size_t cap) {
+  struct passwd pw, *res = NULL;
+  char buf[4096];
+  name[0] = '\0';
+  if (getpwuid_r(uid, &pw, buf, sizeof buf, &res) == 0 && res != NULL)
+    snprintf(name, cap, "%s", res->pw_name);
+  return name;
+}
+
+/* The uid that `user` names (a user name, or digits for a numeric uid)
+ * into *uid. Returns 0, or -1 when it names no one (no such user). */
+static int user_uid(const char *user, uid_t *uid) {
+  struct passwd pw, *res = NULL;
+  char buf[4096], *end;
+  if (user[0] >= '0' && user[0] <= '9') {
+    errno = 0;
+    unsigned long v = strtoul(user, &end, 10);
+    if (errno != 0 || *end != '\0' || v != (unsigned long)(uid_t)v ||
+        (uid_t)v == (uid_t)-1)
+      return -1;
+    *uid = (uid_t)v;
+    return 0;
+  }
+  if (getpwnam_r(user, &pw, buf, sizeof buf, &res) != 0 || res == NULL)
+    return -1;
+  *uid = res->pw_uid;
+  return 0;
+}
+
+/* Checks who serves the connected socket c->fd before anything is sent to
+ * it (memfds hold the caller's tensors): its SO_PEERCRED uid must be root,
+ * this process's effective uid, or the daemon user ($OPD_DAEMON_USER, a
+ * name or a numeric uid; unset or empty: "opd"). Another local user could
+ * otherwise serve a squatted socket path (/tmp/opd-<uid>) and receive the
+ * client's memory. Returns 0, OPD_EPERM (refused, the message names the
+ * peer and who would have been accepted) or OPD_ECONNECT (no credentials);
+ * the socket is left open either way. */
+static int check_peer(opd_client_t *c) {
+  struct ucred cr;
+  socklen_t len = sizeof cr;
+  uid_t me = geteuid(), daemon_uid;
+  if (getsockopt(c->fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) != 0 ||
+      len != sizeof cr)
+    return fail(OPD_ECONNECT, "cannot tell who serves the socket %s "
+                "(SO_PEERCRED: %s); refusing to send it memory", c->path,
+                strerror(errno));
+  if (cr.uid == 0 || cr.uid == me) return 0;
+  const char *user = getenv("OPD_DAEMON_USER");
+  if (user == NULL || user[0] == '\0') user = "opd";
+  int known = user_uid(user, &daemon_uid) == 0;
+  if (known && cr.uid == daemon_uid) return 0;
+  char peer[64], who[96], hint[64];
+  if (user_name(cr.uid, peer, sizeof peer)[0] != '\0')
+    snprintf(hint, sizeof hint, "%s", peer);
+  else
+    snprintf(hint, sizeof hint, "%u", (unsigned)cr.uid);
+  if (known)
+    snprintf(who, sizeof who, " (uid %u)", (unsigned)daemon_uid);
+  else
+    snprintf(who, sizeof who, " (no such user)");
+  return fail(OPD_EPERM,
+              "the socket %s is served by uid %u (%s, pid %d), not by root, "
+              "uid %u or the daemon user %s%s; refusing to send it memory. "
+              "If you trust that user's daemon, set OPD_DAEMON_USER=%s",
+              c->path, (unsigned)cr.uid, peer[0] ? peer : "no user name",
+              (int)cr.pid, (unsigned)me, user, who, hint);
+}
+
 int opd_connect(const char *socket_path, opd_client_t **out) {
   return opd_connect_flags(socket_path, 0, out);
 }
@@ -958,6 +1032,7 @@ int opd_connect_flags(const char *socket_path, uint32_t flags,
               c->path, strerror(errno), c->path);
     goto error;
   }
+  if ((rc = check_peer(c)) != 0) goto error;
   rc = call(c, OPD_MSG_HELLO, pack_hello, &flags, -1, &r.payload, &r.len);
   if (rc != 0) {
     if (rc != OPD_EVERSION)

@@ -77,9 +77,18 @@ typedef struct opd_attr {
 /* ---- connections -------------------------------------------------------- */
 
 /* Connects and says hello. socket_path NULL or "" means $OPD_SOCKET, else
- * /run/opd/opd.sock for root, else $XDG_RUNTIME_DIR/opd.sock. On failure
- * *out is NULL and opd_last_error() says which socket was tried and how to
- * start the daemon. Returns 0, OPD_ECONNECT, OPD_EVERSION or OPD_ENOMEM. */
+ * /run/opd/opd.sock for root, else $XDG_RUNTIME_DIR/opd.sock (else
+ * /tmp/opd-<uid>/opd.sock). Before sending anything it checks who serves
+ * the socket (SO_PEERCRED, the uid that listen()ed on it): root, this
+ * process's effective uid, or the daemon user $OPD_DAEMON_USER (a user
+ * name, or digits for a numeric uid; unset or empty: "opd"; a name that
+ * does not exist matches no one). Anyone else is refused with OPD_EPERM
+ * and a message naming the socket, the uid serving it and who would have
+ * been trusted: a connection carries the caller's memory (memfds), and
+ * another local user could otherwise serve a socket path it squatted.
+ * On failure *out is NULL and opd_last_error() says which socket was
+ * tried and how to start the daemon. Returns 0, OPD_ECONNECT, OPD_EPERM,
+ * OPD_EVERSION, OPD_ECLOSED (no hello reply) or OPD_ENOMEM. */
 int opd_connect(const char *socket_path, opd_client_t **out);
 
 /* opd_connect with flags: OPD_CONNECT_HIGH_PRIORITY asks for high-priority

@@ -154,6 +154,7 @@ def test_ops_on_torch_cpu_tensors(c):
         # torch inputs that are views: a transpose, a slice of a bigger one
         "matmul of views": (c.matmul(w.t()[2:9], x.t()), w.t()[2:9] @ x.t()),
         "add, opd + torch": (c.add(c.from_torch(x), y[:, :]), x + y),
+        "add, numpy + torch": (c.add(x.numpy(), y), x + y),
     }
     for name, (got, ref) in cases.items():
         assert isinstance(got, opd.Tensor), name
