@@ -87,6 +87,8 @@ struct opd_client {
   char *hello_json;
   size_t hello_len;
   int ring;                      /* 0: socket; OPD_RING_SPIN/_ADAPTIVE */
+  char wait_why[240];            /* why the transport is not the one asked
+                                    for ("" if it is) */
   opd_ring_t sq, cq;             /* we produce sq, consume cq */
   void *ring_base;
   size_t ring_size;
@@ -104,6 +106,8 @@ enum { RING_ADAPTIVE = 1, RING_SPIN = 2 };
 #define RING_CQ_SLOTS 512
 #define RING_CQ_SLOT 1024
 #define ADAPTIVE_SPIN_NS 20000
+/* A spinning reader whose reply takes longer than this starts napping */
+#define SPIN_BACKOFF_NS 100000
 
 static __thread char last_error[512];
 
@@ -511,6 +515,15 @@ static int ring_read_some(opd_client_t *c, int timeout_ms) {
     }
     if (deadline && now >= deadline) return OPD_ETIMEDOUT;
     if (!sleep_next) {
+      uint64_t spun = now - spin_start;
+      if (spun >= SPIN_BACKOFF_NS) {
+        /* a request that runs long: its kernels need the cores more than
+         * this wait does; nap an eighth of the time waited so far (at
+         * most 1 ms), so that the reply is late by at most ~1/8 */
+        struct timespec nap = {0, (long)(spun / 8 < 1000000 ? spun / 8 : 1000000)};
+        nanosleep(&nap, NULL);
+        continue;
+      }
 #if defined(__x86_64__) || defined(__i386__)
       __builtin_ia32_pause();
 #endif
@@ -833,6 +846,16 @@ static int wait_mode(uint32_t flags) {
   return RING_ADAPTIVE;
 }
 
+/* The transport in use: "spin", "adaptive" or "socket". */
+const char *opd_transport(opd_client_t *c) {
+  if (c == NULL) return "none";
+  return c->ring == RING_SPIN ? "spin" : c->ring ? "adaptive" : "socket";
+}
+
+const char *opd_transport_why(opd_client_t *c) {
+  return c != NULL ? c->wait_why : "";
+}
+
 typedef struct ring_args {
   uint64_t size;
   int mode;
@@ -879,8 +902,9 @@ static int setup_rings(opd_client_t *c, int mode) {
     rc = fail(OPD_EINTERNAL, "formatting the rings");
     goto out;
   }
-  if (mode == RING_ADAPTIVE &&
-      (fds[1] = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0) {
+  /* an eventfd for spin too: where cores are short the daemon gives
+   * adaptive instead (its reply says which) */
+  if ((fds[1] = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0) {
     rc = fail(OPD_EIO, "eventfd: %s", strerror(errno));
     goto out;
   }
@@ -891,12 +915,25 @@ static int setup_rings(opd_client_t *c, int mode) {
   frame_begin(&b, &pk, OPD_MSG_RING_SETUP, id);
   pack_ring_setup(&pk, &a);
   pthread_mutex_lock(&c->mu);
-  rc = slot_add(c, id, 0);
+  rc = slot_add(c, id, 1); /* the reply says which wait was granted */
   pthread_mutex_unlock(&c->mu);
-  if (rc == 0) rc = send_frame_fds(c, &b, fds, mode == RING_ADAPTIVE ? 2 : 1);
+  if (rc == 0) rc = send_frame_fds(c, &b, fds, 2);
   fbuf_free(&b);
-  if (rc == 0) rc = wait_reply(c, id, 5000, NULL, NULL, NULL);
+  reply_t r = {.payload = NULL};
+  if (rc == 0) rc = wait_reply(c, id, 5000, &r.payload, &r.len, NULL);
   if (rc != 0) goto out;
+  const msgpack_object *body = reply_decode(&r);
+  char granted[16] = "";
+  if (body != NULL &&
+      opd__mp_str(opd__mp_get(body, "wait"), granted, sizeof granted) == 0 &&
+      strcmp(granted, "adaptive") == 0 && mode == RING_SPIN) {
+    char why[200] = "";
+    opd__mp_str(opd__mp_get(body, "why"), why, sizeof why);
+    snprintf(c->wait_why, sizeof c->wait_why, "spin asked, adaptive given: %s",
+             why);
+    mode = RING_ADAPTIVE;
+  }
+  reply_free(&r);
   c->sq.doorbell = fds[1];
   c->ring_efd = fds[1];
   fds[1] = -1;
@@ -1242,11 +1279,14 @@ typedef struct pub_args {
   const char *name;
   int with_arena;
   const char *meta;
+  const char *const *readers;    /* publish: NULL, or n_readers entries */
+  int n_readers;
 } pub_args_t;
 
 static void pack_pub(msgpack_packer *pk, const void *arg) {
   const pub_args_t *a = arg;
-  msgpack_pack_map(pk, 1 + (a->with_arena != 0) + (a->meta != NULL));
+  msgpack_pack_map(pk, 1 + (a->with_arena != 0) + (a->meta != NULL) +
+                           (a->readers != NULL));
   PACK_STR(pk, "name");
   PACK_STR(pk, a->name);
   if (a->with_arena) {
@@ -1257,14 +1297,31 @@ static void pack_pub(msgpack_packer *pk, const void *arg) {
     PACK_STR(pk, "meta");
     PACK_STR(pk, a->meta);
   }
+  if (a->readers != NULL) {
+    PACK_STR(pk, "readers");
+    msgpack_pack_array(pk, (size_t)a->n_readers);
+    for (int i = 0; i < a->n_readers; i++) PACK_STR(pk, a->readers[i]);
+  }
 }
 
 int opd_publish(opd_client_t *c, uint64_t arena, const char *name,
                 const char *meta) {
+  return opd_publish2(c, arena, name, meta, NULL, 0);
+}
+
+int opd_publish2(opd_client_t *c, uint64_t arena, const char *name,
+                 const char *meta, const char *const *readers, int n_readers) {
   int rc = check_usable(c);
   if (rc) return rc;
   if (name == NULL) return fail(OPD_EINVAL, "opd_publish: name is NULL");
-  pub_args_t a = {arena, name, 1, meta};
+  if (n_readers < 0 || (n_readers > 0 && readers == NULL))
+    return fail(OPD_EINVAL, "opd_publish: %d readers given with %s",
+                n_readers, readers ? "a list" : "no list");
+  for (int i = 0; i < n_readers; i++)
+    if (readers[i] == NULL)
+      return fail(OPD_EINVAL, "opd_publish: readers[%d] is NULL", i);
+  pub_args_t a = {arena, name, 1, meta, n_readers ? readers : NULL,
+                  n_readers};
   return call(c, OPD_MSG_PUBLISH, pack_pub, &a, -1, NULL, NULL);
 }
 
@@ -1272,7 +1329,7 @@ int opd_unpublish(opd_client_t *c, const char *name) {
   int rc = check_usable(c);
   if (rc) return rc;
   if (name == NULL) return fail(OPD_EINVAL, "opd_unpublish: name is NULL");
-  pub_args_t a = {0, name, 0, NULL};
+  pub_args_t a = {0, name, 0, NULL, NULL, 0};
   return call(c, OPD_MSG_UNPUBLISH, pack_pub, &a, -1, NULL, NULL);
 }
 
@@ -1284,7 +1341,7 @@ int opd_attach(opd_client_t *c, const char *name, uint64_t *arena,
   if (rc) return rc;
   if (name == NULL || arena == NULL)
     return fail(OPD_EINVAL, "opd_attach: name and arena must not be NULL");
-  pub_args_t a = {0, name, 0, NULL};
+  pub_args_t a = {0, name, 0, NULL, NULL, 0};
   rc = call(c, OPD_MSG_ATTACH, pack_pub, &a, -1, &r.payload, &r.len);
   if (rc != 0) return rc;
   const msgpack_object *body = reply_decode(&r);

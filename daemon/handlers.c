@@ -70,9 +70,18 @@ static void handle_hello(opd_session_t *s, uint64_t id,
   s->hello = 1;
 
   msgpack_packer *pk = scratch(srv);
-  msgpack_pack_map(pk, 7);
+  char spin_why[200] = "";
+  int spin = opd__spin_grant(srv, spin_why, sizeof spin_why);
+  msgpack_pack_map(pk, spin ? 8 : 9);
   PACK_STR(pk, "rings");
   msgpack_pack_true(pk);
+  PACK_STR(pk, "spin"); /* would a spin ring be granted now */
+  if (spin) msgpack_pack_true(pk);
+  else msgpack_pack_false(pk);
+  if (!spin) {
+    PACK_STR(pk, "spin_why");
+    PACK_STR(pk, spin_why);
+  }
   PACK_STR(pk, "protocol");
   msgpack_pack_uint32(pk, OPD_PROTOCOL_VERSION);
   PACK_STR(pk, "version");
@@ -315,15 +324,25 @@ static void handle_export(opd_session_t *s, uint64_t id,
 
 static void handle_ring_setup(opd_session_t *s, uint64_t id,
                               const msgpack_object *body) {
-  char err[300];
-  int rc = opd__ring_setup(s, body, err, sizeof err);
+  char err[300], why[200];
+  int mode;
+  int rc = opd__ring_setup(s, body, &mode, why, sizeof why, err, sizeof err);
   if (rc != 0) {
     opd__reply_error(s, id, rc, "ring_setup: %s", err);
     return;
   }
-  /* this reply still goes to the socket: the client reads it there */
+  /* {"wait": granted, "why"?: why not spin}; this reply still goes to the
+   * socket: the client reads it there */
+  msgpack_packer *pk = scratch(s->srv);
+  msgpack_pack_map(pk, why[0] ? 2 : 1);
+  PACK_STR(pk, "wait");
+  PACK_STR(pk, mode == OPD_RING_SPIN ? "spin" : "adaptive");
+  if (why[0]) {
+    PACK_STR(pk, "why");
+    PACK_STR(pk, why);
+  }
   s->reply_socket = 1;
-  opd__reply(s, id, 0, NULL, 0);
+  reply_scratch(s, id);
   s->reply_socket = 0;
 }
 

@@ -79,6 +79,7 @@ enum {
   O_LOOP_CPU,
   O_ALLOW_USERS,
   O_ALLOW_GROUPS,
+  O_SPIN,
 };
 
 static void usage(FILE *f) {
@@ -105,6 +106,10 @@ static void usage(FILE *f) {
           "                             timers and signals (default: 20 while a\n"
           "                             socket-only client is connected, else\n"
           "                             200)\n"
+          "      --spin auto|always|never  grant spin rings (a busy core on\n"
+          "                             each side): auto (default) while a\n"
+          "                             quarter of the CPUs stays free for the\n"
+          "                             kernels, else such clients get adaptive\n"
           "      --loop-cpu N           pin the event loop thread to CPU N\n"
           "                             (kernel and completion threads stay\n"
           "                             unpinned)\n"
@@ -178,6 +183,7 @@ int main(int argc, char **argv) {
       {"loop-cpu", required_argument, 0, O_LOOP_CPU},
       {"allow-users", required_argument, 0, O_ALLOW_USERS},
       {"allow-groups", required_argument, 0, O_ALLOW_GROUPS},
+      {"spin", required_argument, 0, O_SPIN},
       {"version", no_argument, 0, 'V'},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
@@ -228,6 +234,16 @@ int main(int argc, char **argv) {
         if (copy_opt("--allow-users", optarg, cfg.allow_users,
                      sizeof cfg.allow_users))
           return 1;
+        break;
+      case O_SPIN:
+        if (strcmp(optarg, "auto") == 0) cfg.spin = OPD_SPIN_AUTO;
+        else if (strcmp(optarg, "always") == 0) cfg.spin = OPD_SPIN_ALWAYS;
+        else if (strcmp(optarg, "never") == 0) cfg.spin = OPD_SPIN_NEVER;
+        else {
+          fprintf(stderr, "opd: --spin expects auto, always or never, got "
+                          "\"%s\"\n", optarg);
+          return 1;
+        }
         break;
       case O_ALLOW_GROUPS:
         if (copy_opt("--allow-groups", optarg, cfg.allow_groups,

@@ -29,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/wire.h"
@@ -71,6 +72,7 @@ static void service_session(opd_session_t *s);
  * spinning request can wait for beyond its own service, and are counted
  * for the shutdown report (opd__ring_report). */
 #define CLOCK_TURNS 32
+#define NAP_NS 20000 /* while CPU runs are on the kernel threads */
 #define WINDOW_GAP_LONG_NS 2000 /* a gap this long shows in a spin tail */
 
 static int spin_wanted_at(opd_server_t *srv, uint64_t now) {
@@ -150,6 +152,13 @@ static void on_idle(uv_idle_t *h) {
     } else if (srv->n_spin == 0 && opd__cuda_inflight(srv) == 0) {
       break; /* nothing left to spin for */
     }
+    if (!served && srv->pool_jobs > 0) {
+      /* runs on the kernel threads: the loop's core is theirs; look at
+       * the rings every NAP_NS instead of spinning */
+      struct timespec nap = {0, NAP_NS};
+      nanosleep(&nap, NULL);
+      continue;
+    }
 #if defined(__x86_64__) || defined(__i386__)
     if (!served) __builtin_ia32_pause();
 #endif
@@ -211,8 +220,29 @@ static void on_doorbell(uv_poll_t *h, int status, int events) {
   }
 }
 
-int opd__ring_setup(opd_session_t *s, const msgpack_object *body, char *err,
-                    size_t errlen) {
+/* Spinning takes a core on each side: the client's wait and the daemon's
+ * loop. On a host with few cores that is the core the kernel threads need,
+ * and every run above the inline limit gets slower than over adaptive
+ * (bench/bench_spin.py). So under --spin auto a spin session is granted
+ * only while, with it, the spinning sessions and the loop leave a quarter
+ * of the CPUs (at least one) to the work; otherwise it gets adaptive. */
+int opd__spin_grant(const opd_server_t *srv, char *why, size_t cap) {
+  if (srv->cfg.spin == OPD_SPIN_ALWAYS) return 1;
+  if (srv->cfg.spin == OPD_SPIN_NEVER) {
+    snprintf(why, cap, "spinning is off (--spin never)");
+    return 0;
+  }
+  int need = srv->n_cpus / 4 > 1 ? srv->n_cpus / 4 : 1;
+  int left = srv->n_cpus - 1 - (srv->n_spin + 1);
+  if (left >= need) return 1;
+  snprintf(why, cap, "%d CPUs: the loop and %d spinning session(s) would "
+           "leave %d for the kernels, under the %d kept free (--spin auto)",
+           srv->n_cpus, srv->n_spin + 1, left > 0 ? left : 0, need);
+  return 0;
+}
+
+int opd__ring_setup(opd_session_t *s, const msgpack_object *body, int *granted,
+                    char *why, size_t whylen, char *err, size_t errlen) {
   opd_server_t *srv = s->srv;
   uint64_t size, sqn, sqs, cqn, cqs;
   char wait[16];
@@ -237,14 +267,30 @@ int opd__ring_setup(opd_session_t *s, const msgpack_object *body, char *err,
     snprintf(err, errlen, "\"wait\" must be spin or adaptive, got \"%s\"", wait);
     return OPD_EINVAL;
   }
-  int need = mode == OPD_RING_ADAPTIVE ? 2 : 1, fds[2] = {-1, -1};
-  char why[200];
-  if (opd__session_take_fds(s, need, fds, why, sizeof why) != 0) {
+  /* spin: the memfd, and an eventfd too when the client allows being
+   * given adaptive instead (libopd sends both) */
+  int need = mode == OPD_RING_ADAPTIVE || s->n_fds >= 2 ? 2 : 1;
+  int fds[2] = {-1, -1};
+  char fwhy[200];
+  if (opd__session_take_fds(s, need, fds, fwhy, sizeof fwhy) != 0) {
     snprintf(err, errlen, "%s rings need the memfd%s: %s", wait,
-             need == 2 ? " and an eventfd" : "", why);
+             need == 2 ? " and an eventfd" : "", fwhy);
     return OPD_EFD;
   }
   int memfd = fds[0], efd = fds[1];
+  why[0] = '\0';
+  if (mode == OPD_RING_SPIN && !opd__spin_grant(srv, why, whylen)) {
+    if (efd >= 0) {
+      mode = OPD_RING_ADAPTIVE;
+      LOG_INFO("session %llu: spin asked, adaptive given: %s",
+               (unsigned long long)s->id, why);
+    } else { /* a client that cannot take adaptive: it spins, we warn */
+      LOG_WARN("session %llu: spins without cores to spare: %s",
+               (unsigned long long)s->id, why);
+      why[0] = '\0';
+    }
+  }
+  *granted = mode;
 
   void *base = NULL;
   int rc = 0;
@@ -309,7 +355,8 @@ int opd__ring_setup(opd_session_t *s, const msgpack_object *body, char *err,
   srv->n_ring++;
   opd__ring_update_idle(srv);
   LOG_INFO("session %llu: %s rings, %llu+%llu slots", (unsigned long long)s->id,
-           wait, (unsigned long long)sqn, (unsigned long long)cqn);
+           mode == OPD_RING_SPIN ? "spin" : "adaptive",
+           (unsigned long long)sqn, (unsigned long long)cqn);
   return 0;
 fail_poll:
   if (s->ring_poll) {

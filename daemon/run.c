@@ -479,6 +479,7 @@ static void work_cb(uv_work_t *w) {
 
 static void after_work_cb(uv_work_t *w, int status) {
   (void)status; /* jobs are never cancelled */
+  ((opd_job_t *)w)->s->srv->pool_jobs--;
   opd__job_done((opd_job_t *)w);
 }
 
@@ -512,6 +513,7 @@ void opd__job_start(opd_job_t *job) {
   }
   job->call.exec = &srv->exec;
   int rc = uv_queue_work(srv->loop, &job->work, work_cb, after_work_cb);
+  if (rc == 0) srv->pool_jobs++;
   if (rc != 0) {
     job->rc = OPD_EINTERNAL;
     snprintf(job->call.err, sizeof job->call.err, "uv_queue_work: %s",

@@ -62,6 +62,7 @@ typedef struct opd_limits {
 } opd_limits_t;
 
 #define OPD_MAX_DEVICES 16
+enum { OPD_SPIN_AUTO = 0, OPD_SPIN_ALWAYS = 1, OPD_SPIN_NEVER = 2 };
 
 typedef struct opd_config {
   char socket_path[108];
@@ -72,6 +73,7 @@ typedef struct opd_config {
   uint32_t spin_window_ns;       /* --spin-window-us: how long the loop
                                     serves spinning rings between looks at
                                     sockets and timers */
+  int spin;                      /* --spin: OPD_SPIN_AUTO / _ALWAYS / _NEVER */
   char allow_users[512];         /* --allow-users: names or uids, commas;
                                     "" = anyone who can open the socket */
   char allow_groups[512];        /* --allow-groups: names or gids, commas */
@@ -164,6 +166,9 @@ typedef struct opd_server {
   uv_prepare_t ring_prepare;     /* arms adaptive rings before blocking */
   uv_idle_t ring_idle;           /* active: the loop must not block */
   int n_ring, n_spin;            /* ring sessions, spinning ones */
+  int n_cpus;                    /* CPUs the daemon may run on */
+  int pool_jobs;                 /* CPU runs on the kernel threads now: the
+                                    loop naps instead of spinning */
   int ring_kick;                 /* work left for the next iteration */
   /* spin windows (ringsvc.c on_idle): the gaps between them, for the
    * shutdown report */
@@ -398,8 +403,13 @@ static inline int opd__is_admin(const opd_server_t *srv, uid_t uid) {
 #define OPD_RING_SPIN 2
 void opd__ring_init_server(opd_server_t *srv);
 void opd__ring_report(opd_server_t *srv); /* logs the spin windows' gaps */
-int opd__ring_setup(opd_session_t *s, const msgpack_object *body, char *err,
-                    size_t errlen);
+/* Sets up s's rings; *mode gets the wait strategy granted (a spin asked
+ * for where cores are short is given adaptive, with why[] saying so). */
+int opd__ring_setup(opd_session_t *s, const msgpack_object *body, int *mode,
+                    char *why, size_t whylen, char *err, size_t errlen);
+/* 1 when one more spinning session would still leave cores for the work
+ * (--spin); else 0 with why[] saying so. */
+int opd__spin_grant(const opd_server_t *srv, char *why, size_t cap);
 /* 1 when the reply went to (or waits for) the completion ring, 0 when it
  * must go to the socket. */
 int opd__ring_reply(opd_session_t *s, const void *head, size_t hlen,

@@ -164,21 +164,40 @@ int opd_export_cuda(opd_client_t *c, uint64_t arena, int *fd,
                     uint64_t *alloc_size);
 
 /* Publishes one of this connection's arenas (host or device) under `name`
- * (at most 63 bytes) so that other connections can attach it read-only —
- * e.g. model weights loaded once and used by every worker. The name lasts
- * until opd_unpublish or until this connection closes; the memory lasts
- * while any attachment does. `meta` (NULL, or at most 255 bytes) is handed
- * to attachers as is (e.g. the tensor's dtype, shape and offset). Returns
- * 0, OPD_EARENA, OPD_EINVAL (name taken or empty) or OPD_ELIMIT. */
+ * (at most 63 bytes, no '/') so that other connections can attach it
+ * read-only — e.g. model weights loaded once and used by every worker. The
+ * name belongs to this connection's uid: other uids' names never collide
+ * with it, and connections of other uids may attach it only if listed in
+ * opd_publish2's readers (root and the daemon's own uid always may). The
+ * name lasts until opd_unpublish or until this connection closes; the
+ * memory lasts while any attachment does. `meta` (NULL, or at most 255
+ * bytes) is handed to attachers as is (e.g. the tensor's dtype, shape and
+ * offset). Returns 0, OPD_EARENA, OPD_EINVAL (name taken by this uid,
+ * empty, too long or with a '/') or OPD_ELIMIT. */
 int opd_publish(opd_client_t *c, uint64_t arena, const char *name,
                 const char *meta);
+/* opd_publish, and other uids that may attach the name: each of the
+ * n_readers entries is a uid ("1001"), a user name, "group:NAME" or
+ * "group:GID" (members of the group, by the attaching process's primary or
+ * supplementary groups), or "*" (every client the daemon serves).
+ * readers may be NULL when n_readers is 0 (the same as opd_publish).
+ * Returns opd_publish's codes; OPD_EINVAL also for an unknown user or
+ * group (named in opd_last_error). */
+int opd_publish2(opd_client_t *c, uint64_t arena, const char *name,
+                 const char *meta, const char *const *readers, int n_readers);
+/* Withdraws a name published by this connection ("name", or "user/name"
+ * of this uid). Returns 0, OPD_ENOENT (no such name of this uid) or
+ * OPD_EINVAL (another connection published it: only it can unpublish). */
 int opd_unpublish(opd_client_t *c, const char *name);
 
 /* Attaches a published arena: *arena is a read-only arena id of this
  * connection for the same memory (outputs in it get OPD_EREADONLY), *size
- * its bytes, `device` (cap bytes, may be NULL) "cpu" or "cuda:N". Release
- * it with opd_arena_release. Returns 0 or OPD_ENOENT (nothing published
- * under that name). */
+ * its bytes, `device` (cap bytes, may be NULL) "cpu" or "cuda:N". `name`
+ * is looked up among this connection's uid's names; another uid's name is
+ * "user/name" or "uid/name" ("alice/weights", "1000/weights"). Release it
+ * with opd_arena_release. Returns 0 or OPD_ENOENT: nothing is published
+ * under that name, or it is another uid's and not shared with this one
+ * (the two are not told apart, so names do not leak across uids). */
 int opd_attach(opd_client_t *c, const char *name, uint64_t *arena,
                uint64_t *size, char *device, size_t device_cap, char *meta,
                size_t meta_cap);
@@ -276,6 +295,12 @@ void opd_free(void *p);
 /* The message of the last failed call on this thread: the daemon's own
  * words for a rejected request ("softmax: input 0 (x) has dtype int32,
  * expected float32"), or what went wrong locally. */
+/* The transport c uses: "spin", "adaptive" or "socket". A spin asked for
+ * on a host whose cores are short is given adaptive by the daemon (its
+ * --spin); opd_transport_why() then says why ("" otherwise). */
+const char *opd_transport(opd_client_t *c);
+const char *opd_transport_why(opd_client_t *c);
+
 const char *opd_last_error(void);
 const char *opd_strerror(int code);   /* "unsupported dtype" */
 const char *opd_errname(int code);    /* "EDTYPE" */

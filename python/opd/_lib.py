@@ -12,7 +12,7 @@ LibraryNotFoundError lists every place tried and why each failed.
 
 Every function gets argtypes and restype so ctypes checks arguments and
 never truncates pointers. The CUDA-era entry points (opd_alloc,
-opd_run_on, opd_publish, opd_attach, opd_import_cuda, opd_alloc_flags,
+opd_run_on, opd_publish, opd_publish2, opd_attach, opd_import_cuda, opd_alloc_flags,
 opd_export_cuda, ...) are declared
 when present, so an older libopd still loads for host-only use. The struct layouts mirror opd.h's opd_tensor_t
 and opd_attr_t (160 and 104 bytes; a test checks the sizes).
@@ -115,6 +115,7 @@ def _declare(lib):
         "opd_alloc_flags": (c_int, [vp, cp, c_uint64, c_uint32, P(c_uint64)]),
         "opd_export_cuda": (c_int, [vp, c_uint64, P(c_int), P(c_uint64)]),
         "opd_publish": (c_int, [vp, c_uint64, cp, cp]),
+        "opd_publish2": (c_int, [vp, c_uint64, cp, cp, P(cp), c_int]),
         "opd_unpublish": (c_int, [vp, cp]),
         "opd_attach": (c_int, [vp, cp, P(c_uint64), P(c_uint64), cp, sz,
                                cp, sz]),
@@ -129,6 +130,8 @@ def _declare(lib):
         "opd_run_prepared": (c_int, [vp, vp]),
         "opd_submit_prepared": (c_int, [vp, vp, P(c_uint64)]),
         "opd_prepared_free": (None, [vp]),
+        "opd_transport": (cp, [vp]),
+        "opd_transport_why": (cp, [vp]),
     }
     for name, (res, args) in sigs.items():
         f = getattr(lib, name)

@@ -702,18 +702,40 @@ class Client:
         return len(self._maps)
 
     # ---- published tensors ---------------------------------------------------
-    def publish(self, name, t):
+    def publish(self, name, t, readers=None):
         """Publishes a copy of tensor t (a host or device Tensor, or a torch
-        tensor) under `name` (at most 63 bytes), for any connection of the
-        daemon to attach read-only (c.attach). The copy gets an arena of its
+        tensor) under `name` (at most 63 bytes, no "/"), for other
+        connections of the daemon to attach read-only (c.attach). The name
+        belongs to this process's uid: connections of the same uid attach
+        it as `name`, and other uids only if `readers` lists them, as
+        "user/name" or "uid/name". readers: None (this uid only) or a list
+        of uids (int), user names, "group:NAME" / "group:GID" (members of
+        the group) or "*" (every client the daemon serves); root and the
+        daemon's own uid may attach any name. The copy gets an arena of its
         own (device memory for a device tensor) and dtype, shape and offset
         travel as JSON meta. The name lasts until unpublish(name) or until
         this connection closes; the memory lasts while any attachment
         does. Returns the published Tensor (this connection's own copy:
         writing it changes what attachers read). Raises BadArgumentError
-        (EINVAL: name taken or empty)."""
+        (EINVAL: name taken by this uid, empty or with a "/"; an unknown
+        user or group in readers)."""
         h = self._handle()
-        fn = self._need("opd_publish")
+        if readers is None:
+            fn, extra = self._need("opd_publish"), ()
+        else:
+            if isinstance(readers, (str, bytes, numbers.Integral)):
+                raise TypeError("readers must be a list of uids, user names, "
+                                "'group:NAME' or '*', not %r" % (readers,))
+            fn = self._need("opd_publish2")
+            rs = [str(int(r)) if isinstance(r, numbers.Integral) and
+                  not isinstance(r, bool) else r for r in readers]
+            for r in rs:
+                if not isinstance(r, str):
+                    raise TypeError("readers entries are uids (int) or "
+                                    "strings, not %r" % (r,))
+            arr = (ctypes.c_char_p * max(len(rs), 1))(
+                *[r.encode() for r in rs])
+            extra = (arr, len(rs))
         if not isinstance(t, Tensor):
             t = self._convert(t)
         nbytes = max(t.nbytes, 1)
@@ -731,7 +753,8 @@ class Client:
                 self.run("copy", t, out=own)
         meta = json.dumps({"dtype": t.dtype, "shape": list(t.shape),
                            "offset": 0}, separators=(",", ":"))
-        check(fn(h, self._arena_id(arena), name.encode(), meta.encode()))
+        check(fn(h, self._arena_id(arena), name.encode(), meta.encode(),
+                 *extra))
         self._pubs[name] = own
         return own
 
@@ -747,8 +770,11 @@ class Client:
         this connection (on "cpu" or "cuda:N": the publisher's memory, no
         copy). Use it as an input anywhere; as an output the daemon refuses
         it (BadArgumentError, EREADONLY). It is not mapped here: numpy(),
-        cpu() and torch() copy it. Raises BadArgumentError (ENOENT) if
-        nothing is published under that name."""
+        cpu() and torch() copy it. `name` is one of this uid's names, or
+        "user/name" ("uid/name") for another uid's name shared with this
+        one. Raises BadArgumentError (ENOENT) if nothing is published under
+        that name, or it is another uid's and not shared with this uid (the
+        two are not told apart)."""
         h = self._handle()
         aid, size = ctypes.c_uint64(), ctypes.c_uint64()
         dev = ctypes.create_string_buffer(64)
@@ -1102,6 +1128,20 @@ class Client:
             self._schemas = {o["name"]: o for o in
                              self._json(self._lib.opd_ops_json)["ops"]}
         return dict(self._schemas)
+
+    @property
+    def transport(self):
+        """The transport in use: "spin", "adaptive" or "socket" (a spin
+        asked for where the daemon's host has no cores to spare is given
+        adaptive; transport_why says why)."""
+        f = getattr(self._lib, "opd_transport", None)
+        return f(self._handle()).decode() if f is not None else self.wait
+
+    @property
+    def transport_why(self):
+        """Why the transport is not the one asked for ("" if it is)."""
+        f = getattr(self._lib, "opd_transport_why", None)
+        return f(self._handle()).decode() if f is not None else ""
 
     def stats(self):
         """Returns the daemon's statistics as a dict (sessions, requests,

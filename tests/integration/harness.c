@@ -47,6 +47,13 @@ void th_start(const char *const *args) {
 
   const char *argv[32] = {bin, "--socket", th_d.sock, "--log-level", "debug"};
   int n = 5;
+  /* the spin pass tests the spin transport: granted whatever the cores
+   * (a test's own --spin comes later and wins) */
+  const char *wait = getenv("OPD_WAIT");
+  if (wait != NULL && strcmp(wait, "spin") == 0) {
+    argv[n++] = "--spin";
+    argv[n++] = "always";
+  }
   for (int i = 0; args && args[i] && n < 31; i++) {
     argv[n++] = args[i];
     /* a test that names its own socket: the last --socket wins */

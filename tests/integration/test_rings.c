@@ -191,3 +191,45 @@ Test(rings, a_client_dying_with_entries_in_its_ring) {
   cr_assert_eq(th_wait_stat("arenas", 0, 5000), 0, "its memory is released");
   cr_assert_eq(th_wait_stat("sessions", 1, 3000), 1);
 }
+
+Test(rings, a_corrupt_completion_ring_gets_the_documented_goodbye) {
+  opd_client_t *bystander = th_connect();
+  raw_ring_t r;
+  cr_assert_eq(raw_setup(&r, "spin", 1, 1), 0);
+  /* the client's consumed count far past anything the daemon wrote: the
+   * daemon finds it when the completion ring looks full */
+  opd_ring_hdr_t *h = (opd_ring_hdr_t *)((char *)r.base + cq_off());
+  atomic_store(&h->tail, (uint64_t)1 << 40);
+  for (uint64_t i = 0; i < CQN + 4; i++) {
+    unsigned char msg[16] = {0x93, OPD_MSG_PING, 0x01, 0x80};
+    for (int t = 0; t < 100 && opd__ring_push(&r.sq, msg, 4) == 1; t++)
+      usleep(1000); /* full: the daemon takes them as it replies */
+  }
+  cr_assert_eq(th_raw_expect_close(r.fd, 3000), OPD_EPROTO,
+               "a goodbye naming the protocol error, then the close");
+  cr_assert_eq(opd_ping(bystander), 0, "others are not affected");
+  opd_close(bystander);
+  th_assert_alive();
+}
+
+/* Spinning takes a core on each side; where the daemon has none to spare
+ * (--spin auto on a small host, or --spin never) a spin client is given
+ * adaptive, and libopd says so. */
+Test(rings, spin_is_refused_where_cores_are_short, .init = NULL) {
+  const char *args[] = {"--spin", "never", NULL};
+  th_start(args);
+  opd_client_t *c;
+  cr_assert_eq(opd_connect_flags(th_d.sock, OPD_CONNECT_WAIT_SPIN, &c), 0,
+               "%s", opd_last_error());
+  cr_assert_str_eq(opd_transport(c), "adaptive");
+  cr_assert(strstr(opd_transport_why(c), "--spin never") != NULL, "%s",
+            opd_transport_why(c));
+  cr_assert_eq(opd_ping(c), 0);
+  opd_close(c);
+  const char *always[] = {"--spin", "always", NULL};
+  th_start(always);
+  cr_assert_eq(opd_connect_flags(th_d.sock, OPD_CONNECT_WAIT_SPIN, &c), 0);
+  cr_assert_str_eq(opd_transport(c), "spin");
+  cr_assert_str_eq(opd_transport_why(c), "");
+  opd_close(c);
+}

@@ -35,8 +35,10 @@ class Daemon:
         self.socket = os.path.join(directory, "opd.sock")
         self.log = os.path.join(directory, "opd.log")
         with open(self.log, "wb") as log:
-            self.proc = subprocess.Popen([OPD_BIN, "--socket", self.socket, *args],
-                                         stdout=log, stderr=log)
+            # the spin pass tests the spin transport, whatever the cores
+            spin = ["--spin", "always"] if os.environ.get("OPD_WAIT") == "spin" else []
+            self.proc = subprocess.Popen([OPD_BIN, "--socket", self.socket, *spin,
+                                          *args], stdout=log, stderr=log)
         deadline = time.monotonic() + 10
         while True:
             if self.proc.poll() is not None:
