@@ -463,3 +463,92 @@ Test(bad, too_many_clients, .init = NULL) {
   cr_assert_eq(opd_ping(a), 0);
   opd_close(a);
 }
+
+/* A sealed 4 KiB memfd, as a client registers. */
+static int sealed_memfd(void) {
+  int fd = memfd_create("stray", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  cr_assert_geq(fd, 0);
+  cr_assert_eq(ftruncate(fd, 4096), 0);
+  cr_assert_eq(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW), 0);
+  return fd;
+}
+
+Test(bad, a_stray_fd_is_never_taken_by_a_later_registration) {
+  int fd = th_raw_connect();
+  th_raw_hello(fd);
+  /* a memfd sent with a ping: it belongs to the ping, which takes none */
+  int mfd = sealed_memfd();
+  th_raw_request(fd, OPD_MSG_PING, 2, "\x80", 1, mfd);
+  close(mfd);
+  th_reply_t r;
+  cr_assert_eq(th_raw_reply(fd, &r, 2000), 0);
+  cr_assert_eq(r.code, 0);
+  /* a registration sent without one must not get the ping's */
+  th_pack_t p;
+  th_pack_init(&p);
+  msgpack_pack_map(&p.pk, 1);
+  th_pack_str(&p, "size");
+  msgpack_pack_uint64(&p.pk, 4096);
+  th_raw_request(fd, OPD_MSG_ARENA_REGISTER, 3, p.sb.data, p.sb.size, -1);
+  th_pack_free(&p);
+  cr_assert_eq(th_raw_reply(fd, &r, 2000), 0);
+  cr_assert_eq(r.code, OPD_EFD, "the stray fd was taken: %s", r.message);
+  cr_assert(strstr(r.message, "no file descriptor") != NULL, "%s", r.message);
+  close(fd);
+  cr_assert_eq(th_wait_stat("arenas", 0, 2000), 0);
+}
+
+/* Reads the daemon's log into buf (NUL-terminated). */
+static void read_log(char *buf, size_t cap) {
+  FILE *f = fopen(th_d.log, "r");
+  cr_assert_not_null(f);
+  size_t n = fread(buf, 1, cap - 1, f);
+  buf[n] = '\0';
+  fclose(f);
+}
+
+Test(bad, client_strings_cannot_forge_log_lines) {
+  int fd = th_raw_connect();
+  th_pack_t p;
+  th_pack_init(&p);
+  msgpack_pack_map(&p.pk, 2);
+  th_pack_str(&p, "protocol");
+  msgpack_pack_uint32(&p.pk, OPD_PROTOCOL_VERSION);
+  th_pack_str(&p, "client");
+  th_pack_str(&p, "w\n2026-01-01T00:00:00Z opd[error] FORGED\x1b[2J");
+  th_raw_request(fd, OPD_MSG_HELLO, 1, p.sb.data, p.sb.size, -1);
+  th_pack_free(&p);
+  th_reply_t r;
+  cr_assert_eq(th_raw_reply(fd, &r, 2000), 0);
+  cr_assert_eq(r.code, 0, "%s", r.message);
+  close(fd);
+  cr_assert_eq(th_wait_stat("sessions", 1, 2000), 1); /* th_stat's own */
+  static char log[1 << 20];
+  read_log(log, sizeof log);
+  cr_assert(strstr(log, "\nFORGED") == NULL && strstr(log, "\n2026-01-01") == NULL,
+            "a client's newline started a log line");
+  cr_assert(strchr(log, '\x1b') == NULL, "an escape sequence reached the log");
+  cr_assert(strstr(log, "w\\x0a2026-01-01") != NULL, "the name, escaped");
+}
+
+Test(bad, the_goodbye_log_line_is_a_clean_string) {
+  /* a goodbye longer than 31 bytes (a str8 in msgpack) */
+  int fd = th_raw_connect();
+  th_raw_send(fd, "\xff\xff\xff\x7f", 4, -1);
+  cr_assert_eq(th_raw_expect_close(fd, 3000), OPD_ETOOBIG);
+  cr_assert_eq(th_wait_stat("sessions", 1, 2000), 1); /* th_stat's own */
+  static char log[1 << 20];
+  read_log(log, sizeof log);
+  const char *at = strstr(log, "closing: ");
+  cr_assert_not_null(at, "%s", log);
+  at += strlen("closing: ");
+  const char *want = "frame of 2147483647 bytes exceeds the limit of";
+  cr_assert(strncmp(at, want, strlen(want)) == 0, "line: %.120s", at - 9);
+  const char *eol = strchr(at, '\n');
+  cr_assert_not_null(eol);
+  for (const char *q = at; q < eol; q++)
+    cr_assert(*q >= 0x20 && *q < 0x7f, "byte 0x%02x in the line",
+              (unsigned char)*q);
+  cr_assert(strncmp(eol - 5, "bytes", 5) == 0, "line ends: %.*s",
+            (int)(eol - at), at);
+}
