@@ -42,6 +42,9 @@ static void send_goodbye(opd_session_t *s, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 #define READ_CHUNK (64 * 1024)
+/* A session's read or write buffer larger than this is freed once empty:
+ * an idle session holds no more than that, whatever it sent before. */
+#define BUF_KEEP (4 * READ_CHUNK)
 
 /* 0 when s may be served, else the code of its goodbye and why. */
 static int admit(opd_server_t *srv, opd_session_t *s, char *why, size_t cap) {
@@ -186,7 +189,14 @@ static int flush(opd_session_t *s) {
     }
     s->woff += (size_t)n;
   }
-  if (s->woff == s->wlen) s->woff = s->wlen = 0;
+  if (s->woff == s->wlen) {
+    s->woff = s->wlen = 0;
+    if (s->wcap > BUF_KEEP) { /* after a burst of replies */
+      free(s->wbuf);
+      s->wbuf = NULL;
+      s->wcap = 0;
+    }
+  }
   return 0;
 }
 
@@ -384,8 +394,8 @@ static void take_fds(opd_session_t *s, struct msghdr *msg) {
 /* MSG_CTRUNC: more fds than a request may carry, or none could be
  * installed because this process (EMFILE) or the system (ENFILE) is out
  * of them. A probe dup tells which. */
-static int fds_short(void) {
-  int probe = fcntl(0, F_DUPFD_CLOEXEC, 0);
+static int fds_short(int sock) {
+  int probe = fcntl(sock, F_DUPFD_CLOEXEC, 0);
   if (probe >= 0) {
     close(probe);
     return 0;
@@ -433,7 +443,7 @@ static void do_read(opd_session_t *s) {
     take_fds(s, &msg);
   }
   if (msg.msg_flags & MSG_CTRUNC) {
-    int why = fds_short();
+    int why = fds_short(s->fd);
     if (why != 0) {
       s->fd_lost = why; /* the request that wanted them says so */
       LOG_WARN("session %llu: a file descriptor it sent was lost: the daemon "
@@ -534,6 +544,11 @@ static int parse_frames(opd_session_t *s) {
     memmove(s->rbuf, s->rbuf + off, s->rlen - off);
     s->rlen -= off;
     s->fds_at = s->fds_at > off ? s->fds_at - off : 0;
+  }
+  if (s->rlen == 0 && s->rcap > BUF_KEEP) { /* after a big frame */
+    free(s->rbuf);
+    s->rbuf = NULL;
+    s->rcap = 0;
   }
   /* a frame begun and not finished: the clock of --frame-timeout-ms
    * starts at the first look that finds it so */
