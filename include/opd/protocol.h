@@ -31,7 +31,9 @@
  *                   -> {"protocol": uint, "version": str, "session": uint,
  *                       "backends": [str], "limits": {max_frame, max_rank,
  *                       max_tensors, max_attrs, max_arenas, max_arena_bytes,
- *                       max_session_bytes, max_inflight}}
+ *                       max_session_bytes, max_inflight}, "rings": true,
+ *                       "spin": bool (a spin ring would be granted now),
+ *                       "spin_why"?: str}
  *                   Must be the first request; any other first request gets
  *                   OPD_ESTATE. A different major protocol gets OPD_EVERSION.
  *   ARENA_REGISTER  {"size": uint}   + exactly one memfd sent with SCM_RIGHTS
@@ -52,8 +54,10 @@
  *                   and offset are not checked.
  *   OPS             {} -> {"ops": [schema]}; see docs/protocol.md
  *   STATS           {} -> {"sessions", "sessions_total", "requests", "errors",
- *                   "arenas", "bytes_mapped", "uptime_ns", "healthy",
- *                   "ops": {name: {"calls", "errors", "ns"}}}
+ *                   "arenas", "bytes_mapped", "mappings", "mapped_bytes",
+ *                   "inflight", "uids", "uptime_ns", "healthy",
+ *                   "ops": {name: {"calls", "errors", "ns"}}}: what the
+ *                   daemon holds (mappings: host mmaps of client memory)
  *   PING            {} -> {}   (answered on the event loop; measures transport)
  *   ALLOC           {"device": "cuda" | "cuda:N", "size": uint,
  *                   "exportable"?: bool} -> {"arena": uint}: device memory
@@ -88,9 +92,10 @@
  *                   cuMemMap of alloc_size bytes) for a zero-copy view.
  *   RING_SETUP      {"size": uint, "sq_slots", "sq_slot_size", "cq_slots",
  *                   "cq_slot_size": uint, "wait": "spin" | "adaptive"} + a
- *                   sealed memfd of `size` bytes (and, for adaptive, an
- *                   eventfd the client rings when the daemon sleeps) ->
- *                   {} on the socket. The memfd holds a submission ring at
+ *                   sealed memfd of `size` bytes and an eventfd the client
+ *                   rings when the daemon sleeps (required for adaptive;
+ *                   for spin it lets the daemon grant adaptive instead)
+ *                   -> {"wait": granted, "why"?: str} on the socket. The memfd holds a submission ring at
  *                   offset 0 and a completion ring at the next 4096-byte
  *                   boundary (common/ring.h), both formatted by the client.
  *                   From then on the daemon takes requests from the
