@@ -692,15 +692,19 @@ void opd__sessions_sweep(opd_server_t *srv, uint64_t now) {
       if (now - s->t_goodbye > fr && s->running == NULL) opd__session_close(s);
       continue;
     }
-    if (!s->hello && now - s->t_accept > hs)
-      opd__session_goodbye(s, OPD_ETIMEDOUT, s->rlen > 0
-                           ? "a frame was left unfinished past the handshake "
-                             "timeout (--handshake-timeout-ms)"
-                           : "no hello within the handshake timeout "
-                             "(--handshake-timeout-ms)");
-    else if (s->t_partial != 0 && now - s->t_partial > fr)
-      opd__session_goodbye(s, OPD_ETIMEDOUT, "a frame was left unfinished "
-                           "past the frame timeout (--frame-timeout-ms)");
+    char why[160];
+    if (!s->hello && now - s->t_accept > hs) {
+      snprintf(why, sizeof why, s->rlen > 0
+               ? "no hello within %u ms (--handshake-timeout-ms): a frame "
+                 "was left unfinished"
+               : "no hello within %u ms (--handshake-timeout-ms)",
+               l->handshake_ms);
+      opd__session_goodbye(s, OPD_ETIMEDOUT, why);
+    } else if (s->t_partial != 0 && now - s->t_partial > fr) {
+      snprintf(why, sizeof why, "a frame was left unfinished for %u ms "
+               "(--frame-timeout-ms)", l->frame_ms);
+      opd__session_goodbye(s, OPD_ETIMEDOUT, why);
+    }
   }
 }
 
