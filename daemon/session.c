@@ -23,6 +23,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <malloc.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -687,6 +688,17 @@ void opd__sessions_sweep(opd_server_t *srv, uint64_t now) {
   for (opd_session_t *s = srv->sessions, *next; s; s = next) {
     next = s->next;
     if (s->fd < 0) continue;
+    if (!(s->poll_events & (UV_READABLE | UV_WRITABLE))) {
+      /* not read (throttled) and nothing to write: the loop does not poll
+       * its socket, so a peer that died is found here */
+      struct pollfd pfd = {.fd = s->fd, .events = 0};
+      if (poll(&pfd, 1, 0) > 0 && (pfd.revents & (POLLHUP | POLLERR))) {
+        LOG_INFO("session %llu: peer gone while its session was not read",
+                 (unsigned long long)s->id);
+        opd__session_close(s);
+        continue;
+      }
+    }
     if (s->goodbye == 2) {
       /* a peer that does not read its goodbye is not waited for */
       if (now - s->t_goodbye > fr && s->running == NULL) opd__session_close(s);
