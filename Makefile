@@ -140,7 +140,7 @@ all: check-deps $(BINS) $(EXAMPLES) cuda
 # ---- dependencies --------------------------------------------------------
 DEB_PKGS := build-essential pkg-config libuv1-dev libmsgpack-dev \
             libopenblas-pthread-dev libcriterion-dev \
-            python3 python3-numpy python3-pytest python3-torch
+            python3 python3-numpy python3-pytest python3-torch clang libclang-rt-14-dev
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 deps:
@@ -231,6 +231,53 @@ $(B)/tests/integration: $(INTEG_OBJ) $(B)/libopd.a
 
 test: all $(B)/tests/unit $(B)/tests/ops $(B)/tests/integration
 	@OPD_BIN=$(abspath $(B)/opd) OPD_BUILD=$(abspath $(B)) bash tests/run.sh
+
+# ---- fuzzing (tests/fuzz/README.md) --------------------------------------
+#   make fuzz FUZZ_SECONDS=N   builds the libFuzzer targets and runs each for
+#                              N seconds (default 60) on a copy of its seed
+#                              corpus; prints execs, exec/s, cov and ft
+#   make fuzz-build            only builds them ($(B)/fuzz/fuzz_<target>)
+# Needs clang and its libFuzzer runtime (Debian: clang libclang-rt-14-dev).
+# The code under test is compiled by clang into $(B)/fuzz/obj (never mixed
+# with the gcc objects of $(B)/obj), with the CPU-only CUDA stand-in and no
+# BLAS, and archived, so that each target links only what it calls.
+FUZZ_CC      ?= clang
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS := wire desc session
+FUZZ_SAN     := address,undefined -fno-sanitize-recover=undefined
+FUZZ_CFLAGS  := -std=c11 -g -O1 -fno-omit-frame-pointer -pthread -Wall -Wno-unknown-attributes \
+                -Iinclude -I. -D_GNU_SOURCE -DOPD_NO_BLAS \
+                $(if $(DEPS),-I$(DEPS)/include)
+FUZZ_SRC     := $(COMMON_SRC) $(KERNEL_SRC) \
+                $(filter-out daemon/main.c daemon/cuda.c,$(sort $(wildcard daemon/*.c)))
+FUZZ_OBJ     := $(patsubst %.c,$(B)/fuzz/obj/%.o,$(FUZZ_SRC))
+FUZZ_BINS    := $(patsubst %,$(B)/fuzz/fuzz_%,$(FUZZ_TARGETS))
+.PHONY: fuzz fuzz-build fuzz-check
+
+fuzz-check:
+	@command -v $(FUZZ_CC) >/dev/null 2>&1 || { echo "fuzz: $(FUZZ_CC) not \
+	found; fuzzing needs clang and libFuzzer (Debian: apt-get install clang \
+	libclang-rt-14-dev, or make deps)"; exit 1; }
+	@echo 'int LLVMFuzzerTestOneInput(const char *d, unsigned long n) { (void)d; return (int)(n & 0); }' | \
+	 $(FUZZ_CC) -fsanitize=fuzzer,address,undefined -x c - -o /dev/null 2>/dev/null || \
+	 { echo "fuzz: $(FUZZ_CC) cannot link -fsanitize=fuzzer,address,undefined; \
+	the libFuzzer runtime is missing (Debian: apt-get install libclang-rt-14-dev)"; exit 1; }
+
+$(B)/fuzz/obj/%.o: %.c | fuzz-check
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link,$(FUZZ_SAN) -MMD -MP -c $< -o $@
+
+$(B)/fuzz/libopd-fuzz.a: $(FUZZ_OBJ)
+	rm -f $@ && ar rcs $@ $^
+
+$(B)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(B)/fuzz/libopd-fuzz.a | fuzz-check
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer,$(FUZZ_SAN) -MMD -MP $< -o $@ \
+	  $(B)/fuzz/libopd-fuzz.a $(UV_LIB) $(MSGPACK_LIB) -lm
+
+fuzz-build: fuzz-check $(FUZZ_BINS)
+
+fuzz: fuzz-build
+	@bash tests/fuzz/run.sh $(B)/fuzz $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 
 # ---- run, bench, install -------------------------------------------------
 run: all

@@ -63,6 +63,8 @@ int opd__desc_validate(opd_desc_t *d, uint64_t arena_size, int64_t *numel,
              opd__shape_str(sbuf, sizeof sbuf, d->shape, d->rank));
       return OPD_ESHAPE;
     }
+  }
+  for (int i = 0; i < d->rank; i++) {
     if (d->shape[i] == 0) {
       empty = 1;
       continue;
@@ -92,12 +94,14 @@ int opd__desc_validate(opd_desc_t *d, uint64_t arena_size, int64_t *numel,
    * dimensions taken as 1, and it spans no bytes */
   uint64_t span = 0;
   for (int i = 0; i < d->rank; i++) {
-    uint64_t t;
     if (d->strides[i] < 0) {
       seterr(err, errlen, "negative stride %lld in dimension %d",
              (long long)d->strides[i], i);
       return OPD_ELAYOUT;
     }
+  }
+  for (int i = 0; i < d->rank; i++) {
+    uint64_t t;
     uint64_t reach = d->shape[i] > 0 ? (uint64_t)d->shape[i] - 1 : 0;
     if (__builtin_mul_overflow(reach, (uint64_t)d->strides[i], &t) ||
         __builtin_add_overflow(span, t, &span)) {

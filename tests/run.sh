@@ -58,6 +58,26 @@ run_pytest() {
 }
 for wait in adaptive socket spin; do OPD_WAIT=$wait run_pytest; done
 
+# fuzzing: each libFuzzer target (tests/fuzz) for a bounded time on a copy
+# of its seed corpus; one pass or failure per target. Needs clang and
+# libFuzzer (Debian: clang libclang-rt-14-dev); without them it says so and
+# fails. OPD_FUZZ_SECONDS sets the time per target (default 20).
+run_fuzz() {
+  local secs=${OPD_FUZZ_SECONDS:-20} out rc p f
+  echo "== fuzz: msgpack decoder, descriptors, whole sessions (libFuzzer, $secs s each)"
+  out=$(make --no-print-directory -s -j2 B="$B" fuzz FUZZ_SECONDS="$secs" 2>&1); rc=$?
+  echo "$out" | grep -vE '^opd: CC=' | tail -n 30
+  p=$(echo "$out" | grep -cE '^fuzz_[a-z]+: .*; no crash$')
+  f=$(echo "$out" | grep -cE '^fuzz_[a-z]+: .*; FAILED')
+  if [ "$rc" != 0 ] && [ "$f" = 0 ]; then
+    echo "fuzz: the targets did not build or run (exit $rc)"
+    f=1
+  fi
+  passed=$((passed + p)); failed=$((failed + f))
+  [ "$rc" = 0 ] && [ "$f" = 0 ] || status=1
+}
+run_fuzz
+
 echo
 echo "$passed passed, $failed failed"
 exit $status
