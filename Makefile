@@ -229,8 +229,46 @@ $(B)/tests/integration: $(INTEG_OBJ) $(B)/libopd.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $^ -o $@ -lcriterion $(CLIENT_LIBS) -lm
 
-test: all $(B)/tests/unit $(B)/tests/ops $(B)/tests/integration
+# Chaos and exhaustion tests (tests/chaos): killed clients, floods, unread
+# replies, a low fd limit, measured from the daemon's /proc. Their own
+# binary, with the integration harness; run once by tests/run.sh.
+CHAOS_OBJ := $(call obj,$(sort $(wildcard tests/chaos/*.c)))
+$(B)/tests/chaos: $(CHAOS_OBJ) $(B)/obj/tests/integration/harness.o $(B)/libopd.a
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $^ -o $@ -lcriterion $(CLIENT_LIBS) -lm
+
+test: all $(B)/tests/unit $(B)/tests/ops $(B)/tests/integration $(B)/tests/chaos
 	@OPD_BIN=$(abspath $(B)/opd) OPD_BUILD=$(abspath $(B)) bash tests/run.sh
+
+# The unit, integration (once per transport) and chaos suites with the
+# daemon, libopd and the tests built with ASAN=1 (address + undefined) in
+# ASAN_B. CPU only (CUDA=0): the sanitizers check the daemon's own code.
+# A leak, a memory error or undefined behaviour fails the run: the daemon
+# aborts (its exit status fails the test that stops it) and so does a test
+# binary; leaks inside libcriterion itself (not ours) are suppressed.
+# TEST_ASAN_WAITS: the transports of the integration suite.
+ASAN_B ?= $(B)/asan
+TEST_ASAN_WAITS ?= adaptive socket spin
+.PHONY: test-asan
+test-asan: check-deps
+	@$(MAKE) --no-print-directory ASAN=1 CUDA=0 B=$(ASAN_B) $(ASAN_B)/opd \
+	  $(ASAN_B)/opctl $(ASAN_B)/tests/unit $(ASAN_B)/tests/integration \
+	  $(ASAN_B)/tests/chaos
+	@echo 'leak:libcriterion.so' > $(ASAN_B)/lsan.supp
+	@export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+	   UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+	   LSAN_OPTIONS=suppressions=$(abspath $(ASAN_B)/lsan.supp):print_suppressions=0 \
+	   OPD_BIN=$(abspath $(ASAN_B)/opd) OPD_BUILD=$(abspath $(ASAN_B)); \
+	 status=0; t0=$$(date +%s); \
+	 echo "== asan: unit"; $(ASAN_B)/tests/unit --jobs 2 || status=1; \
+	 for w in $(TEST_ASAN_WAITS); do \
+	   echo "== asan: integration over $$w"; \
+	   OPD_WAIT=$$w $(ASAN_B)/tests/integration --jobs 2 || status=1; \
+	 done; \
+	 echo "== asan: chaos"; $(ASAN_B)/tests/chaos --jobs 2 || status=1; \
+	 [ $$status = 0 ] && r=passed || r=FAILED; \
+	 echo "test-asan: $$r ($$(( $$(date +%s) - t0 )) s of tests)"; \
+	 exit $$status
 
 # ---- fuzzing (tests/fuzz/README.md) --------------------------------------
 #   make fuzz FUZZ_SECONDS=N   builds the libFuzzer targets and runs each for

@@ -78,6 +78,12 @@ run_fuzz() {
 }
 run_fuzz
 
+# chaos: clients SIGKILLed mid-work, floods, unread replies, half frames, a
+# low fd limit, each against a daemon of its own and measured from its
+# /proc (tests/chaos). Once, not per transport: the cases choose theirs.
+run_criterion "chaos: kills, floods, unread replies, fd exhaustion (the daemon's /proc)" \
+  "$B/tests/chaos"
+
 echo
 echo "$passed passed, $failed failed"
 exit $status
