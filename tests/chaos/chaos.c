@@ -51,6 +51,7 @@ static int env_on(const char *name) {
 }
 
 int ch_soak(void) { return env_on("OPD_CHAOS_SOAK"); }
+int ch_verbose(void) { return ch_soak() || env_on("OPD_CHAOS_VERBOSE"); }
 
 /* ---- /proc ----------------------------------------------------------------- */
 

@@ -94,6 +94,8 @@ void ch_print(const char *what, const ch_snap_t *base, const ch_snap_t *now,
 
 /* OPD_CHAOS_SOAK=1: the long runs. */
 int ch_soak(void);
+/* OPD_CHAOS_SOAK=1 or OPD_CHAOS_VERBOSE=1: each case prints its figures. */
+int ch_verbose(void);
 
 double ch_now(void);         /* CLOCK_MONOTONIC seconds */
 void ch_sleep_ms(int ms);

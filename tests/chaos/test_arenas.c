@@ -58,7 +58,7 @@ Test(chaos, register_release_loop_keeps_no_mapping, .timeout = 3600) {
   ch_snapshot(&now, 10000);
   char what[64];
   snprintf(what, sizeof what, "after %ld register/release loops", loops);
-  if (ch_soak()) ch_print(what, &base, &now, took);
+  if (ch_verbose()) ch_print(what, &base, &now, took);
   ch_expect_near(what, &base, &now, &tol);
   th_stop();
 }
@@ -121,7 +121,7 @@ Test(chaos, sparse_arenas_give_back_address_space, .timeout = 120) {
     opd_close(c);
   }
   ch_snapshot(&now, 10000);
-  if (ch_soak())
+  if (ch_verbose())
     ch_print("after 48 sparse 64 GiB arenas", &base, &now, ch_now() - t0);
   ch_expect_near("after 48 sparse 64 GiB arenas", &base, &now, &tol);
   th_stop();

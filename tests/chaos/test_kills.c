@@ -154,7 +154,7 @@ Test(chaos, sigkilled_clients_leave_nothing_behind, .timeout = 3600) {
   ch_snapshot(&now, 60000);
   char what[64];
   snprintf(what, sizeof what, "after %d SIGKILLed clients", total);
-  if (ch_soak()) {
+  if (ch_verbose()) {
     printf("%d of the %d were killed holding their arenas and runs\n", held,
            total);
     ch_print(what, &base, &now, ch_now() - t0);

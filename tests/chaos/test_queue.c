@@ -68,7 +68,7 @@ Test(chaos, queued_runs_are_freed, .timeout = 120) {
   char what[80];
   snprintf(what, sizeof what, "after %d sessions x %d queued runs closed",
            SESSIONS, RUNS);
-  if (ch_soak()) {
+  if (ch_verbose()) {
     printf("stats \"inflight\" with the %d sessions open: %lld\n", SESSIONS,
            (long long)inflight);
     ch_print(what, &base, &now, ch_now() - t0);

@@ -135,7 +135,7 @@ static void unread_replies(int rings) {
   const char *what = rings ? "a ring session that never reads its completion "
                              "ring" : "a session that never reads its socket";
   uint64_t grew = peak > base.proc.vm_rss ? peak - base.proc.vm_rss : 0;
-  if (ch_soak())
+  if (ch_verbose())
     printf("unread replies (%s): %ld ops requests sent before the daemon "
            "stopped reading; VmRSS peak %.1f MiB over the baseline (bound "
            "%.1f MiB = 3 x --max-reply-bytes %.1f MiB + %.1f MiB); %d pings, "
