@@ -441,9 +441,6 @@ static void service_session(opd_session_t *s) {
   if (s->fd < 0) return;
   if (had_over && s->ring_over == NULL) opd__session_pump(s); /* read again */
   if (s->fd < 0) return;
-  /* a request from the ring carries no fds: the socket's wait for theirs */
-  int saved_fds = s->n_fds;
-  s->n_fds = 0;
   for (int i = 0; i < RING_BUDGET; i++) {
     if (s->closing || s->ring_over != NULL || opd__limit_inflight(s))
       break; /* back-pressure: leave the rest in the ring */
@@ -451,18 +448,13 @@ static void service_session(opd_session_t *s) {
     int rc = opd__ring_pop(&s->sq, s->ring_buf, opd__ring_max_msg(&s->sq), &len);
     if (rc == 1) break;
     if (rc < 0) {
-      s->n_fds = saved_fds;
       opd__session_goodbye(s, OPD_EPROTO, "the submission ring is corrupt "
                            "(a counter or a length out of bounds)");
       return;
     }
     opd__handle_payload(s, s->ring_buf, len);
-    if (s->fd < 0) { /* closed: the socket's fds went with it */
-      for (int k = 0; k < saved_fds; k++) close(s->fds[k]);
-      return;
-    }
+    if (s->fd < 0) return;
   }
-  s->n_fds = saved_fds;
   opd__session_pump(s);
 }
 

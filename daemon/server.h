@@ -257,13 +257,17 @@ struct opd_session {
   int wfd[OPD_MAX_PENDING_FDS];  /* fds to send with the byte at wfd_at */
   size_t wfd_at[OPD_MAX_PENDING_FDS];
   int n_wfds;
-  int fds[OPD_MAX_PENDING_FDS];  /* received fds not yet claimed */
+  int fds[OPD_MAX_PENDING_FDS];  /* the fds of the request being handled */
   int n_fds;
-  size_t fds_at;                 /* rbuf offset of the bytes they came
-                                    with: the frame holding that byte owns
-                                    them, and they are closed after it */
-  int fd_lost;                   /* errno (EMFILE, ENFILE) of fds the kernel
-                                    could not give us for that frame */
+  int fd_lost;                   /* errno (EMFILE, ENFILE) when the kernel
+                                    could not give us that request's fds */
+  int later[OPD_MAX_PENDING_FDS]; /* fds received for frames not yet
+                                    handled ... */
+  size_t later_at[OPD_MAX_PENDING_FDS]; /* ... the rbuf offset of the frame
+                                    each belongs to */
+  int n_later;
+  int lost_err;                  /* fd_lost of the frame at lost_at */
+  size_t lost_at;
   int cq_corrupt;                /* the completion ring is unusable */
   uint64_t t_goodbye;            /* when the goodbye was queued */
   opd_arena_t **arenas;          /* table, limits.max_arenas slots */

@@ -365,8 +365,8 @@ static void update_poll(opd_session_t *s) {
     uv_poll_stop(&s->poll);
 }
 
-/* Closes the fds no handler claimed: they belong to the frame they came
- * with, never to a later request. */
+/* Closes the fds the request just handled did not claim: they belong to
+ * the frame they came with, never to a later request. */
 static void close_stray_fds(opd_session_t *s) {
   for (int i = 0; i < s->n_fds; i++) close(s->fds[i]);
   if (s->n_fds > 0)
@@ -376,7 +376,32 @@ static void close_stray_fds(opd_session_t *s) {
   s->fd_lost = 0;
 }
 
-static void take_fds(opd_session_t *s, struct msghdr *msg) {
+static void close_later_fds(opd_session_t *s) {
+  for (int i = 0; i < s->n_later; i++) close(s->later[i]);
+  s->n_later = 0;
+  s->lost_err = 0;
+}
+
+/* Which frame fds that came with the bytes just read belong to. The
+ * kernel hands fds over with the read that takes the first bytes of their
+ * sendmsg and ends that read there, but the read may begin with earlier
+ * bytes sent without fds. So the owner is the last frame that begins in
+ * this read (libopd sends a frame and its fds in one sendmsg), or, when
+ * none does, the frame the read continues: either way the last frame that
+ * begins in rbuf (which begins at a frame). */
+static size_t fds_owner(const opd_session_t *s) {
+  size_t p = 0;
+  while (s->rlen - p >= OPD_FRAME_HEADER) {
+    uint32_t len = opd__frame_get_len(s->rbuf + p);
+    if (len > s->srv->cfg.limits.max_frame) break; /* the parser ends it */
+    size_t next = p + OPD_FRAME_HEADER + len;
+    if (next >= s->rlen) break;
+    p = next;
+  }
+  return p;
+}
+
+static void take_fds(opd_session_t *s, struct msghdr *msg, size_t owner) {
   for (struct cmsghdr *c = CMSG_FIRSTHDR(msg); c; c = CMSG_NXTHDR(msg, c)) {
     if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
     size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
@@ -384,10 +409,12 @@ static void take_fds(opd_session_t *s, struct msghdr *msg) {
     for (size_t i = 0; i < n; i++) {
       int fd;
       memcpy(&fd, &fds[i], sizeof fd);
-      if (s->n_fds < OPD_MAX_PENDING_FDS)
-        s->fds[s->n_fds++] = fd;
-      else
+      if (s->n_later < OPD_MAX_PENDING_FDS) {
+        s->later_at[s->n_later] = owner;
+        s->later[s->n_later++] = fd;
+      } else {
         close(fd);
+      }
     }
   }
 }
@@ -435,18 +462,16 @@ static void do_read(opd_session_t *s) {
     opd__session_close(s);
     return;
   }
-  if (msg.msg_controllen > 0 || (msg.msg_flags & MSG_CTRUNC)) {
-    /* fds come with the first byte of their sendmsg, and a read never
-     * merges two sendmsg's fds: these belong to the frame holding byte
-     * rlen. Fds of an earlier frame still unclaimed are not theirs. */
-    close_stray_fds(s);
-    s->fds_at = s->rlen;
-    take_fds(s, &msg);
-  }
+  size_t owner = 0;
+  if (n > 0) s->rlen += (size_t)n;
+  if (n > 0 && (msg.msg_controllen > 0 || (msg.msg_flags & MSG_CTRUNC)))
+    owner = fds_owner(s);
+  if (msg.msg_controllen > 0) take_fds(s, &msg, owner);
   if (msg.msg_flags & MSG_CTRUNC) {
     int why = fds_short(s->fd);
     if (why != 0) {
-      s->fd_lost = why; /* the request that wanted them says so */
+      s->lost_err = why; /* the request that wanted them says so */
+      s->lost_at = owner;
       LOG_WARN("session %llu: a file descriptor it sent was lost: the daemon "
                "is out of file descriptors (%s)", (unsigned long long)s->id,
                strerror(why));
@@ -461,9 +486,7 @@ static void do_read(opd_session_t *s) {
     LOG_INFO("session %llu: peer closed the connection",
              (unsigned long long)s->id);
     opd__session_close(s);
-    return;
   }
-  s->rlen += (size_t)n;
 }
 
 /* Decodes one payload and hands it to opd__handle(). The arena is on the
@@ -527,14 +550,22 @@ static int parse_frames(opd_session_t *s) {
       partial = 1;
       break;
     }
-    /* fds that came with a later frame wait for it; others are offered
-     * to this one and closed after it */
-    int mine = s->fds_at < end;
-    int saved = s->n_fds;
-    if (!mine) s->n_fds = 0;
+    /* this frame's fds (those of later frames wait), offered to its
+     * request and closed after it if it did not take them */
+    int k = 0;
+    while (k < s->n_later && s->later_at[k] <= off) k++;
+    memcpy(s->fds, s->later, (size_t)k * sizeof *s->fds);
+    s->n_fds = k;
+    s->n_later -= k;
+    memmove(s->later, s->later + k, (size_t)s->n_later * sizeof *s->later);
+    memmove(s->later_at, s->later_at + k,
+            (size_t)s->n_later * sizeof *s->later_at);
+    if (s->lost_err && s->lost_at <= off) {
+      s->fd_lost = s->lost_err;
+      s->lost_err = 0;
+    }
     opd__handle_payload(s, s->rbuf + off + OPD_FRAME_HEADER, len);
-    if (!mine) s->n_fds = saved;
-    else if (s->fd >= 0) close_stray_fds(s);
+    close_stray_fds(s);
     off = end;
     handled++;
   }
@@ -544,7 +575,8 @@ static int parse_frames(opd_session_t *s) {
   if (s->fd >= 0 && off > 0) {
     memmove(s->rbuf, s->rbuf + off, s->rlen - off);
     s->rlen -= off;
-    s->fds_at = s->fds_at > off ? s->fds_at - off : 0;
+    for (int i = 0; i < s->n_later; i++) s->later_at[i] -= off;
+    s->lost_at = s->lost_at > off ? s->lost_at - off : 0;
   }
   if (s->rlen == 0 && s->rcap > BUF_KEEP) { /* after a big frame */
     free(s->rbuf);
@@ -631,6 +663,7 @@ void opd__session_close(opd_session_t *s) {
                  get back here to close the handle twice */
   drop_queue(s, OPD_ECLOSED, "connection closed");
   close_stray_fds(s);
+  close_later_fds(s);
   for (int i = 0; i < s->n_wfds; i++) close(s->wfd[i]);
   s->n_wfds = 0;
   opd__ring_close(s);

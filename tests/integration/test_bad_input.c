@@ -552,3 +552,32 @@ Test(bad, the_goodbye_log_line_is_a_clean_string) {
   cr_assert(strncmp(eol - 5, "bytes", 5) == 0, "line ends: %.*s",
             (int)(eol - at), at);
 }
+
+/* A frame sent without fds and then one with its memfd may arrive in one
+ * read (the kernel hands the fds over with the read that reaches their
+ * sendmsg): the fds are the second frame's, never the first's. */
+Test(bad, pipelined_frames_keep_their_own_fds) {
+  int fd = th_raw_connect();
+  th_raw_hello(fd);
+  enum { N = 50 };
+  th_pack_t p;
+  th_pack_init(&p);
+  msgpack_pack_map(&p.pk, 1);
+  th_pack_str(&p, "size");
+  msgpack_pack_uint64(&p.pk, 4096);
+  for (int i = 0; i < N; i++) {
+    th_raw_request(fd, OPD_MSG_PING, 100 + (uint64_t)i, "\x80", 1, -1);
+    int mfd = sealed_memfd();
+    th_raw_request(fd, OPD_MSG_ARENA_REGISTER, 1000 + (uint64_t)i, p.sb.data,
+                   p.sb.size, mfd);
+    close(mfd);
+  }
+  th_pack_free(&p);
+  for (int i = 0; i < 2 * N; i++) {
+    th_reply_t r;
+    cr_assert_eq(th_raw_reply(fd, &r, 5000), 0, "reply %d missing", i);
+    cr_assert_eq(r.code, 0, "request %llu: %s", (unsigned long long)r.id,
+                 r.message);
+  }
+  close(fd);
+}
