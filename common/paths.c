@@ -9,7 +9,10 @@
  * since its target is whatever the link's owner chose. The per-user
  * fallback /tmp/opd-<uid> sits in a world-writable directory where anyone
  * may create that name first; so it is made 0700 and, when it already
- * exists, must be a real directory of that uid alone.
+ * exists, must be a real directory of that uid alone. The directories
+ * above count too: whoever may rename an entry of one could swap the
+ * socket's directory for their own, so each must be root's or ours and
+ * writable by nobody else unless sticky (/tmp).
  */
 #include "common/paths.h"
 
@@ -46,6 +49,55 @@ int opd__socket_path(const char *given, char *buf, size_t cap) {
 
 void opd__fallback_dir(char *buf, size_t cap) {
   snprintf(buf, cap, "/tmp/opd-%u", (unsigned)geteuid());
+}
+
+/* The directories above `dir`: each must be owned by root or `owner`,
+ * and writable by nobody else unless it is sticky (then others cannot
+ * rename what is in it); a symbolic link on the way must be root's or
+ * owner's too, and its target is checked. Else whoever may rename an
+ * ancestor could swap in a directory of their own. */
+static int check_above(const char *dir, uid_t owner, char *err,
+                       size_t errlen) {
+  char path[4096];
+  size_t n = 0;
+  if (dir[0] != '/') {
+    if (getcwd(path, sizeof path - 1) == NULL) return 0; /* cannot tell */
+    n = strlen(path);
+  }
+  int w = snprintf(path + n, sizeof path - n, "%s%s", n ? "/" : "", dir);
+  if (w < 0 || (size_t)w >= sizeof path - n) return 0;
+  char *last = strrchr(path, '/'); /* dir itself is checked by the caller */
+  for (char *p = strchr(path + 1, '/'); p != NULL && p <= last;
+       p = strchr(p + 1, '/')) {
+    *p = '\0'; /* the prefix before this '/': "/run", "/run/user" */
+    struct stat st;
+    int bad = 0;
+    if (lstat(path, &st) != 0) { /* missing: making dir will fail */
+      *p = '/';
+      return 0;
+    }
+    if (S_ISLNK(st.st_mode)) {
+      if (st.st_uid != 0 && st.st_uid != owner) bad = 1;
+      else if (stat(path, &st) != 0) bad = -1; /* dangling: mkdir will say */
+    }
+    if (!bad && st.st_uid != 0 && st.st_uid != owner) bad = 2;
+    if (!bad && (st.st_mode & 022) && !(st.st_mode & S_ISVTX)) bad = 3;
+    if (bad > 0) {
+      snprintf(err, errlen, "socket directory %s: %s above it, %s, is owned "
+               "by uid %u (mode %04o)%s: %s", dir,
+               bad == 1 ? "the symbolic link" : "the directory", path,
+               (unsigned)st.st_uid, (unsigned)st.st_mode & 07777,
+               bad == 3 ? " and writable by its group or others"
+                        : ", not by root or the daemon's uid",
+               bad == 1 ? "its owner can point it elsewhere"
+                        : "whoever can rename entries there can replace "
+                          "the socket's directory");
+      *p = '/';
+      return OPD_EPERM;
+    }
+    *p = '/';
+  }
+  return 0;
 }
 
 int opd__dir_check(const char *dir, uid_t owner, int flags, char *err,
@@ -92,11 +144,13 @@ int opd__dir_check(const char *dir, uid_t owner, int flags, char *err,
                                  : "others");
     return OPD_EPERM;
   }
-  return 0;
+  return check_above(dir, owner, err, errlen);
 }
 
 int opd__dir_make(const char *dir, mode_t mode, uid_t owner, int flags,
                   char *err, size_t errlen) {
+  int rc = check_above(dir, owner, err, errlen); /* before making it */
+  if (rc != 0) return rc;
   if (mkdir(dir, mode) != 0 && errno != EEXIST) {
     snprintf(err, errlen, "cannot create the socket directory %s: %s", dir,
              strerror(errno));

@@ -25,8 +25,11 @@ void opd__fallback_dir(char *buf, size_t cap);
 
 /* Checks, without following a symbolic link, that `dir` is a directory
  * owned by `owner` (or root, with OPD_DIR_ROOT_OK) that neither its group
- * nor others can write. Returns 0, or OPD_EPERM with a message naming the
- * directory, its owner and mode and what is wrong (err). */
+ * nor others can write, under directories owned by root or `owner` that
+ * nobody else may write unless they are sticky (a symbolic link on the
+ * way: root's or owner's, its target checked). Returns 0, or OPD_EPERM
+ * with a message naming the directory, its owner and mode and what is
+ * wrong (err). */
 int opd__dir_check(const char *dir, uid_t owner, int flags, char *err,
                    size_t errlen);
 

@@ -1,7 +1,10 @@
 """Host-side parts of the CUDA-era API that a CPU daemon serves too:
 publish/attach of host tensors (across connections and processes),
 read-only attachments, unknown names, devices named in runs, the
-high-priority hello, and what a daemon without a GPU answers."""
+high-priority hello, and what a daemon without a GPU answers; names
+belong to their uid (readers=, and as root a child of another uid that
+sees only what was shared with it)."""
+import json
 import multiprocessing as mp
 import os
 import pickle
@@ -134,3 +137,88 @@ def test_attach_without_meta_is_bytes(daemon, c):
     assert w.dtype == "uint8" and w.shape == (x.arena.size,)
     assert w[:16].tobytes() == np.arange(4, dtype=np.float32).tobytes()
     c.unpublish(name)
+
+
+def test_publish_readers_arguments(c):
+    x = c.from_numpy(np.arange(4, dtype=np.float32))
+    name = "rd-%d" % os.getpid()
+    with pytest.raises(opd.BadArgumentError) as e:
+        c.publish(name, x, readers=["no-such-user-opd"])
+    assert e.value.name == "EINVAL" and 'no user is named "no-such-user-opd"' in str(e.value)
+    with pytest.raises(opd.BadArgumentError) as e:
+        c.publish(name, x, readers=["group:no-such-group-opd"])
+    assert e.value.name == "EINVAL" and "no group is named" in str(e.value)
+    with pytest.raises(TypeError):
+        c.publish(name, x, readers="root")            # a list, not one name
+    with pytest.raises(opd.BadArgumentError) as e:
+        c.publish("a/" + name, x)
+    assert e.value.name == "EINVAL" and "may not contain '/'" in str(e.value)
+    # every form is accepted; the owner reads its name bare and qualified
+    me = os.getuid()
+    c.publish(name, x, readers=[me, str(me), "*", "group:%d" % os.getgid(), "root"])
+    import pwd
+    user = pwd.getpwuid(me).pw_name
+    for n in (name, "%s/%s" % (user, name), "%d/%s" % (me, name)):
+        assert c.attach(n).numpy().tolist() == [0, 1, 2, 3]
+    c.unpublish(name)
+
+
+def _other_uid_reads(sock, names, q):
+    """In a child: become uid 64123 and attach each name; q gets, per name,
+    its values or the error's name."""
+    os.setgroups([])
+    os.setgid(64123)
+    os.setuid(64123)
+    out = []
+    with opd.connect(sock) as o:
+        for n in names:
+            try:
+                out.append(o.attach(n).numpy().tolist())
+            except opd.OpdError as e:
+                out.append(e.name)
+    os.write(q, json.dumps(out).encode())
+
+
+def test_publish_readers_confine_other_uids(daemon, c):
+    if os.geteuid() != 0:
+        pytest.skip("needs root to act as another uid (setuid in a child)")
+    d = os.path.dirname(daemon.socket)
+    modes = os.stat(d).st_mode & 0o777, os.stat(daemon.socket).st_mode & 0o777
+    os.chmod(d, 0o755)
+    os.chmod(daemon.socket, 0o666)
+    tag = os.getpid()
+    try:
+        c.publish("mine-%d" % tag, np.arange(3, dtype=np.float32))
+        c.publish("theirs-%d" % tag, np.arange(3, dtype=np.float32) + 10,
+                  readers=[64123])
+        names = ["mine-%d" % tag, "root/mine-%d" % tag, "0/theirs-%d" % tag,
+                 "root/theirs-%d" % tag, "theirs-%d" % tag]
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                os.close(r)
+                _other_uid_reads(daemon.socket, names, w)
+                code = 0
+            finally:
+                os._exit(code)
+        os.close(w)
+        got = b""
+        while True:
+            b = os.read(r, 65536)
+            if not b:
+                break
+            got += b
+        os.close(r)
+        assert os.waitpid(pid, 0)[1] == 0, "the child failed"
+        seen = json.loads(got.decode())
+        assert seen == ["ENOENT", "ENOENT", [10, 11, 12], [10, 11, 12], "ENOENT"], seen
+    finally:
+        os.chmod(d, modes[0])
+        os.chmod(daemon.socket, modes[1])
+        for n in ("mine-%d" % tag, "theirs-%d" % tag):
+            try:
+                c.unpublish(n)
+            except opd.OpdError:
+                pass
