@@ -65,16 +65,28 @@
  *                   EXPORT can share), used in
  *                   tensors like a host arena (its id), released with
  *                   ARENA_RELEASE or with the session. Zero-filled.
- *   PUBLISH         {"arena": uint, "name": str, "meta"?: str} -> {}: other
- *                   sessions may attach the arena (host or device) by name,
- *                   read-only. "meta" (at most 255 bytes, opaque to the
- *                   daemon) is handed to attachers: e.g. dtype and shape.
+ *   PUBLISH         {"arena": uint, "name": str, "meta"?: str,
+ *                   "readers"?: [uint | str]} -> {}: other sessions may
+ *                   attach the arena (host or device) by name, read-only.
+ *                   The name (at most 63 bytes, no '/') belongs to this
+ *                   session's uid: names are keyed by (uid, name), so
+ *                   another uid's same name never collides with it.
+ *                   "readers": who else may attach it: uids, user names,
+ *                   "group:NAME" / "group:GID", "*" (every client the
+ *                   daemon serves); default this uid only; root and the
+ *                   daemon's uid always may. OPD_EINVAL for a name this uid
+ *                   has published, a '/', an unknown user or group.
+ *                   "meta" (at most 255 bytes, opaque to the daemon) is
+ *                   handed to attachers: e.g. dtype and shape.
  *   ATTACH          {"name": str} -> {"arena": uint, "size": uint,
  *                   "device": "cpu" | "cuda:N", "meta": str}: a read-only arena of this
  *                   session on the published memory; outputs in it are
- *                   refused (OPD_EREADONLY). OPD_ENOENT if nothing is
- *                   published under the name.
- *   UNPUBLISH       {"name": str} -> {}: by the publishing session. The
+ *                   refused (OPD_EREADONLY). "name" is one of this uid's
+ *                   names, or "user/name" / "uid/name" for another uid's.
+ *                   OPD_ENOENT if nothing is published under the name or
+ *                   it is not shared with this uid (not told apart).
+ *   UNPUBLISH       {"name": str} -> {}: by the publishing session only
+ *                   (OPD_EINVAL for another, even of the same uid). The
  *                   name also ends with that session; the memory lives
  *                   until the last attachment is released.
  *   IMPORT          {"handle": bin (a 64-byte cudaIpcMemHandle_t), "offset":
