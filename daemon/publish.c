@@ -54,15 +54,17 @@ static int may_read(const opd_session_t *s, const opd_pub_t *p) {
 }
 
 /* Finds what "name" or "user/name" names for session s and whether s may
- * read it. Returns the publication, or NULL with OPD_ENOENT's message in
- * err (the same whether nothing is published or s may not read it). */
-static opd_pub_t *lookup(opd_session_t *s, const char *given, char *err,
-                         size_t errlen) {
+ * read it. Returns the publication, or NULL with *rc OPD_ENOENT (the same
+ * message whether nothing is published or s may not read it) or OPD_EINVAL
+ * (not a name of either form) and a message in err. */
+static opd_pub_t *lookup(opd_session_t *s, const char *given, int *rc,
+                         char *err, size_t errlen) {
   opd_server_t *srv = s->srv;
   const char *slash = strchr(given, '/');
   uid_t uid = s->uid;
   const char *name = given;
   opd_pub_t *p = NULL;
+  *rc = OPD_ENOENT;
   if (slash != NULL) {
     char owner[OPD_MAX_NAME];
     size_t n = (size_t)(slash - given);
@@ -70,6 +72,7 @@ static opd_pub_t *lookup(opd_session_t *s, const char *given, char *err,
     if (n == 0 || n >= sizeof owner || *name == '\0' ||
         strchr(name, '/') != NULL) {
       snprintf(err, errlen, "\"%s\" is not \"name\" or \"user/name\"", given);
+      *rc = OPD_EINVAL;
       return NULL;
     }
     memcpy(owner, given, n);
@@ -180,8 +183,9 @@ int opd__publish(opd_session_t *s, uint64_t arena, const char *name,
 
 int opd__unpublish(opd_session_t *s, const char *name, char *err,
                    size_t errlen) {
-  opd_pub_t *p = lookup(s, name, err, errlen);
-  if (p == NULL) return OPD_ENOENT;
+  int rc;
+  opd_pub_t *p = lookup(s, name, &rc, err, errlen);
+  if (p == NULL) return rc;
   if (p->owner != s->id) {
     snprintf(err, errlen, "\"%s\" was published by another session (session "
              "%llu); only it can unpublish the name", name,
@@ -196,9 +200,10 @@ int opd__unpublish(opd_session_t *s, const char *name, char *err,
 int opd__attach(opd_session_t *s, const char *name, opd_arena_t **out,
                 const char **meta, char *err, size_t errlen) {
   opd_server_t *srv = s->srv;
-  opd_pub_t *p = lookup(s, name, err, errlen);
-  if (p == NULL) return OPD_ENOENT;
-  int rc = opd__limit_arena(s, 0, err, errlen); /* no bytes of its own */
+  int rc;
+  opd_pub_t *p = lookup(s, name, &rc, err, errlen);
+  if (p == NULL) return rc;
+  rc = opd__limit_arena(s, 0, err, errlen); /* no bytes of its own */
   if (rc != 0) return rc;
   opd_arena_t *a = calloc(1, sizeof *a);
   if (a == NULL) {

@@ -240,6 +240,7 @@ static void child_confined(report_t *r, void *arg) {
   opd_arena_create(c, 4096, &a, &base);
   next_step(r, opd_publish(c, a, "root/w", NULL)); /* 8: '/' */
   next_step(r, opd_unpublish(c, "root/any"));      /* 9: not its name */
+  attach_and_read(c, r, "root/");                  /* 10: no name */
   opd_close(c);
 }
 
@@ -283,6 +284,9 @@ Test(security, names_are_confined_to_their_uid) {
   cr_assert_eq(r.s[9].rc, OPD_EINVAL, "%s", r.s[9].msg);
   cr_assert(strstr(r.s[9].msg, "published by another session"), "%s",
             r.s[9].msg);
+  cr_assert_eq(r.s[10].rc, OPD_EINVAL, "%s", r.s[10].msg);
+  cr_assert(strstr(r.s[10].msg, "is not \"name\" or \"user/name\""), "%s",
+            r.s[10].msg);
   /* root itself reads its names bare and qualified */
   uint64_t att;
   cr_assert_eq(opd_attach(c, "w", &att, NULL, NULL, 0, NULL, 0), 0, "%s",
