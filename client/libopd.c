@@ -1058,6 +1058,21 @@ int opd_connect_flags(const char *socket_path, uint32_t flags,
     rc = fail(OPD_EINVAL, "socket path too long");
     goto error;
   }
+  /* the per-user fallback lies in /tmp, where anyone may make it first:
+   * it must be this uid's own (the daemon checks it the same way) */
+  char fb[64], why[512];
+  size_t fbl;
+  opd__fallback_dir(fb, sizeof fb);
+  fbl = strlen(fb);
+  if (strncmp(c->path, fb, fbl) == 0 && c->path[fbl] == '/' &&
+      access(fb, F_OK) == 0 &&
+      opd__dir_check(fb, geteuid(), 0, why, sizeof why) == OPD_EPERM) {
+    rc = fail(OPD_EPERM, "%s; refusing to connect to %s: another local "
+              "user may have made that directory to receive your tensors "
+              "(remove it, or point OPD_SOCKET at your daemon's socket)",
+              why, c->path);
+    goto error;
+  }
   strcpy(addr.sun_path, c->path);
   c->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (c->fd < 0 ||

@@ -86,6 +86,8 @@ typedef struct opd_attr {
  * and a message naming the socket, the uid serving it and who would have
  * been trusted: a connection carries the caller's memory (memfds), and
  * another local user could otherwise serve a socket path it squatted.
+ * A socket in the /tmp/opd-<uid> fallback is refused (OPD_EPERM) unless
+ * that directory is this uid's own with no group or other write.
  * On failure *out is NULL and opd_last_error() says which socket was
  * tried and how to start the daemon. Returns 0, OPD_ECONNECT, OPD_EPERM,
  * OPD_EVERSION, OPD_ECLOSED (no hello reply) or OPD_ENOMEM. */

@@ -604,3 +604,41 @@ Test(security, fallback_directory_is_made_and_checked, .init = NULL,
             (unsigned)st.st_uid);
   cr_assert_eq(system(cmd), 0);
 }
+
+static void child_connect_default(report_t *r, void *arg) {
+  (void)arg;
+  unsetenv("OPD_SOCKET");
+  unsetenv("XDG_RUNTIME_DIR");
+  opd_client_t *c = NULL;
+  next_step(r, opd_connect(NULL, &c)); /* /tmp/opd-64123/opd.sock */
+  if (c) opd_close(c);
+}
+
+/* libopd refuses the fallback directory when another uid made it first,
+ * before it even looks for a socket there. */
+Test(security, client_refuses_a_squatted_fallback_directory, .init = NULL,
+     .fini = NULL) {
+  need_root();
+  char dir[64], cmd[96];
+  snprintf(dir, sizeof dir, "/tmp/opd-%d", OTHER_UID);
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  cr_assert_eq(system(cmd), 0);
+  cr_assert_eq(mkdir(dir, 0777), 0);
+  cr_assert_eq(chmod(dir, 0777), 0);
+  cr_assert_eq(chown(dir, SQUAT_UID, SQUAT_UID), 0);
+  report_t r;
+  as_other(NULL, 0, child_connect_default, NULL, &r);
+  cr_assert_eq(r.s[0].rc, OPD_EPERM, "expected EPERM, got %s (%s)",
+               opd_errname(r.s[0].rc), r.s[0].msg);
+  cr_assert(strstr(r.s[0].msg, "socket directory /tmp/opd-64123 is owned by "
+                               "uid 64124") &&
+                strstr(r.s[0].msg, "refusing to connect"),
+            "%s", r.s[0].msg);
+  /* its own directory: on to the connect, which finds no daemon */
+  cr_assert_eq(chown(dir, OTHER_UID, OTHER_UID), 0);
+  cr_assert_eq(chmod(dir, 0700), 0);
+  as_other(NULL, 0, child_connect_default, NULL, &r);
+  cr_assert_eq(r.s[0].rc, OPD_ECONNECT, "expected ECONNECT, got %s (%s)",
+               opd_errname(r.s[0].rc), r.s[0].msg);
+  cr_assert_eq(system(cmd), 0);
+}
