@@ -1,7 +1,7 @@
 /* libFuzzer target: a whole daemon session fed bytes. The daemon's own
- * objects (every daemon/ file but main.c, the CPU-only CUDA stand-in, the kernels,
- * common/) run in this process on a private libuv loop; each input is one
- * client connection through a socketpair.
+ * objects (every daemon/ file but main.c, the CPU-only CUDA stand-in, the
+ * kernels, common/) run in this process on a private libuv loop; each
+ * input is one client connection through a socketpair, or two.
  *
  * DESIGN
  * The server is created once (opd__server_init on a socket in a temporary
@@ -16,7 +16,10 @@
  *     bytes (else a float pattern), bit 7 replies are read after every
  *     command)
  *   then commands, each [op][len][data]: op & 7 is what to do, op & 8 says
- *     len is 2 bytes (little-endian) rather than 1:
+ *     len is 2 bytes (little-endian) rather than 1, op & 16 sends it from
+ *     a second client (connected with a hello when first named: attach
+ *     and run on another session's publication, one closing while the
+ *     other works):
  *     0 FRAME  data as one frame (the harness writes the length)
  *     1 RAW    data as raw bytes on the socket (framing, partial frames)
  *     2 RING   data as one submission-ring message (+ doorbell)
@@ -28,8 +31,8 @@
  *     5 TURNS  1 + data[0] % 16 more loop turns
  *     6 READ   read the replies (socket and completion ring)
  *     7 SHUT   half-close the client's side
- *   after each command one uv_run(UV_RUN_NOWAIT); then the client closes
- *   and the loop runs until the session is freed.
+ *   after each command one uv_run(UV_RUN_NOWAIT); then the clients close
+ *   and the loop runs until the sessions are freed.
  * Arena and session ids restart at 1 per input (every arena is gone when
  * an input ends, so none can be confused), which keeps inputs replayable:
  * the seeds' runs name arena 1 and 2.
@@ -136,6 +139,8 @@ typedef struct client {
   int efd;                     /* adaptive: the doorbell */
   opd_ring_t sq, cq;           /* producer / consumer views */
   int rings;                   /* set up and accepted */
+  int cq_forged;               /* a POKE wrote into the completion ring:
+                                  what it holds is no longer the daemon's */
   unsigned char rbuf[1 << 17]; /* socket replies not yet parsed */
   size_t rlen;
   uint64_t next_id;
@@ -206,7 +211,7 @@ static void read_replies(client_t *c) {
     /* a ring the harness itself scribbled on may be corrupt: stop there */
     for (int i = 0; i < 64 && opd__ring_pop(&c->cq, buf, sizeof buf, &len) == 0;
          i++)
-      check_reply(buf, len, "completion ring");
+      if (!c->cq_forged) check_reply(buf, len, "completion ring");
   }
 }
 
@@ -408,11 +413,13 @@ static void poke(client_t *c, const uint8_t *d, size_t n) {
   size_t len = n - 2;
   if (len > c->ring_size - off) len = c->ring_size - off;
   memcpy(c->ring + off, d + 2, len);
+  if (off + len > c->cq_off) c->cq_forged = 1;
 }
 
 static void client_close(client_t *c) {
   if (c->fd >= 0) close(c->fd);
   c->fd = -1;
+  c->shut = 1; /* the second client is not connected again */
 }
 
 static void client_free(client_t *c) {
@@ -423,34 +430,45 @@ static void client_free(client_t *c) {
   c->efd = -1;
 }
 
-static void run_input(const uint8_t *data, size_t size) {
-  static client_t c; /* big receive buffer: not on the stack */
+static void client_reset(client_t *c) {
+  memset(c, 0, offsetof(client_t, rbuf));
+  c->fd = c->efd = -1;
+  c->rlen = 0;
+  c->next_id = 1;
+}
+
+/* A new connection for c, accepted by the daemon. */
+static void client_connect(client_t *c) {
   int sv[2];
-  memset(&c, 0, offsetof(client_t, rbuf));
-  c.fd = c.efd = -1;
-  c.rlen = 0;
-  c.next_id = 1;
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, sv))
+    abort();
+  c->fd = sv[0];
+  opd__session_accept(&srv, sv[1]);
+  turn(1);
+}
+
+static void run_input(const uint8_t *data, size_t size) {
+  static client_t cl[2]; /* big receive buffers: not on the stack */
+  client_t *c = &cl[0], *c2 = &cl[1];
+  client_reset(c);
+  client_reset(c2);
   srv.next_arena_id = 0;
   srv.next_session_id = 0;
 
   uint8_t pre = size > 0 ? data[0] : 0;
   if (size > 0) data++, size--;
   srv.cfg.limits.inline_bytes = (pre & 0x20) ? 0 : INLINE_BYTES;
-  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, sv))
-    abort();
-  c.fd = sv[0];
-  opd__session_accept(&srv, sv[1]);
-  turn(1);
+  client_connect(c);
   const uint8_t *fill = (pre & 0x40) ? data : NULL;
   size_t fill_len = (pre & 0x40) ? (size < 4096 ? size : 4096) : 0;
-  if (pre & 0x01) hello(&c);
+  if (pre & 0x01) hello(c);
   turn(1);
-  if (pre & 0x02) register_arena(&c, ARENA_A, fill, fill_len);
-  if (pre & 0x04) register_arena(&c, ARENA_B, fill, fill_len);
+  if (pre & 0x02) register_arena(c, ARENA_A, fill, fill_len);
+  if (pre & 0x04) register_arena(c, ARENA_B, fill, fill_len);
   turn(1);
-  if (pre & 0x08) setup_rings(&c, (pre & 0x10) != 0);
+  if (pre & 0x08) setup_rings(c, (pre & 0x10) != 0);
   turn(2);
-  read_replies(&c);
+  read_replies(c);
 
   while (size >= 2) {
     uint8_t op = data[0];
@@ -460,40 +478,52 @@ static void run_input(const uint8_t *data, size_t size) {
     data += hdr;
     size -= hdr;
     if (len > size) len = size;
+    client_t *to = c;
+    if (op & 0x10) { /* the second client: connected (with a hello) when
+                        first named */
+      to = c2;
+      if (c2->fd < 0 && !c2->shut) {
+        client_connect(c2);
+        hello(c2);
+      }
+    }
     switch (op & 7) {
-      case 0: send_frame(&c, data, len, NULL, 0); break;
-      case 1: send_bytes(&c, data, len, NULL, 0); break;
-      case 2: ring_submit(&c, data, len); break;
-      case 3: poke(&c, data, len); break;
-      case 4: send_fds(&c, data, len); break;
+      case 0: send_frame(to, data, len, NULL, 0); break;
+      case 1: send_bytes(to, data, len, NULL, 0); break;
+      case 2: ring_submit(to, data, len); break;
+      case 3: poke(to, data, len); break;
+      case 4: send_fds(to, data, len); break;
       case 5: turn(1 + (len ? data[0] % 16 : 0)); break;
-      case 6: read_replies(&c); break;
+      case 6: read_replies(to); break;
       case 7:
-        if (c.fd >= 0 && !c.shut) shutdown(c.fd, SHUT_WR);
-        c.shut = 1;
+        if (to->fd >= 0 && !to->shut) shutdown(to->fd, SHUT_WR);
+        to->shut = 1;
         break;
     }
     data += len;
     size -= len;
     turn(1);
-    if (pre & 0x80) read_replies(&c);
+    if (pre & 0x80) read_replies(c), read_replies(c2);
   }
   turn(2);
-  read_replies(&c);
+  read_replies(c);
+  read_replies(c2);
 
-  /* the client goes; the daemon must free the session (a pool job may
+  /* the clients go; the daemon must free the sessions (a pool job may
    * still be running: wait for it, boundedly) */
-  client_close(&c);
+  client_close(c);
+  client_close(c2);
   for (int i = 0; srv.n_sessions > 0; i++) {
     uv_run(&loop, UV_RUN_NOWAIT);
     if (i > 100) {
       struct timespec ts = {0, 100000};
       nanosleep(&ts, NULL);
     }
-    CHECK(i < 50000, "the session was not freed after its client closed "
+    CHECK(i < 50000, "a session was not freed after its client closed "
           "(%u left)", srv.n_sessions);
   }
-  client_free(&c);
+  client_free(c);
+  client_free(c2);
   turn(1);
 }
 

@@ -8,7 +8,8 @@ its target's DESIGN comment describes (tests/fuzz/fuzz_<target>.c):
   wire     byte 0 = max_depth, then one msgpack payload
   desc     byte 0 = mode | arena-size class << 1, 8 bytes of offset, then a
            msgpack descriptor (mode 0) or raw fields (mode 1)
-  session  byte 0 = prefix flags, then [op][len][data] commands
+  session  byte 0 = prefix flags, then [op][len][data] commands (op | 16:
+           from a second client)
 The files are named after what they hold and rewritten on every run (the
 directories are emptied first), so the corpus in the tree is exactly what
 this script makes.
@@ -240,6 +241,24 @@ def session_seeds():
     s["bad_payloads"] = session(hello, frame(b"\xc1"), frame(mp([8, 1])))
     s["half_close"] = session(P_HELLO | P_ARENA_A, frame(softmax), cmd(SHUT),
                               cmd(TURNS, b"\x03"), cmd(READ))
+    # a second client (op | 16): attaches the first one's publication and
+    # runs on it, then the publisher goes while the reader still works
+    two = lambda op, data=b"": cmd(op | 16, data)
+    relu_att = run(91, "relu", [t(2, 0, [16])], [t(3, 0, [16])])  # attached, own
+    s["two_clients_attach"] = session(P_HELLO | P_ARENA_A,
+                                      frame(req(PUBLISH, 90, {"arena": A, "name": "w"})),
+                                      two(FRAME, req(ATTACH, 1, {"name": "w"})),
+                                      two(FDS, b"\x00" + req(REGISTER, 2, {"size": 4096})),
+                                      two(FRAME, relu_att), cmd(SHUT),
+                                      cmd(TURNS, b"\x02"), two(FRAME, relu_att),
+                                      two(READ))
+    s["two_clients_squat"] = session(P_HELLO | P_ARENA_A,
+                                     two(FDS, b"\x00" + req(REGISTER, 1, {"size": 4096})),
+                                     two(FRAME, req(PUBLISH, 2, {"arena": 2, "name": "w"})),
+                                     frame(req(PUBLISH, 90, {"arena": A, "name": "w"})),
+                                     frame(req(ATTACH, 91, {"name": "w"})),
+                                     two(FRAME, req(UNPUBLISH, 3, {"name": "w"})),
+                                     cmd(READ), two(READ))
     s["fill_arena"] = session(P_HELLO | P_ARENA_A | P_FILL | P_READ,
                               frame(softmax), frame(run(80, "layernorm",
                                                         [t(A, 0, [2, 8])],
