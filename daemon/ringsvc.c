@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdatomic.h>
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
@@ -127,6 +128,7 @@ static void on_idle(uv_idle_t *h) {
     if (gap >= WINDOW_GAP_LONG_NS) srv->win_gaps_long++;
   }
   opd__cuda_loop_polls(srv, 1);
+  unsigned done0 = atomic_load_explicit(&srv->pool_done, memory_order_relaxed);
   for (unsigned turn = 1;; turn++) {
     int served = 0;
     if (opd__cuda_poll(srv) > 0) served = 1; /* GPU jobs done: replied */
@@ -154,9 +156,15 @@ static void on_idle(uv_idle_t *h) {
     }
     if (!served && srv->pool_jobs > 0) {
       /* runs on the kernel threads: the loop's core is theirs; look at
-       * the rings every NAP_NS instead of spinning */
+       * the rings every NAP_NS instead of spinning, and leave the window
+       * as soon as one of those runs is done (its reply waits for the
+       * loop's next turn) */
+      if (atomic_load_explicit(&srv->pool_done, memory_order_relaxed) !=
+          done0)
+        break;
       struct timespec nap = {0, NAP_NS};
       nanosleep(&nap, NULL);
+      if (opd__now_ns() >= until) break;
       continue;
     }
 #if defined(__x86_64__) || defined(__i386__)

@@ -20,6 +20,7 @@
  * one client's big op never stalls another client's I/O.
  */
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -474,7 +475,9 @@ static void job_finish(opd_job_t *job) {
 }
 
 static void work_cb(uv_work_t *w) {
-  run_kernel((opd_job_t *)w);
+  opd_job_t *job = (opd_job_t *)w;
+  run_kernel(job);
+  atomic_fetch_add_explicit(&job->s->srv->pool_done, 1, memory_order_relaxed);
 }
 
 static void after_work_cb(uv_work_t *w, int status) {

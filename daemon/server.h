@@ -169,6 +169,8 @@ typedef struct opd_server {
   int n_cpus;                    /* CPUs the daemon may run on */
   int pool_jobs;                 /* CPU runs on the kernel threads now: the
                                     loop naps instead of spinning */
+  _Atomic unsigned pool_done;    /* bumped by a kernel thread when one of
+                                    them finished (ends the nap window) */
   int ring_kick;                 /* work left for the next iteration */
   /* spin windows (ringsvc.c on_idle): the gaps between them, for the
    * shutdown report */
