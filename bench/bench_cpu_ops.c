@@ -1,4 +1,5 @@
-/* CPU softmax and layernorm bandwidth against memcpy, in-process.
+/* CPU softmax, layernorm, rmsnorm and gelu bandwidth against memcpy,
+ * in-process.
  *
  * DESIGN
  * For each shape, the kernels run straight from the op table (no daemon):
@@ -6,13 +7,23 @@
  * Each timing is the median of several reps, each rep after the caches
  * were flushed by writing a 64 MiB scratch buffer. GB/s counts the bytes
  * the op must move: x read once and y written once (2 * numel * 4; the
- * (C) weight and bias of layernorm are left out). memcpy_gbps is a copy
+ * (C) weight and bias of the norms are left out). memcpy_gbps is a copy
  * of a buffer of x's size through the same pool, with the same byte
  * count, measured in the same run, so ratio = gbps / memcpy_gbps says how
  * close a kernel comes to the machine's copy bandwidth.
  *
- * Usage: build/bench/bench_cpu_ops [threads]   (default: all cores)
- * Output: one line per case:
+ * x holds values in [0, 10) (times `scale`: 1e20 puts every norm row
+ * past float32's square, where the norms take their exact path).
+ *
+ * threads = 0 runs everything (fast, ref, memcpy) serially on the calling
+ * thread and times it with that thread's CPU clock instead of the wall
+ * clock: on a shared machine the time another process takes the core is
+ * then not counted, so before/after comparisons of a kernel hold there
+ * (caches are still shared).
+ *
+ * Usage: build/bench/bench_cpu_ops [threads [scale]]
+ *        (default: all cores, scale 1)
+ * Output: one line per case (gelu[tanh]: approximate="tanh"):
  *   bench op=softmax shape=4096x1024 impl=fast threads=2 gbps=... \
  *     memcpy_gbps=... ratio=...
  */
@@ -30,9 +41,11 @@
 
 static char *flush_buf;
 
+static clockid_t clock_id = CLOCK_MONOTONIC; /* thread CPU clock: threads 0 */
+
 static double now_s(void) {
   struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
+  clock_gettime(clock_id, &ts);
   return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
@@ -127,8 +140,13 @@ static void header(int threads) {
 
 int main(int argc, char **argv) {
   int threads = argc > 1 ? atoi(argv[1]) : (int)sysconf(_SC_NPROCESSORS_ONLN);
+  float scale = argc > 2 ? strtof(argv[2], NULL) : 1.0f;
+  int serial = threads == 0;
+  if (serial) clock_id = CLOCK_THREAD_CPUTIME_ID;
   if (threads < 1) threads = 1;
   header(threads);
+  if (serial) printf("# serial on the calling thread, timed by its CPU clock\n");
+  printf("# scale=%g\n", scale);
   flush_buf = malloc(FLUSH_BYTES);
   opd_exec_t pool;
   if (!flush_buf || opd__exec_pool_create(&pool, threads)) {
@@ -137,7 +155,7 @@ int main(int argc, char **argv) {
   }
   static const int64_t shapes[][2] = {{64, 4096}, {4096, 1024},
                                       {1024, 65536}};
-  const char *ops[] = {"softmax", "layernorm"};
+  const char *ops[] = {"softmax", "layernorm", "rmsnorm", "gelu", "gelu[tanh]"};
   for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
     int64_t R = shapes[s][0], C = shapes[s][1], n = R * C;
     size_t bytes = (size_t)n * sizeof(float);
@@ -150,17 +168,19 @@ int main(int argc, char **argv) {
       free(x), free(y), free(w), free(b);
       continue;
     }
-    for (int64_t i = 0; i < n; i++) x[i] = (float)((i * 7919) % 1000) * 0.01f;
+    for (int64_t i = 0; i < n; i++) x[i] = (float)((i * 7919) % 1000) * 0.01f * scale;
     for (int64_t i = 0; i < C; i++) w[i] = 1.0f, b[i] = 0.0f;
     memset(y, 0, bytes);
     int reps = n >= (1 << 24) ? 3 : n >= (1 << 20) ? 7 : 15;
-    double tm = time_memcpy(&pool, (char *)y, (const char *)x,
+    const opd_exec_t *ex = serial ? &opd__exec_serial : &pool;
+    double tm = time_memcpy(ex, (char *)y, (const char *)x,
                             (int64_t)bytes, reps);
     double mgbps = 2.0 * (double)bytes / tm / 1e9;
     for (size_t o = 0; o < sizeof ops / sizeof ops[0]; o++) {
       opd_kcall_t call;
       memset(&call, 0, sizeof call);
-      call.op = opd__op_find(ops[o]);
+      int tanh_form = strcmp(ops[o], "gelu[tanh]") == 0;
+      call.op = opd__op_find(tanh_form ? "gelu" : ops[o]);
       call.n_in = call.op->n_in_max;
       call.n_out = 1;
       view(&call.in[0], x, 2, shapes[s]);
@@ -169,8 +189,9 @@ int main(int argc, char **argv) {
       if (call.n_in > 2) view(&call.in[2], b, 1, &C);
       for (int a = 0; a < call.op->n_attrs; a++)
         call.attr[a] = call.op->attrs[a].def;
+      if (tanh_form) strcpy(call.attr[0].s, "tanh");
       for (int fast = 1; fast >= 0; fast--) {
-        call.exec = fast ? &pool : &opd__exec_serial;
+        call.exec = fast ? ex : &opd__exec_serial;
         double t = time_op(&call, fast, fast ? reps : (reps + 1) / 2);
         double gbps = 2.0 * (double)bytes / t / 1e9;
         printf("bench op=%s shape=%lldx%lld impl=%s threads=%d gbps=%.2f "

@@ -80,6 +80,32 @@ OPD_V8 opd_v8f opd__v8_expf(opd_v8f x) {
   return opd__v8_sel(x < lo, opd__v8_splat(0.0f), y);
 }
 
+/* e^x on 8 lanes for any x, as opd__v8_expf but +inf above 88.3 where that
+ * one saturates at ~2.4e38 (gelu's tanh form takes e^(-2u) of any sign).
+ * No clamps: outside [-87.3, 88.3] the steps give garbage (never a trap:
+ * OPD_FAST is no-trapping-math) that the two selects replace, so it costs
+ * one select less than opd__v8_expf. NaN gives NaN. */
+OPD_V8 opd_v8f opd__v8_expf_inf(opd_v8f x) {
+  const opd_v8f lo = opd__v8_splat(-87.33654475f);
+  const opd_v8f hi = opd__v8_splat(88.3f);
+  const opd_v8f magic = opd__v8_splat(12582912.0f);
+  opd_v8f t = x * 1.44269504088896341f + magic;
+  opd_v8f n = t - magic;
+  opd_v8f r = x - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  opd_v8f p = opd__v8_splat(1.9875691500e-4f);
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  opd_v8u si = ((opd_v8u)t - 0x4B400000u + 127u) << 23;
+  opd_v8f y = p * (opd_v8f)si;
+  y = opd__v8_sel(x < lo, opd__v8_splat(0.0f), y);
+  return opd__v8_sel(x > hi, opd__v8_splat(__builtin_inff()), y);
+}
+
 /* Maximum of x[0..n), n >= 1; NaN elements are skipped unless all are
  * NaN (callers propagate NaN through later passes). */
 OPD_V8 float opd__row_max(const float *x, int64_t n) {
@@ -96,16 +122,17 @@ OPD_V8 float opd__row_max(const float *x, int64_t n) {
   return r;
 }
 
-/* Sum of x[0..n). */
-OPD_V8 float opd__row_sum(const float *x, int64_t n) {
-  opd_v8f s0 = opd__v8_splat(0.0f), s1 = s0;
+/* Sum of (x[i] - c) over [0, n): the row sum shifted by c (c = x[0] keeps
+ * the terms small for a row whose spread is far below its mean). */
+OPD_V8 float opd__row_sum_dev(const float *x, int64_t n, float c) {
+  opd_v8f s0 = opd__v8_splat(0.0f), s1 = s0, cv = opd__v8_splat(c);
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    s0 += opd__v8_load(x + i);
-    s1 += opd__v8_load(x + i + 8);
+    s0 += opd__v8_load(x + i) - cv;
+    s1 += opd__v8_load(x + i + 8) - cv;
   }
   float r = opd__v8_hsum(s0 + s1);
-  for (; i < n; i++) r += x[i];
+  for (; i < n; i++) r += x[i] - c;
   return r;
 }
 
@@ -121,6 +148,29 @@ OPD_V8 float opd__row_sqdev(const float *x, int64_t n, float c) {
   float r = opd__v8_hsum(s0 + s1);
   for (; i < n; i++) r += (x[i] - c) * (x[i] - c);
   return r;
+}
+
+/* Both sums of d = x[i] - c over [0, n) in one pass: returns sum(d^2) and
+ * leaves sum(d) in *sd (the correction of a two-pass variance). */
+OPD_V8 float opd__row_dev2(const float *x, int64_t n, float c, float *sd) {
+  opd_v8f q0 = opd__v8_splat(0.0f), q1 = q0, a0 = q0, a1 = q0;
+  opd_v8f cv = opd__v8_splat(c);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    opd_v8f d0 = opd__v8_load(x + i) - cv, d1 = opd__v8_load(x + i + 8) - cv;
+    a0 += d0;
+    a1 += d1;
+    q0 += d0 * d0;
+    q1 += d1 * d1;
+  }
+  float a = opd__v8_hsum(a0 + a1), q = opd__v8_hsum(q0 + q1);
+  for (; i < n; i++) {
+    float d = x[i] - c;
+    a += d;
+    q += d * d;
+  }
+  *sd = a;
+  return q;
 }
 
 #endif /* OPD_KERNELS_ROWRED_H */

@@ -28,15 +28,24 @@
  *         x = +inf gives +inf, x = -inf gives NaN (= -inf * 0, as the CPU
  *         reference and torch's 0.5x(1+erf) form), NaN gives NaN.
  *   tanh  y = x / (1 + 2^(-2 log2(e) u)), u = sqrt(2/pi)(x + 0.044715x^3),
- *         which equals 0.5x(1+tanh(u)) (the CPU fast kernel's form) without
- *         its cancellation for negative x; ex2.approx and rcp.approx (was:
- *         expf and an IEEE division).
+ *         which equals 0.5x(1+tanh(u)) without its cancellation for
+ *         negative x; ex2.approx and rcp.approx (was: expf and an IEEE
+ *         division).
+ * Float range, both forms: exact (to the errors above) for every finite
+ * x. At the ends nothing saturates: for x far below 0 the exponent is
+ * +inf (x^3 overflows in tanh's), ex2 gives inf, rcp(inf) 0 and y = x * 0
+ * = -0 (the CPU fast kernel's expf saturated there and gave -1.5 at
+ * -3.4e38 before it was fixed); erf's t = rcp(1 + kappa |x|) flushes to 0
+ * and q = 0. Results below ~1e-38 in magnitude (x in [-10.1, -10] for tanh,
+ * near -13 for erf) come out 0 (the .ftz approximations). x = +inf gives
+ * +inf, -inf NaN, NaN NaN in both forms: torch 1.13's values. The same in
+ * float16 and bfloat16, whose values convert to float exactly.
  * Variants (kernels/cuda/unary.cuh): tiles of 4 x 256 16-byte packs per
  * block when x and y are 16-byte aligned, else a scalar grid-stride
  * kernel.
  * Test: build/tests/gpu_kernels --op gelu (shapes with odd tails, x in
  * [-6, 6], each dtype, both forms: "gpu op=gelu" and "gpu op=gelu[tanh]"
- * lines); bench: build/tests/gpu_kernels --bench --op gelu ("bench
+ * lines; "[extreme]" ones for +-FLT_MAX .. denormals, inf, NaN); bench: build/tests/gpu_kernels --bench --op gelu ("bench
  * op=gelu" lines, pct_copy against a D2D copy of the same bytes; float32,
  * float16, bfloat16 8192 x 8192). The new form is not yet measured on the
  * H200.

@@ -5,44 +5,89 @@
  * Variants (threads per row from rows_tpr(C), kernels/cuda/rows.cuh):
  * warp per row (C <= 1024) or block per row (128 / 256 / 1024 threads),
  * each with 16-byte packs (VEC: x, y, w, b aligned and C a multiple of the
- * pack) or scalar. One statistics pass with shifted sums, K = x[row, 0]:
- * s1 = sum(x - K), s2 = sum((x - K)^2), mean = K + s1/C,
- * var = s2/C - (s1/C)^2 (the shift keeps the cancellation small: K is a
- * sample of the row, within a few std of its mean), then one output pass.
- * Test: build/tests/gpu_kernels (op=layernorm); bench: --bench.
+ * pack) or scalar. One statistics pass, one output pass:
+ *   statistics  each lane sums its elements in float, shifted by its own
+ *               first element (lane_stats); the lanes' (n, mean, m2) merge
+ *               pairwise in double without cancellation (stats_merge,
+ *               row_stats). The previous kernel shifted the whole row by
+ *               K = x[row, 0] and took var = s2/C - (s1/C)^2: every digit
+ *               lost when x[row, 0] was an outlier of a long row.
+ *   output      y = ((x - hi) - lo) rstd w + b, hi + lo = the double mean
+ *               split into two floats, so that neither a row whose spread
+ *               is a few ulps of its mean (1e30 and its neighbour) nor one
+ *               whose mean is ~1e4 std off x[0] loses digits.
+ * Float range: exact to float rounding while the lanes' sums stay finite
+ * and var + eps >= 2^-60 (squares lost to underflow, < 2^-126 each, do
+ * not count): |x| below ~1e18, down to denormals when eps >= 2^-60. A row
+ * outside that (|x| ~1e20 gave 0 before; a row of denormals with eps = 0
+ * gave NaN) takes a second pass of the same code, the exact path: one more
+ * read for max |x| (row_amax), the statistics of x * 2^-e (pow2_scale:
+ * |x 2^-e| < 4), rstd_s = 1 / sqrt(var_s + eps 2^-2e) in double (clamped
+ * to FLT_MAX: a constant row with eps > 0 gives 0, not 0 * inf), y =
+ * ((x 2^-e - hi_s) - lo_s) rstd_s w + b. A row holding inf or NaN gives
+ * NaN throughout, as torch 1.13. The check is per row on row-uniform
+ * values (a group never splits). The common case does the per-element work
+ * it did plus a subtraction (lo) and a multiply by the scale (1) in the
+ * output pass, and one double merge per row (5-10 shuffle levels) for the
+ * two float sums; launch bounds keep the registers, and so the occupancy,
+ * of the previous kernel (LN_MIN_BLOCKS).
+ * float16 never leaves float's range (65504^2 C); bfloat16 has float32's.
+ * Test: build/tests/gpu_kernels --op layernorm ("gpu op=layernorm" lines,
+ * "[extreme]" ones for the float range); bench: --bench.
  */
+#include <float.h>
+
 #include "kernels/cuda/rows.cuh"
 
+/* Blocks per SM the kernel must fit: the previous kernel's occupancy
+ * (40 registers: 1536 threads per SM) for the 128- and 256-thread
+ * variants, which the double merge and the exact path would otherwise
+ * push to 48-64 registers; no spills at this bound (ptxas -v). */
+#define LN_MIN_BLOCKS(THREADS) ((THREADS) <= 256 ? 1536 / (THREADS) : 1)
+
+/* yr = ((x sc - hi) - lo) rstd w + b for this lane's elements. */
+template <typename T, int TPR, bool VEC>
+__device__ __forceinline__ void ln_out(const T *xr, T *yr, const T *w, const T *b, int64_t C,
+                                       int lane, float hi, float lo, float rstd, float sc) {
+  auto nz = [=](float v) { return ((v * sc - hi) - lo) * rstd; };
+  if (w && b)
+    row_map<T, TPR, VEC>(xr, yr, C, lane,
+                         [&](int64_t i, float v) { return nz(v) * to_f(w[i]) + to_f(b[i]); });
+  else if (w)
+    row_map<T, TPR, VEC>(xr, yr, C, lane, [&](int64_t i, float v) { return nz(v) * to_f(w[i]); });
+  else
+    row_map<T, TPR, VEC>(xr, yr, C, lane, [&](int64_t, float v) { return nz(v); });
+}
+
 template <typename T, int TPR, int THREADS, bool VEC>
-__global__ __launch_bounds__(THREADS) void layernorm_rows(const T *x, T *y, const T *w,
-                                                          const T *b, int64_t rows,
-                                                          int64_t C, float eps) {
+__global__ __launch_bounds__(THREADS, LN_MIN_BLOCKS(THREADS)) void layernorm_rows(
+    const T *x, T *y, const T *w, const T *b, int64_t rows, int64_t C, float eps) {
+  __shared__ double shd[96];
   __shared__ float sh[32];
   int lane = threadIdx.x % TPR;
   OPD_FOR_ROWS(row, rows, TPR, THREADS) {
     const T *xr = x + row * C;
     T *yr = y + row * C;
-    float K = to_f(xr[0]), s1 = 0.0f, s2 = 0.0f;
-    row_visit<T, TPR, VEC>(xr, C, lane, [&](int64_t, float v) {
-      float d = v - K;
-      s1 += d;
-      s2 += d * d;
-    });
-    s1 = row_sum<TPR, THREADS>(s1, sh);
-    s2 = row_sum<TPR, THREADS>(s2, sh);
-    float dm = s1 / (float)C;
-    float var = fmaxf(s2 / (float)C - dm * dm, 0.0f);
-    float mean = K + dm, rstd = 1.0f / sqrtf(var + eps);
-    if (w && b)
-      row_map<T, TPR, VEC>(xr, yr, C, lane, [&](int64_t i, float v) {
-        return (v - mean) * rstd * to_f(w[i]) + to_f(b[i]);
-      });
-    else if (w)
-      row_map<T, TPR, VEC>(xr, yr, C, lane,
-                           [&](int64_t i, float v) { return (v - mean) * rstd * to_f(w[i]); });
-    else
-      row_map<T, TPR, VEC>(xr, yr, C, lane,
-                           [&](int64_t, float v) { return (v - mean) * rstd; });
+    /* pass 0: x as it is; pass 1 (the exact path, rare): x * 2^-e */
+    float sc = 1.0f;
+    RowStats st;
+    double ve;
+#pragma unroll 1
+    for (int pass = 0;; pass++) {
+      st = row_stats<TPR, THREADS>(lane_stats<T, TPR, VEC>(xr, C, lane, sc), shd);
+      ve = st.m2 / (double)C + (double)eps * sc * sc; /* NaN in the row: NaN */
+      if (pass == 1 || (isfinite(st.mean) && ve >= 0x1p-60 && ve <= FLT_MAX)) break;
+      float a = row_amax<T, TPR, THREADS, VEC>(xr, C, lane, sh);
+      if (!(a <= FLT_MAX)) { /* inf in the row: NaN throughout */
+        st.mean = ve = NAN;
+        break;
+      }
+      sc = pow2_scale(a);
+    }
+    double r = 1.0 / sqrt(ve);
+    float rstd = r > FLT_MAX && ve > 0 ? FLT_MAX : (float)r; /* constant row: 0, not 0 * inf */
+    float hi = (float)st.mean, lo = (float)(st.mean - hi);
+    ln_out<T, TPR, VEC>(xr, yr, w, b, C, lane, hi, lo, rstd, sc);
   }
 }
 

@@ -6,10 +6,16 @@
  *             lanes; e = opd__expf_fast(x - max) stored into y while
  *             summing; y *= 1/sum, as torch's CPU kernel), rows spread
  *             over call->exec
- * A row holding NaN gives NaN (max skips it, exp(NaN) does not), a row of
- * all -inf gives NaN, as torch. In place (y == x) works: every pass reads
- * an element before writing it.
- * Test: build/tests/ops, suite softmax (fast within 1e-7+1e-5|ref|)
+ * Float range: exact (to expf_fast's 2 ulp) for every finite row, huge or
+ * denormal: x - max <= 0, so no exp overflows; a difference past -FLT_MAX
+ * rounds to -inf, whose exp is 0, as the true e^(x - max) < 1e-38 is; the
+ * sum is in [1, C]. No rescaling is needed.
+ * A row holding NaN gives NaN (max skips it, exp(NaN) does not), a row
+ * holding +inf or of all -inf gives NaN, -inf entries 0: torch 1.13's
+ * values. In place (y == x) works: every pass reads an element before
+ * writing it.
+ * Test: build/tests/ops, suites softmax (fast within 1e-7+1e-5|ref|) and
+ * numerics (extremes, inf, NaN)
  * Bench: build/bench/bench_cpu_ops
  */
 #include <math.h>

@@ -9,10 +9,15 @@
  * (each thread keeps (m, s), rescaling s when m grows; partials combine as
  * s1 e^(m1-M) + s2 e^(m2-M)), then y = e^(x-M) / S from a second read
  * (L2-resident for rows up to a few hundred KiB).
- * Semantics as the CPU reference: a row holding NaN gives NaN; -inf
- * entries give 0; a row of all -inf gives NaN. In place works (each
- * element is read before the same thread writes it).
- * Test: build/tests/gpu_kernels (op=softmax); bench: --bench (op=softmax).
+ * Float range: exact for every finite row, huge or denormal: every
+ * exponent (x - m, m - v) is <= 0, a difference past -FLT_MAX rounds to
+ * -inf and its exp to 0 (the true value is below 1e-38), s and S stay in
+ * [1, C]; no rescaling is needed.
+ * Semantics as the CPU reference and torch 1.13: a row holding NaN or +inf
+ * gives NaN; -inf entries give 0; a row of all -inf gives NaN. In place
+ * works (each element is read before the same thread writes it).
+ * Test: build/tests/gpu_kernels (op=softmax, "[extreme]" and "[inf/nan]"
+ * lines for the float range); bench: --bench (op=softmax).
  */
 #include "kernels/cuda/rows.cuh"
 
