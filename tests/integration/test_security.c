@@ -562,6 +562,8 @@ Test(security, squatted_runtime_directory_is_refused, .init = NULL,
   cr_assert_eq(system(cmd), 0);
 }
 
+static void client_refuses_a_squatted_fallback_directory(void);
+
 Test(security, fallback_directory_is_made_and_checked, .init = NULL,
      .fini = NULL) {
   need_root();
@@ -603,6 +605,7 @@ Test(security, fallback_directory_is_made_and_checked, .init = NULL,
             "made with mode %o, owner %u", st.st_mode & 07777,
             (unsigned)st.st_uid);
   cr_assert_eq(system(cmd), 0);
+  client_refuses_a_squatted_fallback_directory();
 }
 
 static void child_connect_default(report_t *r, void *arg) {
@@ -615,10 +618,9 @@ static void child_connect_default(report_t *r, void *arg) {
 }
 
 /* libopd refuses the fallback directory when another uid made it first,
- * before it even looks for a socket there. */
-Test(security, client_refuses_a_squatted_fallback_directory, .init = NULL,
-     .fini = NULL) {
-  need_root();
+ * before it even looks for a socket there. Run from the test above: both
+ * use /tmp/opd-64123, so they must not run side by side (--jobs 2). */
+static void client_refuses_a_squatted_fallback_directory(void) {
   char dir[64], cmd[96];
   snprintf(dir, sizeof dir, "/tmp/opd-%d", OTHER_UID);
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
