@@ -58,6 +58,16 @@ if [ -n "${BENCH_GPU_PY:-}" ]; then
     timeout 120 python3 bench/bench_gpu.py --skip workers16,mps >>"$out/bench_gpu.txt" 2>&1 || status=1
   cat "$out/bench_gpu.txt"
 fi
+echo "== what the daemon holds once its clients are gone (issue 10)"
+# host arenas were registered with CUDA; each must be unregistered and
+# unmapped with its last reference (the daemon's /proc against its stats)
+sleep 0.5
+maps=$(grep -c '/memfd:' /proc/$pid/maps || true)
+echo "/proc/$pid: $maps memfd mappings, $(ls /proc/$pid/fd | wc -l) fds, $(grep -E '^(VmRSS|RssShmem)' /proc/$pid/status | tr -s ' \n' ' ')"
+build/opctl --socket "$sock" --json stats | python3 -c 'import json, sys
+s = json.load(sys.stdin)
+print("stats: " + " ".join("%s %s" % (k, s[k]) for k in ("sessions", "arenas", "bytes_mapped", "mappings", "mapped_bytes", "inflight")))'
+[ "$maps" = 0 ] || { echo "FAIL: $maps client mappings left"; status=1; }
 build/opctl --socket "$sock" stats | head -n 12
 kill -TERM "$pid"; wait "$pid"; echo "opd exit status $?"
 tail -n 3 "$out/opd.log"
