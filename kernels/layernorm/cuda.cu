@@ -5,7 +5,14 @@
  * Variants (threads per row from rows_tpr(C), kernels/cuda/rows.cuh):
  * warp per row (C <= 1024) or block per row (128 / 256 / 1024 threads),
  * each with 16-byte packs (VEC: x, y, w, b aligned and C a multiple of the
- * pack) or scalar. One statistics pass, one output pass:
+ * pack) or scalar. The common case first: float sums shifted by K =
+ * x[row, 0], s1 = sum(x - K), s2 = sum((x - K)^2), as fast as before the
+ * exact path existed, kept when m2 = s2/C <= 8 var (K within ~2.6 std of
+ * the mean, so the cancellation costs at most 3 bits) and var + eps is
+ * well inside float's range; y = ((x - K) - s1/C) rstd w + b. Any other
+ * row (an outlier at x[0], a huge or denormal row, inf or NaN) is
+ * computed again by the careful path, one statistics pass and one output
+ * pass:
  *   statistics  each lane sums its elements in float, shifted by its own
  *               first element (lane_stats); the lanes' (n, mean, m2) merge
  *               pairwise in double without cancellation (stats_merge,
@@ -27,10 +34,8 @@
  * ((x 2^-e - hi_s) - lo_s) rstd_s w + b. A row holding inf or NaN gives
  * NaN throughout, as torch 1.13. The check is per row on row-uniform
  * values (a group never splits). The common case does the per-element work
- * it did plus a subtraction (lo) and a multiply by the scale (1) in the
- * output pass, and one double merge per row (5-10 shuffle levels) for the
- * two float sums; launch bounds keep the registers, and so the occupancy,
- * of the previous kernel (LN_MIN_BLOCKS).
+ * of the kernel before the careful path existed, plus one subtraction in
+ * the output pass; the careful path costs a second pass over the row.
  * float16 never leaves float's range (65504^2 C); bfloat16 has float32's.
  * Test: build/tests/gpu_kernels --op layernorm ("gpu op=layernorm" lines,
  * "[extreme]" ones for the float range); bench: --bench.
@@ -39,11 +44,9 @@
 
 #include "kernels/cuda/rows.cuh"
 
-/* Blocks per SM the kernel must fit: the previous kernel's occupancy
- * (40 registers: 1536 threads per SM) for the 128- and 256-thread
- * variants, which the double merge and the exact path would otherwise
- * push to 48-64 registers; no spills at this bound (ptxas -v). */
-#define LN_MIN_BLOCKS(THREADS) ((THREADS) <= 256 ? 1536 / (THREADS) : 1)
+/* The common case keeps its float sums while m2 <= this * var: the
+ * cancellation in var = m2 - dm^2 then costs at most 3 bits. */
+#define LN_FAST_SPREAD 8.0f
 
 /* yr = ((x sc - hi) - lo) rstd w + b for this lane's elements. */
 template <typename T, int TPR, bool VEC>
@@ -59,8 +62,39 @@ __device__ __forceinline__ void ln_out(const T *xr, T *yr, const T *w, const T *
     row_map<T, TPR, VEC>(xr, yr, C, lane, [&](int64_t, float v) { return nz(v); });
 }
 
+/* The careful path of one row (see the top of the file). Measured on the
+ * H200 (bench/results/2026-12-01-numerics-gpu.txt): inlined, with no
+ * occupancy asked of __launch_bounds__, the common case runs as fast as
+ * the kernel before this path existed (out of line, or with the previous
+ * register bound forced, it ran 8-10% slower at 8192 x 8192). */
 template <typename T, int TPR, int THREADS, bool VEC>
-__global__ __launch_bounds__(THREADS, LN_MIN_BLOCKS(THREADS)) void layernorm_rows(
+__device__ __forceinline__ void ln_exact_row(const T *xr, T *yr, const T *w,
+                                                       const T *b, int64_t C, float eps,
+                                                       int lane, double *shd, float *sh) {
+  /* pass 0: x as it is; pass 1 (the exact path, rare): x * 2^-e */
+  float sc = 1.0f;
+  RowStats st;
+  double ve;
+#pragma unroll 1
+  for (int pass = 0;; pass++) {
+    st = row_stats<TPR, THREADS>(lane_stats<T, TPR, VEC>(xr, C, lane, sc), shd);
+    ve = st.m2 / (double)C + (double)eps * sc * sc; /* NaN in the row: NaN */
+    if (pass == 1 || (isfinite(st.mean) && ve >= 0x1p-60 && ve <= FLT_MAX)) break;
+    float a = row_amax<T, TPR, THREADS, VEC>(xr, C, lane, sh);
+    if (!(a <= FLT_MAX)) { /* inf in the row: NaN throughout */
+      st.mean = ve = NAN;
+      break;
+    }
+    sc = pow2_scale(a);
+  }
+  double r = 1.0 / sqrt(ve);
+  float rstd = r > FLT_MAX && ve > 0 ? FLT_MAX : (float)r; /* constant row: 0, not 0 * inf */
+  float hi = (float)st.mean, lo = (float)(st.mean - hi);
+  ln_out<T, TPR, VEC>(xr, yr, w, b, C, lane, hi, lo, rstd, sc);
+}
+
+template <typename T, int TPR, int THREADS, bool VEC>
+__global__ __launch_bounds__(THREADS) void layernorm_rows(
     const T *x, T *y, const T *w, const T *b, int64_t rows, int64_t C, float eps) {
   __shared__ double shd[96];
   __shared__ float sh[32];
@@ -68,26 +102,29 @@ __global__ __launch_bounds__(THREADS, LN_MIN_BLOCKS(THREADS)) void layernorm_row
   OPD_FOR_ROWS(row, rows, TPR, THREADS) {
     const T *xr = x + row * C;
     T *yr = y + row * C;
-    /* pass 0: x as it is; pass 1 (the exact path, rare): x * 2^-e */
-    float sc = 1.0f;
-    RowStats st;
-    double ve;
-#pragma unroll 1
-    for (int pass = 0;; pass++) {
-      st = row_stats<TPR, THREADS>(lane_stats<T, TPR, VEC>(xr, C, lane, sc), shd);
-      ve = st.m2 / (double)C + (double)eps * sc * sc; /* NaN in the row: NaN */
-      if (pass == 1 || (isfinite(st.mean) && ve >= 0x1p-60 && ve <= FLT_MAX)) break;
-      float a = row_amax<T, TPR, THREADS, VEC>(xr, C, lane, sh);
-      if (!(a <= FLT_MAX)) { /* inf in the row: NaN throughout */
-        st.mean = ve = NAN;
-        break;
+    /* the common case: the previous kernel's shifted float sums, K =
+     * x[row, 0], kept when they cannot have cancelled: the mean of the
+     * squared shifts m2 = var + (mean - K)^2 is at most LN_FAST_SPREAD
+     * times var (K within ~2.6 std of the mean: all but ~1% of the rows
+     * of ordinary data), and var + eps is well inside float's range */
+    {
+      float K = to_f(xr[0]), s1 = 0.0f, s2 = 0.0f;
+      row_visit<T, TPR, VEC>(xr, C, lane, [&](int64_t, float v) {
+        float d = v - K;
+        s1 += d;
+        s2 += d * d;
+      });
+      s1 = row_sum<TPR, THREADS>(s1, sh);
+      s2 = row_sum<TPR, THREADS>(s2, sh);
+      float dm = s1 / (float)C, m2 = s2 / (float)C, var = m2 - dm * dm;
+      float ve = var + eps;
+      if (m2 <= LN_FAST_SPREAD * var && ve >= 0x1p-60f && ve <= 0x1p100f) {
+        /* y = ((x - K) - dm) rstd w + b: x - K is exact for x near K */
+        ln_out<T, TPR, VEC>(xr, yr, w, b, C, lane, K, dm, rsqrtf(ve), 1.0f);
+        continue;
       }
-      sc = pow2_scale(a);
     }
-    double r = 1.0 / sqrt(ve);
-    float rstd = r > FLT_MAX && ve > 0 ? FLT_MAX : (float)r; /* constant row: 0, not 0 * inf */
-    float hi = (float)st.mean, lo = (float)(st.mean - hi);
-    ln_out<T, TPR, VEC>(xr, yr, w, b, C, lane, hi, lo, rstd, sc);
+    ln_exact_row<T, TPR, THREADS, VEC>(xr, yr, w, b, C, eps, lane, shd, sh);
   }
 }
 
