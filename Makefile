@@ -156,6 +156,8 @@ check-deps:
 	 [ -f $(OPENBLAS_INC)/cblas.h ] || missing=1; \
 	 [ -f /usr/include/criterion/criterion.h ] || missing=1; \
 	 /usr/bin/python3 -c 'import numpy, pytest, torch' 2>/dev/null || missing=1; \
+	 command -v clang >/dev/null 2>&1 || missing=1; \
+	 ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1 || missing=1; \
 	 if [ -n "$$missing" ]; then echo "opd: installing missing packages"; $(MAKE) --no-print-directory deps; fi
 
 # ---- build ---------------------------------------------------------------
