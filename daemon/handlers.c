@@ -39,7 +39,8 @@ static void reply_arena(opd_session_t *s, uint64_t id, uint64_t arena) {
 }
 
 static void handle_hello(opd_session_t *s, uint64_t id,
-                         const msgpack_object *body) {
+                         int type, const msgpack_object *body) {
+  (void)type;
   opd_server_t *srv = s->srv;
   const opd_limits_t *l = &srv->cfg.limits;
   uint64_t proto;
@@ -120,7 +121,8 @@ static void handle_hello(opd_session_t *s, uint64_t id,
 }
 
 static void handle_register(opd_session_t *s, uint64_t id,
-                            const msgpack_object *body) {
+                            int type, const msgpack_object *body) {
+  (void)type;
   uint64_t size, arena;
   char err[200];
 
@@ -144,7 +146,8 @@ static void handle_register(opd_session_t *s, uint64_t id,
 }
 
 static void handle_alloc(opd_session_t *s, uint64_t id,
-                         const msgpack_object *body) {
+                         int type, const msgpack_object *body) {
+  (void)type;
   char dev[OPD_MAX_NAME], err[300];
   uint64_t size, arena;
   int req;
@@ -243,7 +246,8 @@ static void handle_publish(opd_session_t *s, uint64_t id, int type,
 }
 
 static void handle_import(opd_session_t *s, uint64_t id,
-                          const msgpack_object *body) {
+                          int type, const msgpack_object *body) {
+  (void)type;
   const msgpack_object *h = opd__mp_get(body, "handle");
   char dev[OPD_MAX_NAME], err[300];
   uint64_t offset, size, arena;
@@ -273,7 +277,8 @@ static void handle_import(opd_session_t *s, uint64_t id,
 }
 
 static void handle_export(opd_session_t *s, uint64_t id,
-                          const msgpack_object *body) {
+                          int type, const msgpack_object *body) {
+  (void)type;
   uint64_t arena;
   char err[300];
   int fd;
@@ -323,7 +328,8 @@ static void handle_export(opd_session_t *s, uint64_t id,
 }
 
 static void handle_ring_setup(opd_session_t *s, uint64_t id,
-                              const msgpack_object *body) {
+                              int type, const msgpack_object *body) {
+  (void)type;
   char err[300], why[200];
   int mode;
   int rc = opd__ring_setup(s, body, &mode, why, sizeof why, err, sizeof err);
@@ -347,7 +353,8 @@ static void handle_ring_setup(opd_session_t *s, uint64_t id,
 }
 
 static void handle_release(opd_session_t *s, uint64_t id,
-                           const msgpack_object *body) {
+                           int type, const msgpack_object *body) {
+  (void)type;
   uint64_t arena;
   if (opd__mp_uint(opd__mp_get(body, "arena"), &arena) != 0) {
     opd__reply_error(s, id, OPD_EPROTO,
@@ -364,7 +371,9 @@ static void handle_release(opd_session_t *s, uint64_t id,
   opd__reply(s, id, 0, NULL, 0);
 }
 
-static void handle_stats(opd_session_t *s, uint64_t id) {
+static void handle_stats(opd_session_t *s, uint64_t id, int type,
+                         const msgpack_object *body) {
+  (void)type, (void)body;
   opd_server_t *srv = s->srv;
   msgpack_packer *pk = scratch(srv);
   msgpack_pack_map(pk, 17);
@@ -418,38 +427,71 @@ static void handle_stats(opd_session_t *s, uint64_t id) {
   reply_scratch(s, id);
 }
 
+static void handle_run(opd_session_t *s, uint64_t id, int type,
+                       const msgpack_object *body) {
+  opd__run_request(s, id, body, type == OPD_MSG_INFER);
+}
+
+static void handle_ops(opd_session_t *s, uint64_t id, int type,
+                       const msgpack_object *body) {
+  (void)type, (void)body;
+  opd__reply(s, id, 0, s->srv->ops_body, s->srv->ops_body_len);
+}
+
+static void handle_ping(opd_session_t *s, uint64_t id, int type,
+                        const msgpack_object *body) {
+  (void)type, (void)body;
+  opd__reply(s, id, 0, NULL, 0);
+}
+
+/* The requests a client may send: X(message, handler, flags), one row
+ * each (a message missing here is "unknown"; REPLY and GOODBYE are the
+ * daemon's own). PRE_HELLO: allowed before the hello. */
+#define PRE_HELLO 1u
+#define OPD_DISPATCH(X)                         \
+  X(HELLO, handle_hello, PRE_HELLO)             \
+  X(PING, handle_ping, PRE_HELLO)               \
+  X(ARENA_REGISTER, handle_register, 0)         \
+  X(ARENA_RELEASE, handle_release, 0)           \
+  X(RUN, handle_run, 0)                         \
+  X(INFER, handle_run, 0)                       \
+  X(OPS, handle_ops, 0)                         \
+  X(STATS, handle_stats, 0)                     \
+  X(ALLOC, handle_alloc, 0)                     \
+  X(PUBLISH, handle_publish, 0)                 \
+  X(ATTACH, handle_publish, 0)                  \
+  X(UNPUBLISH, handle_publish, 0)               \
+  X(IMPORT, handle_import, 0)                   \
+  X(EXPORT, handle_export, 0)                   \
+  X(RING_SETUP, handle_ring_setup, 0)
+
+typedef void handler_fn(opd_session_t *s, uint64_t id, int type,
+                        const msgpack_object *body);
+static const struct {
+  handler_fn *fn;
+  unsigned flags;
+} dispatch[OPD_MSG_COUNT_] = {
+#define X(msg, fn, flags) [OPD_MSG_##msg] = {fn, flags},
+    OPD_DISPATCH(X)
+#undef X
+};
+
 void opd__handle(opd_session_t *s, const msgpack_object *req) {
   uint64_t type = req->via.array.ptr[0].via.u64;
   uint64_t id = req->via.array.ptr[1].via.u64;
   const msgpack_object *body = &req->via.array.ptr[2];
 
-  if (!s->hello && type != OPD_MSG_HELLO && type != OPD_MSG_PING) {
+  if (type >= OPD_MSG_COUNT_ || dispatch[type].fn == NULL) {
+    opd__reply_error(s, id, OPD_EPROTO, "unknown message type %llu",
+                     (unsigned long long)type);
+    return;
+  }
+  if (!s->hello && !(dispatch[type].flags & PRE_HELLO)) {
     opd__reply_error(s, id, OPD_ESTATE, "%s: send hello first",
                      opd__msg_name((int)type));
     return;
   }
-  switch (type) {
-    case OPD_MSG_HELLO: handle_hello(s, id, body); break;
-    case OPD_MSG_ARENA_REGISTER: handle_register(s, id, body); break;
-    case OPD_MSG_ARENA_RELEASE: handle_release(s, id, body); break;
-    case OPD_MSG_ALLOC: handle_alloc(s, id, body); break;
-    case OPD_MSG_PUBLISH:
-    case OPD_MSG_ATTACH:
-    case OPD_MSG_UNPUBLISH: handle_publish(s, id, (int)type, body); break;
-    case OPD_MSG_IMPORT: handle_import(s, id, body); break;
-    case OPD_MSG_EXPORT: handle_export(s, id, body); break;
-    case OPD_MSG_RING_SETUP: handle_ring_setup(s, id, body); break;
-    case OPD_MSG_RUN: opd__run_request(s, id, body, 0); break;
-    case OPD_MSG_INFER: opd__run_request(s, id, body, 1); break;
-    case OPD_MSG_OPS:
-      opd__reply(s, id, 0, s->srv->ops_body, s->srv->ops_body_len);
-      break;
-    case OPD_MSG_STATS: handle_stats(s, id); break;
-    case OPD_MSG_PING: opd__reply(s, id, 0, NULL, 0); break;
-    default:
-      opd__reply_error(s, id, OPD_EPROTO, "unknown message type %llu",
-                       (unsigned long long)type);
-  }
+  dispatch[type].fn(s, id, (int)type, body);
 }
 
 /* ---- the OPS body, packed once at start ------------------------------- */
