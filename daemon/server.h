@@ -65,7 +65,8 @@ typedef struct opd_limits {
 enum { OPD_SPIN_AUTO = 0, OPD_SPIN_ALWAYS = 1, OPD_SPIN_NEVER = 2 };
 
 typedef struct opd_config {
-  char socket_path[108];
+  char socket_path[108];         /* resolved (common/paths.c) */
+  char socket_given[108];        /* --socket as given ("" if none) */
   char devices[128];             /* --devices: "all", "none", "0,1" */
   int threads;                   /* kernel threads (0: number of CPUs) */
   int log_level;
