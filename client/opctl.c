@@ -268,6 +268,10 @@ static int cmd_stats(opd_client_t *c, int json) {
   print_num("errors", jget(root, "errors"));
   print_num("arenas", jget(root, "arenas"));
   print_num("bytes mapped", jget(root, "bytes_mapped"));
+  print_num("host mappings", jget(root, "mappings"));
+  print_num("mapped bytes", jget(root, "mapped_bytes"));
+  print_num("runs in flight", jget(root, "inflight"));
+  print_num("users", jget(root, "uids"));
   const jv_t *up = jget(root, "uptime_ns");
   printf("  %-16s %.1f s\n", "uptime", up ? up->num / 1e9 : 0.0);
   const jv_t *ops = jget(root, "ops");
