@@ -90,12 +90,12 @@ int main(int argc, char **argv) {
   opd_cuda_ctx_t ctx = {st, NULL, NULL, 0, 0};
   double *t = (double *)malloc(sizeof(double) * n);
   for (int i = 0; i < 1000; i++) {
-    opd__softmax_cuda(&call, &ctx);
+    opd__op_softmax.cuda(&call, &ctx);
     cudaStreamSynchronize(st);
   }
   for (int i = 0; i < n; i++) {
     double t0 = now_us();
-    int rc = opd__softmax_cuda(&call, &ctx);
+    int rc = opd__op_softmax.cuda(&call, &ctx);
     cudaStreamSynchronize(st);
     t[i] = now_us() - t0;
     if (rc != 0) {
@@ -109,7 +109,7 @@ int main(int argc, char **argv) {
   cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
   for (int i = 0; i < n; i++) {
     double t0 = now_us();
-    opd__softmax_cuda(&call, &ctx);
+    opd__op_softmax.cuda(&call, &ctx);
     cudaEventRecord(ev, st);
     while (cudaEventQuery(ev) == cudaErrorNotReady) {
     }
@@ -124,7 +124,7 @@ int main(int argc, char **argv) {
   pthread_create(&th, NULL, poller, &pl);
   for (int i = 0; i < n; i++) {
     double t0 = now_us();
-    opd__softmax_cuda(&call, &ctx);
+    opd__op_softmax.cuda(&call, &ctx);
     cudaEventRecord(ev, st);
     __atomic_store_n(&pl.go, 1, __ATOMIC_RELEASE);
     while (!__atomic_load_n(&pl.done, __ATOMIC_ACQUIRE)) {
@@ -138,13 +138,13 @@ int main(int argc, char **argv) {
 
   for (int i = 0; i < n; i++) {
     double t0 = now_us();
-    opd__softmax_cuda(&call, &ctx);
+    opd__op_softmax.cuda(&call, &ctx);
     t[i] = now_us() - t0;
     cudaStreamSynchronize(st);
   }
   report("launch_only", t, n);
   for (int i = 0; i < n; i++) {
-    opd__softmax_cuda(&call, &ctx);
+    opd__op_softmax.cuda(&call, &ctx);
     double t0 = now_us();
     cudaEventRecord(ev, st);
     t[i] = now_us() - t0;

@@ -577,18 +577,17 @@ void opd__cuda_import_release(opd_server_t *srv, void *token) {
 
 /* ---- kernels and jobs ---------------------------------------------------- */
 
-const void *opd__cuda_kernel(const char *op, int dtype, char *err,
+const void *opd__cuda_kernel(const opd_op_def_t *op, int dtype, char *err,
                              size_t errlen) {
-  const opd_cuda_kernel_t *k = opd__cuda_kernel_find(op);
-  if (k == NULL) {
+  if (op == NULL || op->cuda == NULL) {
     snprintf(err, errlen, "has no CUDA kernel; run it with device cpu");
     return NULL;
   }
-  if (dtype > 0 && !((k->dtypes >> dtype) & 1)) {
+  if (dtype > 0 && !((op->cuda_dtypes >> dtype) & 1)) {
     snprintf(err, errlen, "has no CUDA kernel for %s", opd__dtype_name(dtype));
     return NULL;
   }
-  return k;
+  return op;
 }
 
 static int session_stream(opd_session_t *s, int dev, cudaStream_t *out,
@@ -865,10 +864,10 @@ int opd__cuda_job_launch(opd_job_t *job) {
     scratch[n_scratch++] = p;
     call->out[i].data = p;
   }
-  const opd_cuda_kernel_t *k = job->cuda_kernel;
-  size_t scratch_bytes = opd__cuda_workspace(call), ws_bytes = 0;
-  if (scratch_bytes > 0 || strcmp(k->op, "matmul") == 0 ||
-      strcmp(k->op, "conv2d") == 0)
+  const opd_op_def_t *op = job->cuda_kernel;
+  size_t scratch_bytes = op->cuda_workspace ? op->cuda_workspace(call) : 0;
+  size_t ws_bytes = 0;
+  if (scratch_bytes > 0 || (op->flags & OPD_OPF_CUDA_BLASLT))
     ws_bytes = OPD_CUDA_LT_WORKSPACE + scratch_bytes;
   void *ws = NULL;
   if (ws_bytes > 0) {
@@ -877,7 +876,7 @@ int opd__cuda_job_launch(opd_job_t *job) {
   }
   opd_cuda_ctx_t ctx = {.stream = stream, .cublaslt = d->lt, .workspace = ws,
                         .workspace_bytes = ws_bytes, .device = d->index};
-  rc = k->run(call, &ctx);
+  rc = op->cuda(call, &ctx);
   if (rc != 0) goto fail;
   for (int i = 0; i < call->n_out; i++) {
     if (job->host_out[i] == NULL || job->out_bytes[i] == 0) continue;

@@ -44,7 +44,7 @@ void opd__cuda_free(opd_server_t *srv, int dev, void *ptr) {
   (void)srv, (void)dev, (void)ptr;
 }
 
-const void *opd__cuda_kernel(const char *op, int dtype, char *err,
+const void *opd__cuda_kernel(const opd_op_def_t *op, int dtype, char *err,
                              size_t errlen) {
   (void)op, (void)dtype;
   snprintf(err, errlen, "this opd was built without CUDA");

@@ -611,7 +611,7 @@ static int place(opd_job_t *job, int req, tref_t *in, tref_t *out, char *err,
   }
   int dtype = call->n_in > 0 ? call->in[0].dtype : 0;
   char why[200];
-  job->cuda_kernel = opd__cuda_kernel(op->name, dtype, why, sizeof why);
+  job->cuda_kernel = opd__cuda_kernel(op, dtype, why, sizeof why);
   if (job->cuda_kernel == NULL) return ERR(OPD_EDEVICE, "%s", why);
   for (int i = 0; i < call->n_in; i++) {
     int host = in[i].arena != NULL && in[i].arena->device < 0;

@@ -213,7 +213,7 @@ struct opd_job {
   uint64_t t_start;              /* when it was launched */
   uint64_t t_launched;           /* CUDA: its work queued (event recorded) */
   uint64_t t_seen;               /* CUDA: its event seen complete */
-  const void *cuda_kernel;       /* opd_cuda_kernel_t of a CUDA run */
+  const void *cuda_kernel;       /* CUDA run: the op row whose ->cuda runs */
   int cuda_status;               /* cudaError_t the stream reported */
   void *cuda_event;              /* cudaEvent_t recorded after its work */
   /* host tensors of a CUDA run are staged through device scratch */
@@ -469,8 +469,9 @@ void opd__cuda_free_vmm(opd_server_t *srv, void *token);
 int opd__cuda_export(opd_server_t *srv, void *token, int *fd, char *err,
                      size_t errlen);
 uint64_t opd__cuda_vmm_size(void *token); /* bytes mapped (granularity) */
-/* The CUDA kernel of op for dtype, or NULL with err set. */
-const void *opd__cuda_kernel(const char *op, int dtype, char *err,
+/* The row of op when its CUDA kernel takes dtype (the dtype of in[0]; 0:
+ * no input), or NULL with err set. */
+const void *opd__cuda_kernel(const opd_op_def_t *op, int dtype, char *err,
                              size_t errlen);
 /* Starts a CUDA job; it finishes through job_finish on the loop. Returns
  * 0, or an error (job not started, call->err set). */

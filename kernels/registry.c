@@ -1,15 +1,33 @@
 /* The operator table: one row per op, looked up by name.
  *
  * DESIGN
- * Each op lives in kernels/<op>/ and exports `opd__op_<name>`; this file
- * only lists them, in the order of OPD_BUILTIN_OPS (kernel.h), which is the
- * order `opctl ops` shows. Adding an op is one X line there.
+ * Each op lives in kernels/<op>/ and exports its row `opd__op_<name>`
+ * (include/opd/op.h: schema, CPU and CUDA kernels, workspace, flags); this
+ * file only lists them, in the order `opctl ops` shows. Adding an op is its
+ * folder plus one X line in OPD_OPS. This list is the only place that names
+ * the built-in ops: generic code reads rows, tests iterate opd__ops (and
+ * tests that cannot link it read the X lines of OPD_OPS in this file).
  */
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "kernels/kernel.h"
+
+/* The built-in operators, one X per op folder under kernels/. */
+#define OPD_OPS(X) \
+  X(noop)          \
+  X(copy)          \
+  X(add)           \
+  X(mul)           \
+  X(relu)          \
+  X(gelu)          \
+  X(softmax)       \
+  X(layernorm)     \
+  X(rmsnorm)       \
+  X(matmul)        \
+  X(conv2d)        \
+  X(nms)
 
 /* Operators of test builds only (make TEST_OPS=1): see kernels/fault. */
 #ifdef OPD_TEST_OPS
@@ -19,13 +37,13 @@
 #endif
 
 #define X(name) extern const opd_op_def_t opd__op_##name;
-OPD_BUILTIN_OPS(X)
+OPD_OPS(X)
 OPD_TEST_OPS_LIST(X)
 #undef X
 
 const opd_op_def_t *const opd__ops[] = {
 #define X(name) &opd__op_##name,
-    OPD_BUILTIN_OPS(X)
+    OPD_OPS(X)
     OPD_TEST_OPS_LIST(X)
 #undef X
 };

@@ -8,6 +8,8 @@
 #include "kernels/common/binary.h"
 #include "kernels/common/cpu.h"
 
+OPD_OP_DECLARE(add);
+
 int opd__add_cpu_ref(opd_kcall_t *call) {
   return opd__binary_ref(call, OPD_BIN_ADD);
 }

@@ -10,6 +10,8 @@
 #include "kernels/common/cpu.h"
 #include "kernels/common/kutil.h"
 
+OPD_OP_DECLARE(add);
+
 const opd_op_def_t opd__op_add = {
     .name = "add",
     .summary = "elementwise a + b with broadcasting (torch.add)",
@@ -25,4 +27,6 @@ const opd_op_def_t opd__op_add = {
     .shape = opd__binary_shape,
     .cpu_ref = opd__add_cpu_ref,
     .cpu_fast = opd__add_cpu_fast,
+    .cuda = opd__add_cuda,
+    .cuda_dtypes = OPD_DT(FLOAT32) | OPD_DT(FLOAT16) | OPD_DT(BFLOAT16),
 };

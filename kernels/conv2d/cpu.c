@@ -22,6 +22,8 @@
 #include "kernels/common/kutil.h"
 #include "kernels/conv2d/plan.h"
 
+OPD_OP_DECLARE(conv2d);
+
 int opd__conv2d_cpu_ref(opd_kcall_t *call) {
   conv_plan_t p;
   int rc = opd__conv2d_plan(call, &p);

@@ -13,6 +13,9 @@
 #include "kernels/common/kutil.h"
 #include "kernels/conv2d/plan.h"
 
+OPD_OP_DECLARE(conv2d);
+OPD_OP_DECLARE_CUDA_WORKSPACE(conv2d);
+
 enum { A_STRIDE, A_PADDING, A_DILATION };
 
 /* Reads INTS attr i into (*h, *w); OPD_EATTR unless it holds 1 or 2 ints
@@ -163,4 +166,8 @@ const opd_op_def_t opd__op_conv2d = {
     .shape = conv2d_shape,
     .cpu_ref = opd__conv2d_cpu_ref,
     .cpu_fast = opd__conv2d_cpu_fast,
+    .flags = OPD_OPF_CUDA_BLASLT, /* the CUDA kernel runs cuBLASLt */
+    .cuda = opd__conv2d_cuda,
+    .cuda_dtypes = OPD_DT(FLOAT32) | OPD_DT(FLOAT16) | OPD_DT(BFLOAT16),
+    .cuda_workspace = opd__conv2d_cuda_workspace,
 };

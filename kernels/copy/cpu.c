@@ -12,6 +12,8 @@
 #include "kernels/common/cpu.h"
 #include "kernels/common/kutil.h"
 
+OPD_OP_DECLARE(copy);
+
 int opd__copy_cpu_ref(opd_kcall_t *call) {
   const opd_tview_t *x = &call->in[0];
   size_t esz = opd__dtype_size(x->dtype);

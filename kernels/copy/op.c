@@ -7,6 +7,8 @@
  */
 #include "kernels/common/cpu.h"
 
+OPD_OP_DECLARE(copy);
+
 static int copy_shape(opd_kcall_t *call, opd_tshape_t *out) {
   const opd_tview_t *x = &call->in[0];
   out[0].dtype = x->dtype;
@@ -28,4 +30,6 @@ const opd_op_def_t opd__op_copy = {
     .shape = copy_shape,
     .cpu_ref = opd__copy_cpu_ref,
     .cpu_fast = opd__copy_cpu_fast,
+    .cuda = opd__copy_cuda,
+    .cuda_dtypes = OPD_DT_ANY,
 };

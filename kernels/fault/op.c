@@ -5,6 +5,8 @@
 #ifdef OPD_TEST_OPS
 #include "kernels/kernel.h"
 
+OPD_CUDA_WEAK int opd__fault_cuda(opd_kcall_t *call, const opd_cuda_ctx_t *ctx);
+
 static int fault_shape(opd_kcall_t *call, opd_tshape_t *out) {
   (void)call;
   (void)out;
@@ -24,6 +26,8 @@ const opd_op_def_t opd__op_fault = {
     .shape_doc = "-> nothing (poisons the CUDA context)",
     .shape = fault_shape,
     .cpu_ref = fault_cpu,
+    .cuda = opd__fault_cuda,
+    .cuda_dtypes = OPD_DT_ANY,
 };
 #else
 typedef int opd_fault_unused_t; /* ISO C: no empty translation unit */

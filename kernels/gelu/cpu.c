@@ -39,6 +39,8 @@
 #include "kernels/common/kutil.h"
 #include "kernels/common/rowred.h"
 
+OPD_OP_DECLARE(gelu);
+
 #define SQRT1_2 0.70710678118654752440
 #define SQRT_2_PI 0.79788456080286535588 /* sqrt(2/pi) */
 

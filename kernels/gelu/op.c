@@ -8,6 +8,8 @@
 #include "kernels/common/cpu.h"
 #include "kernels/common/kutil.h"
 
+OPD_OP_DECLARE(gelu);
+
 const opd_op_def_t opd__op_gelu = {
     .name = "gelu",
     .summary = "Gaussian error linear unit (F.gelu), exact or tanh form",
@@ -29,4 +31,6 @@ const opd_op_def_t opd__op_gelu = {
     .shape = opd__same_shape,
     .cpu_ref = opd__gelu_cpu_ref,
     .cpu_fast = opd__gelu_cpu_fast,
+    .cuda = opd__gelu_cuda,
+    .cuda_dtypes = OPD_DT(FLOAT32) | OPD_DT(FLOAT16) | OPD_DT(BFLOAT16),
 };

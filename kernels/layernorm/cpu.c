@@ -39,6 +39,8 @@
 #include "kernels/common/kutil.h"
 #include "kernels/common/rowred.h"
 
+OPD_OP_DECLARE(layernorm);
+
 typedef struct ln_job {
   const float *x;                  /* input (rows, C) */
   float *y;                        /* output (rows, C), may be x */

@@ -20,6 +20,8 @@
 #include "kernels/common/cpu.h"
 #include "kernels/matmul/plan.h"
 
+OPD_OP_DECLARE(matmul);
+
 /* Per-item products at most this many multiply-adds run one per pool
  * chunk; larger ones leave threading to OpenBLAS. */
 #define SMALL_GEMM (1 << 18)

@@ -13,6 +13,8 @@
 #include "kernels/common/kutil.h"
 #include "kernels/matmul/plan.h"
 
+OPD_OP_DECLARE(matmul);
+
 int opd__matmul_plan(opd_kcall_t *call, mm_plan_t *p, opd_tshape_t *out) {
   const opd_tview_t *a = &call->in[0], *b = &call->in[1];
   char sa[128], sb[128];
@@ -100,4 +102,7 @@ const opd_op_def_t opd__op_matmul = {
     .shape = matmul_shape,
     .cpu_ref = opd__matmul_cpu_ref,
     .cpu_fast = opd__matmul_cpu_fast,
+    .flags = OPD_OPF_CUDA_BLASLT, /* the CUDA kernel runs cuBLASLt */
+    .cuda = opd__matmul_cuda,
+    .cuda_dtypes = OPD_DT(FLOAT32) | OPD_DT(FLOAT16) | OPD_DT(BFLOAT16),
 };

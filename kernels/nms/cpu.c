@@ -23,6 +23,8 @@
 #include "kernels/common/cpu.h"
 #include "kernels/common/kutil.h"
 
+OPD_OP_DECLARE(nms);
+
 typedef struct ranked {
   float score;                     /* private copy of the score */
   int64_t idx;                     /* box index */

@@ -10,6 +10,9 @@
 #include "kernels/common/cpu.h"
 #include "kernels/common/kutil.h"
 
+OPD_OP_DECLARE(nms);
+OPD_OP_DECLARE_CUDA_WORKSPACE(nms);
+
 static int nms_shape(opd_kcall_t *call, opd_tshape_t *out) {
   const opd_tview_t *bx = &call->in[0], *sc = &call->in[1];
   char sb[128], ss[128];
@@ -55,4 +58,7 @@ const opd_op_def_t opd__op_nms = {
     .shape = nms_shape,
     .cpu_ref = opd__nms_cpu_ref,
     .cpu_fast = opd__nms_cpu_fast,
+    .cuda = opd__nms_cuda,
+    .cuda_dtypes = OPD_DT(FLOAT32),
+    .cuda_workspace = opd__nms_cuda_workspace,
 };

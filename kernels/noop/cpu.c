@@ -4,6 +4,8 @@
  */
 #include "kernels/common/cpu.h"
 
+OPD_OP_DECLARE(noop);
+
 int opd__noop_cpu_ref(opd_kcall_t *call) {
   (void)call;
   return 0;

@@ -6,6 +6,8 @@
  */
 #include "kernels/common/cpu.h"
 
+OPD_OP_DECLARE(noop);
+
 #define ANY_IN {"x", OPD_DT_ANY, "any shape"}
 
 static int noop_shape(opd_kcall_t *call, opd_tshape_t *out) {
@@ -25,4 +27,6 @@ const opd_op_def_t opd__op_noop = {
     .shape_doc = "x... (any) -> nothing",
     .shape = noop_shape,
     .cpu_ref = opd__noop_cpu_ref,
+    .cuda = opd__noop_cuda,
+    .cuda_dtypes = OPD_DT_ANY,
 };

@@ -8,6 +8,8 @@
 #include "kernels/common/cpu.h"
 #include "kernels/common/kutil.h"
 
+OPD_OP_DECLARE(relu);
+
 typedef struct relu_job {
   const float *x;                  /* input (numel) */
   float *y;                        /* output, may be x */

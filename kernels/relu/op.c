@@ -3,6 +3,8 @@
 #include "kernels/common/cpu.h"
 #include "kernels/common/kutil.h"
 
+OPD_OP_DECLARE(relu);
+
 const opd_op_def_t opd__op_relu = {
     .name = "relu",
     .summary = "elementwise max(x, 0) (torch.relu; NaN propagates)",
@@ -17,4 +19,6 @@ const opd_op_def_t opd__op_relu = {
     .shape = opd__same_shape,
     .cpu_ref = opd__relu_cpu_ref,
     .cpu_fast = opd__relu_cpu_fast,
+    .cuda = opd__relu_cuda,
+    .cuda_dtypes = OPD_DT(FLOAT32) | OPD_DT(FLOAT16) | OPD_DT(BFLOAT16),
 };

@@ -30,6 +30,8 @@
 #include "kernels/common/kutil.h"
 #include "kernels/common/rowred.h"
 
+OPD_OP_DECLARE(rmsnorm);
+
 typedef struct rms_job {
   const float *x;                  /* input (rows, C) */
   float *y;                        /* output (rows, C), may be x */

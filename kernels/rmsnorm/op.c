@@ -9,6 +9,8 @@
 #include "kernels/common/kutil.h"
 #include "kernels/common/norm.h"
 
+OPD_OP_DECLARE(rmsnorm);
+
 static int rmsnorm_shape(opd_kcall_t *call, opd_tshape_t *out) {
   static const char *const names[] = {"weight"};
   return opd__norm_shape(call, out, names);
@@ -35,4 +37,6 @@ const opd_op_def_t opd__op_rmsnorm = {
     .shape = rmsnorm_shape,
     .cpu_ref = opd__rmsnorm_cpu_ref,
     .cpu_fast = opd__rmsnorm_cpu_fast,
+    .cuda = opd__rmsnorm_cuda,
+    .cuda_dtypes = OPD_DT(FLOAT32) | OPD_DT(FLOAT16) | OPD_DT(BFLOAT16),
 };

@@ -24,6 +24,8 @@
 #include "kernels/common/kutil.h"
 #include "kernels/common/rowred.h"
 
+OPD_OP_DECLARE(softmax);
+
 typedef struct sm_job {
   const float *x;                  /* input (rows, C) */
   float *y;                        /* output (rows, C), may be x */

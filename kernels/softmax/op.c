@@ -8,6 +8,8 @@
 #include "kernels/common/cpu.h"
 #include "kernels/common/kutil.h"
 
+OPD_OP_DECLARE(softmax);
+
 static int softmax_shape(opd_kcall_t *call, opd_tshape_t *out) {
   const opd_tview_t *x = &call->in[0];
   int64_t dim = call->attr[0].i;
@@ -39,4 +41,6 @@ const opd_op_def_t opd__op_softmax = {
     .shape = softmax_shape,
     .cpu_ref = opd__softmax_cpu_ref,
     .cpu_fast = opd__softmax_cpu_fast,
+    .cuda = opd__softmax_cuda,
+    .cuda_dtypes = OPD_DT(FLOAT32) | OPD_DT(FLOAT16) | OPD_DT(BFLOAT16),
 };

@@ -139,6 +139,11 @@ static std::vector<float> from_dev(int dt, const void *d, int64_t n) {
   return o;
 }
 
+/* The op scratch a call would like (its row's cuda_workspace; 0 if none). */
+static size_t cuda_workspace(const opd_kcall_t *c) {
+  return c->op->cuda_workspace ? c->op->cuda_workspace(c) : 0;
+}
+
 static void ensure_workspace(size_t need) {
   need += OPD_CUDA_LT_WORKSPACE;
   if (need <= g_ctx.workspace_bytes) return;
@@ -270,8 +275,8 @@ static void run_case(const char *op, const char *label, int dt, int nin, const i
     gpu.out[j].data = d;
   }
   int rr = ref.op->cpu_ref(&ref);
-  ensure_workspace(opd__cuda_workspace(&gpu));
-  if (!fn) fn = opd__cuda_kernel_find(op)->run;
+  ensure_workspace(cuda_workspace(&gpu));
+  if (!fn) fn = opd__op_find(op)->cuda;
   int rg = fn(&gpu, &g_ctx);
   CK(cudaStreamSynchronize(g_stream));
   CK(cudaGetLastError());
@@ -398,7 +403,7 @@ static void check_unary_edges(void) {
         set_view(&gpu.in[0], DTS[d], 1, shp, xin);
         shape_outs(&gpu);
         gpu.out[0].data = yout;
-        int rg = opd__cuda_kernel_find(op)->run(&gpu, &g_ctx);
+        int rg = opd__op_find(op)->cuda(&gpu, &g_ctx);
         CK(cudaStreamSynchronize(g_stream));
         std::vector<float> got = from_dev(DTS[d], yout, n);
         double maxa = 0, maxr = 0;
@@ -755,7 +760,7 @@ static void check_copy(void) {
       CK(cudaMalloc(&dout, (size_t)(n + 1) * esz));
       gpu.out[0].data = dout;
       ref.op->cpu_ref(&ref);
-      int rg = opd__copy_cuda(&gpu, &g_ctx);
+      int rg = opd__op_find("copy")->cuda(&gpu, &g_ctx);
       CK(cudaStreamSynchronize(g_stream));
       CK(cudaMemcpy(got.data(), dout, (size_t)n * esz, cudaMemcpyDeviceToHost));
       bool ok = rg == 0 && memcmp(got.data(), want.data(), (size_t)n * esz) == 0;
@@ -774,7 +779,7 @@ static void check_noop(void) {
   if (!wanted("noop")) return;
   opd_kcall_t c;
   call_init(&c, "noop");
-  int rc = opd__cuda_kernel_find("noop")->run(&c, &g_ctx);
+  int rc = opd__op_find("noop")->cuda(&c, &g_ctx);
   printf("gpu op=noop dtype=any shape=[] max_abs_err=0 max_rel_err=0 %s\n", rc ? "FAIL" : "PASS");
   rc ? g_fail++ : g_pass++;
 }
@@ -889,7 +894,7 @@ static void bench_rows(void) {
       c.n_in = 1 + extra;
       shape_outs(&c);
       CK(cudaMalloc(&c.out[0].data, (size_t)(s.R * s.C) * esz));
-      cuda_fn fn = opd__cuda_kernel_find(op)->run;
+      cuda_fn fn = opd__op_find(op)->cuda;
       double us = time_us([&] { run_or_die(&c, fn); });
       double gb = bytes / (us * 1e3), cg = copy_gbps(bytes);
       printf("bench op=%s dtype=%s shape=[%lld,%lld] us=%.1f gbps=%.0f copy_gbps=%.0f pct_copy=%.0f\n",
@@ -913,7 +918,7 @@ static void bench_matmul(void) {
     set_view(&c.in[1], OPD_DTYPE_BFLOAT16, 2, sb, dev_rand(OPD_DTYPE_BFLOAT16, 4096 * 4096, -1, 1));
     shape_outs(&c);
     CK(cudaMalloc(&c.out[0].data, (size_t)(M * 4096) * 2));
-    double us = time_us([&] { run_or_die(&c, opd__matmul_cuda); });
+    double us = time_us([&] { run_or_die(&c, opd__op_find("matmul")->cuda); });
     printf("bench op=matmul dtype=bfloat16 shape=[%lld,4096]x[4096,4096] us=%.1f tflops=%.1f\n",
            (long long)M, us, 2.0 * M * 4096 * 4096 / (us * 1e6));
     fflush(stdout);
@@ -944,7 +949,7 @@ static void bench_conv2d(void) {
         set_view(&c.in[2], dt, 1, sbias, dev_rand(dt, k.K, -1, 1));
         shape_outs(&c);
         CK(cudaMalloc(&c.out[0].data, (size_t)c.out[0].numel * opd__dtype_size(dt)));
-        ensure_workspace(opd__cuda_workspace(&c));
+        ensure_workspace(cuda_workspace(&c));
         double us = time_us([&] { run_or_die(&c, v.fn); });
         double fl = 2.0 * k.N * k.K * k.HW * k.HW * k.C * 9;
         printf("bench op=conv2d variant=%s dtype=%s shape=N%lld_C%lld_%lldx%lld_K%lld us=%.1f "
@@ -981,8 +986,8 @@ static void bench_nms(void) {
     shape_outs(&c);
     CK(cudaMalloc(&c.out[0].data, (size_t)n * 8));
     CK(cudaMalloc(&c.out[1].data, 8));
-    ensure_workspace(opd__cuda_workspace(&c));
-    double us = time_us([&] { run_or_die(&c, opd__nms_cuda); });
+    ensure_workspace(cuda_workspace(&c));
+    double us = time_us([&] { run_or_die(&c, opd__op_find("nms")->cuda); });
     int64_t kept;
     CK(cudaMemcpy(&kept, c.out[1].data, 8, cudaMemcpyDeviceToHost));
     printf("bench op=nms dtype=float32 shape=[%lld,4] iou=0.5 kept=%lld us=%.1f\n", (long long)n,

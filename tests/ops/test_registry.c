@@ -1,17 +1,63 @@
-/* The op table: every op is findable and documented. */
+/* The op table: every op is findable and documented, and every op folder
+ * under kernels/ is registered (the registry is iterated, never listed
+ * here: adding an op must not need an edit of this file). */
+#include <dirent.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "tests/ops/optest.h"
 
+/* The X(<op>) lines of OPD_OPS in kernels/registry.c, in order: the
+ * registry as its source states it. Returns how many. */
+static int registry_lines(char names[][OPD_MAX_NAME], int max) {
+  FILE *f = fopen("kernels/registry.c", "r");
+  cr_assert(f, "kernels/registry.c: run the tests from the repository root");
+  char line[256];
+  int n = 0, in = 0;
+  while (fgets(line, sizeof line, f)) {
+    if (strncmp(line, "#define OPD_OPS(X)", 18) == 0) {
+      in = 1;
+      continue;
+    }
+    if (!in) continue;
+    char name[OPD_MAX_NAME];
+    if (sscanf(line, " X(%63[a-z0-9_])", name) == 1 && n < max)
+      snprintf(names[n++], OPD_MAX_NAME, "%s", name);
+    if (!strstr(line, "\\")) break; /* the macro's last line */
+  }
+  fclose(f);
+  return n;
+}
+
+/* 1 if kernels/<dir>/op.c exists and is compiled only in test builds. */
+static int op_folder(const char *dir, int *test_only) {
+  char path[512], line[256];
+  snprintf(path, sizeof path, "kernels/%s/op.c", dir);
+  FILE *f = fopen(path, "r");
+  if (!f) return 0;
+  *test_only = 0;
+  while (fgets(line, sizeof line, f))
+    if (strncmp(line, "#ifdef OPD_TEST_OPS", 19) == 0) *test_only = 1;
+  fclose(f);
+  return 1;
+}
+
 Test(registry, all_ops_present_and_documented) {
-  const char *want[] = {"noop", "copy", "add", "mul", "relu", "gelu",
-                        "softmax", "layernorm", "rmsnorm", "matmul",
-                        "conv2d", "nms"};
-  cr_assert_eq(opd__n_ops, 12);
-  for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
-    const opd_op_def_t *op = opd__op_find(want[i]);
-    cr_assert(op, "%s missing", want[i]);
-    cr_assert_str_eq(op->name, want[i]);
+  char want[64][OPD_MAX_NAME];
+  int n_want = registry_lines(want, 64);
+  cr_assert_geq(n_want, 1, "no X lines in OPD_OPS of kernels/registry.c");
+#ifdef OPD_TEST_OPS
+  cr_assert_eq(opd__n_ops, n_want + 1, "OPD_OPS plus the test ops");
+#else
+  cr_assert_eq(opd__n_ops, n_want);
+#endif
+  for (int i = 0; i < n_want; i++) /* the table keeps the listed order */
+    cr_assert_str_eq(opd__ops[i]->name, want[i]);
+  for (int i = 0; i < opd__n_ops; i++) {
+    const opd_op_def_t *op = opd__op_find(opd__ops[i]->name);
+    cr_assert(op == opd__ops[i], "%s: not found by its name",
+              opd__ops[i]->name);
+    cr_assert_eq(opd__op_index(op->name), i);
     cr_assert(op->summary && op->summary[0], "%s: no summary", op->name);
     cr_assert(op->shape_doc && op->shape_doc[0], "%s: no shape_doc",
               op->name);
@@ -31,7 +77,34 @@ Test(registry, all_ops_present_and_documented) {
                 "%s: attr %s default has the wrong type", op->name,
                 op->attrs[k].name);
     }
+    /* a CUDA kernel states the dtypes it takes */
+    cr_assert(!op->cuda || op->cuda_dtypes, "%s: cuda without cuda_dtypes",
+              op->name);
+    cr_assert(!op->cuda_workspace || op->cuda,
+              "%s: cuda_workspace without a cuda kernel", op->name);
   }
+  /* every op folder is registered under its folder's name (test-only ops
+   * only in test builds); every listed op has its folder */
+  DIR *d = opendir("kernels");
+  cr_assert(d, "kernels/: run the tests from the repository root");
+  int folders = 0;
+  for (struct dirent *e; (e = readdir(d)) != NULL;) {
+    int test_only;
+    if (e->d_name[0] == '.' || !op_folder(e->d_name, &test_only)) continue;
+    const opd_op_def_t *op = opd__op_find(e->d_name);
+#ifdef OPD_TEST_OPS
+    test_only = 0;
+#endif
+    if (test_only) {
+      cr_assert_null(op, "%s: a test-only op in a normal build", e->d_name);
+      continue;
+    }
+    cr_assert(op, "kernels/%s/op.c is not registered in kernels/registry.c",
+              e->d_name);
+    folders++;
+  }
+  closedir(d);
+  cr_assert_eq(folders, opd__n_ops, "ops without a folder under kernels/");
   for (int i = 0; i < opd__n_ops; i++)
     for (int j = i + 1; j < opd__n_ops; j++)
       cr_assert(strcmp(opd__ops[i]->name, opd__ops[j]->name) != 0);
