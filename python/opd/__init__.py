@@ -2,12 +2,16 @@
 
 DESIGN
 Standard library only; numpy and torch are used when present. The
-package is a thin layer over libopd's C ABI (_lib.py) with four concerns,
-one module each: errors.py (OpdError hierarchy), memory.py (shared-memory
-arenas and the allocator), tensor.py (Tensor: views, numpy, DLPack,
-pickling as a shared reference), client.py (connections and operator
-methods); mp.py adds the per-process client and Pool helpers. See
-docs/python.md.
+package is a thin layer over libopd's C ABI (_lib.py), one concern a
+module: errors.py (OpdError hierarchy), memory.py (shared-memory arenas
+and the allocator), tensor.py (Tensor: views, numpy, DLPack, pickling as
+a shared reference), client.py (the connection and the public API:
+Client, Prepared, Request, connect), with Client's mixins _runner.py
+(argument conversion, caches, the run memo), _torch.py (torch interop),
+_arenas.py (the arenas a connection registers), _ops.py (generated
+operator methods) and _publish.py (publish/attach); mp.py adds the
+per-process client and Pool helpers. See docs/python.md, "Package
+layout".
 
     import opd, numpy as np
     with opd.connect() as c:

@@ -1,0 +1,334 @@
+"""opd._runner: a run's arguments as libopd takes them, and their caches.
+
+DESIGN
+Runner is a mixin of Client (client.py): it turns what run(), submit(),
+prepare(), infer() and the generated operator methods are given into
+libopd's arguments, and keeps the caches that make a repeated call cheap.
+It uses the connection state Client.__init__ sets and the connection's
+helpers (_handle, _need, _arena_id, _schema, empty); torch tensors are
+converted by _torch.py.
+
+_prepare() converts inputs (a numpy array is copied into a new shared
+tensor, a torch tensor through from_torch), converts attributes using the
+schema's types (_attrs), asks opd_infer for the output shapes (_infer:
+cached by op, input dtypes/shapes and attributes), allocates the outputs
+from the client's Allocator on the device of the device-tensor inputs,
+builds the descriptors (_desc: cached per tensor and connection;
+_desc_array: arrays of several, cached by the descriptors) and returns
+libopd's arguments. _run() is the body of run() and of every generated
+operator method: from the run memo when the call is the memo's, else
+through _prepare() and opd_run / opd_run_on (ctypes releases the GIL, so
+threads overlap their requests).
+"""
+import ctypes
+import numbers
+import operator
+import weakref
+
+from . import _lib, errors, memory, protocol
+from ._torch import _is_torch, sync_device
+from .errors import check
+from .tensor import Tensor, device_name
+
+_DT = protocol.DTYPE_CODES
+_AT = protocol.ATTR_TYPE_CODES
+
+
+class Runner:
+    """Client's argument conversion, caches and run memo."""
+
+    # ---- descriptors ---------------------------------------------------------
+    def _desc(self, t):
+        d = t._descs
+        if d is not None and d[0] is self._token:
+            return d[1]
+        n = len(t.shape)
+        if n > protocol.MAX_RANK:
+            raise errors.error(protocol.ELIMIT, "rank %d out of 0..%d"
+                               % (n, protocol.MAX_RANK))
+        desc = _lib.TensorDesc()
+        desc.arena = self._arena_id(t.arena)
+        desc.offset = t.offset
+        desc.dtype = _DT[t.dtype]
+        desc.rank = n
+        desc.shape[:n] = t.shape
+        if not t.is_contiguous():
+            desc.strided = 1
+            desc.strides[:n] = t.strides
+        t._descs = (self._token, desc)
+        return desc
+
+
+    def _desc_array(self, ts):
+        """The descriptors of tensors ts as libopd takes them (a pointer to
+        the first of n): one descriptor as itself (ctypes passes its
+        address), several as an array, cached by the descriptors (each
+        Tensor keeps its own, so a loop over the same tensors builds no
+        array)."""
+        if not ts:
+            return None
+        if len(ts) == 1:
+            return self._desc(ts[0])
+        descs = [self._desc(t) for t in ts]
+        key = tuple(map(id, descs))   # the entry keeps descs alive: ids hold
+        hit = self._desc_arrays.get(key)
+        if hit is None:
+            if len(self._desc_arrays) >= 256:
+                self._desc_arrays.clear()
+            hit = self._desc_arrays[key] = ((_lib.TensorDesc * len(descs))(*descs),
+                                            descs)
+        return hit[0]
+
+    def _viewed(self, t):
+        m = self._maps.get(t.arena.serial)
+        return m is not None and len(m.views) > 0
+
+
+    # ---- inputs and attributes -----------------------------------------------
+    def _convert(self, x):
+        if _is_torch(x):
+            return self.from_torch(x)
+        return self.from_numpy(x)
+
+
+    def _attrs(self, schema, kw):
+        if not kw:
+            return None, (), ()
+        types_ = {a["name"]: a["type"] for a in schema["attrs"]} if schema else {}
+        arr = (_lib.AttrDesc * len(kw))()
+        keep, key = [], []
+        for i, (name, v) in enumerate(kw.items()):
+            a = arr[i]
+            nb = name.encode()
+            keep.append(nb)
+            a.name = nb
+            want = types_.get(name)
+            if isinstance(v, (bool,)) or type(v).__name__ == "bool_":
+                a.type, a.i = _AT["bool"], int(bool(v))
+                val = bool(v)
+            elif isinstance(v, str):
+                sb = v.encode()
+                keep.append(sb)
+                a.type, a.s = _AT["str"], sb
+                val = v
+            elif isinstance(v, (list, tuple)):
+                vals = [operator.index(x) for x in v]
+                if not 1 <= len(vals) <= protocol.MAX_RANK:
+                    raise errors.error(protocol.EATTR, "attribute %s: %d ints, "
+                                       "expected 1..%d" % (name, len(vals),
+                                                           protocol.MAX_RANK))
+                a.type, a.n = _AT["ints"], len(vals)
+                a.ints[:len(vals)] = vals
+                val = tuple(vals)
+            elif hasattr(v, "__index__") and want != "float":
+                if want == "ints":
+                    a.type, a.n = _AT["ints"], 1
+                    a.ints[0] = operator.index(v)
+                else:
+                    a.type, a.i = _AT["int"], operator.index(v)
+                val = operator.index(v)
+            elif isinstance(v, numbers.Real):
+                a.type, a.f = _AT["float"], float(v)
+                val = float(v)
+            else:
+                raise errors.error(protocol.EATTR, "attribute %s: %r is not "
+                                   "an int, float, bool, str or list of ints"
+                                   % (name, v))
+            key.append((name, a.type, val))
+        return arr, keep, tuple(key)
+
+
+    def _prepare(self, op, inputs, out, attrs, device):
+        h = self._handle()
+        ins = list(inputs)
+        while ins and ins[-1] is None:        # optional trailing inputs
+            ins.pop()
+        torch_dev = None                      # a torch CUDA tensor's device
+        odev = "cpu"                          # where new outputs go
+        maps = self._maps
+        for i, x in enumerate(ins):
+            if type(x) is not Tensor:
+                if x is None:
+                    raise errors.error(protocol.EINVAL, "%s: input %d is None "
+                                       "but a later input is given" % (op, i))
+                if not isinstance(x, Tensor):
+                    if _is_torch(x) and x.is_cuda:
+                        torch_dev = x.device
+                    ins[i] = x = self._convert(x)
+            if maps and self._viewed(x):
+                torch_dev = x.arena.device        # torch may use its view
+            if odev == "cpu":
+                odev = x.arena.device
+        devb = None
+        if device is not None:
+            dev = device_name(device, auto=True)
+            if dev == "cpu":
+                odev = "cpu"
+            devb = dev.encode()
+        if attrs:
+            attr_arr, keep, akey = self._attrs(self._schema(op), attrs)
+        else:
+            attr_arr, keep, akey = None, (), ()
+        ob = self._op_bytes.get(op)
+        if ob is None:
+            ob = self._op_bytes[op] = op.encode()
+        if out is None:
+            spec = self._infer(h, ob, ins, attr_arr, akey)
+            ret = outs = tuple([self.empty(shape, dt, odev) for dt, shape in
+                                spec]) if spec else ()
+        else:
+            ret = (out,) if isinstance(out, Tensor) or _is_torch(out) else tuple(out)
+            outs = []
+            for o in ret:
+                if not isinstance(o, Tensor):
+                    if not (_is_torch(o) and o.is_cuda):
+                        raise errors.error(protocol.EINVAL, "%s: an output must "
+                                           "be an opd Tensor or a torch CUDA "
+                                           "tensor, not %s (CPU torch tensors "
+                                           "are not in shared memory)"
+                                           % (op, type(o).__name__))
+                    torch_dev = o.device
+                    o = self._from_torch_cuda(o)
+                elif self._maps and self._viewed(o):
+                    torch_dev = o.arena.device
+                outs.append(o)
+            outs = tuple(outs)
+        if torch_dev is not None and self.sync_torch:
+            sync_device(torch_dev)
+        n_in, n_out = len(ins), len(outs)
+        in_arr = self._desc_array(ins)
+        out_arr = self._desc_array(outs)
+        return (h, ob, in_arr, n_in, out_arr, n_out, attr_arr, len(attrs),
+                (ins, outs, keep, torch_dev)), ret, devb
+
+
+    def _infer(self, h, ob, ins, attr_arr, akey):
+        key = (ob, tuple([(t.dtype, t.shape) for t in ins]), akey)
+        r = self._infer_cache.get(key)
+        if r is not None:
+            return r
+        n = len(ins)
+        in_arr = (_lib.TensorDesc * n)(*[self._desc(t) for t in ins]) if n else None
+        outs = (_lib.TensorDesc * protocol.MAX_TENSORS)()
+        n_out = ctypes.c_uint32()
+        check(self._lib.opd_infer(h, ob, in_arr, n, attr_arr, len(akey), outs,
+                                  protocol.MAX_TENSORS, ctypes.byref(n_out)))
+        r = tuple((protocol.DTYPE_NAMES[o.dtype], tuple(o.shape[:o.rank]))
+                  for o in outs[:n_out.value])
+        if len(self._infer_cache) > 4096:
+            self._infer_cache.clear()
+        self._infer_cache[key] = r
+        return r
+
+
+    # ---- the run and its memo ------------------------------------------------
+    def _run(self, op, inputs, out, device, attrs):
+        m = self._run_memo.get((op, id(out)))
+        if (m is not None and m[0] is self._token and m[3] == device and
+                m[4] == attrs):
+            hit = self._memo_run(m, inputs, out)
+            if hit is not _MISS:
+                return hit
+        args, outs, devb = self._prepare(op, inputs, out, attrs, device)
+        if devb is None:
+            check(self._lib.opd_run(*args[:8]))
+        else:
+            check(self._need("opd_run_on")(args[0], devb, *args[1:8]))
+        if out is not None or not outs:
+            self._memo_store(op, inputs, out, device, attrs, args, outs, devb)
+        if len(outs) == 1:
+            return outs[0]
+        return outs if outs else None
+
+    # A loop that calls run() (c.softmax(x, out=y)) with the same opd
+    # Tensors, attributes and device each time reuses what _prepare built
+    # the first time, and from the second call on a request libopd encoded
+    # once (as Client.prepare does). The memo, per (op, id(out)), holds the
+    # tensors weakly and is used only while each argument is the very
+    # object it was made for and the connection the same. Numpy inputs
+    # (copied in per call), torch tensors and torch views (synced per call)
+    # and new outputs (out=None for an op that has outputs) always take the
+    # full path.
+    _MEMO_MAX = 16
+
+    def _memo_store(self, op, inputs, out, device, attrs, args, outs, devb):
+        if self._maps or args[8][3] is not None:
+            return
+        for v in attrs.values():   # compared by ==: immutable values only
+            t = type(v)
+            if t is tuple:
+                for e in v:
+                    if type(e) not in _MEMO_SCALARS:
+                        return
+            elif t not in _MEMO_SCALARS:
+                return
+        for x in inputs:
+            if type(x) is not Tensor:
+                return
+        for o in outs:
+            if type(o) is not Tensor:
+                return
+        memo = self._run_memo
+        if len(memo) >= self._MEMO_MAX:
+            memo.clear()
+        # [connection, inputs, outputs, device, attrs, libopd's arguments
+        # after the handle, device bytes, the attribute buffers they use,
+        # the encoded request (_Encoded, from the second call on)]
+        memo[(op, id(out))] = [
+            self._token, tuple([weakref.ref(x) for x in inputs]),
+            tuple([weakref.ref(o) for o in outs]), device, dict(attrs),
+            args[1:8], devb, args[8][2], None]
+
+    def _memo_run(self, m, inputs, out):
+        refs, orefs = m[1], m[2]
+        h = self._h
+        if (len(inputs) != len(refs) or h is None or self._pending_release or
+                self._gen != memory._fork_gen[0] or self._maps):
+            return _MISS
+        for r, x in zip(refs, inputs):
+            if r() is not x:
+                return _MISS
+        if type(out) is Tensor:
+            if len(orefs) != 1 or orefs[0]() is not out:
+                return _MISS
+            res = out
+        elif out is None or type(out) is tuple or type(out) is list:
+            outs = () if out is None else tuple(out)
+            if len(outs) != len(orefs):
+                return _MISS
+            for r, o in zip(orefs, outs):
+                if r() is not o:
+                    return _MISS
+            res = outs[0] if len(outs) == 1 else (outs if outs else None)
+        else:
+            return _MISS
+        prep = m[8]
+        if prep is None:
+            p = ctypes.c_void_p()
+            check(self._need("opd_prepare")(h, m[6], *m[5], ctypes.byref(p)))
+            prep = m[8] = _Encoded(p, self._need("opd_prepared_free"),
+                                   self._need("opd_run_prepared"))
+        rc = prep.run(h, prep.p)
+        if rc:
+            check(rc)
+        return res
+
+
+_MISS = object()   # _memo_run: not the memo's call
+_MEMO_SCALARS = (int, float, bool, str)
+
+
+class _Encoded:
+    """A run request libopd encoded once (opd_prepare), freed with its
+    memo entry."""
+    __slots__ = ("p", "free", "run")
+
+    def __init__(self, p, free, run):
+        self.p, self.free, self.run = p, free, run
+
+    def __del__(self):
+        try:
+            self.free(self.p)
+        except Exception:
+            pass
+

@@ -1,0 +1,220 @@
+"""opd._torch: torch interop of a Client (mixed into opd.Client).
+
+DESIGN
+Everything that knows torch lives here, and torch is imported lazily
+(only when a torch tensor is in hand), so the package works without it.
+TorchInterop is a mixin of Client: its methods use the connection state
+Client.__init__ sets (_imports, _maps, _lock, _reg) and the connection's
+arena helpers (_handle, _need, _remote, _arena_id, _drain_releases).
+
+torch CUDA tensors given as inputs or outputs are imported by their
+storage's legacy CUDA IPC handle (opd_import_cuda), once per storage and
+connection (an LRU of IMPORT_CACHE storages, each held alive while
+cached), and used in place; before such a run the package synchronizes
+torch's device (sync_device, when Client.sync_torch), since opd works on
+its own stream in another process. The other direction: the per-device
+arenas are allocated exportable (opd_alloc_flags, CUDA VMM; plain
+opd_alloc when the daemon has no VMM), and Tensor.torch() of a device
+tensor maps its arena here once (opd_export_cuda's fd, see _cuda.py;
+_maps: arena serial -> Mapping, dropped when the arena is released or
+the client closes, unmapped when the last torch view is gone too) and
+returns a torch view; runs touching a tensor of an arena with live torch
+views also synchronize torch first (_runner.py).
+"""
+import ctypes
+import os
+
+from . import _cuda, errors, protocol
+from .errors import check
+from .tensor import Tensor, device_name, dtype_name
+
+IMPORT_CACHE = 32        # torch storages imported per connection (LRU)
+# export failures meaning "this daemon/arena cannot export": copy instead
+_NO_EXPORT = (protocol.EINVAL, protocol.EPROTO, protocol.EVERSION,
+              protocol.EBACKEND, protocol.EREADONLY)
+
+
+def _is_torch(x):
+    return type(x).__module__.startswith("torch") and hasattr(x, "is_cuda")
+
+
+def _ipc_handle(handle):
+    """Returns the 64-byte cudaIpcMemHandle_t in `handle`: raw, or torch's
+    versioned form (version byte, b"c", the 64 bytes)."""
+    handle = bytes(handle)
+    if len(handle) == 64:
+        return handle
+    if len(handle) == 66 and handle[1:2] == b"c":
+        return handle[2:]
+    if len(handle) > 1 and handle[1:2] == b"e":
+        raise errors.error(protocol.EINVAL, "this torch CUDA memory is an "
+                           "expandable segment, which has no legacy IPC "
+                           "handle; run with PYTORCH_CUDA_ALLOC_CONF="
+                           "expandable_segments:False")
+    raise errors.error(protocol.EINVAL, "a CUDA IPC handle of %d bytes: "
+                       "expected the 64 bytes of a cudaIpcMemHandle_t"
+                       % len(handle))
+
+
+def sync_device(device):
+    """torch.cuda.synchronize(device): the work torch queued on it is done
+    before opd (another process, its own stream) touches its memory."""
+    import torch
+    torch.cuda.synchronize(device)
+
+
+class TorchInterop:
+    """Client's torch methods: from_torch, import_cuda, forget_imports,
+    torch_views, and the zero-copy torch views behind Tensor.torch()."""
+
+    def from_torch(self, x):
+        """Returns a Tensor for torch tensor x. A CUDA tensor is used in
+        place, with no copy: its storage is imported into this connection
+        by CUDA IPC handle (once per storage; the storage is kept alive
+        while cached, see forget_imports), so outputs the daemon writes
+        into it are visible in torch. A CPU tensor is copied into shared
+        memory (torch.from_dlpack(t) of an opd Tensor is the zero-copy way
+        round). Raises BadArgumentError for an unsupported dtype or a
+        handle that does not open."""
+        if not _is_torch(x):
+            raise errors.error(protocol.EINVAL, "from_torch: %r is not a torch "
+                               "tensor" % type(x).__name__)
+        if x.is_cuda:
+            return self._from_torch_cuda(x)
+        x = x.detach()
+        dt = dtype_name(x.dtype)
+        t = self.empty(tuple(x.shape), dt)
+        if t.size:
+            t.torch().copy_(x)
+        return t
+
+
+    def _from_torch_cuda(self, x):
+        if x.dim() > protocol.MAX_RANK:
+            raise errors.error(protocol.ELIMIT, "rank %d out of 0..%d"
+                               % (x.dim(), protocol.MAX_RANK))
+        dt = dtype_name(x.dtype)
+        idx = x.device.index
+        if idx is None:
+            import torch
+            idx = torch.cuda.current_device()
+        dev = "cuda:%d" % idx
+        st = x.untyped_storage()
+        if st.nbytes() == 0 or x.numel() == 0:
+            return self.empty(tuple(x.shape), dt, device=dev)
+        key = (idx, st.data_ptr(), st.nbytes())
+        a = self._imports.get(key)
+        if a is None:
+            a = self._import_storage(st, dev, key)
+        else:
+            try:
+                self._imports.move_to_end(key)
+            except KeyError:
+                pass
+        strides = None if x.is_contiguous() else tuple(x.stride())
+        return Tensor(a, x.storage_offset() * x.element_size(), dt,
+                      tuple(x.shape), strides, a)
+
+    def _import_storage(self, st, dev, key):
+        h = self._handle()
+        fn = self._need("opd_import_cuda")
+        try:
+            info = st._share_cuda_()
+        except RuntimeError as e:
+            raise errors.error(protocol.EINVAL, "torch cannot share this CUDA "
+                               "storage by IPC handle (%s); clone it first" % e)
+        raw = _ipc_handle(info[1])
+        size, offset = int(info[2]), int(info[3])
+        try:
+            # nobody in torch will decrement the count _share_cuda_ set for
+            # its consumer; without this the storage would never be freed
+            type(st)._release_ipc_counter_cuda(info[4], info[5])
+        except Exception:
+            pass
+        with self._lock:
+            a = self._imports.get(key)
+            if a is not None:
+                return a
+            aid = ctypes.c_uint64()
+            rc = fn(h, raw, 64, offset, size, dev.encode(), ctypes.byref(aid))
+            if rc == protocol.ELIMIT and self._imports:
+                self._imports.clear()            # arena ids back, try again
+                self._drain_releases(h)
+                rc = fn(h, raw, 64, offset, size, dev.encode(), ctypes.byref(aid))
+            check(rc)
+            a = self._remote(aid.value, size, dev, "import", keep=st)
+            self._imports[key] = a
+            while len(self._imports) > IMPORT_CACHE:
+                self._imports.popitem(last=False)
+            return a
+
+    def import_cuda(self, handle, offset, size, device="cuda:0"):
+        """Imports bytes [offset, offset+size) of another allocation of this
+        process's own CUDA memory by its IPC handle (64 bytes, or torch's
+        66-byte form) and returns them as a writable uint8 Tensor of shape
+        (size,) on `device`. The low-level path under from_torch. Raises
+        BadArgumentError: EINVAL (the handle does not open), EBOUNDS (the
+        range exceeds the allocation); BackendError (EDEVICE)."""
+        h = self._handle()
+        dev = device_name(device)
+        aid = ctypes.c_uint64()
+        check(self._need("opd_import_cuda")(h, _ipc_handle(handle), 64, offset,
+                                            size, dev.encode(), ctypes.byref(aid)))
+        a = self._remote(aid.value, size, dev, "import")
+        return Tensor(a, 0, "uint8", (size,), None, a)
+
+    def forget_imports(self):
+        """Drops the cache of imported torch storages: their arena ids are
+        released and torch may free the memory. Returns None."""
+        with self._lock:
+            self._imports.clear()
+        if self._h is not None:
+            self._handle()
+
+    # ---- zero-copy torch views of device tensors -----------------------------
+    def _torch_view(self, t):
+        """Returns a zero-copy torch CUDA tensor over device tensor t (of
+        this connection), or None if its arena cannot be exported (not
+        allocated exportable, or the daemon or libopd cannot export)."""
+        a = t.arena
+        if not getattr(a, "exportable", False):
+            return None
+        m = self._maps.get(a.serial)
+        if m is None:
+            m = self._map_arena(a)
+            if m is None:
+                return None
+        return _cuda.torch_view(m, t)
+
+    def _map_arena(self, a):
+        import torch
+        torch.cuda.init()
+        dev = int(a.device[5:])
+        with self._lock:
+            m = self._maps.get(a.serial)
+            if m is not None:
+                return m
+            h = self._handle()
+            aid = self._arena_id(a)
+            fn = getattr(self._lib, "opd_export_cuda", None)
+            if fn is None:
+                a.exportable = False
+                return None
+            fd, size = ctypes.c_int(-1), ctypes.c_uint64()
+            rc = fn(h, aid, ctypes.byref(fd), ctypes.byref(size))
+            if rc in _NO_EXPORT:
+                a.exportable = False
+                return None
+            check(rc)
+            try:
+                m = _cuda.map_fd(fd.value, size.value, dev)
+            finally:
+                os.close(fd.value)
+            self._maps[a.serial] = m
+            return m
+
+    def torch_views(self):
+        """Returns the number of device arenas of this connection mapped
+        here for zero-copy torch views (Tensor.torch)."""
+        return len(self._maps)
+
