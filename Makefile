@@ -111,7 +111,7 @@ ifeq ($(CUDA_ON),1)
 else
   DAEMON_SRC := $(filter-out daemon/cuda.c,$(DAEMON_SRC))
 endif
-CLIENT_SRC  := client/libopd.c client/json.c
+CLIENT_SRC  := $(sort $(wildcard client/libopd/*.c)) client/json.c
 UNIT_SRC    := $(sort $(wildcard tests/unit/*.c))
 OPS_SRC     := $(sort $(wildcard tests/ops/*.c))
 INTEG_SRC   := $(sort $(wildcard tests/integration/*.c))

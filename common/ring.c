@@ -1,5 +1,6 @@
 /* SPSC message rings in shared memory; see ring.h for the DESIGN. */
 #include "common/ring.h"
+#include "common/clock.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -8,12 +9,6 @@
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
-
-static uint64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 static void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -177,11 +172,11 @@ int opd__ring_pop(opd_ring_t *r, void *buf, uint32_t cap, uint32_t *len) {
 static int wait_for(opd_ring_t *r, int (*ready)(opd_ring_t *),
                     _Atomic uint32_t *flag, int64_t spin_ns,
                     int64_t timeout_ns) {
-  uint64_t start = now_ns();
+  uint64_t start = opd__now_ns();
   for (;;) {
     int rc = ready(r);
     if (rc != 0) return rc > 0 ? 0 : rc;
-    uint64_t waited = now_ns() - start;
+    uint64_t waited = opd__now_ns() - start;
     if (timeout_ns >= 0 && waited >= (uint64_t)timeout_ns) return 1;
     if (waited < (uint64_t)spin_ns) {
       cpu_relax();

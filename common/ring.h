@@ -34,12 +34,31 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "opd/protocol.h"
 
 #define OPD_RING_MAGIC 0x4f50444fu /* "OPDO": slot sequence words */
 #define OPD_CACHELINE 64
 #define OPD_RING_SLOT_HDR 8        /* u32 seq + u32 length */
+
+/* How a session's two sides wait on its rings, as the client asks in
+ * RING_SETUP's "wait" and the daemon grants (0: no rings, the socket).
+ * Spin: both sides busy-poll; adaptive: a short spin, then the ring's
+ * futex (the daemon's side: the eventfd doorbell). */
+enum { OPD_RING_ADAPTIVE = 1, OPD_RING_SPIN = 2 };
+
+/* The wire name of a ring mode ("spin" or "adaptive"). */
+static inline const char *opd__ring_mode_name(int mode) {
+  return mode == OPD_RING_SPIN ? "spin" : "adaptive";
+}
+
+/* The ring mode a wire name names, or 0 for any other string. */
+static inline int opd__ring_mode_from_name(const char *name) {
+  return strcmp(name, "spin") == 0       ? OPD_RING_SPIN
+         : strcmp(name, "adaptive") == 0 ? OPD_RING_ADAPTIVE
+                                         : 0;
+}
 
 typedef struct opd_ring_hdr {
   uint32_t magic;                        /* written by the creator */

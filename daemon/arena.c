@@ -4,57 +4,31 @@
  * A client's arena is a memfd it sealed with F_SEAL_SHRINK|F_SEAL_GROW.
  * The seals are what make mapping it safe: a client that could shrink the
  * file after we mapped it would turn our next access into SIGBUS. So we
- * refuse any fd that is not a memfd (F_GET_SEALS fails on other files, and
- * /proc names it "/memfd:..."), lacks either seal, or whose size differs from
- * the size the client claimed. Ids are daemon-wide and never reused, so a
+ * refuse any fd that is not a memfd, lacks either seal, or whose size
+ * differs from the size the client claimed (the check, shared with the
+ * client that makes them, is common/memfd.c). Ids are daemon-wide and never reused, so a
  * stale or foreign id is always "unknown", never someone else's arena.
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/memfd.h"
 #include "common/wire.h"
 #include "daemon/log.h"
 #include "daemon/server.h"
 
-static int is_memfd(int fd) {
-  char path[64], target[64];
-  snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
-  ssize_t n = readlink(path, target, sizeof target - 1);
-  if (n < 0) return 1; /* no /proc: the seal check below still applies */
-  target[n] = '\0';
-  return strncmp(target, "/memfd:", 7) == 0;
-}
-
-/* Checks that fd is a memfd sealed against shrinking and growing and
- * exactly `size` bytes long (so that a mapping of it can never fault), and
+/* Checks fd (common/memfd.c: a memfd sealed against shrinking and growing,
+ * exactly `size` bytes long, so that a mapping of it can never fault) and
  * maps it shared read-write. Returns 0 with *base set, or OPD_EFD /
  * OPD_EINVAL / OPD_ENOMEM with a reason in err. fd stays open. */
 int opd__memfd_map(int fd, uint64_t size, void **base, char *err,
                    size_t errlen) {
-  struct stat st;
-  int seals;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || !is_memfd(fd) ||
-      (seals = fcntl(fd, F_GET_SEALS)) < 0) {
-    snprintf(err, errlen, "the file descriptor is not a memfd");
-    return OPD_EFD;
-  }
-  if ((seals & (F_SEAL_SHRINK | F_SEAL_GROW)) !=
-      (F_SEAL_SHRINK | F_SEAL_GROW)) {
-    snprintf(err, errlen,
-             "the memfd lacks F_SEAL_SHRINK|F_SEAL_GROW (seals 0x%x)", seals);
-    return OPD_EFD;
-  }
-  if (size == 0 || (uint64_t)st.st_size != size) {
-    snprintf(err, errlen, "claimed size %llu but the memfd holds %lld bytes",
-             (unsigned long long)size, (long long)st.st_size);
-    return OPD_EINVAL;
-  }
+  int rc = opd__memfd_check(fd, size, err, errlen);
+  if (rc != 0) return rc;
   void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) {
     snprintf(err, errlen, "mmap of the memfd failed: %s", strerror(errno));

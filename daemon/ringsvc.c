@@ -269,8 +269,7 @@ int opd__ring_setup(opd_session_t *s, const msgpack_object *body, int *granted,
              "required");
     return OPD_EPROTO;
   }
-  int mode = strcmp(wait, "spin") == 0 ? OPD_RING_SPIN
-             : strcmp(wait, "adaptive") == 0 ? OPD_RING_ADAPTIVE : 0;
+  int mode = opd__ring_mode_from_name(wait);
   if (mode == 0) {
     snprintf(err, errlen, "\"wait\" must be spin or adaptive, got \"%s\"", wait);
     return OPD_EINVAL;
@@ -363,8 +362,7 @@ int opd__ring_setup(opd_session_t *s, const msgpack_object *body, int *granted,
   srv->n_ring++;
   opd__ring_update_idle(srv);
   LOG_INFO("session %llu: %s rings, %llu+%llu slots", (unsigned long long)s->id,
-           mode == OPD_RING_SPIN ? "spin" : "adaptive",
-           (unsigned long long)sqn, (unsigned long long)cqn);
+           opd__ring_mode_name(mode), (unsigned long long)sqn, (unsigned long long)cqn);
   return 0;
 fail_poll:
   if (s->ring_poll) {

@@ -32,12 +32,6 @@
 #define OPD_POISON_GRACE_MS 2000
 #define OPD_EXIT_POISONED 3
 
-uint64_t opd__now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 /* Ticks: the kernel time of a run (two reads per run, on the loop thread
  * for tiny ones) from the TSC when the CPU says it is invariant (constant
  * rate, running in every state: CPUID 0x80000007 EDX bit 8), scaled by a

@@ -25,6 +25,7 @@
 #include <msgpack.h>
 #include <uv.h>
 
+#include "common/clock.h" /* opd__now_ns */
 #include "common/ring.h"
 #include "kernels/kernel.h"
 
@@ -300,7 +301,6 @@ struct opd_session {
 int opd__server_init(opd_server_t *srv, uv_loop_t *loop,
                      const opd_config_t *cfg);
 void opd__server_free(opd_server_t *srv);
-uint64_t opd__now_ns(void);
 /* Histograms of `buckets` buckets `width` wide, the last one taking the
  * rest (the shutdown reports): add a value; the q-quantile of n values,
  * as its bucket's middle. */
@@ -406,8 +406,7 @@ static inline int opd__is_admin(const opd_server_t *srv, uid_t uid) {
 }
 
 /* ringsvc.c: the shared-memory transport */
-#define OPD_RING_ADAPTIVE 1
-#define OPD_RING_SPIN 2
+/* the ring modes (OPD_RING_ADAPTIVE, OPD_RING_SPIN): common/ring.h */
 void opd__ring_init_server(opd_server_t *srv);
 void opd__ring_report(opd_server_t *srv); /* logs the spin windows' gaps */
 /* Sets up s's rings; *mode gets the wait strategy granted (a spin asked

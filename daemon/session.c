@@ -31,6 +31,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "common/unixsock.h"
 #include "common/wire.h"
 #include "daemon/log.h"
 #include "daemon/server.h"
@@ -141,25 +142,6 @@ void opd__session_accept(opd_server_t *srv, int fd) {
 
 /* ---- writing ---------------------------------------------------------- */
 
-/* Sends what the socket takes now; the rest stays in wbuf. Returns 0, or -1
- * when the session was closed because the peer is gone. */
-static ssize_t send_fd(int sock, const void *buf, size_t len, int fd) {
-  union {
-    char b[CMSG_SPACE(sizeof(int))];
-    struct cmsghdr align;
-  } cbuf;
-  struct iovec iov = {(void *)buf, len};
-  struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1,
-                       .msg_control = cbuf.b, .msg_controllen = sizeof cbuf.b};
-  memset(&cbuf, 0, sizeof cbuf);
-  struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
-  cm->cmsg_level = SOL_SOCKET;
-  cm->cmsg_type = SCM_RIGHTS;
-  cm->cmsg_len = CMSG_LEN(sizeof(int));
-  memcpy(CMSG_DATA(cm), &fd, sizeof fd);
-  return sendmsg(sock, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
-}
-
 /* Sends what the socket takes now; the rest stays in wbuf. A queued fd goes
  * with the first byte of its frame. Returns 0, or -1 when the session was
  * closed because the peer is gone. */
@@ -172,7 +154,9 @@ static int flush(opd_session_t *s) {
       if (s->n_wfds > (fd >= 0)) /* stop before the next fd's frame */
         end = s->wfd_at[fd >= 0 ? 1 : 0];
     }
-    ssize_t n = fd >= 0 ? send_fd(s->fd, s->wbuf + s->woff, end - s->woff, fd)
+    ssize_t n = fd >= 0 ? opd__send_fds(s->fd, s->wbuf + s->woff,
+                                        end - s->woff, &fd, 1,
+                                        MSG_NOSIGNAL | MSG_DONTWAIT)
                         : send(s->fd, s->wbuf + s->woff, end - s->woff,
                                MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n < 0) {
@@ -401,20 +385,15 @@ static size_t fds_owner(const opd_session_t *s) {
   return p;
 }
 
-static void take_fds(opd_session_t *s, struct msghdr *msg, size_t owner) {
-  for (struct cmsghdr *c = CMSG_FIRSTHDR(msg); c; c = CMSG_NXTHDR(msg, c)) {
-    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-    size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-    int *fds = (int *)CMSG_DATA(c);
-    for (size_t i = 0; i < n; i++) {
-      int fd;
-      memcpy(&fd, &fds[i], sizeof fd);
-      if (s->n_later < OPD_MAX_PENDING_FDS) {
-        s->later_at[s->n_later] = owner;
-        s->later[s->n_later++] = fd;
-      } else {
-        close(fd);
-      }
+/* Keeps the fds just received for the frame at `owner` (closing those
+ * there is no room for). */
+static void take_fds(opd_session_t *s, const int *fds, int n, size_t owner) {
+  for (int i = 0; i < n; i++) {
+    if (s->n_later < OPD_MAX_PENDING_FDS) {
+      s->later_at[s->n_later] = owner;
+      s->later[s->n_later++] = fds[i];
+    } else {
+      close(fds[i]);
     }
   }
 }
@@ -446,15 +425,10 @@ static void do_read(opd_session_t *s) {
     s->rcap = cap;
   }
   if (s->rcap == s->rlen) return; /* full of frames we are not taking */
-  union {
-    char buf[CMSG_SPACE(sizeof(int) * OPD_MAX_PENDING_FDS)];
-    struct cmsghdr align;
-  } cbuf;
-  struct iovec iov = {s->rbuf + s->rlen, s->rcap - s->rlen};
-  struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1,
-                       .msg_control = cbuf.buf,
-                       .msg_controllen = sizeof cbuf.buf};
-  ssize_t n = recvmsg(s->fd, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+  int fds[OPD_MAX_PENDING_FDS], nfds, ctrunc;
+  ssize_t n = opd__recv_fds(s->fd, s->rbuf + s->rlen, s->rcap - s->rlen, fds,
+                            OPD_MAX_PENDING_FDS, &nfds, &ctrunc,
+                            MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
   if (n < 0) {
     if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return;
     LOG_INFO("session %llu: recvmsg: %s", (unsigned long long)s->id,
@@ -464,10 +438,9 @@ static void do_read(opd_session_t *s) {
   }
   size_t owner = 0;
   if (n > 0) s->rlen += (size_t)n;
-  if (n > 0 && (msg.msg_controllen > 0 || (msg.msg_flags & MSG_CTRUNC)))
-    owner = fds_owner(s);
-  if (msg.msg_controllen > 0) take_fds(s, &msg, owner);
-  if (msg.msg_flags & MSG_CTRUNC) {
+  if (n > 0 && (nfds > 0 || ctrunc)) owner = fds_owner(s);
+  if (nfds > 0) take_fds(s, fds, nfds, owner);
+  if (ctrunc) {
     int why = fds_short(s->fd);
     if (why != 0) {
       s->lost_err = why; /* the request that wanted them says so */

@@ -1,0 +1,196 @@
+/* libopd runs: submit, wait, run, prepared runs, infer.
+ *
+ * DESIGN
+ * A run is a RUN frame (opd__build_run, frame.c) submitted on the
+ * connection (opd__submit_frame) and a wait for its reply by id
+ * (opd__wait_reply): opd_submit* and opd_wait split the two so that a
+ * caller may have up to the daemon's max_inflight runs out at once, and
+ * opd_run* is both back to back. A prepared run is the frame encoded once
+ * with the largest id (0xcf + 8 bytes), so each submission copies it and
+ * writes a new id in place: no encoding on the hot path. opd_infer asks
+ * the daemon for the output shapes without running anything.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "client/libopd/internal.h"
+
+int opd_tensor_init(opd_tensor_t *t, uint64_t arena, uint64_t offset,
+                    int32_t dtype, int32_t rank, const int64_t *shape) {
+  if (t == NULL || rank < 0 || rank > OPD_MAX_RANK || (rank && !shape))
+    return opd__fail(OPD_EINVAL, "opd_tensor_init: rank %d out of 0..%d", rank,
+                     OPD_MAX_RANK);
+  memset(t, 0, sizeof *t);
+  t->arena = arena;
+  t->offset = offset;
+  t->dtype = dtype;
+  t->rank = rank;
+  for (int i = 0; i < rank; i++) t->shape[i] = shape[i];
+  return 0;
+}
+
+int opd_submit(opd_client_t *c, const char *op, const opd_tensor_t *in,
+               uint32_t n_in, const opd_tensor_t *out, uint32_t n_out,
+               const opd_attr_t *attrs, uint32_t n_attrs, uint64_t *req) {
+  return opd_submit_on(c, NULL, op, in, n_in, out, n_out, attrs, n_attrs, req);
+}
+
+int opd_submit_on(opd_client_t *c, const char *device, const char *op,
+                  const opd_tensor_t *in, uint32_t n_in,
+                  const opd_tensor_t *out, uint32_t n_out,
+                  const opd_attr_t *attrs, uint32_t n_attrs, uint64_t *req) {
+  fbuf_t b;
+  int rc = opd__check_usable(c);
+  if (rc) return rc;
+  if (req == NULL) return opd__fail(OPD_EINVAL, "req is NULL");
+  uint64_t id = opd__new_id(c);
+  rc = opd__build_run(&b, OPD_MSG_RUN, id, device, op, in, n_in, out, n_out, attrs,
+                      n_attrs);
+  if (rc != 0) return rc;
+  rc = opd__submit_frame(c, &b, id, 0, -1);
+  opd__fbuf_free(&b);
+  if (rc == 0) *req = id;
+  return rc;
+}
+
+int opd_wait(opd_client_t *c, uint64_t req, int timeout_ms) {
+  int rc = opd__check_usable(c);
+  if (rc) return rc;
+  return opd__wait_reply(c, req, timeout_ms, NULL, NULL, NULL);
+}
+
+int opd_run(opd_client_t *c, const char *op, const opd_tensor_t *in,
+            uint32_t n_in, const opd_tensor_t *out, uint32_t n_out,
+            const opd_attr_t *attrs, uint32_t n_attrs) {
+  return opd_run_on(c, NULL, op, in, n_in, out, n_out, attrs, n_attrs);
+}
+
+int opd_run_on(opd_client_t *c, const char *device, const char *op,
+               const opd_tensor_t *in, uint32_t n_in, const opd_tensor_t *out,
+               uint32_t n_out, const opd_attr_t *attrs, uint32_t n_attrs) {
+  uint64_t req;
+  int rc = opd_submit_on(c, device, op, in, n_in, out, n_out, attrs, n_attrs,
+                         &req);
+  if (rc != 0) return rc;
+  return opd__wait_reply(c, req, -1, NULL, NULL, NULL);
+}
+
+/* ---- prepared runs: a RUN frame encoded once -------------------------- */
+
+struct opd_prepared {
+  const opd_client_t *c;  /* whose arena ids the request names */
+  size_t len;             /* bytes of frame */
+  char frame[];           /* length header + [4, id, body] */
+};
+
+/* The id of a prepared frame: after the length, 0x93 and the type, a
+ * uint64 written full width (0xcf + 8 bytes) so that any id fits. */
+#define PREP_ID_AT (OPD_FRAME_HEADER + 2)
+
+int opd_prepare(opd_client_t *c, const char *device, const char *op,
+                const opd_tensor_t *in, uint32_t n_in, const opd_tensor_t *out,
+                uint32_t n_out, const opd_attr_t *attrs, uint32_t n_attrs,
+                opd_prepared_t **p) {
+  fbuf_t b;
+  int rc = opd__check_usable(c);
+  if (rc) return rc;
+  if (p == NULL) return opd__fail(OPD_EINVAL, "opd_prepare: p is NULL");
+  /* UINT64_MAX packs as 0xcf + 8 bytes: the slot new ids go into */
+  rc = opd__build_run(&b, OPD_MSG_RUN, UINT64_MAX, device, op, in, n_in, out, n_out,
+                      attrs, n_attrs);
+  if (rc != 0) return rc;
+  opd_prepared_t *q = NULL;
+  if (b.oom || (unsigned char)b.data[PREP_ID_AT] != 0xcf ||
+      (q = malloc(sizeof *q + b.size)) == NULL) {
+    opd__fbuf_free(&b);
+    return opd__fail(OPD_ENOMEM, "out of memory preparing a run");
+  }
+  q->c = c;
+  q->len = b.size;
+  memcpy(q->frame, b.data, b.size);
+  opd__fbuf_free(&b);
+  *p = q;
+  return 0;
+}
+
+int opd_submit_prepared(opd_client_t *c, const opd_prepared_t *p,
+                        uint64_t *req) {
+  fbuf_t b;
+  int rc = opd__check_usable(c);
+  if (rc) return rc;
+  if (p == NULL || req == NULL)
+    return opd__fail(OPD_EINVAL, "opd_submit_prepared: NULL prepared run or req");
+  if (p->c != c)
+    return opd__fail(OPD_EINVAL, "this prepared run was made on another "
+                     "connection (its arena ids are that connection's)");
+  b.oom = 0;
+  b.size = b.cap = p->len;
+  b.data = p->len <= sizeof b.local ? b.local : malloc(p->len);
+  if (b.data == NULL) return opd__fail(OPD_ENOMEM, "out of memory");
+  memcpy(b.data, p->frame, p->len);
+  uint64_t id = opd__new_id(c);
+  for (int i = 0; i < 8; i++)
+    b.data[PREP_ID_AT + 1 + i] = (char)(id >> (56 - 8 * i));
+  rc = opd__submit_frame(c, &b, id, 0, -1);
+  opd__fbuf_free(&b);
+  if (rc == 0) *req = id;
+  return rc;
+}
+
+int opd_run_prepared(opd_client_t *c, const opd_prepared_t *p) {
+  uint64_t req;
+  int rc = opd_submit_prepared(c, p, &req);
+  if (rc != 0) return rc;
+  return opd__wait_reply(c, req, -1, NULL, NULL, NULL);
+}
+
+void opd_prepared_free(opd_prepared_t *p) { free(p); }
+
+int opd_infer(opd_client_t *c, const char *op, const opd_tensor_t *in,
+              uint32_t n_in, const opd_attr_t *attrs, uint32_t n_attrs,
+              opd_tensor_t *out, uint32_t cap, uint32_t *n_out) {
+  fbuf_t b;
+  reply_t r = {.payload = NULL};
+  int rc = opd__check_usable(c);
+  if (rc) return rc;
+  if (n_out == NULL || (cap && out == NULL))
+    return opd__fail(OPD_EINVAL, "opd_infer: NULL output array");
+  uint64_t id = opd__new_id(c);
+  rc = opd__build_run(&b, OPD_MSG_INFER, id, NULL, op, in, n_in, NULL, 0, attrs,
+                      n_attrs);
+  if (rc != 0) return rc;
+  rc = opd__submit_frame(c, &b, id, 1, -1);
+  opd__fbuf_free(&b);
+  if (rc == 0) rc = opd__wait_reply(c, id, -1, &r.payload, &r.len, NULL);
+  if (rc != 0) return rc;
+
+  const msgpack_object *body = opd__reply_decode(&r);
+  const msgpack_object *arr = body ? opd__mp_get(body, "out") : NULL;
+  if (arr == NULL || arr->type != MSGPACK_OBJECT_ARRAY) {
+    rc = opd__fail(OPD_EPROTO, "infer: malformed reply");
+  } else if (arr->via.array.size > cap) {
+    rc = opd__fail(OPD_ELIMIT, "infer: %s has %u outputs, room for %u", op,
+                   arr->via.array.size, cap);
+  } else {
+    *n_out = arr->via.array.size;
+    for (uint32_t i = 0; i < arr->via.array.size && rc == 0; i++) {
+      const msgpack_object *e = &arr->via.array.ptr[i];
+      uint64_t dt;
+      if (e->type != MSGPACK_OBJECT_ARRAY || e->via.array.size != 2 ||
+          opd__mp_uint(&e->via.array.ptr[0], &dt) != 0 ||
+          e->via.array.ptr[1].type != MSGPACK_OBJECT_ARRAY ||
+          e->via.array.ptr[1].via.array.size > OPD_MAX_RANK) {
+        rc = opd__fail(OPD_EPROTO, "infer: malformed reply");
+        break;
+      }
+      const msgpack_object *sh = &e->via.array.ptr[1];
+      memset(&out[i], 0, sizeof out[i]);
+      out[i].dtype = (int32_t)dt;
+      out[i].rank = (int32_t)sh->via.array.size;
+      for (uint32_t d = 0; d < sh->via.array.size; d++)
+        opd__mp_int(&sh->via.array.ptr[d], &out[i].shape[d]);
+    }
+  }
+  opd__reply_free(&r);
+  return rc;
+}
