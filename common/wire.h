@@ -40,6 +40,10 @@
 
 #include "opd/protocol.h"
 
+/* Packs the C string s with msgpack-c's packer pk: how daemon and client
+ * write the keys and strings of the messages they pack with msgpack-c. */
+#define PACK_STR(pk, s) msgpack_pack_str_with_body((pk), (s), strlen(s))
+
 /* A tensor descriptor as sent on the wire, after copying out. */
 typedef struct opd_desc {
   uint64_t arena;                  /* arena id */

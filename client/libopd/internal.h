@@ -121,7 +121,7 @@ int opd__build_run(fbuf_t *b, int type, uint64_t id, const char *device,
                    const opd_tensor_t *out, uint32_t n_out,
                    const opd_attr_t *attrs, uint32_t n_attrs);
 
-#define PACK_STR(pk, s) msgpack_pack_str_with_body((pk), (s), strlen(s))
+/* PACK_STR(pk, s): common/wire.h */
 
 /* ---- transport.c ------------------------------------------------------- */
 
