@@ -15,7 +15,6 @@
 #include "daemon/log.h"
 #include "daemon/server.h"
 
-#define PACK_STR(pk, s) msgpack_pack_str_with_body((pk), (s), strlen(s))
 
 /* The packer for srv->scratch, emptied. Loop thread only. */
 static msgpack_packer *scratch(opd_server_t *srv) {
@@ -342,7 +341,7 @@ static void handle_ring_setup(opd_session_t *s, uint64_t id,
   msgpack_packer *pk = scratch(s->srv);
   msgpack_pack_map(pk, why[0] ? 2 : 1);
   PACK_STR(pk, "wait");
-  PACK_STR(pk, mode == OPD_RING_SPIN ? "spin" : "adaptive");
+  PACK_STR(pk, opd__ring_mode_name(mode));
   if (why[0]) {
     PACK_STR(pk, "why");
     PACK_STR(pk, why);

@@ -15,6 +15,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "common/dtype.h" /* opd__dtype_size */
+
 #include "kernels/kernel.h"
 
 /* Marks a fast kernel's inner function: -O3 (full vectorizer) and, on
@@ -48,19 +50,6 @@ int opd__bcast_shape(const int64_t *a, int ra, const int64_t *b, int rb,
  * stride 0, so indexing with the broadcast shape reads the right element. */
 void opd__bcast_strides(const int64_t *shape, int rank, int rank_out,
                         int64_t *strides);
-
-/* Bytes of one element of `dtype` (0 for an unknown dtype). */
-static inline size_t opd__dtype_size(int32_t dtype) {
-  switch (dtype) {
-#define X(name, val, size, str) \
-  case OPD_DTYPE_##name:        \
-    return size;
-    OPD_DTYPE_MAP(X)
-#undef X
-    default:
-      return 0;
-  }
-}
 
 /* The float dtypes of ops with CUDA kernels: their io masks list all
  * three, their `cpu_dtypes` only float32 (the CPU kernels are float32). */
