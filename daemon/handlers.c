@@ -4,7 +4,7 @@
  * Every handler runs on the loop thread, reads only the unpacked request
  * (never the raw frame), and answers with exactly one reply: a packed body
  * on success or an error naming the request and the problem. RUN and INFER
- * go to run.c; everything else is answered here, at once.
+ * go to validate.c; everything else is answered here, at once.
  */
 #include <stdio.h>
 #include <string.h>

@@ -9,7 +9,7 @@
  * by one process and read by every worker). A name ends when its publisher
  * unpublishes it or the publisher's session closes; attachments made
  * before keep working until they are released. Outputs in a read-only
- * arena are refused (run.c) with OPD_EREADONLY.
+ * arena are refused (validate.c) with OPD_EREADONLY.
  *
  * Names belong to the publisher's uid: the key is (owner uid, name), so
  * one uid cannot take another's name, and a bare name in ATTACH or

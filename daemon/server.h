@@ -161,7 +161,7 @@ typedef struct opd_server {
   /* the OPS reply body, packed once */
   char *ops_body;
   size_t ops_body_len;
-  opd_job_t *job_free;           /* recycled jobs (run.c: at most
+  opd_job_t *job_free;           /* recycled jobs (jobs.c: at most
                                     JOB_POOL_MAX) */
   uint32_t n_job_free;
   uv_check_t ring_check;         /* services rings after each poll */
@@ -292,7 +292,7 @@ struct opd_session {
   void *ring_over_tail;          /* its last entry (appends are O(1)) */
   int reply_socket;              /* the next reply goes to the socket */
   void *streams[OPD_MAX_DEVICES]; /* cudaStream_t per device, lazily */
-  struct opd_run_cache *run_cache; /* the last validated run (run.c) */
+  struct opd_run_cache *run_cache; /* the last validated run (jobs.c) */
   const unsigned char *run_body; /* the RUN frame being handled: its body */
   uint32_t run_body_len;
 };
@@ -320,7 +320,7 @@ uint64_t opd__ticks_ns(uint64_t ticks);
  * status 3 so that the init system restarts us. */
 void opd__server_poisoned(opd_server_t *srv, const char *why);
 
-/* run.c: a run request whose body equals the session's last validated one
+/* jobs.c: a run request whose body equals the session's last validated one
  * (and no arena released since) is queued without decoding; returns 1 if
  * it was, 0 to take the full path. */
 int opd__run_cached(opd_session_t *s, uint64_t id, const unsigned char *body,
@@ -486,7 +486,7 @@ int opd__cuda_poll(opd_server_t *srv);
 /* Called by the backend on the loop when a launched job completed. */
 void opd__job_done(opd_job_t *job);
 
-/* run.c */
+/* validate.c: the request */
 #define OPD_DEV_CPU (-2)
 #define OPD_DEV_AUTO (-1)
 /* Parses a device name ("cpu", "auto", "cuda", "cuda:N") into *req:
@@ -496,6 +496,13 @@ int opd__device_parse(opd_server_t *srv, const char *dev, int *req, char *err,
                       size_t errlen);
 void opd__run_request(opd_session_t *s, uint64_t id, const msgpack_object *body,
                       int infer);
+/* jobs.c: a job from the pool (NULL: no memory), back to it (its arena
+ * references dropped), queued on its session, remembered as the
+ * session's last validated run (the run cache), started, dropped. */
+opd_job_t *opd__job_alloc(opd_server_t *srv);
+void opd__job_recycle(opd_server_t *srv, opd_job_t *j);
+void opd__job_enqueue(opd_session_t *s, opd_job_t *job);
+void opd__run_cache_store(opd_session_t *s, const opd_job_t *job);
 void opd__job_start(opd_job_t *job);
 void opd__job_drop(opd_job_t *job, int code, const char *msg);
 

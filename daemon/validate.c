@@ -1,5 +1,4 @@
-/* RUN and INFER: from a request body to a validated kernel call, and its
- * execution.
+/* RUN and INFER: from a request body to a validated job.
  *
  * DESIGN
  * prepare() turns the request into an opd_kcall_t in a fixed order, each
@@ -10,17 +9,10 @@
  * dtype and shape equal to what the rule computed; finally aliasing between
  * outputs and inputs. Every error message starts with the op name and
  * names the tensor ("softmax: input 0 (x) has dtype int32, expected
- * float32"). Kernels see only calls that passed all of it.
- *
- * Runs of one session execute in order, one at a time (like a CUDA
- * stream); different sessions' runs execute concurrently. A run whose
- * tensors total at most limits.inline_bytes executes on the loop thread
- * (a pool hand-off would cost more than the kernel); larger ones go to
- * libuv's thread pool and use the kernel pool for intra-op parallelism, so
- * one client's big op never stalls another client's I/O.
+ * float32"). Kernels see only calls that passed all of it. The job it
+ * fills is queued on its session by daemon/jobs.c, which runs it.
  */
 #include <stdarg.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -389,142 +381,6 @@ static int prepare(opd_session_t *s, const opd_op_def_t *op,
   return 0;
 }
 
-/* ---- jobs ------------------------------------------------------------- */
-
-static void enqueue(opd_session_t *s, opd_job_t *job);
-static void cache_store(opd_session_t *s, const opd_job_t *job);
-
-static opd_job_t *job_alloc(opd_server_t *srv) {
-  opd_job_t *j = srv->job_free;
-  if (j != NULL) {
-    srv->job_free = j->next;
-    srv->n_job_free--;
-  } else if ((j = malloc(sizeof *j)) == NULL) {
-    return NULL;
-  }
-  j->next = NULL;
-  j->n_arenas = 0;
-  j->rc = 0;
-  j->ns = 0;
-  j->device = -1;
-  j->cuda_kernel = NULL;
-  j->cuda_event = NULL;
-  return j;
-}
-
-/* Finished jobs are kept for reuse up to JOB_POOL_MAX (a job is ~9 KB:
- * its descriptors and attributes); past that they are freed, so that a
- * burst of queued runs does not stay in the daemon after it. */
-#define JOB_POOL_MAX 256
-
-static void job_recycle(opd_server_t *srv, opd_job_t *j) {
-  for (int i = 0; i < j->n_arenas; i++) opd__arena_unref(j->arenas[i]);
-  j->n_arenas = 0;
-  if (srv->n_job_free >= JOB_POOL_MAX) {
-    free(j);
-    srv->trim_pending += sizeof *j;
-    return;
-  }
-  j->next = srv->job_free;
-  srv->job_free = j;
-  srv->n_job_free++;
-}
-
-void opd__job_drop(opd_job_t *job, int code, const char *msg) {
-  opd_session_t *s = job->s;
-  if (code != 0 && s->fd >= 0)
-    opd__reply_error(s, job->req_id, code, "%s: %s",
-                     opd__ops[job->op_index]->name, msg);
-  job_recycle(s->srv, job);
-}
-
-static void run_kernel(opd_job_t *job) {
-  const opd_op_def_t *op = job->call.op;
-  uint64_t t0 = opd__ticks();
-  job->rc = (op->cpu_fast ? op->cpu_fast : op->cpu_ref)(&job->call);
-  uint64_t t1 = opd__ticks();
-  job->ns = t1 > t0 ? opd__ticks_ns(t1 - t0) : 0; /* moved CPUs: no time */
-}
-
-/* Counts the run and replies: its error, or {"ns"}. */
-static void job_reply(opd_job_t *job) {
-  opd_session_t *s = job->s;
-  opd_op_stats_t *st = &s->srv->op_stats[job->op_index];
-  st->calls++;
-  st->ns += job->ns;
-  if (job->rc != 0) {
-    st->errors++;
-    opd__reply_error(s, job->req_id, job->rc, "%s: %s", job->call.op->name,
-                     job->call.err[0] ? job->call.err
-                                      : opd__errdefault(job->rc));
-  } else if (s->fd >= 0) {
-    /* {"ns": uint}, written in place (common/wire.h) */
-    unsigned char body[4 + OPD_MP_PUT_MAX] = {0x81, 0xa2, 'n', 's'};
-    unsigned char *end = opd__mp_put_uint(body + 4, job->ns);
-    opd__reply(s, job->req_id, 0, (const char *)body, (size_t)(end - body));
-  }
-}
-
-/* Replies and frees the job; the session's queue moves on in pump. */
-static void job_finish(opd_job_t *job) {
-  opd_session_t *s = job->s;
-  s->running = NULL;
-  opd__acct_inflight(s, -1);
-  job_reply(job);
-  job_recycle(s->srv, job);
-}
-
-static void work_cb(uv_work_t *w) {
-  opd_job_t *job = (opd_job_t *)w;
-  run_kernel(job);
-  atomic_fetch_add_explicit(&job->s->srv->pool_done, 1, memory_order_relaxed);
-}
-
-static void after_work_cb(uv_work_t *w, int status) {
-  (void)status; /* jobs are never cancelled */
-  ((opd_job_t *)w)->s->srv->pool_jobs--;
-  opd__job_done((opd_job_t *)w);
-}
-
-void opd__job_done(opd_job_t *job) {
-  opd_session_t *s = job->s;
-  job_finish(job);
-  opd__session_pump(s);
-}
-
-/* A CPU run small enough that a thread hand-off would cost more than its
- * kernel executes on the loop thread (--inline-bytes). */
-static int runs_inline(const opd_server_t *srv, const opd_job_t *job) {
-  return job->device < 0 && job->bytes <= srv->cfg.limits.inline_bytes;
-}
-
-void opd__job_start(opd_job_t *job) {
-  opd_server_t *srv = job->s->srv;
-  if (job->device >= 0) {
-    int rc = opd__cuda_job_launch(job); /* done later via opd__job_done */
-    if (rc != 0) {
-      job->rc = rc;
-      job_finish(job);
-    }
-    return;
-  }
-  if (runs_inline(srv, job)) {
-    job->call.exec = &opd__exec_serial;
-    run_kernel(job);
-    job_finish(job);
-    return;
-  }
-  job->call.exec = &srv->exec;
-  int rc = uv_queue_work(srv->loop, &job->work, work_cb, after_work_cb);
-  if (rc == 0) srv->pool_jobs++;
-  if (rc != 0) {
-    job->rc = OPD_EINTERNAL;
-    snprintf(job->call.err, sizeof job->call.err, "uv_queue_work: %s",
-             uv_strerror(rc));
-    job_finish(job);
-  }
-}
-
 /* ---- the request ------------------------------------------------------ */
 
 int opd__device_parse(opd_server_t *srv, const char *dev, int *req, char *err,
@@ -648,7 +504,7 @@ void opd__run_request(opd_session_t *s, uint64_t id, const msgpack_object *body,
   const opd_op_def_t *op = opd__ops[idx];
   int req;
   int rc = parse_device(srv, opd__mp_get(body, "device"), &req, err, sizeof err);
-  opd_job_t *job = rc == 0 ? job_alloc(srv) : NULL;
+  opd_job_t *job = rc == 0 ? opd__job_alloc(srv) : NULL;
   if (rc == 0 && job == NULL)
     rc = OPD_ENOMEM, snprintf(err, sizeof err, "out of memory");
   if (rc == 0) {
@@ -661,7 +517,7 @@ void opd__run_request(opd_session_t *s, uint64_t id, const msgpack_object *body,
   if (rc != 0) {
     srv->op_stats[idx].errors++;
     opd__reply_error(s, id, rc, "%s: %s", op->name, err);
-    if (job) job_recycle(srv, job);
+    if (job) opd__job_recycle(srv, job);
     return;
   }
   if (infer) {
@@ -679,115 +535,10 @@ void opd__run_request(opd_session_t *s, uint64_t id, const msgpack_object *body,
         msgpack_pack_int64(&pk, expect[i].shape[d]);
     }
     opd__reply(s, id, 0, srv->scratch.data, srv->scratch.size);
-    job_recycle(srv, job);
+    opd__job_recycle(srv, job);
     return;
   }
-  if (s->run_body != NULL) cache_store(s, job);
-  enqueue(s, job);
+  if (s->run_body != NULL) opd__run_cache_store(s, job);
+  opd__job_enqueue(s, job);
 }
 
-/* ---- the run cache ---------------------------------------------------- *
- * A client that loops one run (the same op on the same tensors: what
- * opd_prepare produces, and what most model servers do) sends the same
- * request bytes but for the id. Each session keeps its last validated run
- * request: its body bytes and the job prepare() made of them. A request
- * whose body is byte-identical, while no arena anywhere has been released
- * since (srv->arena_epoch), is the same validated job: it is copied
- * instead of decoded and checked again. What prepare() checks depends only
- * on the body and on the session's arenas, which stay as they were until
- * one is released (arena ids are never reused; an arena's base, size,
- * device and read-only flag do not change). The body is compared in the
- * private copy of the request (never in the ring), so a client cannot
- * change it after the comparison. */
-
-#define RUN_CACHE_MAX 1024 /* bodies above this are not cached */
-
-typedef struct opd_run_cache {
-  uint64_t epoch;
-  uint32_t len;
-  opd_job_t job; /* as prepare() left it; holds no arena references */
-  unsigned char body[RUN_CACHE_MAX];
-} opd_run_cache_t;
-
-static void enqueue(opd_session_t *s, opd_job_t *job) {
-  if (s->q_tail) s->q_tail->next = job;
-  else s->q_head = job;
-  s->q_tail = job;
-  opd__acct_inflight(s, 1);
-  opd__session_pump(s);
-}
-
-/* The parts of a prepared job that describe the run (not its progress). */
-static void job_copy_plan(opd_job_t *dst, const opd_job_t *src) {
-  const opd_kcall_t *c = &src->call;
-  dst->op_index = src->op_index;
-  dst->bytes = src->bytes;
-  dst->device = src->device;
-  dst->cuda_kernel = src->cuda_kernel;
-  dst->n_arenas = src->n_arenas;
-  if (src->n_arenas > 0)
-    memcpy(dst->arenas, src->arenas, sizeof *src->arenas * (size_t)src->n_arenas);
-  dst->call.op = c->op;
-  dst->call.n_in = c->n_in;
-  dst->call.n_out = c->n_out;
-  dst->call.err[0] = '\0';
-  if (c->n_in > 0) memcpy(dst->call.in, c->in, sizeof *c->in * (size_t)c->n_in);
-  if (c->n_out > 0)
-    memcpy(dst->call.out, c->out, sizeof *c->out * (size_t)c->n_out);
-  if (c->op->n_attrs > 0)
-    memcpy(dst->call.attr, c->attr, sizeof *c->attr * (size_t)c->op->n_attrs);
-  if (src->device >= 0) {
-    memcpy(dst->host_in, src->host_in, sizeof(void *) * (size_t)c->n_in);
-    memcpy(dst->in_bytes, src->in_bytes, sizeof(uint64_t) * (size_t)c->n_in);
-    memcpy(dst->host_out, src->host_out, sizeof(void *) * (size_t)c->n_out);
-    memcpy(dst->out_bytes, src->out_bytes, sizeof(uint64_t) * (size_t)c->n_out);
-  }
-}
-
-static void cache_store(opd_session_t *s, const opd_job_t *job) {
-  if (s->run_body_len > RUN_CACHE_MAX) return;
-  if (s->run_cache == NULL && (s->run_cache = malloc(sizeof *s->run_cache)) == NULL)
-    return;
-  opd_run_cache_t *c = s->run_cache;
-  c->epoch = s->srv->arena_epoch;
-  c->len = s->run_body_len;
-  memcpy(c->body, s->run_body, s->run_body_len);
-  job_copy_plan(&c->job, job);
-}
-
-int opd__run_cached(opd_session_t *s, uint64_t id, const unsigned char *body,
-                    uint32_t len) {
-  const opd_run_cache_t *c = s->run_cache;
-  if (c == NULL || c->len != len || c->epoch != s->srv->arena_epoch ||
-      memcmp(c->body, body, len) != 0)
-    return 0;
-  opd_server_t *srv = s->srv;
-  srv->run_cache_hits++;
-  if (s->q_head == NULL && s->running == NULL && runs_inline(srv, &c->job)) {
-    /* nothing of this session queued, and small: run it now, as
-     * opd__job_start would, on a job on the stack (its arenas cannot go
-     * while the loop thread is in here) */
-    opd_job_t job;
-    job_copy_plan(&job, &c->job);
-    job.s = s;
-    job.req_id = id;
-    job.call.exec = &opd__exec_serial;
-    run_kernel(&job);
-    job_reply(&job);
-    return 1;
-  }
-  opd_job_t *job = job_alloc(srv);
-  if (job == NULL) return 0; /* the full path reports it */
-  job_copy_plan(job, &c->job);
-  for (int i = 0; i < job->n_arenas; i++) job->arenas[i]->refs++;
-  job->s = s;
-  job->req_id = id;
-  if (job->device >= 0) job->t_recv = opd__now_ns(); /* the CUDA breakdown */
-  enqueue(s, job);
-  return 1;
-}
-
-void opd__run_cache_free(opd_session_t *s) {
-  free(s->run_cache);
-  s->run_cache = NULL;
-}
