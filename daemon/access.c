@@ -37,54 +37,39 @@ static int parse_id(const char *s, unsigned long *v) {
   return 0;
 }
 
-int opd__uid_parse(const char *s, uid_t *uid) {
-  unsigned long v;
-  int r = parse_id(s, &v);
-  if (r == 0) {
-    *uid = (uid_t)v;
-    return 0;
-  }
+/* A user (group) name or decimal id to its id: 0, OPD_EINVAL (empty, out
+ * of range), OPD_ENOENT (no such name), OPD_ENOMEM. */
+static int id_parse(const char *s, int group, unsigned long *id) {
+  int r = parse_id(s, id);
+  if (r == 0) return 0;
   if (r == -2 || *s == '\0') return OPD_EINVAL;
-  size_t cap = 1024;
-  for (;;) {
-    struct passwd pw, *res = NULL;
+  for (size_t cap = 1024;; cap *= 4) {
     char *buf = malloc(cap);
     if (buf == NULL) return OPD_ENOMEM;
-    int e = getpwnam_r(s, &pw, buf, cap, &res);
-    if (e == ERANGE && cap < (1u << 20)) {
-      free(buf);
-      cap *= 4;
-      continue;
-    }
-    if (res != NULL) *uid = pw.pw_uid;
+    struct passwd pw, *pr = NULL;
+    struct group gr, *gres = NULL;
+    int e = group ? getgrnam_r(s, &gr, buf, cap, &gres)
+                  : getpwnam_r(s, &pw, buf, cap, &pr);
+    int found = group ? gres != NULL : pr != NULL;
+    if (found) *id = group ? (unsigned long)gr.gr_gid : (unsigned long)pw.pw_uid;
     free(buf);
-    return res != NULL ? 0 : OPD_ENOENT;
+    if (e == ERANGE && cap < (1u << 20)) continue;
+    return found ? 0 : OPD_ENOENT;
   }
+}
+
+int opd__uid_parse(const char *s, uid_t *uid) {
+  unsigned long v;
+  int rc = id_parse(s, 0, &v);
+  if (rc == 0) *uid = (uid_t)v;
+  return rc;
 }
 
 int opd__gid_parse(const char *s, gid_t *gid) {
   unsigned long v;
-  int r = parse_id(s, &v);
-  if (r == 0) {
-    *gid = (gid_t)v;
-    return 0;
-  }
-  if (r == -2 || *s == '\0') return OPD_EINVAL;
-  size_t cap = 1024;
-  for (;;) {
-    struct group gr, *res = NULL;
-    char *buf = malloc(cap);
-    if (buf == NULL) return OPD_ENOMEM;
-    int e = getgrnam_r(s, &gr, buf, cap, &res);
-    if (e == ERANGE && cap < (1u << 20)) {
-      free(buf);
-      cap *= 4;
-      continue;
-    }
-    if (res != NULL) *gid = gr.gr_gid;
-    free(buf);
-    return res != NULL ? 0 : OPD_ENOENT;
-  }
+  int rc = id_parse(s, 1, &v);
+  if (rc == 0) *gid = (gid_t)v;
+  return rc;
 }
 
 static int has_gid(const gid_t *gids, int n, gid_t g) {

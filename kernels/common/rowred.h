@@ -57,37 +57,10 @@ OPD_V8 float opd__v8_hsum(opd_v8f v) {
   return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
 }
 
-/* opd__expf_fast on 8 lanes: same steps, same results. */
-OPD_V8 opd_v8f opd__v8_expf(opd_v8f x) {
-  const opd_v8f lo = opd__v8_splat(-87.33654475f);
-  const opd_v8f hi = opd__v8_splat(88.3f);
-  const opd_v8f magic = opd__v8_splat(12582912.0f);
-  opd_v8f xc = opd__v8_sel(x > hi, hi, x);
-  xc = opd__v8_sel(xc < lo, lo, xc);
-  opd_v8f t = xc * 1.44269504088896341f + magic;
-  opd_v8f n = t - magic;
-  opd_v8f r = xc - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  opd_v8f p = opd__v8_splat(1.9875691500e-4f);
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  opd_v8u si = ((opd_v8u)t - 0x4B400000u + 127u) << 23;
-  opd_v8f y = p * (opd_v8f)si;
-  return opd__v8_sel(x < lo, opd__v8_splat(0.0f), y);
-}
-
-/* e^x on 8 lanes for any x, as opd__v8_expf but +inf above 88.3 where that
- * one saturates at ~2.4e38 (gelu's tanh form takes e^(-2u) of any sign).
- * No clamps: outside [-87.3, 88.3] the steps give garbage (never a trap:
- * OPD_FAST is no-trapping-math) that the two selects replace, so it costs
- * one select less than opd__v8_expf. NaN gives NaN. */
-OPD_V8 opd_v8f opd__v8_expf_inf(opd_v8f x) {
-  const opd_v8f lo = opd__v8_splat(-87.33654475f);
-  const opd_v8f hi = opd__v8_splat(88.3f);
+/* The steps of opd__expf_fast on 8 lanes, without its clamps: e^x for x
+ * in [-87.3, 88.3]; outside, garbage (never a trap: OPD_FAST is
+ * no-trapping-math) that the callers replace. */
+OPD_V8 opd_v8f opd__v8_exp_core(opd_v8f x) {
   const opd_v8f magic = opd__v8_splat(12582912.0f);
   opd_v8f t = x * 1.44269504088896341f + magic;
   opd_v8f n = t - magic;
@@ -101,9 +74,31 @@ OPD_V8 opd_v8f opd__v8_expf_inf(opd_v8f x) {
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.0f;
   opd_v8u si = ((opd_v8u)t - 0x4B400000u + 127u) << 23;
-  opd_v8f y = p * (opd_v8f)si;
-  y = opd__v8_sel(x < lo, opd__v8_splat(0.0f), y);
-  return opd__v8_sel(x > hi, opd__v8_splat(__builtin_inff()), y);
+  return p * (opd_v8f)si;
+}
+
+#define OPD_V8_EXP_LO (-87.33654475f)
+#define OPD_V8_EXP_HI 88.3f
+
+/* opd__expf_fast on 8 lanes: same steps, same results (saturates at
+ * ~2.4e38 above 88.3, 0 below -87.3). */
+OPD_V8 opd_v8f opd__v8_expf(opd_v8f x) {
+  const opd_v8f lo = opd__v8_splat(OPD_V8_EXP_LO);
+  const opd_v8f hi = opd__v8_splat(OPD_V8_EXP_HI);
+  opd_v8f xc = opd__v8_sel(x > hi, hi, x);
+  xc = opd__v8_sel(xc < lo, lo, xc);
+  return opd__v8_sel(x < lo, opd__v8_splat(0.0f), opd__v8_exp_core(xc));
+}
+
+/* e^x on 8 lanes for any x, as opd__v8_expf but +inf above 88.3 where that
+ * one saturates (gelu's tanh form takes e^(-2u) of any sign): no clamps,
+ * the two selects replace what lies outside, one select less than
+ * opd__v8_expf. NaN gives NaN. */
+OPD_V8 opd_v8f opd__v8_expf_inf(opd_v8f x) {
+  opd_v8f y = opd__v8_exp_core(x);
+  y = opd__v8_sel(x < opd__v8_splat(OPD_V8_EXP_LO), opd__v8_splat(0.0f), y);
+  return opd__v8_sel(x > opd__v8_splat(OPD_V8_EXP_HI),
+                     opd__v8_splat(__builtin_inff()), y);
 }
 
 /* Maximum of x[0..n), n >= 1; NaN elements are skipped unless all are

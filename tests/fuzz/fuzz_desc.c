@@ -29,16 +29,8 @@
 #include "common/wire.h"
 #include "kernels/common/kutil.h"
 
-#define CHECK(cond, ...)                                       \
-  do {                                                         \
-    if (!(cond)) {                                             \
-      fprintf(stderr, "fuzz_desc: %s:%d: check failed: %s: ", \
-              __FILE__, __LINE__, #cond);                      \
-      fprintf(stderr, __VA_ARGS__);                            \
-      fprintf(stderr, "\n");                                   \
-      abort();                                                 \
-    }                                                          \
-  } while (0)
+#define FUZZ_TARGET "fuzz_desc"
+#include "tests/fuzz/fuzz.h"
 
 typedef unsigned __int128 u128;
 #define SAT ((u128)1 << 100) /* far above any int64 product we compare */

@@ -66,16 +66,9 @@
 #include "daemon/log.h"
 #include "daemon/server.h"
 
-#define CHECK(cond, ...)                                          \
-  do {                                                            \
-    if (!(cond)) {                                                \
-      fprintf(real_stderr, "fuzz_session: %s:%d: check failed: %s: ", \
-              __FILE__, __LINE__, #cond);                         \
-      fprintf(real_stderr, __VA_ARGS__);                          \
-      fprintf(real_stderr, "\n");                                 \
-      abort();                                                    \
-    }                                                             \
-  } while (0)
+#define FUZZ_TARGET "fuzz_session"
+#define FUZZ_ERR real_stderr
+#include "tests/fuzz/fuzz.h"
 
 static FILE *real_stderr;
 static uv_loop_t loop;

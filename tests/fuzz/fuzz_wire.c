@@ -28,16 +28,8 @@
 
 #include "common/wire.h"
 
-#define CHECK(cond, ...)                                       \
-  do {                                                         \
-    if (!(cond)) {                                             \
-      fprintf(stderr, "fuzz_wire: %s:%d: check failed: %s: ", \
-              __FILE__, __LINE__, #cond);                      \
-      fprintf(stderr, __VA_ARGS__);                            \
-      fprintf(stderr, "\n");                                   \
-      abort();                                                 \
-    }                                                          \
-  } while (0)
+#define FUZZ_TARGET "fuzz_wire"
+#include "tests/fuzz/fuzz.h"
 
 /* ---- scan: an independent walk over the bytes ------------------------- */
 

@@ -581,3 +581,54 @@ Test(bad, pipelined_frames_keep_their_own_fds) {
   }
   close(fd);
 }
+
+/* The uid's and the daemon's arena limits, across sessions of one uid. */
+Test(bad, arena_limits_per_uid_and_daemon, .init = NULL) {
+  const char *args[] = {"--max-uid-arenas", "3", NULL};
+  th_start(args);
+  opd_client_t *a = th_connect(), *b = th_connect();
+  void *base;
+  th_arena(a, 4096, &base);
+  th_arena(a, 4096, &base);
+  th_arena(b, 4096, &base);
+  uint64_t id;
+  EXPECT_ERR(opd_arena_create(b, 4096, &id, &base), OPD_ELIMIT, "--max-uid-arenas");
+  opd_close(a); /* its two arenas go back to the uid once it is reaped */
+  cr_assert_eq(th_wait_stat("arenas", 1, 2000), 1);
+  th_arena(b, 4096, &base);
+  opd_close(b);
+  const char *total[] = {"--max-total-arenas", "2", NULL};
+  th_start(total);
+  a = th_connect();
+  b = th_connect();
+  th_arena(a, 4096, &base);
+  th_arena(b, 4096, &base);
+  EXPECT_ERR(opd_arena_create(a, 4096, &id, &base), OPD_ELIMIT, "--max-total-arenas");
+  opd_close(a);
+  opd_close(b);
+}
+
+/* At the uid's run limit a session is not read, not failed, and is read
+ * again when another session's run ends: every run of both completes. */
+Test(bad, runs_over_the_uid_limit_wait_and_complete, .init = NULL) {
+  const char *args[] = {"--max-uid-inflight", "2", NULL};
+  th_start(args);
+  enum { N = 1 << 18, RUNS = 12 };
+  opd_client_t *c[2] = {th_connect(), th_connect()};
+  uint64_t req[2][RUNS];
+  for (int k = 0; k < 2; k++) {
+    void *base;
+    uint64_t a = th_arena(c[k], (uint64_t)2 * N * 4, &base);
+    opd_tensor_t x = th_f32(a, 0, 1, (int64_t)N), y = th_f32(a, (uint64_t)N * 4, 1, (int64_t)N);
+    for (int i = 0; i < RUNS; i++)
+      cr_assert_eq(opd_submit(c[k], "relu", &x, 1, &y, 1, NULL, 0, &req[k][i]), 0,
+                   "%s", opd_last_error());
+  }
+  for (int i = 0; i < RUNS; i++)
+    for (int k = 0; k < 2; k++)
+      cr_assert_eq(opd_wait(c[k], req[k][i], 20000), 0, "client %d run %d: %s", k,
+                   i, opd_last_error());
+  cr_assert_eq(th_wait_stat("inflight", 0, 2000), 0);
+  opd_close(c[0]);
+  opd_close(c[1]);
+}
