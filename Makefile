@@ -104,12 +104,14 @@ $(info opd: CC=$(CC) CUDA=$(CUDA)->$(CUDA_ON)$(if $(NVCC), (nvcc: $(NVCC)),) BLA
 
 COMMON_SRC  := $(sort $(wildcard common/*.c))
 KERNEL_SRC  := $(sort $(wildcard kernels/*.c kernels/*/*.c))
-DAEMON_SRC  := $(filter-out daemon/main.c,$(sort $(wildcard daemon/*.c)))
-# the CUDA backend, or its stand-in in a build without CUDA
+# the device backend: CUDA, or the none backend in a build without CUDA
+# (daemon/backend/backend.h)
+DAEMON_SRC  := $(filter-out daemon/main.c,$(sort $(wildcard daemon/*.c))) \
+               daemon/backend/cpu.c
 ifeq ($(CUDA_ON),1)
-  DAEMON_SRC := $(filter-out daemon/cuda_none.c,$(DAEMON_SRC))
+  DAEMON_SRC += $(sort $(wildcard daemon/backend/cuda/*.c))
 else
-  DAEMON_SRC := $(filter-out daemon/cuda.c,$(DAEMON_SRC))
+  DAEMON_SRC += daemon/backend/none.c
 endif
 CLIENT_SRC  := $(sort $(wildcard client/libopd/*.c)) client/json.c
 UNIT_SRC    := $(sort $(wildcard tests/unit/*.c))
@@ -289,7 +291,8 @@ FUZZ_CFLAGS  := -std=c11 -g -O1 -fno-omit-frame-pointer -pthread -Wall -Wno-unkn
                 -Iinclude -I. -D_GNU_SOURCE -DOPD_NO_BLAS \
                 $(if $(DEPS),-I$(DEPS)/include)
 FUZZ_SRC     := $(COMMON_SRC) $(KERNEL_SRC) \
-                $(filter-out daemon/main.c daemon/cuda.c,$(sort $(wildcard daemon/*.c)))
+                $(filter-out daemon/main.c,$(sort $(wildcard daemon/*.c))) \
+                daemon/backend/cpu.c daemon/backend/none.c
 FUZZ_OBJ     := $(patsubst %.c,$(B)/fuzz/obj/%.o,$(FUZZ_SRC))
 FUZZ_BINS    := $(patsubst %,$(B)/fuzz/fuzz_%,$(FUZZ_TARGETS))
 .PHONY: fuzz fuzz-build fuzz-check

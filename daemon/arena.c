@@ -62,7 +62,7 @@ int opd__arena_register(opd_session_t *s, int fd, uint64_t size,
   a->refs = 1;
   a->srv = s->srv;
   a->device = -1;
-  opd__cuda_host_register(s->srv, a); /* pinned: copies at full speed */
+  opd__backend_dev.pin(s->srv, a); /* pinned: copies at full speed */
   s->arenas[s->n_arenas++] = a;
   opd__acct_arena(s, 1, (int64_t)size);
   s->srv->bytes_mapped += size;
@@ -104,8 +104,8 @@ int opd__arena_alloc_device(opd_session_t *s, int dev, uint64_t size,
     return OPD_ENOMEM;
   }
   void *vmm = NULL;
-  rc = exportable ? opd__cuda_alloc_vmm(s->srv, dev, size, &ptr, &vmm, err, errlen)
-                  : opd__cuda_alloc(s->srv, dev, size, &ptr, err, errlen);
+  rc = opd__backend_dev.alloc(s->srv, dev, size, exportable, &ptr, &vmm, err,
+                              errlen);
   if (rc != 0) {
     free(a);
     return rc;
@@ -142,8 +142,8 @@ int opd__arena_import(opd_session_t *s, int dev, const void *handle,
     snprintf(err, errlen, "out of memory");
     return OPD_ENOMEM;
   }
-  rc = opd__cuda_import(s->srv, s->id, dev, handle, offset, size, &ptr, &token,
-                        err, errlen);
+  rc = opd__backend_dev.import(s->srv, s->id, dev, handle, offset, size, &ptr,
+                               &token, err, errlen);
   if (rc != 0) {
     free(a);
     return rc;
@@ -171,20 +171,19 @@ void opd__arena_unref(opd_arena_t *a) {
   }
   a->srv->arenas--;
   if (a->import != NULL) { /* the client's own memory */
-    opd__cuda_import_release(a->srv, a->import);
+    opd__backend_dev.release(a);
     free(a);
     return;
   }
   a->srv->bytes_mapped -= a->size;
   if (a->device >= 0) {
-    if (a->vmm) opd__cuda_free_vmm(a->srv, a->vmm);
-    else opd__cuda_free(a->srv, a->device, a->base);
+    opd__backend_dev.release(a); /* device memory */
     free(a);
     return;
   }
   /* host memory: unregistered from CUDA, then unmapped; nothing of it is
    * kept once its last reference (table, job, publication) goes */
-  opd__cuda_host_unregister(a);
+  opd__backend_dev.release(a);
   if (munmap(a->base, a->size) != 0)
     LOG_ERROR("munmap of arena %llu (%llu bytes) failed: %s",
               (unsigned long long)a->id, (unsigned long long)a->size,

@@ -91,9 +91,9 @@ static void handle_hello(opd_session_t *s, uint64_t id,
   PACK_STR(pk, "backends");
   msgpack_pack_array(pk, srv->n_devices ? 2 : 1);
   PACK_STR(pk, "cpu");
-  if (srv->n_devices) PACK_STR(pk, "cuda");
+  if (srv->n_devices) PACK_STR(pk, opd__backend_dev.name);
   PACK_STR(pk, "devices");
-  opd__cuda_pack_devices(srv, pk);
+  opd__backend_dev.describe(srv, pk);
   PACK_STR(pk, "limits");
   msgpack_pack_map(pk, 8);
   PACK_STR(pk, "max_frame");
@@ -304,7 +304,9 @@ static void handle_export(opd_session_t *s, uint64_t id,
                      (unsigned long long)arena);
     return;
   }
-  int rc = opd__cuda_export(s->srv, a->vmm, &fd, err, sizeof err);
+  uint64_t alloc_size = 0;
+  int rc = opd__backend_dev.export(s->srv, a->vmm, &fd, &alloc_size, err,
+                                   sizeof err);
   if (rc != 0) {
     opd__reply_error(s, id, rc, "export: %s", err);
     return;
@@ -316,7 +318,7 @@ static void handle_export(opd_session_t *s, uint64_t id,
   PACK_STR(pk, "size");
   msgpack_pack_uint64(pk, a->size);
   PACK_STR(pk, "alloc_size");
-  msgpack_pack_uint64(pk, opd__cuda_vmm_size(a->vmm));
+  msgpack_pack_uint64(pk, alloc_size);
   PACK_STR(pk, "device");
   msgpack_pack_str_with_body(pk, dev, (size_t)n);
   PACK_STR(pk, "fd");

@@ -37,8 +37,6 @@ opd_job_t *opd__job_alloc(opd_server_t *srv) {
   j->rc = 0;
   j->ns = 0;
   j->device = -1;
-  j->cuda_kernel = NULL;
-  j->cuda_event = NULL;
   return j;
 }
 
@@ -66,14 +64,6 @@ void opd__job_drop(opd_job_t *job, int code, const char *msg) {
     opd__reply_error(s, job->req_id, code, "%s: %s",
                      opd__ops[job->op_index]->name, msg);
   opd__job_recycle(s->srv, job);
-}
-
-static void run_kernel(opd_job_t *job) {
-  const opd_op_def_t *op = job->call.op;
-  uint64_t t0 = opd__ticks();
-  job->rc = (op->cpu_fast ? op->cpu_fast : op->cpu_ref)(&job->call);
-  uint64_t t1 = opd__ticks();
-  job->ns = t1 > t0 ? opd__ticks_ns(t1 - t0) : 0; /* moved CPUs: no time */
 }
 
 /* Counts the run and replies: its error, or {"ns"}. */
@@ -104,55 +94,18 @@ static void job_finish(opd_job_t *job) {
   opd__job_recycle(s->srv, job);
 }
 
-static void work_cb(uv_work_t *w) {
-  opd_job_t *job = (opd_job_t *)w;
-  run_kernel(job);
-  atomic_fetch_add_explicit(&job->s->srv->pool_done, 1, memory_order_relaxed);
-}
-
-static void after_work_cb(uv_work_t *w, int status) {
-  (void)status; /* jobs are never cancelled */
-  ((opd_job_t *)w)->s->srv->pool_jobs--;
-  opd__job_done((opd_job_t *)w);
-}
-
 void opd__job_done(opd_job_t *job) {
   opd_session_t *s = job->s;
   job_finish(job);
   opd__session_pump(s);
 }
 
-/* A CPU run small enough that a thread hand-off would cost more than its
- * kernel executes on the loop thread (--inline-bytes). */
-static int runs_inline(const opd_server_t *srv, const opd_job_t *job) {
-  return job->device < 0 && job->bytes <= srv->cfg.limits.inline_bytes;
-}
-
 void opd__job_start(opd_job_t *job) {
-  opd_server_t *srv = job->s->srv;
-  if (job->device >= 0) {
-    int rc = opd__cuda_job_launch(job); /* done later via opd__job_done */
-    if (rc != 0) {
-      job->rc = rc;
-      job_finish(job);
-    }
-    return;
-  }
-  if (runs_inline(srv, job)) {
-    job->call.exec = &opd__exec_serial;
-    run_kernel(job);
-    job_finish(job);
-    return;
-  }
-  job->call.exec = &srv->exec;
-  int rc = uv_queue_work(srv->loop, &job->work, work_cb, after_work_cb);
-  if (rc == 0) srv->pool_jobs++;
-  if (rc != 0) {
-    job->rc = OPD_EINTERNAL;
-    snprintf(job->call.err, sizeof job->call.err, "uv_queue_work: %s",
-             uv_strerror(rc));
-    job_finish(job);
-  }
+  job->done = opd__job_done;
+  int rc = opd__backend_for(job->device)->launch(job);
+  if (rc == OPD_LAUNCH_QUEUED) return; /* job->done comes later */
+  if (rc != OPD_LAUNCH_DONE) job->rc = rc;
+  job_finish(job);
 }
 
 /* ---- the run cache ---------------------------------------------------- *
@@ -192,7 +145,6 @@ static void job_copy_plan(opd_job_t *dst, const opd_job_t *src) {
   dst->op_index = src->op_index;
   dst->bytes = src->bytes;
   dst->device = src->device;
-  dst->cuda_kernel = src->cuda_kernel;
   dst->n_arenas = src->n_arenas;
   if (src->n_arenas > 0)
     memcpy(dst->arenas, src->arenas, sizeof *src->arenas * (size_t)src->n_arenas);
@@ -205,12 +157,8 @@ static void job_copy_plan(opd_job_t *dst, const opd_job_t *src) {
     memcpy(dst->call.out, c->out, sizeof *c->out * (size_t)c->n_out);
   if (c->op->n_attrs > 0)
     memcpy(dst->call.attr, c->attr, sizeof *c->attr * (size_t)c->op->n_attrs);
-  if (src->device >= 0) {
-    memcpy(dst->host_in, src->host_in, sizeof(void *) * (size_t)c->n_in);
-    memcpy(dst->in_bytes, src->in_bytes, sizeof(uint64_t) * (size_t)c->n_in);
-    memcpy(dst->host_out, src->host_out, sizeof(void *) * (size_t)c->n_out);
-    memcpy(dst->out_bytes, src->out_bytes, sizeof(uint64_t) * (size_t)c->n_out);
-  }
+  if (src->device >= 0) /* the device backend's plan (staging) */
+    memcpy(dst->backend_job, src->backend_job, sizeof dst->backend_job);
 }
 
 void opd__run_cache_store(opd_session_t *s, const opd_job_t *job) {
@@ -232,7 +180,7 @@ int opd__run_cached(opd_session_t *s, uint64_t id, const unsigned char *body,
     return 0;
   opd_server_t *srv = s->srv;
   srv->run_cache_hits++;
-  if (s->q_head == NULL && s->running == NULL && runs_inline(srv, &c->job)) {
+  if (s->q_head == NULL && s->running == NULL && opd__cpu_inline(srv, &c->job)) {
     /* nothing of this session queued, and small: run it now, as
      * opd__job_start would, on a job on the stack (its arenas cannot go
      * while the loop thread is in here) */
@@ -241,7 +189,7 @@ int opd__run_cached(opd_session_t *s, uint64_t id, const unsigned char *body,
     job.s = s;
     job.req_id = id;
     job.call.exec = &opd__exec_serial;
-    run_kernel(&job);
+    opd__cpu_run_kernel(&job);
     job_reply(&job);
     return 1;
   }

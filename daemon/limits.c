@@ -141,11 +141,11 @@ void opd__acct_inflight(opd_session_t *s, int n) {
   opd_server_t *srv = s->srv;
   const opd_limits_t *l = &srv->cfg.limits;
   /* a run ends while its uid or the daemon is at the limit: sessions of
-   * others may have stopped being read for it (ringsvc.c on_check) */
+   * others may have stopped being read for it (session.c, sessions_check) */
   if (n < 0 && (s->acct->inflight >= l->max_uid_inflight ||
                 srv->inflight >= l->max_total_inflight)) {
-    srv->unthrottle = 1;
-    srv->ring_kick = 1;
+    srv->unthrottle = 1; /* the sessions' watcher looks (session.c) */
+    srv->loop_kick = 1;
   }
   s->n_queued = (uint32_t)((int)s->n_queued + n);
   s->acct->inflight = (uint32_t)((int)s->acct->inflight + n);

@@ -28,13 +28,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <stdatomic.h>
 #include <sys/mman.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "common/wire.h"
 #include "daemon/log.h"
+#include "daemon/loop.h"
 #include "daemon/server.h"
 
 #define RING_BUDGET 64 /* requests per session per loop iteration */
@@ -60,45 +59,6 @@ static int is_eventfd(int fd) {
 
 static void service_session(opd_session_t *s);
 
-/* While a client spins, or a GPU job launched less than GPU_SPIN_NS ago is
- * running, the loop runs without blocking and this runs every iteration:
- * for up to a window (window_ns) it watches the spinning sessions' submission
- * rings and the finished GPU jobs, and serves each the moment it is there,
- * instead of paying an epoll_wait system call (and, for a GPU job, the
- * completion thread's wake-up) per look or per request. Sockets and timers
- * wait at most that long meanwhile. A longer GPU job is left to the
- * completion thread's wake-up, so a busy GPU costs no busy loop. The
- * window is --spin-window-us (window_ns below); the gaps between windows
- * (one loop iteration: timers, epoll_wait, the check handle) are what a
- * spinning request can wait for beyond its own service, and are counted
- * for the shutdown report (opd__ring_report). */
-#define CLOCK_TURNS 32
-#define NAP_NS 20000 /* while CPU runs are on the kernel threads */
-#define WINDOW_GAP_LONG_NS 2000 /* a gap this long shows in a spin tail */
-
-static int spin_wanted_at(opd_server_t *srv, uint64_t now) {
-  return srv->n_spin > 0 ||
-         (opd__cuda_inflight(srv) > 0 && now < srv->gpu_spin_until);
-}
-
-static int spin_wanted(opd_server_t *srv) {
-  return srv->n_spin > 0 || spin_wanted_at(srv, opd__now_ns());
-}
-
-/* --spin-window-us, or by default: short while a socket-only client is
- * connected (its requests wait for the gap between windows), long when
- * every session uses rings (then only new connections, control messages
- * and signals wait, and a spinning request meets a gap ten times less
- * often). */
-#define WINDOW_SOCKETS_NS 20000
-#define WINDOW_RINGS_NS 200000
-
-static uint64_t window_ns(const opd_server_t *srv) {
-  if (srv->cfg.spin_window_ns != 0) return srv->cfg.spin_window_ns;
-  return srv->n_sessions > (uint32_t)srv->n_ring ? WINDOW_SOCKETS_NS
-                                                 : WINDOW_RINGS_NS;
-}
-
 /* How long serving a ring takes, from its request seen to its replies
  * pushed (one request, in a ping-pong; a GPU run: to its launch): the
  * daemon's share of a CPU round trip, reported at shutdown. */
@@ -117,69 +77,54 @@ static double svc_pct(const opd_server_t *srv, double q) {
   return opd__hist_pct(srv->svc_hist, SVC_BUCKETS, srv->svc_n, q, 10.0);
 }
 
-static void on_idle(uv_idle_t *h) {
-  opd_server_t *srv = h->data;
-  uint64_t now = opd__now_ns(), until = now + window_ns(srv);
-  if (srv->win_left_at != 0) {
-    uint64_t gap = now - srv->win_left_at;
-    srv->win_gaps++;
-    srv->win_gap_ns += gap;
-    if (gap > srv->win_gap_max) srv->win_gap_max = gap;
-    if (gap >= WINDOW_GAP_LONG_NS) srv->win_gaps_long++;
-  }
-  opd__cuda_loop_polls(srv, 1);
-  unsigned done0 = atomic_load_explicit(&srv->pool_done, memory_order_relaxed);
-  for (unsigned turn = 1;; turn++) {
-    int served = 0;
-    if (opd__cuda_poll(srv) > 0) served = 1; /* GPU jobs done: replied */
-    for (opd_session_t *s = srv->sessions, *next; s; s = next) {
-      next = s->next;
-      if (!s->ring || s->fd < 0 || s->closing) continue;
-      if (opd__ring_ready(&s->sq) != 0) { /* a request, or corrupt */
-        if ((++srv->svc_seen & (SVC_SAMPLE - 1)) == 0) {
-          uint64_t t0 = opd__ticks();
-          service_session(s);
-          svc_record(srv, opd__ticks_ns(opd__ticks() - t0));
-        } else {
-          service_session(s);
-        }
-        served = 1;
+/* The ring watcher (daemon/loop.h). In a spin window: the submission
+ * rings that hold a request are served the moment it is there. */
+static int ring_poll(opd_server_t *srv) {
+  int served = 0;
+  for (opd_session_t *s = srv->sessions, *next; s; s = next) {
+    next = s->next;
+    if (!s->ring || s->fd < 0 || s->closing) continue;
+    if (opd__ring_ready(&s->sq) != 0) { /* a request, or corrupt */
+      if ((++srv->svc_seen & (SVC_SAMPLE - 1)) == 0) {
+        uint64_t t0 = opd__ticks();
+        service_session(s);
+        svc_record(srv, opd__ticks_ns(opd__ticks() - t0));
+      } else {
+        service_session(s);
       }
+      served = 1;
     }
-    if (srv->ring_kick) break;
-    /* the clock every CLOCK_TURNS looks: a look is then a few loads */
-    if (turn % CLOCK_TURNS == 0) {
-      uint64_t t = opd__now_ns();
-      if (t >= until || !spin_wanted_at(srv, t)) break;
-    } else if (srv->n_spin == 0 && opd__cuda_inflight(srv) == 0) {
-      break; /* nothing left to spin for */
-    }
-    if (!served && srv->pool_jobs > 0) {
-      /* runs on the kernel threads: the loop's core is theirs; look at
-       * the rings every NAP_NS instead of spinning, and leave the window
-       * as soon as one of those runs is done (its reply waits for the
-       * loop's next turn) */
-      if (atomic_load_explicit(&srv->pool_done, memory_order_relaxed) !=
-          done0)
-        break;
-      struct timespec nap = {0, NAP_NS};
-      nanosleep(&nap, NULL);
-      if (opd__now_ns() >= until) break;
-      continue;
-    }
-#if defined(__x86_64__) || defined(__i386__)
-    if (!served) __builtin_ia32_pause();
-#endif
   }
-  /* back within microseconds (the idle handle stays active): the poller
-   * sleeps on; otherwise it takes over the jobs still pending */
-  if (spin_wanted(srv)) {
-    srv->win_left_at = opd__now_ns();
-  } else {
-    srv->win_left_at = 0;
-    opd__cuda_loop_polls(srv, 0);
+  return served;
+}
+
+/* After each poll phase: every ring session (overflow, submissions). */
+static void ring_check(opd_server_t *srv) {
+  for (opd_session_t *s = srv->sessions, *next; s; s = next) {
+    next = s->next;
+    service_session(s);
   }
 }
+
+static int ring_wants_spin(const opd_server_t *srv, uint64_t now) {
+  (void)now;
+  return srv->n_spin > 0;
+}
+
+/* Before the loop blocks: adaptive rings must ring the doorbell. */
+static int ring_arm(opd_server_t *srv) {
+  int woke = 0;
+  if (srv->n_ring == 0) return 0;
+  for (opd_session_t *s = srv->sessions; s; s = s->next) {
+    if (s->ring != OPD_RING_ADAPTIVE || s->fd < 0) continue;
+    if (opd__ring_arm_sleep(&s->sq) != 0) woke = 1;
+  }
+  return woke;
+}
+
+static const opd_watcher_t ring_watcher = {
+    .name = "rings", .check = ring_check, .poll = ring_poll,
+    .wants_spin = ring_wants_spin, .arm = ring_arm};
 
 void opd__ring_report(opd_server_t *srv) {
   if (srv->svc_n > 0)
@@ -190,31 +135,6 @@ void opd__ring_report(opd_server_t *srv) {
              svc_pct(srv, 0.99));
   free(srv->svc_hist);
   srv->svc_hist = NULL;
-  if (srv->win_gaps == 0) return;
-  char win[32];
-  if (srv->cfg.spin_window_ns != 0)
-    snprintf(win, sizeof win, "%u us", srv->cfg.spin_window_ns / 1000);
-  else
-    snprintf(win, sizeof win, "%d or %d us", WINDOW_SOCKETS_NS / 1000,
-             WINDOW_RINGS_NS / 1000);
-  LOG_INFO("spin: %llu gaps between %s windows, mean %.2f us, max %.1f us, "
-           "%llu of them %.0f us or longer",
-           (unsigned long long)srv->win_gaps, win,
-           (double)srv->win_gap_ns / (double)srv->win_gaps / 1e3,
-           (double)srv->win_gap_max / 1e3,
-           (unsigned long long)srv->win_gaps_long, WINDOW_GAP_LONG_NS / 1e3);
-}
-
-void opd__ring_update_idle(opd_server_t *srv) {
-  int want = spin_wanted(srv) || srv->ring_kick;
-  if (want && !uv_is_active((uv_handle_t *)&srv->ring_idle))
-    uv_idle_start(&srv->ring_idle, on_idle);
-  else if (!want && uv_is_active((uv_handle_t *)&srv->ring_idle))
-    uv_idle_stop(&srv->ring_idle);
-  if (!want) {
-    srv->win_left_at = 0; /* a stop, not a gap between windows */
-    opd__cuda_loop_polls(srv, 0); /* the loop may block now */
-  }
 }
 
 static void free_handle(uv_handle_t *h) { free(h); }
@@ -360,7 +280,7 @@ int opd__ring_setup(opd_session_t *s, const msgpack_object *body, int *granted,
   s->sq.wakes = s->cq.wakes = mode == OPD_RING_ADAPTIVE;
   if (mode == OPD_RING_SPIN) srv->n_spin++;
   srv->n_ring++;
-  opd__ring_update_idle(srv);
+  opd__loop_update(srv);
   LOG_INFO("session %llu: %s rings, %llu+%llu slots", (unsigned long long)s->id,
            opd__ring_mode_name(mode), (unsigned long long)sqn, (unsigned long long)cqn);
   return 0;
@@ -417,8 +337,7 @@ int opd__ring_reply(opd_session_t *s, const void *head, size_t hlen,
   else ((overflow_t *)s->ring_over_tail)->next = o;
   s->ring_over_tail = o;
   s->over_bytes += (uint32_t)len;
-  s->srv->ring_kick = 1; /* retry soon: the client frees room silently */
-  opd__ring_update_idle(s->srv);
+  opd__loop_kick(s->srv); /* retry soon: the client frees room silently */
   return 1;
 }
 
@@ -443,7 +362,7 @@ static int drain_overflow(opd_session_t *s) {
 static void service_session(opd_session_t *s) {
   if (s->fd < 0 || !s->ring) return;
   int had_over = s->ring_over != NULL;
-  if (drain_overflow(s)) s->srv->ring_kick = 1;
+  if (drain_overflow(s)) opd__loop_kick(s->srv);
   if (s->fd < 0) return;
   if (had_over && s->ring_over == NULL) opd__session_pump(s); /* read again */
   if (s->fd < 0) return;
@@ -464,43 +383,8 @@ static void service_session(opd_session_t *s) {
   opd__session_pump(s);
 }
 
-static void on_check(uv_check_t *h) {
-  opd_server_t *srv = h->data;
-  srv->ring_kick = 0;
-  if (srv->unthrottle) opd__sessions_unthrottle(srv);
-  for (opd_session_t *s = srv->sessions, *next; s; s = next) {
-    next = s->next;
-    service_session(s);
-  }
-  if (srv->unthrottle) opd__sessions_unthrottle(srv);
-  opd__ring_update_idle(srv);
-}
-
-/* Before the loop blocks: adaptive rings must ring the doorbell. */
-static void on_prepare(uv_prepare_t *h) {
-  opd_server_t *srv = h->data;
-  if (srv->n_ring == 0 || srv->ring_kick ||
-      uv_is_active((uv_handle_t *)&srv->ring_idle))
-    return; /* the loop will not block */
-  for (opd_session_t *s = srv->sessions; s; s = s->next) {
-    if (s->ring != OPD_RING_ADAPTIVE || s->fd < 0) continue;
-    if (opd__ring_arm_sleep(&s->sq) != 0) srv->ring_kick = 1;
-  }
-  opd__ring_update_idle(srv); /* a message arrived meanwhile: do not block */
-}
-
 void opd__ring_init_server(opd_server_t *srv) {
-  uv_check_init(srv->loop, &srv->ring_check);
-  srv->ring_check.data = srv;
-  uv_check_start(&srv->ring_check, on_check);
-  uv_unref((uv_handle_t *)&srv->ring_check);
-  uv_prepare_init(srv->loop, &srv->ring_prepare);
-  srv->ring_prepare.data = srv;
-  uv_prepare_start(&srv->ring_prepare, on_prepare);
-  uv_unref((uv_handle_t *)&srv->ring_prepare);
-  uv_idle_init(srv->loop, &srv->ring_idle);
-  srv->ring_idle.data = srv;
-  uv_unref((uv_handle_t *)&srv->ring_idle);
+  opd__loop_watch(srv, &ring_watcher);
 }
 
 /* At close: stop the doorbell; the mapping goes in opd__ring_free. */
@@ -513,7 +397,7 @@ void opd__ring_close(opd_session_t *s) {
     uv_close((uv_handle_t *)s->ring_poll, free_handle);
     s->ring_poll = NULL; /* the fd is closed in opd__ring_free */
   }
-  opd__ring_update_idle(srv);
+  opd__loop_update(srv);
 }
 
 void opd__ring_free(opd_session_t *s) {

@@ -250,7 +250,8 @@ static void on_poison_timer(uv_timer_t *t) {
   stop(srv, "GPU context poisoned");
 }
 
-void opd__server_poisoned(opd_server_t *srv, const char *why) {
+/* srv->poisoned: the device backend found its context unusable. */
+static void server_poisoned(opd_server_t *srv, const char *why) {
   if (!srv->healthy) return;
   srv->healthy = 0;
   srv->exit_code = OPD_EXIT_POISONED;
@@ -289,7 +290,13 @@ int opd__server_init(opd_server_t *srv, uv_loop_t *loop,
   if (srv->op_stats == NULL) return OPD_ENOMEM;
   if (opd__ops_pack(srv) != 0) return OPD_EINTERNAL;
   if (opd__access_init(srv) != 0) return OPD_EINVAL;
-  if (opd__cuda_init(srv) != 0) return OPD_EDEVICE;
+  srv->healthy = 1;
+  srv->poisoned = server_poisoned;
+  /* the scheduler first: the sessions, the backend and the rings register
+   * their watchers with it */
+  opd__loop_init(srv);
+  opd__sessions_init(srv);
+  if (opd__backend_dev.init(srv) != 0) return OPD_EDEVICE;
   cpu_set_t cpus;
   srv->n_cpus = sched_getaffinity(0, sizeof cpus, &cpus) == 0
                     ? CPU_COUNT(&cpus) : (int)sysconf(_SC_NPROCESSORS_ONLN);
@@ -348,6 +355,7 @@ void opd__server_free(opd_server_t *srv) {
     close(srv->listen_fd);
     unlink(srv->cfg.socket_path);
   }
+  opd__loop_report(srv);
   opd__ring_report(srv);
   uv_walk(srv->loop, close_cb, NULL);
   uv_run(srv->loop, UV_RUN_DEFAULT);
@@ -364,7 +372,7 @@ void opd__server_free(opd_server_t *srv) {
     srv->accts = a->next;
     free(a);
   }
-  opd__cuda_shutdown(srv);
+  opd__backend_dev.shutdown(srv);
   free(srv->op_stats);
   free(srv->ops_body);
   msgpack_sbuffer_destroy(&srv->scratch);

@@ -27,6 +27,8 @@
 
 #include "common/clock.h" /* opd__now_ns */
 #include "common/ring.h"
+#include "daemon/backend/backend.h"
+#include "daemon/loop.h"
 #include "kernels/kernel.h"
 
 /* Every limit has up to three scopes: one session, all sessions of one
@@ -164,24 +166,25 @@ typedef struct opd_server {
   opd_job_t *job_free;           /* recycled jobs (jobs.c: at most
                                     JOB_POOL_MAX) */
   uint32_t n_job_free;
-  uv_check_t ring_check;         /* services rings after each poll */
-  uv_prepare_t ring_prepare;     /* arms adaptive rings before blocking */
-  uv_idle_t ring_idle;           /* active: the loop must not block */
+  /* the loop scheduler (daemon/loop.c) */
+  uv_check_t loop_check;         /* runs the watchers after each poll */
+  uv_prepare_t loop_prepare;     /* arms them before the loop blocks */
+  uv_idle_t loop_idle;           /* active: the loop must not block */
+  const opd_watcher_t *watchers[OPD_MAX_WATCHERS];
+  int n_watchers;
+  int loop_kick;                 /* work left for the next iteration */
   int n_ring, n_spin;            /* ring sessions, spinning ones */
   int n_cpus;                    /* CPUs the daemon may run on */
   int pool_jobs;                 /* CPU runs on the kernel threads now: the
                                     loop naps instead of spinning */
   _Atomic unsigned pool_done;    /* bumped by a kernel thread when one of
                                     them finished (ends the nap window) */
-  int ring_kick;                 /* work left for the next iteration */
-  /* spin windows (ringsvc.c on_idle): the gaps between them, for the
+  /* spin windows (loop.c on_idle): the gaps between them, for the
    * shutdown report */
   uint64_t win_left_at, win_gaps, win_gap_ns, win_gap_max, win_gaps_long;
   uint32_t *svc_hist;            /* ring services in a window: 10 ns buckets
                                     (ringsvc.c), for the shutdown report */
   uint64_t svc_n, svc_seen;
-  uint64_t gpu_spin_until;       /* after a GPU launch the loop spins (no
-                                    epoll) for its completion until then */
   uint64_t arena_epoch;          /* bumped when an arena is released:
                                     cached run requests are checked anew */
   opd_acct_t *accts;             /* one per uid with sessions or names */
@@ -196,37 +199,41 @@ typedef struct opd_server {
   uint32_t n_pubs, cap_pubs;
   int n_devices;                 /* CUDA devices in use (0: cpu only) */
   int healthy;                   /* 0 once a CUDA context is poisoned */
-  void *cuda;                    /* backend state (daemon/cuda.c) */
+  /* the device backend reports a poisoned context here (server.c) */
+  void (*poisoned)(opd_server_t *srv, const char *why);
+  void *backend_state;           /* the device backend's (backend/) */
   msgpack_sbuffer scratch;       /* packs one reply body at a time */
 } opd_server_t;
 
 struct opd_job {
   uv_work_t work;                /* pool request; work.data unused */
   opd_session_t *s;
+  /* the completion callback (the session's): called on the loop by the
+   * backend of a run it launched (OPD_LAUNCH_QUEUED) */
+  void (*done)(opd_job_t *job);
+  int via;                       /* where its reply goes (OPD_VIA_*) */
   opd_job_t *next;               /* session queue / free list */
   uint64_t req_id;
   int op_index;                  /* into opd__ops */
   int rc;                        /* kernel result */
   uint64_t ns;                   /* kernel time */
   uint64_t bytes;                /* bytes of all its tensors */
-  int device;                    /* -1: cpu; else the CUDA device */
+  int device;                    /* -1: cpu; else the device backend's */
   uint64_t t_recv;               /* when its request was taken */
   uint64_t t_start;              /* when it was launched */
-  uint64_t t_launched;           /* CUDA: its work queued (event recorded) */
-  uint64_t t_seen;               /* CUDA: its event seen complete */
-  const void *cuda_kernel;       /* CUDA run: the op row whose ->cuda runs */
-  int cuda_status;               /* cudaError_t the stream reported */
-  void *cuda_event;              /* cudaEvent_t recorded after its work */
-  /* host tensors of a CUDA run are staged through device scratch */
-  void *host_in[OPD_MAX_TENSORS];  /* host address, or NULL */
-  void *host_out[OPD_MAX_TENSORS];
-  uint64_t in_bytes[OPD_MAX_TENSORS], out_bytes[OPD_MAX_TENSORS];
   int n_arenas;
   opd_arena_t *arenas[OPD_MAX_TENSORS]; /* references held */
   opd_kcall_t call;
+  /* the backend's plan and progress (plain data; backend/backend.h) */
+  _Alignas(16) unsigned char backend_job[OPD_BACKEND_JOB_BYTES];
 };
 
 #define OPD_MAX_PENDING_FDS 8
+
+/* Where a reply goes: the transport its request came by (a ring session's
+ * requests are answered on its completion ring; fds travel only on the
+ * socket). */
+enum { OPD_VIA_SOCKET = 0, OPD_VIA_RING = 1 };
 
 struct opd_session {
   opd_server_t *srv;
@@ -291,7 +298,8 @@ struct opd_session {
   void *ring_over;               /* replies waiting for completion room */
   void *ring_over_tail;          /* its last entry (appends are O(1)) */
   int reply_socket;              /* the next reply goes to the socket */
-  void *streams[OPD_MAX_DEVICES]; /* cudaStream_t per device, lazily */
+  void *backend_session[OPD_MAX_DEVICES]; /* the device backend's, per
+                                    device (CUDA: the session's stream) */
   struct opd_run_cache *run_cache; /* the last validated run (jobs.c) */
   const unsigned char *run_body; /* the RUN frame being handled: its body */
   uint32_t run_body_len;
@@ -315,10 +323,6 @@ double opd__hist_pct(const uint32_t *h, int buckets, uint64_t n, double q,
 void opd__ticks_init(void);
 uint64_t opd__ticks(void);
 uint64_t opd__ticks_ns(uint64_t ticks);
-/* A CUDA context is unusable: mark the daemon unhealthy, refuse CUDA work,
- * keep answering (stats) for a grace period, then drain and exit with
- * status 3 so that the init system restarts us. */
-void opd__server_poisoned(opd_server_t *srv, const char *why);
 
 /* jobs.c: a run request whose body equals the session's last validated one
  * (and no arena released since) is queued without decoding; returns 1 if
@@ -408,7 +412,7 @@ static inline int opd__is_admin(const opd_server_t *srv, uid_t uid) {
 /* ringsvc.c: the shared-memory transport */
 /* the ring modes (OPD_RING_ADAPTIVE, OPD_RING_SPIN): common/ring.h */
 void opd__ring_init_server(opd_server_t *srv);
-void opd__ring_report(opd_server_t *srv); /* logs the spin windows' gaps */
+void opd__ring_report(opd_server_t *srv); /* logs ring service times */
 /* Sets up s's rings; *mode gets the wait strategy granted (a spin asked
  * for where cores are short is given adaptive, with why[] saying so). */
 int opd__ring_setup(opd_session_t *s, const msgpack_object *body, int *mode,
@@ -421,9 +425,6 @@ int opd__spin_grant(const opd_server_t *srv, char *why, size_t cap);
 int opd__ring_reply(opd_session_t *s, const void *head, size_t hlen,
                     const void *body, size_t blen);
 void opd__ring_close(opd_session_t *s);
-/* Starts or stops the loop's spinning (spin sessions, GPU jobs just
- * launched, replies to drain). */
-void opd__ring_update_idle(opd_server_t *srv);
 void opd__ring_free(opd_session_t *s);
 /* session.c: a payload from the ring, as if it came in a frame */
 void opd__handle_payload(opd_session_t *s, const unsigned char *p,
@@ -438,52 +439,15 @@ int opd__session_take_fds(opd_session_t *s, int need, int *fds, char *err,
  * reads the throttled sessions again once limits came free. */
 void opd__sessions_sweep(opd_server_t *srv, uint64_t now);
 void opd__sessions_unthrottle(opd_server_t *srv);
+/* registers the sessions' watcher (limits that came free) */
+void opd__sessions_init(opd_server_t *srv);
 
 /* handlers.c: every request type */
 void opd__handle(opd_session_t *s, const msgpack_object *req);
 int opd__ops_pack(opd_server_t *srv); /* fills srv->ops_body */
 
-/* cuda.c (or cuda_none.c in a build without CUDA): the CUDA backend.
- * All on the loop thread. */
-int opd__cuda_init(opd_server_t *srv);         /* 0, or a logged error */
-void opd__cuda_shutdown(opd_server_t *srv);
-void opd__cuda_pack_devices(opd_server_t *srv, msgpack_packer *pk);
-int opd__cuda_host_register(opd_server_t *srv, opd_arena_t *a);
-void opd__cuda_host_unregister(opd_arena_t *a);
-int opd__cuda_alloc(opd_server_t *srv, int dev, uint64_t size, void **ptr,
-                    char *err, size_t errlen);
-void opd__cuda_free(opd_server_t *srv, int dev, void *ptr);
-/* Opens (once per session) the client's CUDA IPC handle (64 bytes) on dev
- * and checks [offset, offset+size) against the allocation. *ptr is the
- * device address of offset, *token the record to release. */
-int opd__cuda_import(opd_server_t *srv, uint64_t session, int dev,
-                     const void *handle, uint64_t offset, uint64_t size,
-                     void **ptr, void **token, char *err, size_t errlen);
-void opd__cuda_import_release(opd_server_t *srv, void *token);
-/* Exportable device memory (CUDA VMM, POSIX fd handles). */
-int opd__cuda_alloc_vmm(opd_server_t *srv, int dev, uint64_t size, void **ptr,
-                        void **token, char *err, size_t errlen);
-void opd__cuda_free_vmm(opd_server_t *srv, void *token);
-/* A new fd for the allocation (the caller sends and closes it). */
-int opd__cuda_export(opd_server_t *srv, void *token, int *fd, char *err,
-                     size_t errlen);
-uint64_t opd__cuda_vmm_size(void *token); /* bytes mapped (granularity) */
-/* The row of op when its CUDA kernel takes dtype (the dtype of in[0]; 0:
- * no input), or NULL with err set. */
-const void *opd__cuda_kernel(const opd_op_def_t *op, int dtype, char *err,
-                             size_t errlen);
-/* Starts a CUDA job; it finishes through job_finish on the loop. Returns
- * 0, or an error (job not started, call->err set). */
-int opd__cuda_job_launch(opd_job_t *job);
-void opd__cuda_session_release(opd_session_t *s);
-int opd__cuda_inflight(opd_server_t *srv); /* launched, not yet replied */
-/* The loop thread polls the launched jobs' events itself while it spins:
- * on = 1 while it does (the completion thread stands by), and poll
- * replies to the finished jobs (returns non-zero if it replied to any; 0
- * also when the lock is busy). */
-void opd__cuda_loop_polls(opd_server_t *srv, int on);
-int opd__cuda_poll(opd_server_t *srv);
-/* Called by the backend on the loop when a launched job completed. */
+/* Called by the backend on the loop when a launched job completed: its
+ * reply, then the session's next work (jobs.c). */
 void opd__job_done(opd_job_t *job);
 
 /* validate.c: the request */

@@ -586,7 +586,7 @@ static void maybe_free(opd_session_t *s) {
   opd__ring_free(s);
   opd__run_cache_free(s);
   opd__arena_release_all(s);
-  opd__cuda_session_release(s);
+  opd__backend_dev.session_end(s);
   if (s->prev) s->prev->next = s->next;
   else srv->sessions = s->next;
   if (s->next) s->next->prev = s->prev;
@@ -733,4 +733,24 @@ void opd__sessions_unthrottle(opd_server_t *srv) {
     if (s->fd >= 0 && !s->closing && !(s->poll_events & UV_READABLE))
       opd__session_pump(s);
   }
+}
+
+/* The sessions' watcher (daemon/loop.h): after each poll phase, the
+ * throttled sessions are read again once a uid's or the daemon's run limit
+ * came free; until then the loop does not block. */
+static void sessions_check(opd_server_t *srv) {
+  if (srv->unthrottle) opd__sessions_unthrottle(srv);
+}
+
+static int sessions_wants_spin(const opd_server_t *srv, uint64_t now) {
+  (void)now;
+  return srv->unthrottle;
+}
+
+static const opd_watcher_t sessions_watcher = {
+    .name = "sessions", .check = sessions_check,
+    .wants_spin = sessions_wants_spin};
+
+void opd__sessions_init(opd_server_t *srv) {
+  opd__loop_watch(srv, &sessions_watcher);
 }

@@ -423,12 +423,11 @@ static int parse_device(opd_server_t *srv, const msgpack_object *o, int *req,
 }
 
 /* Picks where the job runs from the request and where its tensors live;
- * checks dtypes against that backend; fills the staging plan of a CUDA
- * run. */
+ * that backend then checks the op runs there and plans the run (staging:
+ * daemon/backend/). */
 static int place(opd_job_t *job, int req, tref_t *in, tref_t *out, char *err,
                  size_t errlen) {
   opd_kcall_t *call = &job->call;
-  const opd_op_def_t *op = call->op;
   int n = call->n_in + call->n_out, dev = -1, who = -1;
 
   for (int i = 0; i < n; i++) {
@@ -456,30 +455,15 @@ static int place(opd_job_t *job, int req, tref_t *in, tref_t *out, char *err,
   if (req >= 0) dev = req;
   job->device = dev;
 
-  if (dev < 0) { /* the CPU backend */
-    for (int i = 0; i < call->n_in && op->cpu_dtypes; i++)
-      if (!((op->cpu_dtypes >> call->in[i].dtype) & 1))
-        return ERR(OPD_EDTYPE,
-                   "input %d has dtype %s, which the cpu backend does not "
-                   "take; run it on a cuda device",
-                   i, opd__dtype_name(call->in[i].dtype));
-    return 0;
-  }
-  int dtype = call->n_in > 0 ? call->in[0].dtype : 0;
-  char why[200];
-  job->cuda_kernel = opd__cuda_kernel(op, dtype, why, sizeof why);
-  if (job->cuda_kernel == NULL) return ERR(OPD_EDEVICE, "%s", why);
-  for (int i = 0; i < call->n_in; i++) {
-    int host = in[i].arena != NULL && in[i].arena->device < 0;
-    job->host_in[i] = host ? call->in[i].data : NULL;
-    job->in_bytes[i] = host ? in[i].extent : 0;
-  }
-  for (int i = 0; i < call->n_out; i++) {
-    int host = out[i].arena != NULL && out[i].arena->device < 0;
-    job->host_out[i] = host ? call->out[i].data : NULL;
-    job->out_bytes[i] = host ? out[i].extent : 0;
-  }
-  return 0;
+  /* the backend checks the op can run there and plans the staging */
+  opd_tplace_t pin[OPD_MAX_TENSORS], pout[OPD_MAX_TENSORS];
+  for (int i = 0; i < call->n_in; i++)
+    pin[i] = (opd_tplace_t){in[i].arena != NULL && in[i].arena->device < 0,
+                            in[i].extent};
+  for (int i = 0; i < call->n_out; i++)
+    pout[i] = (opd_tplace_t){out[i].arena != NULL && out[i].arena->device < 0,
+                             out[i].extent};
+  return opd__backend_for(dev)->plan(job, pin, pout, err, errlen);
 }
 
 void opd__run_request(opd_session_t *s, uint64_t id, const msgpack_object *body,

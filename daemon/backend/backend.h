@@ -1,0 +1,101 @@
+/* The backend interface: where a run executes and where device memory
+ * comes from.
+ *
+ * DESIGN
+ * Two backends serve every daemon: the CPU backend (daemon/backend/cpu.c:
+ * the loop thread for tiny runs, libuv's thread pool and the kernel pool
+ * for the rest) and the device backend, which a build picks at compile
+ * time as redis's ae.c picks ae_epoll.c or ae_kqueue.c: the CUDA backend
+ * (daemon/backend/cuda/) or, in a build without CUDA, the none backend
+ * (daemon/backend/none.c), which refuses every device request with a
+ * reason. Generic code calls only these operations; it never sees a CUDA
+ * type, and the job carries the backend's per-run state as opaque bytes
+ * (opd_job_t.backend_job), so staging, streams and events are the
+ * backend's own business.
+ *
+ * A launched run ends by its backend calling job->done(job) on the loop
+ * thread (the completion callback its session set, as uv_queue_work's
+ * after_work_cb), or at once: launch returns OPD_LAUNCH_DONE when the run
+ * already finished (inline), and then nothing calls back.
+ */
+#ifndef OPD_BACKEND_H
+#define OPD_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct opd_server opd_server_t;
+typedef struct opd_session opd_session_t;
+typedef struct opd_arena opd_arena_t;
+typedef struct opd_job opd_job_t;
+typedef struct msgpack_packer msgpack_packer;
+typedef struct opd_op_def opd_op_def_t;
+
+/* Where one tensor of a run lives, for a backend's plan. */
+typedef struct opd_tplace {
+  int host;                      /* in a host arena (else device memory) */
+  uint64_t bytes;                /* the bytes the run touches */
+} opd_tplace_t;
+
+enum { OPD_LAUNCH_QUEUED = 0, OPD_LAUNCH_DONE = 1 };
+
+/* The per-run state a backend keeps in the job (plain data: a job's plan
+ * is copied with memcpy by the run cache). */
+#define OPD_BACKEND_JOB_BYTES 576
+
+typedef struct opd_backend {
+  const char *name;              /* "cpu", "cuda", "none" */
+  /* at start, after the loop scheduler: 0, or a logged error */
+  int (*init)(opd_server_t *srv);
+  void (*shutdown)(opd_server_t *srv);
+  /* the devices, as a msgpack array (hello, stats) */
+  void (*describe)(opd_server_t *srv, msgpack_packer *pk);
+  /* Whether job (op, tensors, job->device set) can run here, and how:
+   * fills job->backend_job. 0, or an error code with err set. */
+  int (*plan)(opd_job_t *job, const opd_tplace_t *in, const opd_tplace_t *out,
+              char *err, size_t errlen);
+  /* Starts a planned run: OPD_LAUNCH_DONE (finished now: job->rc set),
+   * OPD_LAUNCH_QUEUED (job->done is called later), or an error code
+   * (nothing started, job->call.err set). */
+  int (*launch)(opd_job_t *job);
+  /* a session's backend resources (streams), at its end */
+  void (*session_end)(opd_session_t *s);
+  /* device memory: zeroed, on device dev, exportable (an fd) or not;
+   * *ptr its address, *token the backend's record */
+  int (*alloc)(opd_server_t *srv, int dev, uint64_t size, int exportable,
+               void **ptr, void **token, char *err, size_t errlen);
+  /* a client's device memory by IPC handle (64 bytes): [offset,
+   * offset+size) checked against its allocation */
+  int (*import)(opd_server_t *srv, uint64_t session, int dev,
+                const void *handle, uint64_t offset, uint64_t size, void **ptr,
+                void **token, char *err, size_t errlen);
+  /* a new fd for an exportable allocation, and the bytes it maps */
+  int (*export)(opd_server_t *srv, void *token, int *fd, uint64_t *bytes,
+                char *err, size_t errlen);
+  /* a host arena the device will copy from: pinned when it can be */
+  void (*pin)(opd_server_t *srv, opd_arena_t *a);
+  /* what the backend holds for an arena (pin, memory, import) goes */
+  void (*release)(opd_arena_t *a);
+} opd_backend_t;
+
+extern const opd_backend_t opd__backend_cpu;
+/* the device backend of this build: CUDA, or none */
+extern const opd_backend_t opd__backend_dev;
+
+/* The backend of a job placed on device (-1: the CPU). */
+static inline const opd_backend_t *opd__backend_for(int device) {
+  return device < 0 ? &opd__backend_cpu : &opd__backend_dev;
+}
+
+/* cpu.c: the kernel call of a CPU run, timed (the run cache's fast path
+ * calls it on a job on the stack), and whether a run is small enough to
+ * execute on the loop thread (--inline-bytes). */
+void opd__cpu_run_kernel(opd_job_t *job);
+int opd__cpu_inline(const opd_server_t *srv, const opd_job_t *job);
+
+/* The row of op when the device backend's kernels take dtype (the dtype
+ * of in[0]; 0: no input), or NULL with err saying why (tests). */
+const void *opd__cuda_kernel(const opd_op_def_t *op, int dtype, char *err,
+                             size_t errlen);
+
+#endif /* OPD_BACKEND_H */

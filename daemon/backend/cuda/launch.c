@@ -1,0 +1,182 @@
+/* The CUDA backend's runs: the plan (kernel, staging), the session's
+ * streams, and launching a run's work.
+ *
+ * DESIGN
+ * Each session gets its own non-blocking stream per device the first time
+ * it runs there (high priority if it asked at hello), so one client's ops
+ * stay ordered and different clients' ops overlap. A run is launched from
+ * the loop thread: host tensors are staged through stream-ordered scratch
+ * (cudaMallocAsync, H2D copy from the pinned arena), the kernel gets a
+ * workspace the same way when it needs one (cuBLASLt, im2col, nms masks:
+ * never shared between streams, and the pool recycles it, so idle
+ * sessions hold no device memory), the kernel is launched, outputs are
+ * copied back, scratch is freed on the stream, and an event is recorded;
+ * poller.c then watches that event. Nothing blocks the loop or other
+ * clients on the GPU.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/wire.h"
+#include "daemon/backend/cuda/state.h"
+#include "daemon/log.h"
+#include "kernels/cuda/cuda.h"
+
+const void *opd__cuda_kernel(const opd_op_def_t *op, int dtype, char *err,
+                             size_t errlen) {
+  if (op == NULL || op->cuda == NULL) {
+    snprintf(err, errlen, "has no CUDA kernel; run it with device cpu");
+    return NULL;
+  }
+  if (dtype > 0 && !((op->cuda_dtypes >> dtype) & 1)) {
+    snprintf(err, errlen, "has no CUDA kernel for %s", opd__dtype_name(dtype));
+    return NULL;
+  }
+  return op;
+}
+
+/* Whether the op has a CUDA kernel for its input dtype, and the staging
+ * plan: host tensors go through device scratch (H2D before, D2H after). */
+int opd__cu_plan(opd_job_t *job, const opd_tplace_t *in,
+                 const opd_tplace_t *out, char *err, size_t errlen) {
+  opd_kcall_t *call = &job->call;
+  cuda_job_t *cj = cuda_job(job);
+  int dtype = call->n_in > 0 ? call->in[0].dtype : 0;
+  cj->kernel = opd__cuda_kernel(call->op, dtype, err, errlen);
+  if (cj->kernel == NULL) return OPD_EDEVICE;
+  cj->event = NULL;
+  for (int i = 0; i < call->n_in; i++) {
+    cj->host_in[i] = in[i].host ? call->in[i].data : NULL;
+    cj->in_bytes[i] = in[i].host ? in[i].bytes : 0;
+  }
+  for (int i = 0; i < call->n_out; i++) {
+    cj->host_out[i] = out[i].host ? call->out[i].data : NULL;
+    cj->out_bytes[i] = out[i].host ? out[i].bytes : 0;
+  }
+  return 0;
+}
+
+static int session_stream(opd_session_t *s, int dev, cudaStream_t *out,
+                          char *err, size_t errlen) {
+  cuda_state_t *st = cuda_state(s->srv);
+  cuda_dev_t *d = &st->dev[dev];
+  if (s->backend_session[dev] == NULL) {
+    cudaStream_t stream;
+    CU(cudaStreamCreateWithPriority(&stream, cudaStreamNonBlocking,
+                                    s->priority ? d->prio_high : d->prio_low),
+       err, errlen);
+    s->backend_session[dev] = stream;
+  }
+  *out = s->backend_session[dev];
+  return 0;
+}
+
+void opd__cu_session_end(opd_session_t *s) {
+  cuda_state_t *st = cuda_state(s->srv);
+  if (st == NULL) return;
+  for (int i = 0; i < s->srv->n_devices; i++) {
+    if (s->backend_session[i] == NULL) continue;
+    set_device(st->dev[i].index);
+    cudaStreamDestroy(s->backend_session[i]); /* returns at once; work drains */
+    s->backend_session[i] = NULL;
+  }
+}
+
+/* Launches everything of one job on the session's stream. On error the
+ * scratch already allocated is freed on the stream; nothing was queued
+ * that would call back. */
+int opd__cu_launch(opd_job_t *job) {
+  opd_session_t *s = job->s;
+  cuda_state_t *st = cuda_state(s->srv);
+  cuda_job_t *cj = cuda_job(job);
+  opd_kcall_t *call = &job->call;
+  char *err = call->err;
+  size_t errlen = sizeof call->err;
+  int dev = job->device;
+  cuda_dev_t *d = &st->dev[dev];
+  cudaStream_t stream;
+  void *scratch[2 * OPD_MAX_TENSORS];
+  int n_scratch = 0, rc = 0;
+
+  if (!s->srv->healthy) {
+    snprintf(err, errlen, "cuda:%d: %s", dev, s->srv->goodbye_why);
+    return OPD_EBACKEND;
+  }
+  CU(set_device(d->index), err, errlen);
+  if ((rc = session_stream(s, dev, &stream, err, errlen)) != 0) return rc;
+  job->t_start = opd__now_ns();
+
+#define STEP(x)                                                  \
+  do {                                                           \
+    cudaError_t e_ = (x);                                        \
+    if (e_ != cudaSuccess) {                                     \
+      snprintf(err, errlen, "cuda:%d: %s: %s", dev, #x,          \
+               cudaGetErrorString(e_));                          \
+      rc = cuda_code(e_);                                        \
+      goto fail;                                                 \
+    }                                                            \
+  } while (0)
+
+  for (int i = 0; i < call->n_in; i++) {
+    if (cj->host_in[i] == NULL || cj->in_bytes[i] == 0) continue;
+    void *p;
+    STEP(cudaMallocAsync(&p, cj->in_bytes[i], stream));
+    scratch[n_scratch++] = p;
+    STEP(cudaMemcpyAsync(p, cj->host_in[i], cj->in_bytes[i],
+                         cudaMemcpyHostToDevice, stream));
+    call->in[i].data = p;
+  }
+  for (int i = 0; i < call->n_out; i++) {
+    if (cj->host_out[i] == NULL || cj->out_bytes[i] == 0) continue;
+    void *p;
+    STEP(cudaMallocAsync(&p, cj->out_bytes[i], stream));
+    scratch[n_scratch++] = p;
+    call->out[i].data = p;
+  }
+  const opd_op_def_t *op = cj->kernel;
+  size_t scratch_bytes = op->cuda_workspace ? op->cuda_workspace(call) : 0;
+  size_t ws_bytes = 0;
+  if (scratch_bytes > 0 || (op->flags & OPD_OPF_CUDA_BLASLT))
+    ws_bytes = OPD_CUDA_LT_WORKSPACE + scratch_bytes;
+  void *ws = NULL;
+  if (ws_bytes > 0) {
+    STEP(cudaMallocAsync(&ws, ws_bytes, stream));
+    scratch[n_scratch++] = ws;
+  }
+  opd_cuda_ctx_t ctx = {.stream = stream, .cublaslt = d->lt, .workspace = ws,
+                        .workspace_bytes = ws_bytes, .device = d->index};
+  rc = op->cuda(call, &ctx);
+  if (rc != 0) goto fail;
+  for (int i = 0; i < call->n_out; i++) {
+    if (cj->host_out[i] == NULL || cj->out_bytes[i] == 0) continue;
+    STEP(cudaMemcpyAsync(cj->host_out[i], call->out[i].data,
+                         cj->out_bytes[i], cudaMemcpyDeviceToHost, stream));
+  }
+  for (int i = 0; i < n_scratch; i++) cudaFreeAsync(scratch[i], stream);
+  n_scratch = 0;
+  cudaEvent_t ev;
+  if (opd__cu_event_take(st, dev, &ev) != 0) {
+    snprintf(err, errlen, "cuda:%d: cudaEventCreate: %s", dev,
+             cudaGetErrorString(cudaGetLastError()));
+    rc = OPD_EBACKEND;
+    goto fail;
+  }
+  cudaError_t er = cudaEventRecord(ev, stream);
+  if (er != cudaSuccess) {
+    opd__cu_event_give(st, dev, ev);
+    snprintf(err, errlen, "cuda:%d: cudaEventRecord: %s", dev,
+             cudaGetErrorString(er));
+    rc = cuda_code(er);
+    goto fail;
+  }
+  cj->event = ev;
+  cj->t_launched = opd__now_ns();
+  opd__cu_pending_add(s->srv, job);
+  return OPD_LAUNCH_QUEUED;
+fail:
+#undef STEP
+  for (int i = 0; i < n_scratch; i++) cudaFreeAsync(scratch[i], stream);
+  cudaError_t sticky = cudaGetLastError();
+  if (is_sticky(sticky)) s->srv->poisoned(s->srv, cudaGetErrorString(sticky));
+  return rc;
+}

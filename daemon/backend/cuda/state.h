@@ -1,0 +1,184 @@
+/* The CUDA backend's own types and helpers, shared by its four files:
+ * device.c (devices, init, shutdown), memory.c (pinned, device, exportable
+ * and imported memory), launch.c (plans, streams, launching a run) and
+ * poller.c (completion: events, the loop's watcher, the poller thread).
+ * Calls go device.c -> poller.c and launch.c -> poller.c, never back.
+ * Nothing outside daemon/backend/cuda/ includes this header. */
+#ifndef OPD_BACKEND_CUDA_STATE_H
+#define OPD_BACKEND_CUDA_STATE_H
+
+#include <cublasLt.h>
+#include <cuda.h> /* driver types only: entry points come from the runtime */
+#include <cuda_runtime_api.h>
+#include <pthread.h>
+#include <stdio.h>
+
+#include "daemon/backend/backend.h"
+#include "daemon/server.h"
+
+typedef struct cuda_dev {
+  int index;                     /* CUDA device ordinal */
+  char name[256];
+  uint64_t total_mem;
+  int cc_major, cc_minor;
+  cudaStream_t util;             /* allocations, frees */
+  void *lt;                      /* cublasLtHandle_t */
+  int prio_low, prio_high;       /* stream priority range */
+} cuda_dev_t;
+
+/* A client's IPC handle opened for one session. */
+typedef struct ipc_open {
+  uint64_t session;
+  int dev;                       /* our device index */
+  unsigned char handle[64];      /* cudaIpcMemHandle_t */
+  char *base;                    /* where it is mapped here */
+  size_t alloc;                  /* bytes of the allocation */
+  int refs;                      /* arenas using it */
+  struct ipc_open *next;
+} ipc_open_t;
+
+typedef CUresult (*get_range_fn)(CUdeviceptr *base, size_t *size,
+                                 CUdeviceptr ptr);
+
+/* The driver's VMM calls, reached through the runtime (no libcuda link). */
+typedef struct vmm_api {
+  CUresult (*create)(CUmemGenericAllocationHandle *, size_t,
+                     const CUmemAllocationProp *, unsigned long long);
+  CUresult (*release)(CUmemGenericAllocationHandle);
+  CUresult (*reserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr,
+                      unsigned long long);
+  CUresult (*addr_free)(CUdeviceptr, size_t);
+  CUresult (*map)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle,
+                  unsigned long long);
+  CUresult (*unmap)(CUdeviceptr, size_t);
+  CUresult (*set_access)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
+  CUresult (*export_fd)(void *, CUmemGenericAllocationHandle,
+                        CUmemAllocationHandleType, unsigned long long);
+  CUresult (*granularity)(size_t *, const CUmemAllocationProp *,
+                          CUmemAllocationGranularity_flags);
+} vmm_api_t;
+
+/* An exportable device allocation. */
+typedef struct vmm_alloc {
+  CUmemGenericAllocationHandle handle;
+  CUdeviceptr ptr;
+  size_t size;                   /* rounded up to the granularity */
+  int dev;
+} vmm_alloc_t;
+
+#define HIST_BUCKETS 1000 /* 0.1 us each: up to 100 us */
+
+typedef struct cuda_state {
+  cuda_dev_t dev[OPD_MAX_DEVICES];
+  ipc_open_t *ipc;               /* opened client handles */
+  get_range_fn get_range;        /* cuMemGetAddressRange, or NULL */
+  vmm_api_t vmm;                 /* all set, or vmm.create NULL */
+  uv_async_t async;              /* wakes the loop for completions */
+  pthread_mutex_t mu;            /* guards done, pending, stop, events */
+  pthread_cond_t cv;             /* pending became non-empty, or stop */
+  pthread_t poller;              /* notices completed jobs (events) */
+  int poller_started, stop;
+  opd_job_t *pending;            /* launched jobs, oldest first */
+  opd_job_t *pending_tail;
+  cudaEvent_t free_ev[OPD_MAX_DEVICES][64]; /* recycled completion events */
+  int n_free_ev[OPD_MAX_DEVICES];
+  opd_job_t *done;               /* completed jobs, pushed by CUDA's thread */
+  int inflight;                  /* launched, not yet done: keeps the loop
+                                    alive (the async handle is ref'd) */
+  int loop_polls;                /* the loop is polling the events itself
+                                    (atomic; see opd__cuda_poll) */
+  /* where the time of short jobs (request to reply under 1 ms) goes, in
+   * ns summed over n_short jobs, and per piece a histogram of 0.1 us
+   * buckets for the medians: logged at shutdown (docs/gpu.md) */
+  uint64_t n_short, ns_sum[4]; /* to launch, launch, to seen, to reply */
+  uint32_t hist[4][HIST_BUCKETS];
+  uint64_t spin_until;            /* after a launch the loop spins (no
+                                    epoll) for its completion until then */
+} cuda_state_t;
+
+/* A CUDA run's state, in its job's backend_job bytes. */
+typedef struct cuda_job {
+  const opd_op_def_t *kernel;    /* the op row whose ->cuda runs */
+  cudaEvent_t event;             /* recorded after its work */
+  int status;                    /* cudaError_t the stream reported */
+  uint64_t t_launched;           /* its work queued (event recorded) */
+  uint64_t t_seen;               /* its event seen complete */
+  /* host tensors are staged through device scratch */
+  void *host_in[OPD_MAX_TENSORS];  /* host address, or NULL */
+  void *host_out[OPD_MAX_TENSORS];
+  uint64_t in_bytes[OPD_MAX_TENSORS], out_bytes[OPD_MAX_TENSORS];
+} cuda_job_t;
+_Static_assert(sizeof(cuda_job_t) <= OPD_BACKEND_JOB_BYTES,
+               "cuda_job_t must fit in opd_job_t.backend_job");
+
+static inline cuda_job_t *cuda_job(opd_job_t *job) {
+  return (cuda_job_t *)(void *)job->backend_job;
+}
+
+/* Evaluates a CUDA call; on failure formats "what: error" into err and
+ * returns the opd error code from the enclosing function (style item 3:
+ * a check macro that returns instead of exiting). */
+#define CU(call, err, errlen)                                              \
+  do {                                                                     \
+    cudaError_t e_ = (call);                                               \
+    if (e_ != cudaSuccess) {                                               \
+      snprintf((err), (errlen), "%s:%d: %s: %s", __FILE__, __LINE__, #call, \
+               cudaGetErrorString(e_));                                    \
+      return cuda_code(e_);                                                \
+    }                                                                      \
+  } while (0)
+
+static inline int cuda_code(cudaError_t e) {
+  return e == cudaErrorMemoryAllocation ? OPD_ENOMEM : OPD_EBACKEND;
+}
+
+/* Errors after which the context is unusable. */
+static inline int is_sticky(cudaError_t e) {
+  return e == cudaErrorIllegalAddress || e == cudaErrorLaunchFailure ||
+         e == cudaErrorHardwareStackError || e == cudaErrorIllegalInstruction ||
+         e == cudaErrorMisalignedAddress || e == cudaErrorInvalidAddressSpace ||
+         e == cudaErrorInvalidPc || e == cudaErrorUnknown ||
+         e == cudaErrorAssert;
+}
+
+/* cudaSetDevice, skipped when this thread's device already is index: on the
+ * loop thread it sits on every launch's path. Every device switch in the
+ * backend goes through here, so the cache stays true. */
+extern _Thread_local int opd__cu_cur_device; /* device.c */
+static inline cudaError_t set_device(int index) {
+  if (index == opd__cu_cur_device) return cudaSuccess;
+  cudaError_t e = cudaSetDevice(index);
+  opd__cu_cur_device = e == cudaSuccess ? index : -1;
+  return e;
+}
+
+static inline cuda_state_t *cuda_state(const opd_server_t *srv) {
+  return (cuda_state_t *)srv->backend_state;
+}
+
+/* memory.c */
+void opd__cu_pin(opd_server_t *srv, opd_arena_t *a);
+void opd__cu_release(opd_arena_t *a);
+int opd__cu_alloc(opd_server_t *srv, int dev, uint64_t size, int exportable,
+                  void **ptr, void **token, char *err, size_t errlen);
+int opd__cu_import(opd_server_t *srv, uint64_t session, int dev,
+                   const void *handle, uint64_t offset, uint64_t size,
+                   void **ptr, void **token, char *err, size_t errlen);
+int opd__cu_export(opd_server_t *srv, void *token, int *fd, uint64_t *bytes,
+                   char *err, size_t errlen);
+/* launch.c */
+int opd__cu_plan(opd_job_t *job, const opd_tplace_t *in,
+                 const opd_tplace_t *out, char *err, size_t errlen);
+int opd__cu_launch(opd_job_t *job);
+void opd__cu_session_end(opd_session_t *s);
+/* poller.c: the completion side. start registers the loop watcher and
+ * starts the thread; stop joins it and logs the short jobs' breakdown. */
+int opd__cu_poller_start(opd_server_t *srv);
+void opd__cu_poller_stop(opd_server_t *srv);
+int opd__cu_event_take(cuda_state_t *st, int dev, cudaEvent_t *ev);
+void opd__cu_event_give(cuda_state_t *st, int dev, cudaEvent_t ev);
+void opd__cu_events_free(opd_server_t *srv);
+/* a launched job (its event recorded): polled until it completes */
+void opd__cu_pending_add(opd_server_t *srv, opd_job_t *job);
+
+#endif /* OPD_BACKEND_CUDA_STATE_H */

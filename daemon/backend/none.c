@@ -1,0 +1,91 @@
+/* The device backend of a build without CUDA: no devices, and every
+ * request for one is refused with a reason. The same row of operations as
+ * daemon/backend/cuda/ (daemon/backend/backend.h). */
+#include <stdio.h>
+#include <string.h>
+
+#include "daemon/backend/backend.h"
+#include "daemon/log.h"
+#include "daemon/server.h"
+
+#define NO_CUDA "this opd was built without CUDA"
+
+static int none_init(opd_server_t *srv) {
+  const char *spec = srv->cfg.devices;
+  srv->n_devices = 0;
+  if (spec[0] && strcmp(spec, "all") && strcmp(spec, "none")) {
+    LOG_ERROR("--devices %s: no CUDA device %s (" NO_CUDA ")", spec, spec);
+    return OPD_EDEVICE;
+  }
+  return 0;
+}
+
+static void none_shutdown(opd_server_t *srv) { (void)srv; }
+
+static void none_describe(opd_server_t *srv, msgpack_packer *pk) {
+  (void)srv;
+  msgpack_pack_array(pk, 0);
+}
+
+const void *opd__cuda_kernel(const opd_op_def_t *op, int dtype, char *err,
+                             size_t errlen) {
+  (void)op, (void)dtype;
+  snprintf(err, errlen, NO_CUDA);
+  return NULL;
+}
+
+static int none_plan(opd_job_t *job, const opd_tplace_t *in,
+                     const opd_tplace_t *out, char *err, size_t errlen) {
+  (void)job, (void)in, (void)out;
+  snprintf(err, errlen, NO_CUDA);
+  return OPD_EDEVICE;
+}
+
+static int none_launch(opd_job_t *job) {
+  snprintf(job->call.err, sizeof job->call.err, NO_CUDA);
+  return OPD_EDEVICE;
+}
+
+static void none_session_end(opd_session_t *s) { (void)s; }
+
+static int none_alloc(opd_server_t *srv, int dev, uint64_t size,
+                      int exportable, void **ptr, void **token, char *err,
+                      size_t errlen) {
+  (void)srv, (void)size, (void)exportable, (void)ptr, (void)token;
+  snprintf(err, errlen, "no device cuda:%d: " NO_CUDA, dev);
+  return OPD_EDEVICE;
+}
+
+static int none_import(opd_server_t *srv, uint64_t session, int dev,
+                       const void *handle, uint64_t offset, uint64_t size,
+                       void **ptr, void **token, char *err, size_t errlen) {
+  (void)srv, (void)session, (void)handle, (void)offset, (void)size;
+  (void)ptr, (void)token;
+  snprintf(err, errlen, "no device cuda:%d: " NO_CUDA, dev);
+  return OPD_EDEVICE;
+}
+
+static int none_export(opd_server_t *srv, void *token, int *fd,
+                       uint64_t *bytes, char *err, size_t errlen) {
+  (void)srv, (void)token, (void)fd, (void)bytes;
+  snprintf(err, errlen, NO_CUDA);
+  return OPD_EDEVICE;
+}
+
+static void none_pin(opd_server_t *srv, opd_arena_t *a) { (void)srv, (void)a; }
+static void none_release(opd_arena_t *a) { (void)a; }
+
+const opd_backend_t opd__backend_dev = {
+    .name = "none",
+    .init = none_init,
+    .shutdown = none_shutdown,
+    .describe = none_describe,
+    .plan = none_plan,
+    .launch = none_launch,
+    .session_end = none_session_end,
+    .alloc = none_alloc,
+    .import = none_import,
+    .export = none_export,
+    .pin = none_pin,
+    .release = none_release,
+};
