@@ -24,33 +24,34 @@ static msgpack_packer *scratch(opd_server_t *srv) {
   return &pk;
 }
 
-static void reply_scratch(opd_session_t *s, uint64_t id) {
-  opd__reply(s, id, 0, s->srv->scratch.data, s->srv->scratch.size);
+static void reply_scratch(const opd_req_t *r) {
+  opd__reply(r, r->s->srv->scratch.data, r->s->srv->scratch.size);
 }
 
 /* The reply {"arena": id} of register, alloc and import. */
-static void reply_arena(opd_session_t *s, uint64_t id, uint64_t arena) {
-  msgpack_packer *pk = scratch(s->srv);
+static void reply_arena(const opd_req_t *r, uint64_t arena) {
+  msgpack_packer *pk = scratch(r->s->srv);
   msgpack_pack_map(pk, 1);
   PACK_STR(pk, "arena");
   msgpack_pack_uint64(pk, arena);
-  reply_scratch(s, id);
+  reply_scratch(r);
 }
 
-static void handle_hello(opd_session_t *s, uint64_t id,
-                         int type, const msgpack_object *body) {
+static void handle_hello(opd_req_t *r, int type,
+                         const msgpack_object *body) {
+  opd_session_t *s = r->s;
   (void)type;
   opd_server_t *srv = s->srv;
   const opd_limits_t *l = &srv->cfg.limits;
   uint64_t proto;
 
   if (opd__mp_uint(opd__mp_get(body, "protocol"), &proto) != 0) {
-    opd__reply_error(s, id, OPD_EPROTO,
+    opd__reply_error(r, OPD_EPROTO,
                      "hello: \"protocol\" (unsigned) is required");
     return;
   }
   if (proto != OPD_PROTOCOL_VERSION) {
-    opd__reply_error(s, id, OPD_EVERSION,
+    opd__reply_error(r, OPD_EVERSION,
                      "hello: the daemon speaks protocol %d, the client %llu",
                      OPD_PROTOCOL_VERSION, (unsigned long long)proto);
     return;
@@ -62,7 +63,7 @@ static void handle_hello(opd_session_t *s, uint64_t id,
   const msgpack_object *po = opd__mp_get(body, "priority");
   if (po != NULL && (opd__mp_str(po, prio, sizeof prio) != 0 ||
                      (strcmp(prio, "high") && strcmp(prio, "normal")))) {
-    opd__reply_error(s, id, OPD_EINVAL,
+    opd__reply_error(r, OPD_EINVAL,
                      "hello: \"priority\" must be \"high\" or \"normal\"");
     return;
   }
@@ -116,43 +117,45 @@ static void handle_hello(opd_session_t *s, uint64_t id,
   LOG_INFO("session %llu: hello from \"%s\"%s", (unsigned long long)s->id,
            opd__log_escape(s->client, esc, sizeof esc),
            s->priority ? " (high priority)" : "");
-  reply_scratch(s, id);
+  reply_scratch(r);
 }
 
-static void handle_register(opd_session_t *s, uint64_t id,
-                            int type, const msgpack_object *body) {
+static void handle_register(opd_req_t *r, int type,
+                            const msgpack_object *body) {
+  opd_session_t *s = r->s;
   (void)type;
   uint64_t size, arena;
   char err[200];
 
   int fd;
-  if (opd__session_take_fds(s, 1, &fd, err, sizeof err) != 0) {
-    opd__reply_error(s, id, OPD_EFD, "arena_register: the memfd: %s", err);
+  if (opd__req_take_fds(r, 1, &fd, err, sizeof err) != 0) {
+    opd__reply_error(r, OPD_EFD, "arena_register: the memfd: %s", err);
     return;
   }
   if (opd__mp_uint(opd__mp_get(body, "size"), &size) != 0) {
     close(fd);
-    opd__reply_error(s, id, OPD_EPROTO,
+    opd__reply_error(r, OPD_EPROTO,
                      "arena_register: \"size\" (unsigned) is required");
     return;
   }
   int rc = opd__arena_register(s, fd, size, &arena, err, sizeof err);
   if (rc != 0) {
-    opd__reply_error(s, id, rc, "arena_register: %s", err);
+    opd__reply_error(r, rc, "arena_register: %s", err);
     return;
   }
-  reply_arena(s, id, arena);
+  reply_arena(r, arena);
 }
 
-static void handle_alloc(opd_session_t *s, uint64_t id,
-                         int type, const msgpack_object *body) {
+static void handle_alloc(opd_req_t *r, int type,
+                         const msgpack_object *body) {
+  opd_session_t *s = r->s;
   (void)type;
   char dev[OPD_MAX_NAME], err[300];
   uint64_t size, arena;
   int req;
   if (opd__mp_str(opd__mp_get(body, "device"), dev, sizeof dev) != 0 ||
       opd__mp_uint(opd__mp_get(body, "size"), &size) != 0) {
-    opd__reply_error(s, id, OPD_EPROTO,
+    opd__reply_error(r, OPD_EPROTO,
                      "alloc: \"device\" (a string) and \"size\" (unsigned) "
                      "are required");
     return;
@@ -170,14 +173,15 @@ static void handle_alloc(opd_session_t *s, uint64_t id,
     rc = opd__arena_alloc_device(s, req, size, exportable, &arena, err,
                                  sizeof err);
   if (rc != 0) {
-    opd__reply_error(s, id, rc, "alloc: %s", err);
+    opd__reply_error(r, rc, "alloc: %s", err);
     return;
   }
-  reply_arena(s, id, arena);
+  reply_arena(r, arena);
 }
 
-static void handle_publish(opd_session_t *s, uint64_t id, int type,
+static void handle_publish(opd_req_t *r, int type,
                            const msgpack_object *body) {
+  opd_session_t *s = r->s;
   const char *what = opd__msg_name(type);
   /* room for "user/name" in attach and unpublish; publish checks that its
    * name has at most OPD_MAX_NAME - 1 bytes */
@@ -186,7 +190,7 @@ static void handle_publish(opd_session_t *s, uint64_t id, int type,
   if (opd__mp_str(opd__mp_get(body, "name"), name, sizeof name) != 0 ||
       (type == OPD_MSG_PUBLISH &&
        opd__mp_uint(opd__mp_get(body, "arena"), &arena) != 0)) {
-    opd__reply_error(s, id, OPD_EPROTO,
+    opd__reply_error(r, OPD_EPROTO,
                      type == OPD_MSG_PUBLISH
                          ? "%s: \"arena\" (unsigned) and \"name\" (a string "
                            "of at most 63 bytes) are required"
@@ -198,7 +202,7 @@ static void handle_publish(opd_session_t *s, uint64_t id, int type,
   char meta[256] = "";
   const msgpack_object *mo = opd__mp_get(body, "meta");
   if (mo != NULL && opd__mp_str(mo, meta, sizeof meta) != 0) {
-    opd__reply_error(s, id, OPD_EINVAL,
+    opd__reply_error(r, OPD_EINVAL,
                      "%s: \"meta\" must be a string of at most 255 bytes",
                      what);
     return;
@@ -208,7 +212,7 @@ static void handle_publish(opd_session_t *s, uint64_t id, int type,
   if (type == OPD_MSG_PUBLISH && ro != NULL && ro->type != MSGPACK_OBJECT_NIL) {
     int rc = opd__readers_parse(ro, &readers, err, sizeof err);
     if (rc != 0) {
-      opd__reply_error(s, id, rc, "%s: %s", what, err);
+      opd__reply_error(r, rc, "%s: %s", what, err);
       return;
     }
     rd = &readers;
@@ -221,11 +225,11 @@ static void handle_publish(opd_session_t *s, uint64_t id, int type,
                ? opd__unpublish(s, name, err, sizeof err)
                : opd__attach(s, name, &a, &ameta, err, sizeof err);
   if (rc != 0) {
-    opd__reply_error(s, id, rc, "%s: %s", what, err);
+    opd__reply_error(r, rc, "%s: %s", what, err);
     return;
   }
   if (a == NULL) {
-    opd__reply(s, id, 0, NULL, 0);
+    opd__reply(r, NULL, 0);
     return;
   }
   char dev[16];
@@ -241,11 +245,12 @@ static void handle_publish(opd_session_t *s, uint64_t id, int type,
   msgpack_pack_uint64(pk, a->size);
   PACK_STR(pk, "device");
   msgpack_pack_str_with_body(pk, dev, (size_t)n);
-  reply_scratch(s, id);
+  reply_scratch(r);
 }
 
-static void handle_import(opd_session_t *s, uint64_t id,
-                          int type, const msgpack_object *body) {
+static void handle_import(opd_req_t *r, int type,
+                          const msgpack_object *body) {
+  opd_session_t *s = r->s;
   (void)type;
   const msgpack_object *h = opd__mp_get(body, "handle");
   char dev[OPD_MAX_NAME], err[300];
@@ -255,7 +260,7 @@ static void handle_import(opd_session_t *s, uint64_t id,
       opd__mp_uint(opd__mp_get(body, "offset"), &offset) != 0 ||
       opd__mp_uint(opd__mp_get(body, "size"), &size) != 0 ||
       opd__mp_str(opd__mp_get(body, "device"), dev, sizeof dev) != 0) {
-    opd__reply_error(s, id, OPD_EPROTO,
+    opd__reply_error(r, OPD_EPROTO,
                      "import: \"handle\" (64 bytes of bin), \"offset\", "
                      "\"size\" (unsigned) and \"device\" are required");
     return;
@@ -269,37 +274,38 @@ static void handle_import(opd_session_t *s, uint64_t id,
     rc = opd__arena_import(s, req, h->via.bin.ptr, offset, size, &arena, err,
                            sizeof err);
   if (rc != 0) {
-    opd__reply_error(s, id, rc, "import: %s", err);
+    opd__reply_error(r, rc, "import: %s", err);
     return;
   }
-  reply_arena(s, id, arena);
+  reply_arena(r, arena);
 }
 
-static void handle_export(opd_session_t *s, uint64_t id,
-                          int type, const msgpack_object *body) {
+static void handle_export(opd_req_t *r, int type,
+                          const msgpack_object *body) {
+  opd_session_t *s = r->s;
   (void)type;
   uint64_t arena;
   char err[300];
   int fd;
   if (opd__mp_uint(opd__mp_get(body, "arena"), &arena) != 0) {
-    opd__reply_error(s, id, OPD_EPROTO, "export: \"arena\" (unsigned) is required");
+    opd__reply_error(r, OPD_EPROTO, "export: \"arena\" (unsigned) is required");
     return;
   }
   opd_arena_t *a = opd__arena_find(s, arena);
   if (a == NULL) {
-    opd__reply_error(s, id, OPD_EARENA,
+    opd__reply_error(r, OPD_EARENA,
                      "export: unknown arena %llu (not registered by this "
                      "session)", (unsigned long long)arena);
     return;
   }
   if (a->readonly) {
-    opd__reply_error(s, id, OPD_EREADONLY, "export: arena %llu is attached "
+    opd__reply_error(r, OPD_EREADONLY, "export: arena %llu is attached "
                      "read-only; only its publisher can export it",
                      (unsigned long long)arena);
     return;
   }
   if (a->vmm == NULL) {
-    opd__reply_error(s, id, OPD_EINVAL, "export: arena %llu is not exportable "
+    opd__reply_error(r, OPD_EINVAL, "export: arena %llu is not exportable "
                      "device memory (alloc it with \"exportable\": true)",
                      (unsigned long long)arena);
     return;
@@ -308,7 +314,7 @@ static void handle_export(opd_session_t *s, uint64_t id,
   int rc = opd__backend_dev.export(s->srv, a->vmm, &fd, &alloc_size, err,
                                    sizeof err);
   if (rc != 0) {
-    opd__reply_error(s, id, rc, "export: %s", err);
+    opd__reply_error(r, rc, "export: %s", err);
     return;
   }
   char dev[16];
@@ -323,19 +329,20 @@ static void handle_export(opd_session_t *s, uint64_t id,
   msgpack_pack_str_with_body(pk, dev, (size_t)n);
   PACK_STR(pk, "fd");
   msgpack_pack_true(pk);
-  if (opd__reply_fd(s, id, s->srv->scratch.data, s->srv->scratch.size, fd) != 0)
-    opd__reply_error(s, id, OPD_ELIMIT, "export: too many file descriptors "
+  if (opd__reply_fd(r, s->srv->scratch.data, s->srv->scratch.size, fd) != 0)
+    opd__reply_error(r, OPD_ELIMIT, "export: too many file descriptors "
                      "waiting to be sent; read the replies first");
 }
 
-static void handle_ring_setup(opd_session_t *s, uint64_t id,
-                              int type, const msgpack_object *body) {
+static void handle_ring_setup(opd_req_t *r, int type,
+                              const msgpack_object *body) {
+  opd_session_t *s = r->s;
   (void)type;
   char err[300], why[200];
   int mode;
-  int rc = opd__ring_setup(s, body, &mode, why, sizeof why, err, sizeof err);
+  int rc = opd__ring_setup(r, body, &mode, why, sizeof why, err, sizeof err);
   if (rc != 0) {
-    opd__reply_error(s, id, rc, "ring_setup: %s", err);
+    opd__reply_error(r, rc, "ring_setup: %s", err);
     return;
   }
   /* {"wait": granted, "why"?: why not spin}; this reply still goes to the
@@ -348,32 +355,32 @@ static void handle_ring_setup(opd_session_t *s, uint64_t id,
     PACK_STR(pk, "why");
     PACK_STR(pk, why);
   }
-  s->reply_socket = 1;
-  reply_scratch(s, id);
-  s->reply_socket = 0;
+  reply_scratch(r); /* r->via: the socket, which it came by */
 }
 
-static void handle_release(opd_session_t *s, uint64_t id,
-                           int type, const msgpack_object *body) {
+static void handle_release(opd_req_t *r, int type,
+                           const msgpack_object *body) {
+  opd_session_t *s = r->s;
   (void)type;
   uint64_t arena;
   if (opd__mp_uint(opd__mp_get(body, "arena"), &arena) != 0) {
-    opd__reply_error(s, id, OPD_EPROTO,
+    opd__reply_error(r, OPD_EPROTO,
                      "arena_release: \"arena\" (unsigned) is required");
     return;
   }
   if (opd__arena_release(s, arena) != 0) {
-    opd__reply_error(s, id, OPD_EARENA,
+    opd__reply_error(r, OPD_EARENA,
                      "arena_release: unknown arena %llu (not registered by "
                      "this session)",
                      (unsigned long long)arena);
     return;
   }
-  opd__reply(s, id, 0, NULL, 0);
+  opd__reply(r, NULL, 0);
 }
 
-static void handle_stats(opd_session_t *s, uint64_t id, int type,
+static void handle_stats(opd_req_t *r, int type,
                          const msgpack_object *body) {
+  opd_session_t *s = r->s;
   (void)type, (void)body;
   opd_server_t *srv = s->srv;
   msgpack_packer *pk = scratch(srv);
@@ -425,24 +432,25 @@ static void handle_stats(opd_session_t *s, uint64_t id, int type,
     PACK_STR(pk, "ns");
     msgpack_pack_uint64(pk, srv->op_stats[i].ns);
   }
-  reply_scratch(s, id);
+  reply_scratch(r);
 }
 
-static void handle_run(opd_session_t *s, uint64_t id, int type,
+static void handle_run(opd_req_t *r, int type,
                        const msgpack_object *body) {
-  opd__run_request(s, id, body, type == OPD_MSG_INFER);
+  opd__run_request(r, body, type == OPD_MSG_INFER);
 }
 
-static void handle_ops(opd_session_t *s, uint64_t id, int type,
+static void handle_ops(opd_req_t *r, int type,
                        const msgpack_object *body) {
+  opd_session_t *s = r->s;
   (void)type, (void)body;
-  opd__reply(s, id, 0, s->srv->ops_body, s->srv->ops_body_len);
+  opd__reply(r, s->srv->ops_body, s->srv->ops_body_len);
 }
 
-static void handle_ping(opd_session_t *s, uint64_t id, int type,
+static void handle_ping(opd_req_t *r, int type,
                         const msgpack_object *body) {
   (void)type, (void)body;
-  opd__reply(s, id, 0, NULL, 0);
+  opd__reply(r, NULL, 0);
 }
 
 /* The requests a client may send: X(message, handler, flags), one row
@@ -466,8 +474,7 @@ static void handle_ping(opd_session_t *s, uint64_t id, int type,
   X(EXPORT, handle_export, 0)                   \
   X(RING_SETUP, handle_ring_setup, 0)
 
-typedef void handler_fn(opd_session_t *s, uint64_t id, int type,
-                        const msgpack_object *body);
+typedef void handler_fn(opd_req_t *r, int type, const msgpack_object *body);
 static const struct {
   handler_fn *fn;
   unsigned flags;
@@ -477,22 +484,22 @@ static const struct {
 #undef X
 };
 
-void opd__handle(opd_session_t *s, const msgpack_object *req) {
+void opd__handle(opd_req_t *r, const msgpack_object *req) {
+  opd_session_t *s = r->s;
   uint64_t type = req->via.array.ptr[0].via.u64;
-  uint64_t id = req->via.array.ptr[1].via.u64;
   const msgpack_object *body = &req->via.array.ptr[2];
 
   if (type >= OPD_MSG_COUNT_ || dispatch[type].fn == NULL) {
-    opd__reply_error(s, id, OPD_EPROTO, "unknown message type %llu",
+    opd__reply_error(r, OPD_EPROTO, "unknown message type %llu",
                      (unsigned long long)type);
     return;
   }
   if (!s->hello && !(dispatch[type].flags & PRE_HELLO)) {
-    opd__reply_error(s, id, OPD_ESTATE, "%s: send hello first",
+    opd__reply_error(r, OPD_ESTATE, "%s: send hello first",
                      opd__msg_name((int)type));
     return;
   }
-  dispatch[type].fn(s, id, (int)type, body);
+  dispatch[type].fn(r, (int)type, body);
 }
 
 /* ---- the OPS body, packed once at start ------------------------------- */

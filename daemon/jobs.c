@@ -3,16 +3,14 @@
  *
  * DESIGN
  * Runs of one session execute in order, one at a time (like a CUDA
- * stream); different sessions' runs execute concurrently. A run whose
- * tensors total at most limits.inline_bytes executes on the loop thread
- * (a pool hand-off would cost more than the kernel); larger ones go to
- * libuv's thread pool and use the kernel pool for intra-op parallelism, so
- * one client's big op never stalls another client's I/O; a CUDA run goes
- * to the CUDA backend and comes back through opd__job_done. Jobs come
- * from a bounded pool; each holds a reference on every arena it uses
- * until it is recycled.
+ * stream; the session starts them, daemon/session.c); different sessions'
+ * runs execute concurrently. Where a run executes is its backend's
+ * business (daemon/backend/): opd__job_start hands it over, and a run the
+ * backend launched comes back through the completion callback on the job
+ * (job->done), which ends in opd__job_finish: the reply, on the transport
+ * its request came by (job->via), and the job back to a bounded pool. A
+ * job holds a reference on every arena it uses until it is recycled.
  */
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,8 +59,8 @@ void opd__job_recycle(opd_server_t *srv, opd_job_t *j) {
 void opd__job_drop(opd_job_t *job, int code, const char *msg) {
   opd_session_t *s = job->s;
   if (code != 0 && s->fd >= 0)
-    opd__reply_error(s, job->req_id, code, "%s: %s",
-                     opd__ops[job->op_index]->name, msg);
+    opd__out_error(s, job->via, job->req_id, code, "%s: %s",
+                   opd__ops[job->op_index]->name, msg);
   opd__job_recycle(s->srv, job);
 }
 
@@ -74,19 +72,20 @@ static void job_reply(opd_job_t *job) {
   st->ns += job->ns;
   if (job->rc != 0) {
     st->errors++;
-    opd__reply_error(s, job->req_id, job->rc, "%s: %s", job->call.op->name,
-                     job->call.err[0] ? job->call.err
-                                      : opd__errdefault(job->rc));
+    opd__out_error(s, job->via, job->req_id, job->rc, "%s: %s",
+                   job->call.op->name,
+                   job->call.err[0] ? job->call.err : opd__errdefault(job->rc));
   } else if (s->fd >= 0) {
     /* {"ns": uint}, written in place (common/wire.h) */
     unsigned char body[4 + OPD_MP_PUT_MAX] = {0x81, 0xa2, 'n', 's'};
     unsigned char *end = opd__mp_put_uint(body + 4, job->ns);
-    opd__reply(s, job->req_id, 0, (const char *)body, (size_t)(end - body));
+    opd__out_reply(s, job->via, job->req_id, (const char *)body,
+                   (size_t)(end - body));
   }
 }
 
-/* Replies and frees the job; the session's queue moves on in pump. */
-static void job_finish(opd_job_t *job) {
+/* Replies and frees the job; the session's queue moves on. */
+void opd__job_finish(opd_job_t *job) {
   opd_session_t *s = job->s;
   s->running = NULL;
   opd__acct_inflight(s, -1);
@@ -94,18 +93,11 @@ static void job_finish(opd_job_t *job) {
   opd__job_recycle(s->srv, job);
 }
 
-void opd__job_done(opd_job_t *job) {
-  opd_session_t *s = job->s;
-  job_finish(job);
-  opd__session_pump(s);
-}
-
-void opd__job_start(opd_job_t *job) {
-  job->done = opd__job_done;
+int opd__job_start(opd_job_t *job) {
   int rc = opd__backend_for(job->device)->launch(job);
-  if (rc == OPD_LAUNCH_QUEUED) return; /* job->done comes later */
+  if (rc == OPD_LAUNCH_QUEUED) return rc; /* job->done comes later */
   if (rc != OPD_LAUNCH_DONE) job->rc = rc;
-  job_finish(job);
+  return OPD_LAUNCH_DONE;
 }
 
 /* ---- the run cache ---------------------------------------------------- *
@@ -136,13 +128,13 @@ void opd__job_enqueue(opd_session_t *s, opd_job_t *job) {
   else s->q_head = job;
   s->q_tail = job;
   opd__acct_inflight(s, 1);
-  opd__session_pump(s);
 }
 
 /* The parts of a prepared job that describe the run (not its progress). */
 static void job_copy_plan(opd_job_t *dst, const opd_job_t *src) {
   const opd_kcall_t *c = &src->call;
   dst->op_index = src->op_index;
+  dst->via = src->via;
   dst->bytes = src->bytes;
   dst->device = src->device;
   dst->n_arenas = src->n_arenas;
@@ -161,19 +153,22 @@ static void job_copy_plan(opd_job_t *dst, const opd_job_t *src) {
     memcpy(dst->backend_job, src->backend_job, sizeof dst->backend_job);
 }
 
-void opd__run_cache_store(opd_session_t *s, const opd_job_t *job) {
-  if (s->run_body_len > RUN_CACHE_MAX) return;
+void opd__run_cache_store(const opd_req_t *r, const opd_job_t *job) {
+  opd_session_t *s = r->s;
+  if (r->body == NULL || r->body_len > RUN_CACHE_MAX) return;
   if (s->run_cache == NULL && (s->run_cache = malloc(sizeof *s->run_cache)) == NULL)
     return;
   opd_run_cache_t *c = s->run_cache;
   c->epoch = s->srv->arena_epoch;
-  c->len = s->run_body_len;
-  memcpy(c->body, s->run_body, s->run_body_len);
+  c->len = r->body_len;
+  memcpy(c->body, r->body, r->body_len);
   job_copy_plan(&c->job, job);
 }
 
-int opd__run_cached(opd_session_t *s, uint64_t id, const unsigned char *body,
+int opd__run_cached(const opd_req_t *r, const unsigned char *body,
                     uint32_t len) {
+  opd_session_t *s = r->s;
+  uint64_t id = r->id;
   const opd_run_cache_t *c = s->run_cache;
   if (c == NULL || c->len != len || c->epoch != s->srv->arena_epoch ||
       memcmp(c->body, body, len) != 0)
@@ -188,6 +183,7 @@ int opd__run_cached(opd_session_t *s, uint64_t id, const unsigned char *body,
     job_copy_plan(&job, &c->job);
     job.s = s;
     job.req_id = id;
+    job.via = r->via;
     job.call.exec = &opd__exec_serial;
     opd__cpu_run_kernel(&job);
     job_reply(&job);
@@ -199,6 +195,7 @@ int opd__run_cached(opd_session_t *s, uint64_t id, const unsigned char *body,
   for (int i = 0; i < job->n_arenas; i++) job->arenas[i]->refs++;
   job->s = s;
   job->req_id = id;
+  job->via = r->via;
   if (job->device >= 0) job->t_recv = opd__now_ns(); /* the CUDA breakdown */
   opd__job_enqueue(s, job);
   return 1;

@@ -137,6 +137,12 @@ int opd__limit_inflight(const opd_session_t *s) {
          s->srv->inflight >= l->max_total_inflight;
 }
 
+int opd__limit_read(const opd_session_t *s) {
+  const opd_limits_t *l = &s->srv->cfg.limits;
+  return opd__limit_inflight(s) ||
+         s->wlen - s->woff + s->over_bytes >= l->max_wbuf;
+}
+
 void opd__acct_inflight(opd_session_t *s, int n) {
   opd_server_t *srv = s->srv;
   const opd_limits_t *l = &srv->cfg.limits;

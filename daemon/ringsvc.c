@@ -3,15 +3,16 @@
  *
  * DESIGN
  * The loop thread itself serves the rings, so requests from a ring go
- * through exactly the code a socket frame does (opd__handle_payload) with
- * no locks and no hand-off. A uv_check handle services every ring session
- * after each poll. While any session waits by spinning, a uv_idle handle
- * keeps the loop from blocking (epoll with a zero timeout), so a spinning
- * client is answered without a wake-up; with no spinning session the
- * handle stops and the loop sleeps. Adaptive sessions sleep the daemon
- * side through their eventfd: before blocking (uv_prepare) the loop sets
- * each adaptive submission ring's sleeping flag and looks once more; the
- * client rings the eventfd only when it sees that flag.
+ * through exactly the code a socket frame does (the session's payload
+ * callback, s->cb) with no locks and no hand-off. The rings are a watcher
+ * of the loop scheduler (daemon/loop.h): every ring session is serviced
+ * after each poll (check); while any session waits by spinning the loop
+ * does not block and serves the spinning rings back to back in its spin
+ * windows (poll), so a spinning client is answered without a wake-up.
+ * Adaptive sessions sleep the daemon side through their eventfd: before
+ * the loop blocks (arm) it sets each adaptive submission ring's sleeping
+ * flag and looks once more; the client rings the eventfd only when it
+ * sees that flag. This file knows nothing of backends.
  *
  * Back-pressure and safety: a reply that does not fit in the completion
  * ring waits in a private overflow list, and the session's submissions are
@@ -169,8 +170,9 @@ int opd__spin_grant(const opd_server_t *srv, char *why, size_t cap) {
   return 0;
 }
 
-int opd__ring_setup(opd_session_t *s, const msgpack_object *body, int *granted,
+int opd__ring_setup(opd_req_t *r, const msgpack_object *body, int *granted,
                     char *why, size_t whylen, char *err, size_t errlen) {
+  opd_session_t *s = r->s;
   opd_server_t *srv = s->srv;
   uint64_t size, sqn, sqs, cqn, cqs;
   char wait[16];
@@ -196,10 +198,10 @@ int opd__ring_setup(opd_session_t *s, const msgpack_object *body, int *granted,
   }
   /* spin: the memfd, and an eventfd too when the client allows being
    * given adaptive instead (libopd sends both) */
-  int need = mode == OPD_RING_ADAPTIVE || s->n_fds >= 2 ? 2 : 1;
+  int need = mode == OPD_RING_ADAPTIVE || r->n_fds >= 2 ? 2 : 1;
   int fds[2] = {-1, -1};
   char fwhy[200];
-  if (opd__session_take_fds(s, need, fds, fwhy, sizeof fwhy) != 0) {
+  if (opd__req_take_fds(r, need, fds, fwhy, sizeof fwhy) != 0) {
     snprintf(err, errlen, "%s rings need the memfd%s: %s", wait,
              need == 2 ? " and an eventfd" : "", fwhy);
     return OPD_EFD;
@@ -302,8 +304,8 @@ fail:
 static void cq_broken(opd_session_t *s) {
   if (s->cq_corrupt) return;
   s->cq_corrupt = 1;
-  opd__session_goodbye(s, OPD_EPROTO, "the completion ring is corrupt (a "
-                       "counter or a length out of bounds)");
+  s->cb->fail(s, OPD_EPROTO, "the completion ring is corrupt (a counter or "
+              "a length out of bounds)");
 }
 
 /* Pushes a reply payload to the completion ring, or queues it (O(1): the
@@ -324,9 +326,7 @@ int opd__ring_reply(opd_session_t *s, const void *head, size_t hlen,
   }
   overflow_t *o = malloc(sizeof *o + len);
   if (o == NULL) {
-    LOG_ERROR("session %llu: out of memory queueing a reply",
-              (unsigned long long)s->id);
-    opd__session_close(s);
+    s->cb->fail(s, 0, "out of memory queueing a reply");
     return 1;
   }
   o->next = NULL;
@@ -364,7 +364,7 @@ static void service_session(opd_session_t *s) {
   int had_over = s->ring_over != NULL;
   if (drain_overflow(s)) opd__loop_kick(s->srv);
   if (s->fd < 0) return;
-  if (had_over && s->ring_over == NULL) opd__session_pump(s); /* read again */
+  if (had_over && s->ring_over == NULL) s->cb->ready(s); /* read again */
   if (s->fd < 0) return;
   for (int i = 0; i < RING_BUDGET; i++) {
     if (s->closing || s->ring_over != NULL || opd__limit_inflight(s))
@@ -373,14 +373,16 @@ static void service_session(opd_session_t *s) {
     int rc = opd__ring_pop(&s->sq, s->ring_buf, opd__ring_max_msg(&s->sq), &len);
     if (rc == 1) break;
     if (rc < 0) {
-      opd__session_goodbye(s, OPD_EPROTO, "the submission ring is corrupt "
-                           "(a counter or a length out of bounds)");
+      s->cb->fail(s, OPD_EPROTO, "the submission ring is corrupt (a counter "
+                  "or a length out of bounds)");
+      s->cb->ready(s); /* closes once the goodbye is out */
       return;
     }
-    opd__handle_payload(s, s->ring_buf, len);
+    opd_req_t r = {.s = s, .via = OPD_VIA_RING};
+    s->cb->payload(&r, s->ring_buf, len);
     if (s->fd < 0) return;
   }
-  opd__session_pump(s);
+  s->cb->ready(s);
 }
 
 void opd__ring_init_server(opd_server_t *srv) {

@@ -131,6 +131,39 @@ typedef struct opd_op_stats {
 typedef struct opd_job opd_job_t;
 typedef struct opd_session opd_session_t;
 
+#define OPD_MAX_PENDING_FDS 8
+
+/* Where a reply goes: the transport its request came by (a ring session's
+ * requests are answered on its completion ring; fds travel only on the
+ * socket). */
+enum { OPD_VIA_SOCKET = 0, OPD_VIA_RING = 1 };
+
+/* One request being handled: what its handler and its reply need, passed
+ * down the call path (never left in the session for another file). */
+typedef struct opd_req {
+  opd_session_t *s;
+  uint64_t id;
+  int via;                       /* OPD_VIA_*: where its reply goes */
+  const unsigned char *body;     /* a RUN's body bytes (the run cache) */
+  uint32_t body_len;
+  int fds[OPD_MAX_PENDING_FDS];  /* fds that came with it (socket) */
+  int n_fds;
+  int fd_lost;                   /* errno (EMFILE, ENFILE) when the kernel
+                                    could not give us its fds */
+} opd_req_t;
+
+/* How a transport hands what it received up to its session (the session
+ * sets them; the transports never call session code). */
+typedef struct opd_transport_cb {
+  /* one complete payload: a request (r: s, via and fds set) */
+  void (*payload)(opd_req_t *r, const unsigned char *p, uint32_t len);
+  /* the transport cannot go on: code 0, the peer is gone (close now);
+   * else a goodbye with that code and why */
+  void (*fail)(opd_session_t *s, int code, const char *why);
+  /* the socket was serviced, or a ring's replies drained: move on */
+  void (*ready)(opd_session_t *s);
+} opd_transport_cb_t;
+
 typedef struct opd_server {
   uv_loop_t *loop;
   opd_config_t cfg;
@@ -228,16 +261,10 @@ struct opd_job {
   _Alignas(16) unsigned char backend_job[OPD_BACKEND_JOB_BYTES];
 };
 
-#define OPD_MAX_PENDING_FDS 8
-
-/* Where a reply goes: the transport its request came by (a ring session's
- * requests are answered on its completion ring; fds travel only on the
- * socket). */
-enum { OPD_VIA_SOCKET = 0, OPD_VIA_RING = 1 };
-
 struct opd_session {
   opd_server_t *srv;
   opd_session_t *prev, *next;    /* server list */
+  const opd_transport_cb_t *cb;  /* what the transports call (session.c) */
   uint64_t id;
   int fd;                        /* -1 once closed */
   uv_poll_t poll;
@@ -257,8 +284,6 @@ struct opd_session {
                                     room (bytes) */
   char client[OPD_MAX_NAME];     /* name given at hello */
   int hello;                     /* hello done */
-  int parsing;                   /* inside parse_frames (no re-entry) */
-  int pumping;                   /* inside opd__session_pump */
   int closing;                   /* no more requests are read */
   int goodbye;                   /* send goodbye, then close, once idle */
   unsigned char *rbuf;           /* received, not yet parsed */
@@ -268,10 +293,6 @@ struct opd_session {
   int wfd[OPD_MAX_PENDING_FDS];  /* fds to send with the byte at wfd_at */
   size_t wfd_at[OPD_MAX_PENDING_FDS];
   int n_wfds;
-  int fds[OPD_MAX_PENDING_FDS];  /* the fds of the request being handled */
-  int n_fds;
-  int fd_lost;                   /* errno (EMFILE, ENFILE) when the kernel
-                                    could not give us that request's fds */
   int later[OPD_MAX_PENDING_FDS]; /* fds received for frames not yet
                                     handled ... */
   size_t later_at[OPD_MAX_PENDING_FDS]; /* ... the rbuf offset of the frame
@@ -297,12 +318,9 @@ struct opd_session {
   unsigned char *ring_buf;       /* one submission, copied out */
   void *ring_over;               /* replies waiting for completion room */
   void *ring_over_tail;          /* its last entry (appends are O(1)) */
-  int reply_socket;              /* the next reply goes to the socket */
   void *backend_session[OPD_MAX_DEVICES]; /* the device backend's, per
                                     device (CUDA: the session's stream) */
   struct opd_run_cache *run_cache; /* the last validated run (jobs.c) */
-  const unsigned char *run_body; /* the RUN frame being handled: its body */
-  uint32_t run_body_len;
 };
 
 /* server.c */
@@ -327,7 +345,7 @@ uint64_t opd__ticks_ns(uint64_t ticks);
 /* jobs.c: a run request whose body equals the session's last validated one
  * (and no arena released since) is queued without decoding; returns 1 if
  * it was, 0 to take the full path. */
-int opd__run_cached(opd_session_t *s, uint64_t id, const unsigned char *body,
+int opd__run_cached(const opd_req_t *r, const unsigned char *body,
                     uint32_t len);
 void opd__run_cache_free(opd_session_t *s);
 
@@ -335,20 +353,50 @@ void opd__run_cache_free(opd_session_t *s);
 void opd__session_accept(opd_server_t *srv, int fd);
 void opd__session_shutdown(opd_session_t *s); /* graceful: drain, goodbye */
 void opd__session_close(opd_session_t *s);    /* now: drop the socket */
-/* Queues a framed reply; `body` is a packed msgpack map (may be NULL for
- * {}). On error `code` < 0 and `msg` is the message. */
-void opd__reply(opd_session_t *s, uint64_t id, int code, const char *body,
-                size_t body_len);
-/* The same, with a file descriptor passed along (SCM_RIGHTS); fd is closed
- * here once sent or when the session goes. Returns 0, or OPD_ELIMIT when too
- * many fds are queued (fd then closed, nothing sent). */
-int opd__reply_fd(opd_session_t *s, uint64_t id, const char *body,
-                  size_t body_len, int fd);
-void opd__reply_error(opd_session_t *s, uint64_t id, int code,
-                      const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-/* A session's pending work changed: start the next job, finish a close. */
+/* The session moves on: runs, frames left unread, a close it is due. */
 void opd__session_pump(opd_session_t *s);
+
+/* sock.c: the socket transport. */
+/* Queues a frame (header and body) and sends what the socket takes. */
+void opd__sock_write(opd_session_t *s, const void *hdr, size_t hlen,
+                     const void *body, size_t blen);
+/* fd goes with the next frame written; 0, or OPD_ELIMIT (fd closed) */
+int opd__sock_queue_fd(opd_session_t *s, int fd);
+/* Hands every complete frame in rbuf to s->cb->payload while the session
+ * reads; returns how many. */
+int opd__sock_frames(opd_session_t *s);
+void opd__sock_update(opd_session_t *s); /* arms the poll for what's due */
+void opd__sock_close(opd_session_t *s);  /* closes the fds it holds */
+void opd__sock_free(opd_session_t *s);   /* frees its buffers */
+/* Claims `need` fds sent with the request: 0 with fds[] (the caller owns
+ * them), or OPD_EFD with err naming why there are none (not sent, or the
+ * daemon was out of fds when they came). */
+int opd__req_take_fds(opd_req_t *r, int need, int *fds, char *err,
+                      size_t errlen);
+
+/* outbox.c: every message sent. `via`: OPD_VIA_RING or OPD_VIA_SOCKET.
+ * `body` is a packed msgpack map (NULL for {}); an error's is
+ * {"message": fmt...}. */
+void opd__out_reply(opd_session_t *s, int via, uint64_t id, const char *body,
+                    size_t body_len);
+void opd__out_error(opd_session_t *s, int via, uint64_t id, int code,
+                    const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+/* The session's one goodbye (on the socket): it stops reading and closes
+ * once the goodbye is out and its running job is done. */
+void opd__out_goodbye(opd_session_t *s, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* A reply with a file descriptor (SCM_RIGHTS, on the socket); fd is closed
+ * here once sent or when the session goes. 0, or OPD_ELIMIT when too many
+ * fds are queued (fd then closed, nothing sent). */
+int opd__reply_fd(const opd_req_t *r, const char *body, size_t body_len,
+                  int fd);
+/* The reply to r, a success or an error. */
+static inline void opd__reply(const opd_req_t *r, const char *body,
+                              size_t body_len) {
+  opd__out_reply(r->s, r->via, r->id, body, body_len);
+}
+#define opd__reply_error(r, code, ...) \
+  opd__out_error((r)->s, (r)->via, (r)->id, (code), __VA_ARGS__)
 
 /* arena.c */
 int opd__memfd_map(int fd, uint64_t size, void **base, char *err,
@@ -392,6 +440,10 @@ void opd__acct_name(opd_session_t *s, int n);
  * the daemon is at its limit (the session is then not read until a run
  * ends). */
 int opd__limit_inflight(const opd_session_t *s);
+/* Whether s is not read now: its runs are at a limit, or its unread
+ * replies (socket buffer and completion-ring overflow) pass
+ * --max-reply-bytes. */
+int opd__limit_read(const opd_session_t *s);
 void opd__acct_inflight(opd_session_t *s, int n);
 /* Strings for control characters in client-supplied text: writes at most
  * cap-1 bytes of s with bytes < 0x20, 0x7f and non-UTF-8 escaped as \xNN
@@ -415,7 +467,7 @@ void opd__ring_init_server(opd_server_t *srv);
 void opd__ring_report(opd_server_t *srv); /* logs ring service times */
 /* Sets up s's rings; *mode gets the wait strategy granted (a spin asked
  * for where cores are short is given adaptive, with why[] saying so). */
-int opd__ring_setup(opd_session_t *s, const msgpack_object *body, int *mode,
+int opd__ring_setup(opd_req_t *r, const msgpack_object *body, int *mode,
                     char *why, size_t whylen, char *err, size_t errlen);
 /* 1 when one more spinning session would still leave cores for the work
  * (--spin); else 0 with why[] saying so. */
@@ -426,15 +478,6 @@ int opd__ring_reply(opd_session_t *s, const void *head, size_t hlen,
                     const void *body, size_t blen);
 void opd__ring_close(opd_session_t *s);
 void opd__ring_free(opd_session_t *s);
-/* session.c: a payload from the ring, as if it came in a frame */
-void opd__handle_payload(opd_session_t *s, const unsigned char *p,
-                         uint32_t len);
-void opd__session_goodbye(opd_session_t *s, int code, const char *why);
-/* Claims `need` fds sent with the request being handled: 0 with fds[]
- * (the caller owns them), or OPD_EFD with err naming why there are none
- * (not sent, or the daemon was out of fds when they came). */
-int opd__session_take_fds(opd_session_t *s, int need, int *fds, char *err,
-                          size_t errlen);
 /* Sweeps sessions past their handshake / frame / goodbye deadlines, and
  * reads the throttled sessions again once limits came free. */
 void opd__sessions_sweep(opd_server_t *srv, uint64_t now);
@@ -443,12 +486,8 @@ void opd__sessions_unthrottle(opd_server_t *srv);
 void opd__sessions_init(opd_server_t *srv);
 
 /* handlers.c: every request type */
-void opd__handle(opd_session_t *s, const msgpack_object *req);
+void opd__handle(opd_req_t *r, const msgpack_object *req);
 int opd__ops_pack(opd_server_t *srv); /* fills srv->ops_body */
-
-/* Called by the backend on the loop when a launched job completed: its
- * reply, then the session's next work (jobs.c). */
-void opd__job_done(opd_job_t *job);
 
 /* validate.c: the request */
 #define OPD_DEV_CPU (-2)
@@ -458,16 +497,21 @@ void opd__job_done(opd_job_t *job);
  * Returns 0 or OPD_EDEVICE with err set. */
 int opd__device_parse(opd_server_t *srv, const char *dev, int *req, char *err,
                       size_t errlen);
-void opd__run_request(opd_session_t *s, uint64_t id, const msgpack_object *body,
+void opd__run_request(const opd_req_t *r, const msgpack_object *body,
                       int infer);
 /* jobs.c: a job from the pool (NULL: no memory), back to it (its arena
- * references dropped), queued on its session, remembered as the
- * session's last validated run (the run cache), started, dropped. */
+ * references dropped), queued on its session (the session starts it),
+ * remembered as the session's last validated run (the run cache), dropped
+ * with an error. */
 opd_job_t *opd__job_alloc(opd_server_t *srv);
 void opd__job_recycle(opd_server_t *srv, opd_job_t *j);
 void opd__job_enqueue(opd_session_t *s, opd_job_t *job);
-void opd__run_cache_store(opd_session_t *s, const opd_job_t *job);
-void opd__job_start(opd_job_t *job);
+void opd__run_cache_store(const opd_req_t *r, const opd_job_t *job);
 void opd__job_drop(opd_job_t *job, int code, const char *msg);
+/* Starts a run through its backend: OPD_LAUNCH_QUEUED (job->done is called
+ * later) or OPD_LAUNCH_DONE (finished now, or failed to start: job->rc). */
+int opd__job_start(opd_job_t *job);
+/* A run's end: its reply, its counts, the job back to the pool. */
+void opd__job_finish(opd_job_t *job);
 
 #endif /* OPD_SERVER_H */

@@ -1,18 +1,25 @@
-/* One client connection: socket I/O, framing, passed fds, closing.
+/* One client's session: admission, requests, its queue of runs, closing.
  *
  * DESIGN
- * Reads go into a per-session buffer with recvmsg(); every complete frame
- * in it is decoded and checked in one pass (opd__mp_decode, common/wire.h)
- * and handed to opd__handle(). A framing error (length over the limit, bytes
- * that are not msgpack, a payload that is not [type, id, body]) ends the
- * session with a goodbye naming the problem: after it the stream cannot be
- * trusted. Replies are sent at once when the socket takes them; the rest
- * waits in wbuf until UV_WRITABLE.
+ * The transports (daemon/sock.c, daemon/ringsvc.c) hand every payload up
+ * through the callbacks this file sets (session_cb: payload, fail,
+ * ready); a payload is decoded and checked in one pass (opd__mp_decode,
+ * common/wire.h) and dispatched (daemon/handlers.c), and replies go out
+ * through the outbox (daemon/outbox.c). A framing error (bytes that are
+ * not msgpack, a payload that is not [type, id, body]) ends the session
+ * with a goodbye naming the problem: after it the stream cannot be
+ * trusted.
+ *
+ * Runs of one session execute in order, one at a time (start_jobs). A run
+ * that finished when it was started (a tiny CPU run) is answered at once;
+ * one its backend launched comes back through job_done, the completion
+ * callback on the job. Nothing here is re-entered: handlers only queue,
+ * and pump is called from the loop's own callbacks.
  *
  * Back-pressure: a session stops being read while it has max_inflight runs
- * queued or max_wbuf reply bytes unsent, and is read again when that
- * clears, so a client that floods or stops reading costs bounded memory and
- * never slows the others.
+ * queued or max_wbuf reply bytes unsent (opd__limit_read), and is read
+ * again when that clears, so a client that floods or stops reading costs
+ * bounded memory and never slows the others.
  *
  * Closing: opd__session_close() drops the socket at once (peer gone, framing
  * error); queued runs are dropped, a running one finishes first, then the
@@ -36,17 +43,8 @@
 #include "daemon/log.h"
 #include "daemon/server.h"
 
-static void on_poll(uv_poll_t *h, int status, int events);
 static void on_poll_closed(uv_handle_t *h);
-static int parse_frames(opd_session_t *s);
-static void update_poll(opd_session_t *s);
-static void send_goodbye(opd_session_t *s, int code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-#define READ_CHUNK (64 * 1024)
-/* A session's read or write buffer larger than this is freed once empty:
- * an idle session holds no more than that, whatever it sent before. */
-#define BUF_KEEP (4 * READ_CHUNK)
+static const opd_transport_cb_t session_cb;
 
 /* 0 when s may be served, else the code of its goodbye and why. */
 static int admit(opd_server_t *srv, opd_session_t *s, char *why, size_t cap) {
@@ -94,6 +92,7 @@ void opd__session_accept(opd_server_t *srv, int fd) {
   }
   s->srv = srv;
   s->fd = fd;
+  s->cb = &session_cb;
   s->ring_doorbell = -1;
   s->id = ++srv->next_session_id;
   s->t_accept = opd__now_ns();
@@ -130,343 +129,50 @@ void opd__session_accept(opd_server_t *srv, int fd) {
              (unsigned long long)s->id, (int)s->pid, (unsigned)s->uid,
              (unsigned)s->gid, why);
     s->quiet = 1;
-    send_goodbye(s, code, "%s", why);
+    opd__out_goodbye(s, code, "%s", why);
     opd__session_pump(s); /* closes once the goodbye is out */
     return;
   }
   LOG_INFO("session %llu: connected (pid %d uid %u gid %u%s)",
            (unsigned long long)s->id, (int)s->pid, (unsigned)s->uid,
            (unsigned)s->gid, s->reserved ? ", on a reserved slot" : "");
-  update_poll(s);
+  opd__sock_update(s);
 }
 
-/* ---- writing ---------------------------------------------------------- */
+/* ---- runs ------------------------------------------------------------- */
 
-/* Sends what the socket takes now; the rest stays in wbuf. A queued fd goes
- * with the first byte of its frame. Returns 0, or -1 when the session was
- * closed because the peer is gone. */
-static int flush(opd_session_t *s) {
-  while (s->wlen > s->woff) {
-    size_t end = s->wlen;
-    int fd = -1;
-    if (s->n_wfds > 0) {
-      if (s->wfd_at[0] == s->woff) fd = s->wfd[0];
-      if (s->n_wfds > (fd >= 0)) /* stop before the next fd's frame */
-        end = s->wfd_at[fd >= 0 ? 1 : 0];
-    }
-    ssize_t n = fd >= 0 ? opd__send_fds(s->fd, s->wbuf + s->woff,
-                                        end - s->woff, &fd, 1,
-                                        MSG_NOSIGNAL | MSG_DONTWAIT)
-                        : send(s->fd, s->wbuf + s->woff, end - s->woff,
-                               MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
-      LOG_INFO("session %llu: send: %s", (unsigned long long)s->id,
-               strerror(errno));
-      opd__session_close(s);
-      return -1;
-    }
-    if (fd >= 0) { /* the kernel holds its own reference now */
-      close(fd);
-      memmove(s->wfd, s->wfd + 1, (size_t)--s->n_wfds * sizeof *s->wfd);
-      memmove(s->wfd_at, s->wfd_at + 1, (size_t)s->n_wfds * sizeof *s->wfd_at);
-    }
-    s->woff += (size_t)n;
+static void job_done(opd_job_t *job);
+
+/* Starts the session's queued runs, one at a time and in order: one its
+ * backend finished at once (a tiny CPU run) is answered here and the next
+ * starts; one it launched ends in job_done. */
+static void start_jobs(opd_session_t *s) {
+  while (s->running == NULL && s->q_head != NULL && s->fd >= 0) {
+    opd_job_t *j = s->q_head;
+    s->q_head = j->next;
+    if (s->q_head == NULL) s->q_tail = NULL;
+    s->running = j;
+    j->done = job_done;
+    if (opd__job_start(j) == OPD_LAUNCH_QUEUED) return;
+    opd__job_finish(j);
   }
-  if (s->woff == s->wlen) {
-    s->woff = s->wlen = 0;
-    if (s->wcap > BUF_KEEP) { /* after a burst of replies */
-      free(s->wbuf);
-      s->wbuf = NULL;
-      s->wcap = 0;
-    }
-  }
-  return 0;
 }
 
-static void write_frame(opd_session_t *s, const void *hdr, size_t hlen,
-                        const void *body, size_t blen) {
-  if (s->fd < 0) return; /* peer gone: replies are dropped */
-  size_t need = s->wlen + hlen + blen;
-  if (need > s->wcap) {
-    size_t cap = s->wcap ? s->wcap : 4096;
-    while (cap < need) cap *= 2;
-    unsigned char *nb = realloc(s->wbuf, cap);
-    if (nb == NULL) {
-      LOG_ERROR("session %llu: out of memory queueing a reply",
-                (unsigned long long)s->id);
-      opd__session_close(s);
-      return;
-    }
-    s->wbuf = nb;
-    s->wcap = cap;
-  }
-  memcpy(s->wbuf + s->wlen, hdr, hlen);
-  if (blen) memcpy(s->wbuf + s->wlen + hlen, body, blen);
-  s->wlen += hlen + blen;
-  if (s->wlen - s->woff == hlen + blen && flush(s) < 0) return;
-  update_poll(s);
-}
-
-/* Frames [type, id, code, body] where body is packed bytes or {}. */
-static void send_msg(opd_session_t *s, int type, uint64_t id, int code,
-                     const char *body, size_t body_len) {
-  /* the fixed head, written in place (common/wire.h): 1 + 3 * 9 bytes at
-   * most */
-  unsigned char hdr[OPD_FRAME_HEADER + 1 + 3 * OPD_MP_PUT_MAX];
-  unsigned char *p = hdr + OPD_FRAME_HEADER;
-  *p++ = 0x94;
-  p = opd__mp_put_uint(p, (uint32_t)type);
-  p = opd__mp_put_uint(p, id);
-  p = opd__mp_put_int(p, code);
-  size_t head = (size_t)(p - hdr) - OPD_FRAME_HEADER;
-  static const char empty_map = (char)0x80;
-  if (body == NULL) body = &empty_map, body_len = 1;
-  if (s->ring && type == OPD_MSG_REPLY && !s->reply_socket && s->fd >= 0 &&
-      opd__ring_reply(s, hdr + OPD_FRAME_HEADER, head, body, body_len))
-    return;
-  opd__frame_put_len(hdr, (uint32_t)(head + body_len));
-  write_frame(s, hdr, OPD_FRAME_HEADER + head, body, body_len);
-}
-
-void opd__reply(opd_session_t *s, uint64_t id, int code, const char *body,
-                size_t body_len) {
-  send_msg(s, OPD_MSG_REPLY, id, code, body, body_len);
-}
-
-int opd__reply_fd(opd_session_t *s, uint64_t id, const char *body,
-                  size_t body_len, int fd) {
-  if (s->fd < 0 || s->n_wfds >= OPD_MAX_PENDING_FDS) {
-    close(fd);
-    return OPD_ELIMIT;
-  }
-  s->wfd_at[s->n_wfds] = s->wlen; /* where this frame will start */
-  s->wfd[s->n_wfds++] = fd;
-  s->reply_socket = 1; /* an fd travels only on the socket */
-  send_msg(s, OPD_MSG_REPLY, id, 0, body, body_len);
-  s->reply_socket = 0;
-  return 0;
-}
-
-/* {"message": msg}, packed into out (cap bytes); msg is cut to fit. */
-static size_t pack_text(char *out, size_t cap, const char *msg) {
-  size_t n = strlen(msg);
-  if (n + 16 > cap) n = cap - 16;
-  msgpack_sbuffer sb = {.size = 0, .data = out, .alloc = cap};
-  msgpack_packer pk;
-  msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-  msgpack_pack_map(&pk, 1);
-  msgpack_pack_str_with_body(&pk, "message", 7);
-  msgpack_pack_str_with_body(&pk, msg, n);
-  return sb.size;
-}
-
-void opd__reply_error(opd_session_t *s, uint64_t id, int code,
-                      const char *fmt, ...) {
-  char msg[512], body[600];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
-  size_t n = pack_text(body, sizeof body, msg);
-  s->srv->errors++;
-  if (opd__log_level >= OPD_LOG_DEBUG) {
-    char esc[600];
-    LOG_DEBUG("session %llu: request %llu: %s (%s)", (unsigned long long)s->id,
-              (unsigned long long)id, opd__errname(code),
-              opd__log_escape(msg, esc, sizeof esc));
-  }
-  opd__reply(s, id, code, body, n);
-}
-
-static void send_goodbye(opd_session_t *s, int code, const char *fmt, ...) {
-  char msg[512], body[600], esc[600];
-  va_list ap;
-  if (s->goodbye == 2) return; /* one goodbye per session */
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
-  size_t n = pack_text(body, sizeof body, msg);
-  send_msg(s, OPD_MSG_GOODBYE, 0, code, body, n);
-  if (!s->quiet)
-    LOG_INFO("session %llu: closing: %s", (unsigned long long)s->id,
-             opd__log_escape(msg, esc, sizeof esc));
-  s->closing = 1;
-  s->goodbye = 2; /* sent: close once the running job and wbuf are done */
-  s->t_goodbye = opd__now_ns();
-}
-
-void opd__session_goodbye(opd_session_t *s, int code, const char *why) {
-  send_goodbye(s, code, "%s", why);
+/* The completion callback of a launched run: called by its backend on the
+ * loop (never from inside this session's own calls). */
+static void job_done(opd_job_t *job) {
+  opd_session_t *s = job->s;
+  opd__job_finish(job);
   opd__session_pump(s);
 }
 
-int opd__session_take_fds(opd_session_t *s, int need, int *fds, char *err,
-                          size_t errlen) {
-  if (s->n_fds < need) {
-    if (s->fd_lost)
-      snprintf(err, errlen, "the daemon could not receive the file "
-               "descriptor%s sent with the request: it is out of file "
-               "descriptors (%s); try again when it has fewer clients",
-               need > 1 ? "s" : "", s->fd_lost == ENFILE ? "ENFILE" : "EMFILE");
-    else if (s->n_fds == 0)
-      snprintf(err, errlen, "no file descriptor was sent with the request "
-               "(send %s with SCM_RIGHTS in the same sendmsg as the "
-               "request's bytes)", need > 1 ? "them" : "it");
-    else
-      snprintf(err, errlen, "%d file descriptors must be sent with the "
-               "request, %d came", need, s->n_fds);
-    return OPD_EFD;
-  }
-  memcpy(fds, s->fds, (size_t)need * sizeof *fds);
-  s->n_fds -= need;
-  memmove(s->fds, s->fds + need, (size_t)s->n_fds * sizeof *s->fds);
-  return 0;
-}
+/* ---- requests --------------------------------------------------------- */
 
-/* ---- reading ---------------------------------------------------------- */
-
-/* Not read while its runs are at a limit (its own, its uid's, the
- * daemon's) or while its unread replies (socket buffer and completion-ring
- * overflow) pass --max-reply-bytes. */
-static int throttled(const opd_session_t *s) {
-  const opd_limits_t *l = &s->srv->cfg.limits;
-  return opd__limit_inflight(s) ||
-         s->wlen - s->woff + s->over_bytes >= l->max_wbuf;
-}
-
-static void update_poll(opd_session_t *s) {
-  if (s->fd < 0) return;
-  int want = 0;
-  if (!s->closing && !throttled(s)) want |= UV_READABLE;
-  if (s->wlen > s->woff) want |= UV_WRITABLE;
-  if (want == s->poll_events) return;
-  s->poll_events = want;
-  if (want)
-    uv_poll_start(&s->poll, want, on_poll);
-  else
-    uv_poll_stop(&s->poll);
-}
-
-/* Closes the fds the request just handled did not claim: they belong to
- * the frame they came with, never to a later request. */
-static void close_stray_fds(opd_session_t *s) {
-  for (int i = 0; i < s->n_fds; i++) close(s->fds[i]);
-  if (s->n_fds > 0)
-    LOG_DEBUG("session %llu: closed %d file descriptor(s) its request did "
-              "not take", (unsigned long long)s->id, s->n_fds);
-  s->n_fds = 0;
-  s->fd_lost = 0;
-}
-
-static void close_later_fds(opd_session_t *s) {
-  for (int i = 0; i < s->n_later; i++) close(s->later[i]);
-  s->n_later = 0;
-  s->lost_err = 0;
-}
-
-/* Which frame fds that came with the bytes just read belong to. The
- * kernel hands fds over with the read that takes the first bytes of their
- * sendmsg and ends that read there, but the read may begin with earlier
- * bytes sent without fds. So the owner is the last frame that begins in
- * this read (libopd sends a frame and its fds in one sendmsg), or, when
- * none does, the frame the read continues: either way the last frame that
- * begins in rbuf (which begins at a frame). */
-static size_t fds_owner(const opd_session_t *s) {
-  size_t p = 0;
-  while (s->rlen - p >= OPD_FRAME_HEADER) {
-    uint32_t len = opd__frame_get_len(s->rbuf + p);
-    if (len > s->srv->cfg.limits.max_frame) break; /* the parser ends it */
-    size_t next = p + OPD_FRAME_HEADER + len;
-    if (next >= s->rlen) break;
-    p = next;
-  }
-  return p;
-}
-
-/* Keeps the fds just received for the frame at `owner` (closing those
- * there is no room for). */
-static void take_fds(opd_session_t *s, const int *fds, int n, size_t owner) {
-  for (int i = 0; i < n; i++) {
-    if (s->n_later < OPD_MAX_PENDING_FDS) {
-      s->later_at[s->n_later] = owner;
-      s->later[s->n_later++] = fds[i];
-    } else {
-      close(fds[i]);
-    }
-  }
-}
-
-/* MSG_CTRUNC: more fds than a request may carry, or none could be
- * installed because this process (EMFILE) or the system (ENFILE) is out
- * of them. A probe dup tells which. */
-static int fds_short(int sock) {
-  int probe = fcntl(sock, F_DUPFD_CLOEXEC, 0);
-  if (probe >= 0) {
-    close(probe);
-    return 0;
-  }
-  return errno == EMFILE || errno == ENFILE ? errno : 0;
-}
-
-static void do_read(opd_session_t *s) {
-  const opd_limits_t *l = &s->srv->cfg.limits;
-  size_t max = (size_t)l->max_frame + OPD_FRAME_HEADER + READ_CHUNK;
-  if (s->rcap - s->rlen < READ_CHUNK && s->rcap < max) {
-    size_t cap = s->rcap ? s->rcap * 2 : READ_CHUNK;
-    if (cap > max) cap = max;
-    unsigned char *nb = realloc(s->rbuf, cap);
-    if (nb == NULL) {
-      opd__session_close(s);
-      return;
-    }
-    s->rbuf = nb;
-    s->rcap = cap;
-  }
-  if (s->rcap == s->rlen) return; /* full of frames we are not taking */
-  int fds[OPD_MAX_PENDING_FDS], nfds, ctrunc;
-  ssize_t n = opd__recv_fds(s->fd, s->rbuf + s->rlen, s->rcap - s->rlen, fds,
-                            OPD_MAX_PENDING_FDS, &nfds, &ctrunc,
-                            MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
-  if (n < 0) {
-    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return;
-    LOG_INFO("session %llu: recvmsg: %s", (unsigned long long)s->id,
-             strerror(errno));
-    opd__session_close(s);
-    return;
-  }
-  size_t owner = 0;
-  if (n > 0) s->rlen += (size_t)n;
-  if (n > 0 && (nfds > 0 || ctrunc)) owner = fds_owner(s);
-  if (nfds > 0) take_fds(s, fds, nfds, owner);
-  if (ctrunc) {
-    int why = fds_short(s->fd);
-    if (why != 0) {
-      s->lost_err = why; /* the request that wanted them says so */
-      s->lost_at = owner;
-      LOG_WARN("session %llu: a file descriptor it sent was lost: the daemon "
-               "is out of file descriptors (%s)", (unsigned long long)s->id,
-               strerror(why));
-    } else {
-      send_goodbye(s, OPD_EPROTO,
-                   "more than %d file descriptors sent at once",
-                   OPD_MAX_PENDING_FDS);
-      return;
-    }
-  }
-  if (n == 0) {
-    LOG_INFO("session %llu: peer closed the connection",
-             (unsigned long long)s->id);
-    opd__session_close(s);
-  }
-}
-
-/* Decodes one payload and hands it to opd__handle(). The arena is on the
- * stack: nothing decoded outlives the call, and a nested call (a handler
- * pumping the session) has its own. */
-void opd__handle_payload(opd_session_t *s, const unsigned char *p,
-                         uint32_t len) {
+/* The transports' payload callback: decodes one payload and hands it to
+ * opd__handle(), then starts the runs it queued. The arena is on the
+ * stack: nothing decoded outlives the call. */
+static void on_payload(opd_req_t *r, const unsigned char *p, uint32_t len) {
+  opd_session_t *s = r->s;
   char err[200];
   msgpack_object obj;
   opd_mp_arena_t arena;
@@ -477,105 +183,48 @@ void opd__handle_payload(opd_session_t *s, const unsigned char *p,
     uint64_t id;
     uint32_t k = opd__mp_get_uint(p + 2, len - 2, &id);
     if (k > 0) {
-      if (opd__run_cached(s, id, p + 2 + k, len - 2 - k)) {
+      r->id = id;
+      if (opd__run_cached(r, p + 2 + k, len - 2 - k)) {
         s->srv->requests++;
+        start_jobs(s);
         return;
       }
-      s->run_body = p + 2 + k;
-      s->run_body_len = len - 2 - k;
+      r->body = p + 2 + k;
+      r->body_len = len - 2 - k;
     }
   }
   opd__mp_arena_init(&arena);
   int rc = opd__mp_decode(&arena, p, len, OPD_MAX_DEPTH, &obj, err, sizeof err);
   if (rc != 0) {
-    send_goodbye(s, rc, "bad frame: %s", err);
+    opd__out_goodbye(s, rc, "bad frame: %s", err);
   } else if (obj.type != MSGPACK_OBJECT_ARRAY || obj.via.array.size != 3 ||
              obj.via.array.ptr[0].type != MSGPACK_OBJECT_POSITIVE_INTEGER ||
              obj.via.array.ptr[1].type != MSGPACK_OBJECT_POSITIVE_INTEGER ||
              obj.via.array.ptr[2].type != MSGPACK_OBJECT_MAP) {
-    send_goodbye(s, OPD_EPROTO,
-                 "bad frame: a request must be [type, id, body-map]");
+    opd__out_goodbye(s, OPD_EPROTO,
+                     "bad frame: a request must be [type, id, body-map]");
   } else {
     s->srv->requests++;
-    opd__handle(s, &obj);
+    r->id = obj.via.array.ptr[1].via.u64;
+    opd__handle(r, &obj);
   }
-  s->run_body = NULL;
   opd__mp_arena_destroy(&arena);
+  start_jobs(s);
 }
 
-/* Handles the complete frames in rbuf. Returns the number handled. */
-static int parse_frames(opd_session_t *s) {
-  size_t off = 0;
-  int handled = 0, partial = 0;
-  if (s->parsing) return 0; /* a frame's handler got here again */
-  s->parsing = 1;
-  while (s->fd >= 0 && !s->closing && !throttled(s) &&
-         s->rlen - off >= OPD_FRAME_HEADER) {
-    uint32_t len = opd__frame_get_len(s->rbuf + off);
-    if (len > s->srv->cfg.limits.max_frame) {
-      send_goodbye(s, OPD_ETOOBIG,
-                   "frame of %u bytes exceeds the limit of %u bytes", len,
-                   s->srv->cfg.limits.max_frame);
-      break;
-    }
-    size_t end = off + OPD_FRAME_HEADER + len;
-    if (s->rlen < end) {
-      partial = 1;
-      break;
-    }
-    /* this frame's fds (those of later frames wait), offered to its
-     * request and closed after it if it did not take them */
-    int k = 0;
-    while (k < s->n_later && s->later_at[k] <= off) k++;
-    memcpy(s->fds, s->later, (size_t)k * sizeof *s->fds);
-    s->n_fds = k;
-    s->n_later -= k;
-    memmove(s->later, s->later + k, (size_t)s->n_later * sizeof *s->later);
-    memmove(s->later_at, s->later_at + k,
-            (size_t)s->n_later * sizeof *s->later_at);
-    if (s->lost_err && s->lost_at <= off) {
-      s->fd_lost = s->lost_err;
-      s->lost_err = 0;
-    }
-    opd__handle_payload(s, s->rbuf + off + OPD_FRAME_HEADER, len);
-    close_stray_fds(s);
-    off = end;
-    handled++;
-  }
-  if (s->fd >= 0 && !s->closing && !throttled(s) && s->rlen > off &&
-      s->rlen - off < OPD_FRAME_HEADER)
-    partial = 1;
-  if (s->fd >= 0 && off > 0) {
-    memmove(s->rbuf, s->rbuf + off, s->rlen - off);
-    s->rlen -= off;
-    for (int i = 0; i < s->n_later; i++) s->later_at[i] -= off;
-    s->lost_at = s->lost_at > off ? s->lost_at - off : 0;
-  }
-  if (s->rlen == 0 && s->rcap > BUF_KEEP) { /* after a big frame */
-    free(s->rbuf);
-    s->rbuf = NULL;
-    s->rcap = 0;
-  }
-  /* a frame begun and not finished: the clock of --frame-timeout-ms
-   * starts at the first look that finds it so */
-  if (!partial) s->t_partial = 0;
-  else if (s->t_partial == 0 || handled > 0) s->t_partial = opd__now_ns();
-  s->parsing = 0;
-  return handled;
-}
-
-static void on_poll(uv_poll_t *h, int status, int events) {
-  opd_session_t *s = h->data;
-  if (status < 0) {
-    LOG_INFO("session %llu: poll: %s", (unsigned long long)s->id,
-             uv_strerror(status));
+/* The transports' fail callback: code 0, the peer is gone (or the socket
+ * failed): close now; else a goodbye naming why. */
+static void on_fail(opd_session_t *s, int code, const char *why) {
+  if (code == 0) {
+    LOG_INFO("session %llu: %s", (unsigned long long)s->id, why);
     opd__session_close(s);
-    return;
+  } else {
+    opd__out_goodbye(s, code, "%s", why);
   }
-  if ((events & UV_WRITABLE) && flush(s) < 0) return;
-  if ((events & UV_READABLE) && !s->closing) do_read(s);
-  opd__session_pump(s);
 }
+
+static const opd_transport_cb_t session_cb = {
+    .payload = on_payload, .fail = on_fail, .ready = opd__session_pump};
 
 /* ---- closing ---------------------------------------------------------- */
 
@@ -595,10 +244,8 @@ static void maybe_free(opd_session_t *s) {
   s->acct->clients--;
   opd__acct_put(srv, s->acct);
   if (!s->quiet) LOG_INFO("session %llu: closed", (unsigned long long)s->id);
-  srv->trim_pending += s->rcap + s->wcap;
+  opd__sock_free(s);
   free(s->arenas);
-  free(s->rbuf);
-  free(s->wbuf);
   free(s);
   /* freed memory back to the system, not kept in malloc's free lists:
    * after many clients went, the daemon returns to its baseline */
@@ -635,10 +282,7 @@ void opd__session_close(opd_session_t *s) {
   s->fd = -1; /* first: dropped jobs send nothing, and a failed send cannot
                  get back here to close the handle twice */
   drop_queue(s, OPD_ECLOSED, "connection closed");
-  close_stray_fds(s);
-  close_later_fds(s);
-  for (int i = 0; i < s->n_wfds; i++) close(s->wfd[i]);
-  s->n_wfds = 0;
+  opd__sock_close(s);
   opd__ring_close(s);
   uv_close((uv_handle_t *)&s->poll, on_poll_closed);
   close(fd);
@@ -652,37 +296,26 @@ void opd__session_shutdown(opd_session_t *s) {
   opd__session_pump(s);
 }
 
+/* The session moves on: its queued runs, the frames read now or left in
+ * rbuf while it was throttled, then a close it is due. Called from the
+ * loop's callbacks only (the socket's, a run's completion, the ring and
+ * sessions watchers, timers, signals), never from inside a request. */
 void opd__session_pump(opd_session_t *s) {
-  if (s->pumping) return; /* the outer call's loop picks the work up */
-  s->pumping = 1;
-  for (;;) {
-    if (s->running == NULL && s->q_head != NULL && s->fd >= 0) {
-      opd_job_t *j = s->q_head;
-      s->q_head = j->next;
-      if (s->q_head == NULL) s->q_tail = NULL;
-      s->running = j;
-      opd__job_start(j); /* inline jobs are finished when it returns */
-      continue;
-    }
-    /* frames read now, or left in rbuf while the session was throttled */
-    if (s->rlen >= OPD_FRAME_HEADER && parse_frames(s) > 0)
-      continue;
-    break;
-  }
-  s->pumping = 0;
+  do start_jobs(s);
+  while (s->rlen >= OPD_FRAME_HEADER && opd__sock_frames(s) > 0);
   if (s->fd < 0) {
     maybe_free(s);
     return;
   }
   if (s->goodbye && s->running == NULL) {
     if (s->goodbye == 1)
-      send_goodbye(s, s->srv->goodbye_code, "%s", s->srv->goodbye_why);
+      opd__out_goodbye(s, s->srv->goodbye_code, "%s", s->srv->goodbye_why);
     if (s->fd >= 0 && s->wlen == s->woff) {
       opd__session_close(s);
       return;
     }
   }
-  update_poll(s);
+  opd__sock_update(s);
 }
 
 /* ---- deadlines and limits that came free ------------------------------ */
@@ -717,11 +350,13 @@ void opd__sessions_sweep(opd_server_t *srv, uint64_t now) {
                  "was left unfinished"
                : "no hello within %u ms (--handshake-timeout-ms)",
                l->handshake_ms);
-      opd__session_goodbye(s, OPD_ETIMEDOUT, why);
+      opd__out_goodbye(s, OPD_ETIMEDOUT, "%s", why);
+      opd__session_pump(s);
     } else if (s->t_partial != 0 && now - s->t_partial > fr) {
       snprintf(why, sizeof why, "a frame was left unfinished for %u ms "
                "(--frame-timeout-ms)", l->frame_ms);
-      opd__session_goodbye(s, OPD_ETIMEDOUT, why);
+      opd__out_goodbye(s, OPD_ETIMEDOUT, "%s", why);
+      opd__session_pump(s);
     }
   }
 }

@@ -466,21 +466,23 @@ static int place(opd_job_t *job, int req, tref_t *in, tref_t *out, char *err,
   return opd__backend_for(dev)->plan(job, pin, pout, err, errlen);
 }
 
-void opd__run_request(opd_session_t *s, uint64_t id, const msgpack_object *body,
+void opd__run_request(const opd_req_t *r, const msgpack_object *body,
                       int infer) {
+  opd_session_t *s = r->s;
   opd_server_t *srv = s->srv;
+  uint64_t id = r->id;
   const char *what = infer ? "infer" : "run";
   char name[OPD_MAX_NAME], err[400];
   opd_tshape_t expect[OPD_MAX_TENSORS];
 
   if (opd__mp_str(opd__mp_get(body, "op"), name, sizeof name) != 0) {
-    opd__reply_error(s, id, OPD_EPROTO, "%s: \"op\" (a string) is required",
+    opd__reply_error(r, OPD_EPROTO, "%s: \"op\" (a string) is required",
                      what);
     return;
   }
   int idx = opd__op_index(name);
   if (idx < 0) {
-    opd__reply_error(s, id, OPD_ENOOP,
+    opd__reply_error(r, OPD_ENOOP,
                      "%s: unknown operator \"%s\" (`opctl ops` lists them)",
                      what, name);
     return;
@@ -494,13 +496,14 @@ void opd__run_request(opd_session_t *s, uint64_t id, const msgpack_object *body,
   if (rc == 0) {
     job->s = s;
     job->req_id = id;
+    job->via = r->via;
     job->op_index = idx;
     job->t_recv = opd__now_ns();
     rc = prepare(s, op, body, infer, req, job, expect, err, sizeof err);
   }
   if (rc != 0) {
     srv->op_stats[idx].errors++;
-    opd__reply_error(s, id, rc, "%s: %s", op->name, err);
+    opd__reply_error(r, rc, "%s: %s", op->name, err);
     if (job) opd__job_recycle(srv, job);
     return;
   }
@@ -518,11 +521,11 @@ void opd__run_request(opd_session_t *s, uint64_t id, const msgpack_object *body,
       for (int d = 0; d < expect[i].rank; d++)
         msgpack_pack_int64(&pk, expect[i].shape[d]);
     }
-    opd__reply(s, id, 0, srv->scratch.data, srv->scratch.size);
+    opd__reply(r, srv->scratch.data, srv->scratch.size);
     opd__job_recycle(srv, job);
     return;
   }
-  if (s->run_body != NULL) opd__run_cache_store(s, job);
+  opd__run_cache_store(r, job);
   opd__job_enqueue(s, job);
 }
 
