@@ -242,7 +242,8 @@ $(B)/tests/chaos: $(CHAOS_OBJ) $(B)/obj/tests/integration/harness.o $(B)/libopd.
 	$(CC) $(LDFLAGS) $^ -o $@ -lcriterion $(CLIENT_LIBS) -lm
 
 test: all $(B)/tests/unit $(B)/tests/ops $(B)/tests/integration $(B)/tests/chaos
-	@OPD_BIN=$(abspath $(B)/opd) OPD_BUILD=$(abspath $(B)) bash tests/run.sh
+	@OPD_BIN=$(abspath $(B)/opd) OPD_BUILD=$(abspath $(B)) \
+	  OPD_DAEMON_OBJ="$(DAEMON_OBJ) $(B)/obj/daemon/main.o" bash tests/run.sh
 
 # The unit, integration (once per transport) and chaos suites with the
 # daemon, libopd and the tests built with ASAN=1 (address + undefined) in

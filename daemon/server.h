@@ -487,7 +487,8 @@ void opd__sessions_init(opd_server_t *srv);
 
 /* handlers.c: every request type */
 void opd__handle(opd_req_t *r, const msgpack_object *req);
-int opd__ops_pack(opd_server_t *srv); /* fills srv->ops_body */
+/* schema.c: the OPS reply body (srv->ops_body), packed once at start */
+int opd__ops_pack(opd_server_t *srv);
 
 /* validate.c: the request */
 #define OPD_DEV_CPU (-2)

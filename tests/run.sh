@@ -27,6 +27,16 @@ run_criterion() { # name binary
   [ "$rc" = 0 ] && [ "$f" = 0 ] && [ "$c" = 0 ] || status=1
 }
 
+# the daemon's shape (issue 11): no file calls into one that calls back
+# (tests/arch/no_cycles.py, over the objects this build linked:
+# OPD_DAEMON_OBJ from make test, else every object under $B/obj/daemon)
+echo "== architecture: no call cycles between daemon files"
+if /usr/bin/python3 tests/arch/no_cycles.py ${OPD_DAEMON_OBJ:-$B/obj/daemon}; then
+  passed=$((passed + 1))
+else
+  failed=$((failed + 1)); status=1
+fi
+
 run_criterion "unit: framing, msgpack, descriptors, rings" "$B/tests/unit"
 run_criterion "ops: every CPU operator against its reference" "$B/tests/ops"
 # Both transports pass the whole suite: the integration and Python suites

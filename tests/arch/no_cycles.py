@@ -1,0 +1,105 @@
+#!/usr/bin/env python3
+"""No daemon translation unit calls into another that calls back into it.
+
+Reads the symbols each object file under OBJ_DIR (default build/obj/daemon)
+defines and uses (nm), draws an arrow A -> B when A uses a symbol B
+defines, and fails listing every cycle (a strongly connected set of files)
+with the symbols behind its arrows. Callbacks through function pointers
+(job->done, s->cb, the loop's watchers, srv->poisoned) are not arrows:
+they name no symbol of the callee's file, which is the point of them.
+
+Usage: no_cycles.py OBJ_DIR | FILE.o...   (make test passes the daemon's
+objects of the build, so that stale objects of removed files do not count)
+"""
+import os
+import subprocess
+import sys
+
+
+def symbols(path):
+    out = subprocess.run(["nm", "--defined-only", "-g", path], check=True,
+                         capture_output=True, text=True).stdout
+    defined = {l.split()[-1] for l in out.splitlines() if l.strip()}
+    out = subprocess.run(["nm", "--undefined-only", path], check=True,
+                         capture_output=True, text=True).stdout
+    used = {l.split()[-1] for l in out.splitlines() if l.strip()}
+    return defined, used
+
+
+def sccs(nodes, edges):
+    """Tarjan's algorithm: the strongly connected components."""
+    index, low, on, stack, out, n = {}, {}, set(), [], [], [0]
+
+    def visit(v):
+        index[v] = low[v] = n[0]
+        n[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in sorted(edges.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            out.append(sorted(comp))
+
+    for v in sorted(nodes):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def main():
+    args = sys.argv[1:] or ["build/obj/daemon"]
+    paths = []
+    if len(args) == 1 and os.path.isdir(args[0]):
+        for dirpath, _, files in os.walk(args[0]):
+            paths += [os.path.join(dirpath, f) for f in files if f.endswith(".o")]
+    else:
+        paths = args
+    objs = {}
+    for p in paths:  # build/obj/daemon/x.o -> daemon/x.c
+        name = p[p.rindex("obj/") + 4:] if "obj/" in p else p
+        objs[name[:-2] + ".c"] = symbols(p)
+    if not objs:
+        print("no_cycles: no object files in %s (build first)" % " ".join(args))
+        return 2
+    owner = {}
+    for name, (defined, _) in objs.items():
+        for sym in defined:
+            owner[sym] = name
+    edges, why = {}, {}
+    for name, (_, used) in objs.items():
+        for sym in used:
+            dst = owner.get(sym)
+            if dst is None or dst == name:
+                continue
+            edges.setdefault(name, set()).add(dst)
+            why.setdefault((name, dst), []).append(sym)
+    bad = [c for c in sccs(objs.keys(), edges) if len(c) > 1]
+    n_edges = sum(len(v) for v in edges.values())
+    if not bad:
+        print("no_cycles: %d daemon files, %d arrows between them, no cycle"
+              % (len(objs), n_edges))
+        return 0
+    for comp in bad:
+        print("no_cycles: these files call each other in a cycle: %s"
+              % ", ".join(comp))
+        for a in comp:
+            for b in sorted(edges.get(a, ())):
+                if b in comp:
+                    print("  %s -> %s: %s"
+                          % (a, b, ", ".join(sorted(why[(a, b)]))))
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
