@@ -246,8 +246,7 @@ int opd__access_allowed(const opd_server_t *srv, uid_t uid, gid_t gid,
 
 /* ---- readers of a published name ---------------------------------------- */
 
-static int add_reader(opd_readers_t *r, const char *e, char *err,
-                      size_t errlen) {
+static int add_reader(opd_readers_t *r, const char *e, opd_err_t *err) {
   if (strcmp(e, "*") == 0) {
     r->any = 1;
     return 0;
@@ -258,57 +257,55 @@ static int add_reader(opd_readers_t *r, const char *e, char *err,
   gid_t g = 0;
   int rc = group ? opd__gid_parse(id, &g) : opd__uid_parse(id, &u);
   if (rc == OPD_ENOENT) {
-    snprintf(err, errlen, "\"readers\": no %s is named \"%s\"",
-             group ? "group" : "user", id);
-    return OPD_EINVAL;
+    return opd__errf(err, OPD_EINVAL, "\"readers\": no %s is named \"%s\"",
+                     group ? "group" : "user", id);
   }
   if (rc != 0) {
-    snprintf(err, errlen, "\"readers\": \"%s\" is not a user, \"group:NAME\", "
-             "\"group:GID\" or \"*\"", e);
-    return rc == OPD_ENOMEM ? rc : OPD_EINVAL;
+    return opd__errf(err, rc == OPD_ENOMEM ? rc : OPD_EINVAL,
+                     "\"readers\": \"%s\" is not a user, \"group:NAME\", "
+                     "\"group:GID\" or \"*\"", e);
   }
   if (group) r->gids[r->n_gids++] = g;
   else r->uids[r->n_uids++] = u;
   return 0;
 }
 
-int opd__readers_parse(const msgpack_object *arr, opd_readers_t *r, char *err,
-                       size_t errlen) {
+int opd__readers_parse(const msgpack_object *arr, opd_readers_t *r, opd_err_t *err) {
   memset(r, 0, sizeof *r);
   if (arr->type != MSGPACK_OBJECT_ARRAY) {
-    snprintf(err, errlen, "\"readers\" must be an array of uids, user names, "
-             "\"group:NAME\" or \"*\"");
-    return OPD_EPROTO;
+    return opd__errf(err, OPD_EPROTO,
+                     "\"readers\" must be an array of uids, user names, "
+                     "\"group:NAME\" or \"*\"");
   }
   if (arr->via.array.size > OPD_MAX_READERS) {
-    snprintf(err, errlen, "\"readers\" has %u entries, at most %d (name a "
-             "group instead)", arr->via.array.size, OPD_MAX_READERS);
-    return OPD_EINVAL;
+    return opd__errf(err, OPD_EINVAL,
+                     "\"readers\" has %u entries, at most %d (name a "
+                     "group instead)", arr->via.array.size, OPD_MAX_READERS);
   }
   for (uint32_t i = 0; i < arr->via.array.size; i++) {
     const msgpack_object *o = &arr->via.array.ptr[i];
     char e[OPD_MAX_NAME + 8];
     if (o->type == MSGPACK_OBJECT_POSITIVE_INTEGER) {
       if (o->via.u64 >= (uint64_t)(uid_t)-1) {
-        snprintf(err, errlen, "\"readers\" entry %u: uid %llu is out of range",
-                 i, (unsigned long long)o->via.u64);
-        return OPD_EINVAL;
+        return opd__errf(err, OPD_EINVAL,
+                         "\"readers\" entry %u: uid %llu is out of range",
+                         i, (unsigned long long)o->via.u64);
       }
       r->uids[r->n_uids++] = (uid_t)o->via.u64;
       continue;
     }
     if (o->type != MSGPACK_OBJECT_STR || o->via.str.size >= sizeof e) {
-      snprintf(err, errlen, "\"readers\" entry %u must be a uid or a string "
-               "of at most %zu bytes", i, sizeof e - 1);
-      return OPD_EINVAL;
+      return opd__errf(err, OPD_EINVAL,
+                       "\"readers\" entry %u must be a uid or a string "
+                       "of at most %zu bytes", i, sizeof e - 1);
     }
     memcpy(e, o->via.str.ptr, o->via.str.size);
     e[o->via.str.size] = '\0';
     if (strlen(e) != o->via.str.size) {
-      snprintf(err, errlen, "\"readers\" entry %u holds a NUL byte", i);
-      return OPD_EINVAL;
+      return opd__errf(err, OPD_EINVAL,
+                       "\"readers\" entry %u holds a NUL byte", i);
     }
-    int rc = add_reader(r, e, err, errlen);
+    int rc = add_reader(r, e, err);
     if (rc != 0) return rc;
   }
   return 0;

@@ -13,6 +13,7 @@
 #ifndef OPD_ACCESS_H
 #define OPD_ACCESS_H
 
+#include "common/err.h"
 #include <stddef.h>
 #include <sys/types.h>
 #include <msgpack.h>
@@ -41,8 +42,7 @@ int opd__peer_in_groups(uid_t uid, gid_t gid, pid_t pid, const gid_t *gids,
 /* Reads PUBLISH's "readers" (an array of uids, user names, "group:NAME",
  * "group:GID" or "*") into r. Returns 0, or OPD_EINVAL / OPD_EPROTO with a
  * message naming the entry (err); r is then partly filled. */
-int opd__readers_parse(const msgpack_object *arr, opd_readers_t *r, char *err,
-                       size_t errlen);
+int opd__readers_parse(const msgpack_object *arr, opd_readers_t *r, opd_err_t *err);
 
 /* 1 when a peer with these credentials is one of r's readers. */
 int opd__readers_allow(const opd_readers_t *r, uid_t uid, gid_t gid,

@@ -25,14 +25,13 @@
  * exactly `size` bytes long, so that a mapping of it can never fault) and
  * maps it shared read-write. Returns 0 with *base set, or OPD_EFD /
  * OPD_EINVAL / OPD_ENOMEM with a reason in err. fd stays open. */
-int opd__memfd_map(int fd, uint64_t size, void **base, char *err,
-                   size_t errlen) {
-  int rc = opd__memfd_check(fd, size, err, errlen);
+int opd__memfd_map(int fd, uint64_t size, void **base, opd_err_t *err) {
+  int rc = opd__memfd_check(fd, size, err->msg, sizeof err->msg);
   if (rc != 0) return rc;
   void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) {
-    snprintf(err, errlen, "mmap of the memfd failed: %s", strerror(errno));
-    return errno == ENOMEM ? OPD_ENOMEM : OPD_EFD;
+    return opd__errf(err, errno == ENOMEM ? OPD_ENOMEM : OPD_EFD,
+                     "mmap of the memfd failed: %s", strerror(errno));
   }
   *base = p;
   return 0;
@@ -41,19 +40,18 @@ int opd__memfd_map(int fd, uint64_t size, void **base, char *err,
 /* Takes ownership of fd (closed in every case). On success the arena is in
  * s's table and *id names it. */
 int opd__arena_register(opd_session_t *s, int fd, uint64_t size,
-                        uint64_t *id, char *err, size_t errlen) {
+                        uint64_t *id, opd_err_t *err) {
   opd_arena_t *a = NULL;
   void *base = MAP_FAILED;
   int rc = 0;
 
-  if ((rc = opd__limit_arena(s, size, err, errlen)) != 0) goto out;
-  if ((rc = opd__memfd_map(fd, size, &base, err, errlen)) != 0) {
+  if ((rc = opd__limit_arena(s, size, err)) != 0) goto out;
+  if ((rc = opd__memfd_map(fd, size, &base, err)) != 0) {
     base = MAP_FAILED;
     goto out;
   }
   if ((a = calloc(1, sizeof *a)) == NULL) {
-    snprintf(err, errlen, "out of memory");
-    rc = OPD_ENOMEM;
+    rc = opd__errf(err, OPD_ENOMEM, "out of memory");
     goto out;
   }
   a->id = ++s->srv->next_arena_id;
@@ -88,24 +86,20 @@ opd_arena_t *opd__arena_find(opd_session_t *s, uint64_t id) {
 
 /* Allocates device memory on CUDA device `dev` as an arena of s. */
 int opd__arena_alloc_device(opd_session_t *s, int dev, uint64_t size,
-                            int exportable, uint64_t *id, char *err,
-                            size_t errlen) {
+                            int exportable, uint64_t *id, opd_err_t *err) {
   opd_arena_t *a;
   void *ptr;
   int rc;
 
   if (size == 0) {
-    snprintf(err, errlen, "size must be at least 1 byte");
-    return OPD_EINVAL;
+    return opd__errf(err, OPD_EINVAL, "size must be at least 1 byte");
   }
-  if ((rc = opd__limit_arena(s, size, err, errlen)) != 0) return rc;
+  if ((rc = opd__limit_arena(s, size, err)) != 0) return rc;
   if ((a = calloc(1, sizeof *a)) == NULL) {
-    snprintf(err, errlen, "out of memory");
-    return OPD_ENOMEM;
+    return opd__errf(err, OPD_ENOMEM, "out of memory");
   }
   void *vmm = NULL;
-  rc = opd__backend_dev.alloc(s->srv, dev, size, exportable, &ptr, &vmm, err,
-                              errlen);
+  rc = opd__backend_dev.alloc(s->srv, dev, size, exportable, &ptr, &vmm, err);
   if (rc != 0) {
     free(a);
     return rc;
@@ -127,23 +121,20 @@ int opd__arena_alloc_device(opd_session_t *s, int dev, uint64_t size,
 
 /* Imports client device memory by CUDA IPC handle as an arena of s. */
 int opd__arena_import(opd_session_t *s, int dev, const void *handle,
-                      uint64_t offset, uint64_t size, uint64_t *id, char *err,
-                      size_t errlen) {
+                      uint64_t offset, uint64_t size, uint64_t *id, opd_err_t *err) {
   opd_arena_t *a;
   void *ptr, *token;
   int rc;
   if (size == 0) {
-    snprintf(err, errlen, "size must be at least 1 byte");
-    return OPD_EINVAL;
+    return opd__errf(err, OPD_EINVAL, "size must be at least 1 byte");
   }
   /* the client's own memory: counted as an arena, its bytes are not ours */
-  if ((rc = opd__limit_arena(s, 0, err, errlen)) != 0) return rc;
+  if ((rc = opd__limit_arena(s, 0, err)) != 0) return rc;
   if ((a = calloc(1, sizeof *a)) == NULL) {
-    snprintf(err, errlen, "out of memory");
-    return OPD_ENOMEM;
+    return opd__errf(err, OPD_ENOMEM, "out of memory");
   }
   rc = opd__backend_dev.import(s->srv, s->id, dev, handle, offset, size, &ptr,
-                               &token, err, errlen);
+                               &token, err);
   if (rc != 0) {
     free(a);
     return rc;

@@ -125,11 +125,11 @@ static void handle_register(opd_req_t *r, int type,
   opd_session_t *s = r->s;
   (void)type;
   uint64_t size, arena;
-  char err[200];
+  opd_err_t err;
 
   int fd;
-  if (opd__req_take_fds(r, 1, &fd, err, sizeof err) != 0) {
-    opd__reply_error(r, OPD_EFD, "arena_register: the memfd: %s", err);
+  if (opd__req_take_fds(r, 1, &fd, &err) != 0) {
+    opd__reply_error(r, OPD_EFD, "arena_register: the memfd: %s", err.msg);
     return;
   }
   if (opd__mp_uint(opd__mp_get(body, "size"), &size) != 0) {
@@ -138,9 +138,9 @@ static void handle_register(opd_req_t *r, int type,
                      "arena_register: \"size\" (unsigned) is required");
     return;
   }
-  int rc = opd__arena_register(s, fd, size, &arena, err, sizeof err);
+  int rc = opd__arena_register(s, fd, size, &arena, &err);
   if (rc != 0) {
-    opd__reply_error(r, rc, "arena_register: %s", err);
+    opd__reply_error(r, rc, "arena_register: %s", err.msg);
     return;
   }
   reply_arena(r, arena);
@@ -150,7 +150,8 @@ static void handle_alloc(opd_req_t *r, int type,
                          const msgpack_object *body) {
   opd_session_t *s = r->s;
   (void)type;
-  char dev[OPD_MAX_NAME], err[300];
+  char dev[OPD_MAX_NAME];
+  opd_err_t err;
   uint64_t size, arena;
   int req;
   if (opd__mp_str(opd__mp_get(body, "device"), dev, sizeof dev) != 0 ||
@@ -160,20 +161,18 @@ static void handle_alloc(opd_req_t *r, int type,
                      "are required");
     return;
   }
-  int rc = opd__device_parse(s->srv, dev, &req, err, sizeof err);
+  int rc = opd__device_parse(s->srv, dev, &req, &err);
   if (rc == 0 && req < 0) {
-    rc = OPD_EDEVICE;
-    snprintf(err, sizeof err, "device \"%s\" is not a cuda device (host "
-             "memory comes from arena_register)", dev);
+    rc = opd__errf(&err, OPD_EDEVICE, "device \"%s\" is not a cuda device "
+                   "(host memory comes from arena_register)", dev);
   }
   const msgpack_object *ex = opd__mp_get(body, "exportable");
   int exportable = ex != NULL && ex->type == MSGPACK_OBJECT_BOOLEAN &&
                    ex->via.boolean;
   if (rc == 0)
-    rc = opd__arena_alloc_device(s, req, size, exportable, &arena, err,
-                                 sizeof err);
+    rc = opd__arena_alloc_device(s, req, size, exportable, &arena, &err);
   if (rc != 0) {
-    opd__reply_error(r, rc, "alloc: %s", err);
+    opd__reply_error(r, rc, "alloc: %s", err.msg);
     return;
   }
   reply_arena(r, arena);
@@ -185,7 +184,8 @@ static void handle_publish(opd_req_t *r, int type,
   const char *what = opd__msg_name(type);
   /* room for "user/name" in attach and unpublish; publish checks that its
    * name has at most OPD_MAX_NAME - 1 bytes */
-  char name[2 * OPD_MAX_NAME], err[300];
+  char name[2 * OPD_MAX_NAME];
+  opd_err_t err;
   uint64_t arena = 0;
   if (opd__mp_str(opd__mp_get(body, "name"), name, sizeof name) != 0 ||
       (type == OPD_MSG_PUBLISH &&
@@ -210,9 +210,9 @@ static void handle_publish(opd_req_t *r, int type,
   opd_readers_t readers, *rd = NULL;
   const msgpack_object *ro = opd__mp_get(body, "readers");
   if (type == OPD_MSG_PUBLISH && ro != NULL && ro->type != MSGPACK_OBJECT_NIL) {
-    int rc = opd__readers_parse(ro, &readers, err, sizeof err);
+    int rc = opd__readers_parse(ro, &readers, &err);
     if (rc != 0) {
-      opd__reply_error(r, rc, "%s: %s", what, err);
+      opd__reply_error(r, rc, "%s: %s", what, err.msg);
       return;
     }
     rd = &readers;
@@ -220,12 +220,12 @@ static void handle_publish(opd_req_t *r, int type,
   opd_arena_t *a = NULL;
   const char *ameta = "";
   int rc = type == OPD_MSG_PUBLISH
-               ? opd__publish(s, arena, name, meta, rd, err, sizeof err)
+               ? opd__publish(s, arena, name, meta, rd, &err)
            : type == OPD_MSG_UNPUBLISH
-               ? opd__unpublish(s, name, err, sizeof err)
-               : opd__attach(s, name, &a, &ameta, err, sizeof err);
+               ? opd__unpublish(s, name, &err)
+               : opd__attach(s, name, &a, &ameta, &err);
   if (rc != 0) {
-    opd__reply_error(r, rc, "%s: %s", what, err);
+    opd__reply_error(r, rc, "%s: %s", what, err.msg);
     return;
   }
   if (a == NULL) {
@@ -253,7 +253,8 @@ static void handle_import(opd_req_t *r, int type,
   opd_session_t *s = r->s;
   (void)type;
   const msgpack_object *h = opd__mp_get(body, "handle");
-  char dev[OPD_MAX_NAME], err[300];
+  char dev[OPD_MAX_NAME];
+  opd_err_t err;
   uint64_t offset, size, arena;
   int req;
   if (h == NULL || h->type != MSGPACK_OBJECT_BIN || h->via.bin.size != 64 ||
@@ -265,16 +266,15 @@ static void handle_import(opd_req_t *r, int type,
                      "\"size\" (unsigned) and \"device\" are required");
     return;
   }
-  int rc = opd__device_parse(s->srv, dev, &req, err, sizeof err);
+  int rc = opd__device_parse(s->srv, dev, &req, &err);
   if (rc == 0 && req < 0) {
-    rc = OPD_EDEVICE;
-    snprintf(err, sizeof err, "device \"%s\" is not a cuda device", dev);
+    rc = opd__errf(&err, OPD_EDEVICE, "device \"%s\" is not a cuda device",
+                   dev);
   }
   if (rc == 0)
-    rc = opd__arena_import(s, req, h->via.bin.ptr, offset, size, &arena, err,
-                           sizeof err);
+    rc = opd__arena_import(s, req, h->via.bin.ptr, offset, size, &arena, &err);
   if (rc != 0) {
-    opd__reply_error(r, rc, "import: %s", err);
+    opd__reply_error(r, rc, "import: %s", err.msg);
     return;
   }
   reply_arena(r, arena);
@@ -285,7 +285,7 @@ static void handle_export(opd_req_t *r, int type,
   opd_session_t *s = r->s;
   (void)type;
   uint64_t arena;
-  char err[300];
+  opd_err_t err;
   int fd;
   if (opd__mp_uint(opd__mp_get(body, "arena"), &arena) != 0) {
     opd__reply_error(r, OPD_EPROTO, "export: \"arena\" (unsigned) is required");
@@ -311,10 +311,9 @@ static void handle_export(opd_req_t *r, int type,
     return;
   }
   uint64_t alloc_size = 0;
-  int rc = opd__backend_dev.export(s->srv, a->vmm, &fd, &alloc_size, err,
-                                   sizeof err);
+  int rc = opd__backend_dev.export(s->srv, a->vmm, &fd, &alloc_size, &err);
   if (rc != 0) {
-    opd__reply_error(r, rc, "export: %s", err);
+    opd__reply_error(r, rc, "export: %s", err.msg);
     return;
   }
   char dev[16];
@@ -338,11 +337,12 @@ static void handle_ring_setup(opd_req_t *r, int type,
                               const msgpack_object *body) {
   opd_session_t *s = r->s;
   (void)type;
-  char err[300], why[200];
+  opd_err_t err;
+  char why[200];
   int mode;
-  int rc = opd__ring_setup(r, body, &mode, why, sizeof why, err, sizeof err);
+  int rc = opd__ring_setup(r, body, &mode, why, sizeof why, &err);
   if (rc != 0) {
-    opd__reply_error(r, rc, "ring_setup: %s", err);
+    opd__reply_error(r, rc, "ring_setup: %s", err.msg);
     return;
   }
   /* {"wait": granted, "why"?: why not spin}; this reply still goes to the

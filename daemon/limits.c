@@ -47,53 +47,51 @@ void opd__acct_put(opd_server_t *srv, opd_acct_t *a) {
     }
 }
 
-int opd__limit_arena(const opd_session_t *s, uint64_t bytes, char *err,
-                     size_t errlen) {
+int opd__limit_arena(const opd_session_t *s, uint64_t bytes, opd_err_t *err) {
   const opd_server_t *srv = s->srv;
   const opd_limits_t *l = &srv->cfg.limits;
   const opd_acct_t *a = s->acct;
   unsigned uid = (unsigned)s->uid;
   if (s->n_arenas >= l->max_arenas) {
-    snprintf(err, errlen, "session has %u arenas, the limit (--max-arenas)",
-             s->n_arenas);
-    return OPD_ELIMIT;
+    return opd__errf(err, OPD_ELIMIT,
+                     "session has %u arenas, the limit (--max-arenas)",
+                     s->n_arenas);
   }
   if (a->arenas >= l->max_uid_arenas) {
-    snprintf(err, errlen, "uid %u has %u arenas, the limit (--max-uid-arenas)",
-             uid, a->arenas);
-    return OPD_ELIMIT;
+    return opd__errf(err, OPD_ELIMIT,
+                     "uid %u has %u arenas, the limit (--max-uid-arenas)",
+                     uid, a->arenas);
   }
   if (srv->arenas >= l->max_total_arenas) {
-    snprintf(err, errlen, "the daemon holds %llu arenas, the limit "
-             "(--max-total-arenas)", (unsigned long long)srv->arenas);
-    return OPD_ELIMIT;
+    return opd__errf(err, OPD_ELIMIT, "the daemon holds %llu arenas, the limit "
+                     "(--max-total-arenas)", (unsigned long long)srv->arenas);
   }
   if (bytes > l->max_arena_bytes) {
-    snprintf(err, errlen, "arena of %llu bytes exceeds the limit of %llu "
-             "(--max-arena-bytes)", (unsigned long long)bytes,
-             (unsigned long long)l->max_arena_bytes);
-    return OPD_ELIMIT;
+    return opd__errf(err, OPD_ELIMIT,
+                     "arena of %llu bytes exceeds the limit of %llu "
+                     "(--max-arena-bytes)", (unsigned long long)bytes,
+                     (unsigned long long)l->max_arena_bytes);
   }
   if (s->bytes_mapped + bytes > l->max_session_bytes) {
-    snprintf(err, errlen, "session would map %llu bytes, over the limit of "
-             "%llu (--max-session-bytes)",
-             (unsigned long long)(s->bytes_mapped + bytes),
-             (unsigned long long)l->max_session_bytes);
-    return OPD_ELIMIT;
+    return opd__errf(err, OPD_ELIMIT,
+                     "session would map %llu bytes, over the limit of "
+                     "%llu (--max-session-bytes)",
+                     (unsigned long long)(s->bytes_mapped + bytes),
+                     (unsigned long long)l->max_session_bytes);
   }
   if (a->bytes + bytes > l->max_uid_bytes) {
-    snprintf(err, errlen, "uid %u would map %llu bytes, over the limit of "
-             "%llu (--max-uid-bytes)", uid,
-             (unsigned long long)(a->bytes + bytes),
-             (unsigned long long)l->max_uid_bytes);
-    return OPD_ELIMIT;
+    return opd__errf(err, OPD_ELIMIT,
+                     "uid %u would map %llu bytes, over the limit of "
+                     "%llu (--max-uid-bytes)", uid,
+                     (unsigned long long)(a->bytes + bytes),
+                     (unsigned long long)l->max_uid_bytes);
   }
   if (srv->bytes_mapped + bytes > l->max_total_bytes) {
-    snprintf(err, errlen, "the daemon would map %llu bytes, over the limit "
-             "of %llu (--max-total-bytes)",
-             (unsigned long long)(srv->bytes_mapped + bytes),
-             (unsigned long long)l->max_total_bytes);
-    return OPD_ELIMIT;
+    return opd__errf(err, OPD_ELIMIT,
+                     "the daemon would map %llu bytes, over the limit "
+                     "of %llu (--max-total-bytes)",
+                     (unsigned long long)(srv->bytes_mapped + bytes),
+                     (unsigned long long)l->max_total_bytes);
   }
   return 0;
 }
@@ -104,23 +102,23 @@ void opd__acct_arena(opd_session_t *s, int64_t n, int64_t bytes) {
   s->bytes_mapped = (uint64_t)((int64_t)s->bytes_mapped + bytes);
 }
 
-int opd__limit_name(const opd_session_t *s, char *err, size_t errlen) {
+int opd__limit_name(const opd_session_t *s, opd_err_t *err) {
   const opd_server_t *srv = s->srv;
   const opd_limits_t *l = &srv->cfg.limits;
   if (s->n_names >= l->max_session_names) {
-    snprintf(err, errlen, "session has published %u names, the limit "
-             "(--max-session-names)", s->n_names);
-    return OPD_ELIMIT;
+    return opd__errf(err, OPD_ELIMIT,
+                     "session has published %u names, the limit "
+                     "(--max-session-names)", s->n_names);
   }
   if (s->acct->names >= l->max_uid_names) {
-    snprintf(err, errlen, "uid %u has published %u names, the limit "
-             "(--max-uid-names)", (unsigned)s->uid, s->acct->names);
-    return OPD_ELIMIT;
+    return opd__errf(err, OPD_ELIMIT,
+                     "uid %u has published %u names, the limit "
+                     "(--max-uid-names)", (unsigned)s->uid, s->acct->names);
   }
   if (srv->n_pubs >= l->max_names) {
-    snprintf(err, errlen, "%u names are published, the limit (--max-names)",
-             srv->n_pubs);
-    return OPD_ELIMIT;
+    return opd__errf(err, OPD_ELIMIT,
+                     "%u names are published, the limit (--max-names)",
+                     srv->n_pubs);
   }
   return 0;
 }

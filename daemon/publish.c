@@ -58,7 +58,7 @@ static int may_read(const opd_session_t *s, const opd_pub_t *p) {
  * message whether nothing is published or s may not read it) or OPD_EINVAL
  * (not a name of either form) and a message in err. */
 static opd_pub_t *lookup(opd_session_t *s, const char *given, int *rc,
-                         char *err, size_t errlen) {
+                         opd_err_t *err) {
   opd_server_t *srv = s->srv;
   const char *slash = strchr(given, '/');
   uid_t uid = s->uid;
@@ -71,15 +71,15 @@ static opd_pub_t *lookup(opd_session_t *s, const char *given, int *rc,
     name = slash + 1;
     if (n == 0 || n >= sizeof owner || *name == '\0' ||
         strchr(name, '/') != NULL) {
-      snprintf(err, errlen, "\"%s\" is not \"name\" or \"user/name\"", given);
-      *rc = OPD_EINVAL;
+      *rc = opd__errf(err, OPD_EINVAL, "\"%s\" is not \"name\" or "
+                      "\"user/name\"", given);
       return NULL;
     }
     memcpy(owner, given, n);
     owner[n] = '\0';
     if (opd__uid_parse(owner, &uid) != 0) {
-      snprintf(err, errlen, "nothing is published as \"%s\" (no user is "
-               "named \"%s\")", given, owner);
+      opd__errf(err, *rc, "nothing is published as \"%s\" (no user is "
+                "named \"%s\")", given, owner);
       return NULL;
     }
   }
@@ -92,62 +92,59 @@ static opd_pub_t *lookup(opd_session_t *s, const char *given, int *rc,
              opd__log_escape(name, esc, sizeof esc), (unsigned)uid);
   }
   if (uid == s->uid)
-    snprintf(err, errlen, "nothing is published as \"%s\" by uid %u (another "
-             "user's name is attached as \"user/name\")", name, (unsigned)uid);
+    opd__errf(err, *rc, "nothing is published as \"%s\" by uid %u (another "
+              "user's name is attached as \"user/name\")", name, (unsigned)uid);
   else
-    snprintf(err, errlen, "nothing that uid %u may read is published as "
-             "\"%s\"", (unsigned)s->uid, given);
+    opd__errf(err, *rc, "nothing that uid %u may read is published as "
+              "\"%s\"", (unsigned)s->uid, given);
   return NULL;
 }
 
 int opd__publish(opd_session_t *s, uint64_t arena, const char *name,
-                 const char *meta, const opd_readers_t *readers, char *err,
-                 size_t errlen) {
+                 const char *meta, const opd_readers_t *readers, opd_err_t *err) {
   opd_server_t *srv = s->srv;
   opd_arena_t *a = opd__arena_find(s, arena);
   if (name[0] == '\0') {
-    snprintf(err, errlen, "the name is empty");
-    return OPD_EINVAL;
+    return opd__errf(err, OPD_EINVAL, "the name is empty");
   }
   if (strlen(name) >= OPD_MAX_NAME) {
-    snprintf(err, errlen, "the name has %zu bytes, at most %d", strlen(name),
-             OPD_MAX_NAME - 1);
-    return OPD_EINVAL;
+    return opd__errf(err, OPD_EINVAL,
+                     "the name has %zu bytes, at most %d", strlen(name),
+                     OPD_MAX_NAME - 1);
   }
   if (strchr(name, '/') != NULL) {
-    snprintf(err, errlen, "\"%s\": a published name may not contain '/' "
-             "(\"user/name\" names another user's name in attach)", name);
-    return OPD_EINVAL;
+    return opd__errf(err, OPD_EINVAL,
+                     "\"%s\": a published name may not contain '/' "
+                     "(\"user/name\" names another user's name in attach)", name);
   }
   if (a == NULL) {
-    snprintf(err, errlen, "unknown arena %llu (not registered by this session)",
-             (unsigned long long)arena);
-    return OPD_EARENA;
+    return opd__errf(err, OPD_EARENA,
+                     "unknown arena %llu (not registered by this session)",
+                     (unsigned long long)arena);
   }
   if (a->readonly) {
-    snprintf(err, errlen, "arena %llu is itself an attachment; publish the "
-             "original", (unsigned long long)arena);
-    return OPD_EREADONLY;
+    return opd__errf(err, OPD_EREADONLY,
+                     "arena %llu is itself an attachment; publish the "
+                     "original", (unsigned long long)arena);
   }
   if (a->import != NULL) {
-    snprintf(err, errlen, "arena %llu is client memory imported by IPC; "
-             "publish daemon-owned memory (alloc) instead",
-             (unsigned long long)arena);
-    return OPD_EINVAL;
+    return opd__errf(err, OPD_EINVAL,
+                     "arena %llu is client memory imported by IPC; "
+                     "publish daemon-owned memory (alloc) instead",
+                     (unsigned long long)arena);
   }
   const opd_pub_t *old = find(srv, s->uid, name);
   if (old != NULL) {
-    snprintf(err, errlen, "\"%s\" is already published by uid %u (session "
-             "%llu)", name, (unsigned)s->uid, (unsigned long long)old->owner);
-    return OPD_EINVAL;
+    return opd__errf(err, OPD_EINVAL,
+                     "\"%s\" is already published by uid %u (session "
+                     "%llu)", name, (unsigned)s->uid, (unsigned long long)old->owner);
   }
-  int rc = opd__limit_name(s, err, errlen);
+  int rc = opd__limit_name(s, err);
   if (rc != 0) return rc;
   opd_readers_t *rd = NULL;
   if (readers != NULL && (readers->any || readers->n_uids || readers->n_gids)) {
     if ((rd = malloc(sizeof *rd)) == NULL) {
-      snprintf(err, errlen, "out of memory");
-      return OPD_ENOMEM;
+      return opd__errf(err, OPD_ENOMEM, "out of memory");
     }
     *rd = *readers;
   }
@@ -156,8 +153,7 @@ int opd__publish(opd_session_t *s, uint64_t arena, const char *name,
     opd_pub_t *np = realloc(srv->pubs, cap * sizeof *np);
     if (np == NULL) {
       free(rd);
-      snprintf(err, errlen, "out of memory");
-      return OPD_ENOMEM;
+      return opd__errf(err, OPD_ENOMEM, "out of memory");
     }
     srv->pubs = np;
     srv->cap_pubs = cap;
@@ -181,16 +177,15 @@ int opd__publish(opd_session_t *s, uint64_t arena, const char *name,
   return 0;
 }
 
-int opd__unpublish(opd_session_t *s, const char *name, char *err,
-                   size_t errlen) {
+int opd__unpublish(opd_session_t *s, const char *name, opd_err_t *err) {
   int rc;
-  opd_pub_t *p = lookup(s, name, &rc, err, errlen);
+  opd_pub_t *p = lookup(s, name, &rc, err);
   if (p == NULL) return rc;
   if (p->owner != s->id) {
-    snprintf(err, errlen, "\"%s\" was published by another session (session "
-             "%llu); only it can unpublish the name", name,
-             (unsigned long long)p->owner);
-    return OPD_EINVAL;
+    return opd__errf(err, OPD_EINVAL,
+                     "\"%s\" was published by another session (session "
+                     "%llu); only it can unpublish the name", name,
+                     (unsigned long long)p->owner);
   }
   drop(s->srv, p);
   opd__acct_name(s, -1);
@@ -198,17 +193,16 @@ int opd__unpublish(opd_session_t *s, const char *name, char *err,
 }
 
 int opd__attach(opd_session_t *s, const char *name, opd_arena_t **out,
-                const char **meta, char *err, size_t errlen) {
+                const char **meta, opd_err_t *err) {
   opd_server_t *srv = s->srv;
   int rc;
-  opd_pub_t *p = lookup(s, name, &rc, err, errlen);
+  opd_pub_t *p = lookup(s, name, &rc, err);
   if (p == NULL) return rc;
-  rc = opd__limit_arena(s, 0, err, errlen); /* no bytes of its own */
+  rc = opd__limit_arena(s, 0, err); /* no bytes of its own */
   if (rc != 0) return rc;
   opd_arena_t *a = calloc(1, sizeof *a);
   if (a == NULL) {
-    snprintf(err, errlen, "out of memory");
-    return OPD_ENOMEM;
+    return opd__errf(err, OPD_ENOMEM, "out of memory");
   }
   *a = *p->arena;
   a->id = ++srv->next_arena_id;

@@ -171,14 +171,13 @@ int opd__spin_grant(const opd_server_t *srv, char *why, size_t cap) {
 }
 
 int opd__ring_setup(opd_req_t *r, const msgpack_object *body, int *granted,
-                    char *why, size_t whylen, char *err, size_t errlen) {
+                    char *why, size_t whylen, opd_err_t *err) {
   opd_session_t *s = r->s;
   opd_server_t *srv = s->srv;
   uint64_t size, sqn, sqs, cqn, cqs;
   char wait[16];
   if (s->ring) {
-    snprintf(err, errlen, "this session already has rings");
-    return OPD_ESTATE;
+    return opd__errf(err, OPD_ESTATE, "this session already has rings");
   }
   if (opd__mp_uint(opd__mp_get(body, "size"), &size) ||
       opd__mp_uint(opd__mp_get(body, "sq_slots"), &sqn) ||
@@ -186,26 +185,24 @@ int opd__ring_setup(opd_req_t *r, const msgpack_object *body, int *granted,
       opd__mp_uint(opd__mp_get(body, "cq_slots"), &cqn) ||
       opd__mp_uint(opd__mp_get(body, "cq_slot_size"), &cqs) ||
       opd__mp_str(opd__mp_get(body, "wait"), wait, sizeof wait)) {
-    snprintf(err, errlen, "\"size\", \"sq_slots\", \"sq_slot_size\", "
-             "\"cq_slots\", \"cq_slot_size\" (unsigned) and \"wait\" are "
-             "required");
-    return OPD_EPROTO;
+    return opd__errf(err, OPD_EPROTO,
+                     "\"size\", \"sq_slots\", \"sq_slot_size\", "
+                     "\"cq_slots\", \"cq_slot_size\" (unsigned) and \"wait\" are "
+                     "required");
   }
   int mode = opd__ring_mode_from_name(wait);
   if (mode == 0) {
-    snprintf(err, errlen, "\"wait\" must be spin or adaptive, got \"%s\"", wait);
-    return OPD_EINVAL;
+    return opd__errf(err, OPD_EINVAL,
+                     "\"wait\" must be spin or adaptive, got \"%s\"", wait);
   }
   /* spin: the memfd, and an eventfd too when the client allows being
    * given adaptive instead (libopd sends both) */
   int need = mode == OPD_RING_ADAPTIVE || r->n_fds >= 2 ? 2 : 1;
   int fds[2] = {-1, -1};
-  char fwhy[200];
-  if (opd__req_take_fds(r, need, fds, fwhy, sizeof fwhy) != 0) {
-    snprintf(err, errlen, "%s rings need the memfd%s: %s", wait,
-             need == 2 ? " and an eventfd" : "", fwhy);
-    return OPD_EFD;
-  }
+  opd_err_t fwhy;
+  if (opd__req_take_fds(r, need, fds, &fwhy) != 0)
+    return opd__errf(err, OPD_EFD, "%s rings need the memfd%s: %s", wait,
+                     need == 2 ? " and an eventfd" : "", fwhy.msg);
   int memfd = fds[0], efd = fds[1];
   why[0] = '\0';
   if (mode == OPD_RING_SPIN && !opd__spin_grant(srv, why, whylen)) {
@@ -225,38 +222,36 @@ int opd__ring_setup(opd_req_t *r, const msgpack_object *body, int *granted,
   int rc = 0;
   size_t off = 0;
   if (sqn > (1u << 20) || cqn > (1u << 20) || sqs > 65536 || cqs > 65536) {
-    snprintf(err, errlen, "ring geometry out of range");
-    rc = OPD_EINVAL;
+    rc = opd__errf(err, OPD_EINVAL, "ring geometry out of range");
     goto fail;
   }
   off = cq_offset((uint32_t)sqn, (uint32_t)sqs);
   if (size > ((uint64_t)64 << 20) ||
       size < off + opd__ring_bytes((uint32_t)cqn, (uint32_t)cqs)) {
-    snprintf(err, errlen, "a region of %llu bytes does not hold the rings "
-             "(or exceeds 64 MiB)", (unsigned long long)size);
-    rc = OPD_EINVAL;
+    rc = opd__errf(err, OPD_EINVAL,
+                   "a region of %llu bytes does not hold the rings "
+                   "(or exceeds 64 MiB)", (unsigned long long)size);
     goto fail;
   }
-  if ((rc = opd__memfd_map(memfd, size, &base, err, errlen)) != 0) goto fail;
+  if ((rc = opd__memfd_map(memfd, size, &base, err)) != 0) goto fail;
   if (opd__ring_attach(base, off, (uint32_t)sqn, (uint32_t)sqs, &s->sq) != 0 ||
       opd__ring_attach((char *)base + off, size - off, (uint32_t)cqn,
                        (uint32_t)cqs, &s->cq) != 0) {
-    snprintf(err, errlen, "the rings are not formatted (bad geometry, magic "
-             "or counters)");
-    rc = OPD_EINVAL;
+    rc = opd__errf(err, OPD_EINVAL,
+                   "the rings are not formatted (bad geometry, magic "
+                   "or counters)");
     goto fail;
   }
   if (efd >= 0) {
     if (!is_eventfd(efd)) {
-      snprintf(err, errlen, "the second file descriptor is not an eventfd");
-      rc = OPD_EFD;
+      rc = opd__errf(err, OPD_EFD,
+                     "the second file descriptor is not an eventfd");
       goto fail;
     }
     fcntl(efd, F_SETFL, fcntl(efd, F_GETFL) | O_NONBLOCK);
     /* its own allocation: it may be closed after the session is freed */
     if ((s->ring_poll = malloc(sizeof *s->ring_poll)) == NULL) {
-      snprintf(err, errlen, "out of memory");
-      rc = OPD_ENOMEM;
+      rc = opd__errf(err, OPD_ENOMEM, "out of memory");
       goto fail;
     }
     uv_poll_init(srv->loop, s->ring_poll, efd);
@@ -266,8 +261,7 @@ int opd__ring_setup(opd_req_t *r, const msgpack_object *body, int *granted,
   }
   s->ring_buf = malloc(opd__ring_max_msg(&s->sq));
   if (s->ring_buf == NULL) {
-    snprintf(err, errlen, "out of memory");
-    rc = OPD_ENOMEM;
+    rc = opd__errf(err, OPD_ENOMEM, "out of memory");
     goto fail_poll;
   }
   close(memfd);

@@ -26,6 +26,7 @@
 #include <uv.h>
 
 #include "common/clock.h" /* opd__now_ns */
+#include "common/err.h"
 #include "common/ring.h"
 #include "daemon/backend/backend.h"
 #include "daemon/loop.h"
@@ -371,8 +372,7 @@ void opd__sock_free(opd_session_t *s);   /* frees its buffers */
 /* Claims `need` fds sent with the request: 0 with fds[] (the caller owns
  * them), or OPD_EFD with err naming why there are none (not sent, or the
  * daemon was out of fds when they came). */
-int opd__req_take_fds(opd_req_t *r, int need, int *fds, char *err,
-                      size_t errlen);
+int opd__req_take_fds(opd_req_t *r, int need, int *fds, opd_err_t *err);
 
 /* outbox.c: every message sent. `via`: OPD_VIA_RING or OPD_VIA_SOCKET.
  * `body` is a packed msgpack map (NULL for {}); an error's is
@@ -399,27 +399,23 @@ static inline void opd__reply(const opd_req_t *r, const char *body,
   opd__out_error((r)->s, (r)->via, (r)->id, (code), __VA_ARGS__)
 
 /* arena.c */
-int opd__memfd_map(int fd, uint64_t size, void **base, char *err,
-                   size_t errlen);
+int opd__memfd_map(int fd, uint64_t size, void **base, opd_err_t *err);
 int opd__arena_register(opd_session_t *s, int fd, uint64_t size,
-                        uint64_t *id, char *err, size_t errlen);
+                        uint64_t *id, opd_err_t *err);
 int opd__arena_release(opd_session_t *s, uint64_t id);
 int opd__arena_alloc_device(opd_session_t *s, int dev, uint64_t size,
-                            int exportable, uint64_t *id, char *err,
-                            size_t errlen);
+                            int exportable, uint64_t *id, opd_err_t *err);
 int opd__arena_import(opd_session_t *s, int dev, const void *handle,
-                      uint64_t offset, uint64_t size, uint64_t *id, char *err,
-                      size_t errlen);
+                      uint64_t offset, uint64_t size, uint64_t *id, opd_err_t *err);
 opd_arena_t *opd__arena_find(opd_session_t *s, uint64_t id);
 /* publish.c: names are (owner uid, name); ATTACH and UNPUBLISH take
  * "name" (the caller's uid) or "user/name". `readers` may be NULL. */
 int opd__publish(opd_session_t *s, uint64_t arena, const char *name,
                  const char *meta, const struct opd_readers *readers,
-                 char *err, size_t errlen);
-int opd__unpublish(opd_session_t *s, const char *name, char *err,
-                   size_t errlen);
+                 opd_err_t *err);
+int opd__unpublish(opd_session_t *s, const char *name, opd_err_t *err);
 int opd__attach(opd_session_t *s, const char *name, opd_arena_t **out,
-                const char **meta, char *err, size_t errlen);
+                const char **meta, opd_err_t *err);
 void opd__unpublish_all(opd_session_t *s);
 void opd__publish_free(opd_server_t *srv);
 void opd__arena_unref(opd_arena_t *a);
@@ -430,11 +426,10 @@ opd_acct_t *opd__acct_get(opd_server_t *srv, uid_t uid); /* NULL: no memory */
 void opd__acct_put(opd_server_t *srv, opd_acct_t *a);   /* frees if unused */
 /* Whether s may map one more arena of `bytes` bytes: 0, or OPD_ELIMIT with
  * a message naming the scope and the option that sets it. */
-int opd__limit_arena(const opd_session_t *s, uint64_t bytes, char *err,
-                     size_t errlen);
+int opd__limit_arena(const opd_session_t *s, uint64_t bytes, opd_err_t *err);
 void opd__acct_arena(opd_session_t *s, int64_t n, int64_t bytes);
 /* Whether s may publish one more name (session, uid, daemon). */
-int opd__limit_name(const opd_session_t *s, char *err, size_t errlen);
+int opd__limit_name(const opd_session_t *s, opd_err_t *err);
 void opd__acct_name(opd_session_t *s, int n);
 /* Whether s may queue one more run: 0, or 1 when its session, its uid or
  * the daemon is at its limit (the session is then not read until a run
@@ -468,7 +463,7 @@ void opd__ring_report(opd_server_t *srv); /* logs ring service times */
 /* Sets up s's rings; *mode gets the wait strategy granted (a spin asked
  * for where cores are short is given adaptive, with why[] saying so). */
 int opd__ring_setup(opd_req_t *r, const msgpack_object *body, int *mode,
-                    char *why, size_t whylen, char *err, size_t errlen);
+                    char *why, size_t whylen, opd_err_t *err);
 /* 1 when one more spinning session would still leave cores for the work
  * (--spin); else 0 with why[] saying so. */
 int opd__spin_grant(const opd_server_t *srv, char *why, size_t cap);
@@ -496,8 +491,7 @@ int opd__ops_pack(opd_server_t *srv);
 /* Parses a device name ("cpu", "auto", "cuda", "cuda:N") into *req:
  * OPD_DEV_CPU, OPD_DEV_AUTO or a CUDA device index of this daemon.
  * Returns 0 or OPD_EDEVICE with err set. */
-int opd__device_parse(opd_server_t *srv, const char *dev, int *req, char *err,
-                      size_t errlen);
+int opd__device_parse(opd_server_t *srv, const char *dev, int *req, opd_err_t *err);
 void opd__run_request(const opd_req_t *r, const msgpack_object *body,
                       int infer);
 /* jobs.c: a job from the pool (NULL: no memory), back to it (its arena

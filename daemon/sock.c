@@ -141,23 +141,20 @@ void opd__sock_update(opd_session_t *s) {
 
 /* ---- fds -------------------------------------------------------------- */
 
-int opd__req_take_fds(opd_req_t *r, int need, int *fds, char *err,
-                      size_t errlen) {
-  if (r->n_fds < need) {
-    if (r->fd_lost)
-      snprintf(err, errlen, "the daemon could not receive the file "
-               "descriptor%s sent with the request: it is out of file "
-               "descriptors (%s); try again when it has fewer clients",
-               need > 1 ? "s" : "", r->fd_lost == ENFILE ? "ENFILE" : "EMFILE");
-    else if (r->n_fds == 0)
-      snprintf(err, errlen, "no file descriptor was sent with the request "
-               "(send %s with SCM_RIGHTS in the same sendmsg as the "
-               "request's bytes)", need > 1 ? "them" : "it");
-    else
-      snprintf(err, errlen, "%d file descriptors must be sent with the "
-               "request, %d came", need, r->n_fds);
-    return OPD_EFD;
-  }
+int opd__req_take_fds(opd_req_t *r, int need, int *fds, opd_err_t *err) {
+  if (r->n_fds < need && r->fd_lost)
+    return opd__errf(err, OPD_EFD, "the daemon could not receive the file "
+                     "descriptor%s sent with the request: it is out of file "
+                     "descriptors (%s); try again when it has fewer clients",
+                     need > 1 ? "s" : "",
+                     r->fd_lost == ENFILE ? "ENFILE" : "EMFILE");
+  if (r->n_fds == 0 && need > 0)
+    return opd__errf(err, OPD_EFD, "no file descriptor was sent with the "
+                     "request (send %s with SCM_RIGHTS in the same sendmsg as "
+                     "the request's bytes)", need > 1 ? "them" : "it");
+  if (r->n_fds < need)
+    return opd__errf(err, OPD_EFD, "%d file descriptors must be sent with the "
+                     "request, %d came", need, r->n_fds);
   memcpy(fds, r->fds, (size_t)need * sizeof *fds);
   r->n_fds -= need;
   memmove(r->fds, r->fds + need, (size_t)r->n_fds * sizeof *r->fds);

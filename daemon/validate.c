@@ -22,8 +22,6 @@
 #include "daemon/server.h"
 #include "kernels/common/kutil.h"
 
-#define ERR(code, ...) (snprintf(err, errlen, __VA_ARGS__), (code))
-
 static const char *mp_type_name(const msgpack_object *o) {
   switch (o->type) {
     case MSGPACK_OBJECT_NIL: return "nil";
@@ -49,24 +47,24 @@ static void io_names(const opd_io_spec_t *io, int n, char *buf, size_t cap) {
 }
 
 static int check_arity(const opd_op_def_t *op, const char *what, int given,
-                       int lo, int hi, const opd_io_spec_t *io, char *err,
-                       size_t errlen) {
+                       int lo, int hi, const opd_io_spec_t *io, opd_err_t *err) {
   char names[160];
   if (given >= lo && given <= hi) return 0;
   io_names(io, hi, names, sizeof names);
   if (lo == hi)
-    return ERR(OPD_EARITY, "expects %d %s%s%s%s%s, got %d", lo, what,
-               lo == 1 ? "" : "s", hi ? " (" : "", names, hi ? ")" : "",
-               given);
-  return ERR(OPD_EARITY, "expects %d to %d %ss (%s), got %d", lo, hi, what,
-             names, given);
+    return opd__errf(err, OPD_EARITY, "expects %d %s%s%s%s%s, got %d", lo, what,
+                     lo == 1 ? "" : "s", hi ? " (" : "", names, hi ? ")" : "",
+                     given);
+  return opd__errf(err, OPD_EARITY,
+                   "expects %d to %d %ss (%s), got %d", lo, hi, what,
+                   names, given);
   (void)op;
 }
 
 /* ---- attributes ------------------------------------------------------- */
 
 static int attr_convert(const opd_attr_spec_t *sp, const msgpack_object *v,
-                        opd_attr_val_t *out, char *err, size_t errlen) {
+                        opd_attr_val_t *out, opd_err_t *err) {
   int64_t iv;
   memset(out, 0, sizeof *out);
   out->type = sp->type;
@@ -91,8 +89,9 @@ static int attr_convert(const opd_attr_spec_t *sp, const msgpack_object *v,
     case OPD_ATTR_STR:
       if (v->type != MSGPACK_OBJECT_STR) break;
       if (opd__mp_str(v, out->s, sizeof out->s) != 0)
-        return ERR(OPD_EATTR, "attribute \"%s\" is longer than %d bytes",
-                   sp->name, OPD_MAX_NAME - 1);
+        return opd__errf(err, OPD_EATTR,
+                         "attribute \"%s\" is longer than %d bytes",
+                         sp->name, OPD_MAX_NAME - 1);
       if (sp->choices != NULL) {
         /* choices is "a|b|c": match a whole word */
         const char *p = sp->choices;
@@ -105,9 +104,9 @@ static int attr_convert(const opd_attr_spec_t *sp, const msgpack_object *v,
           p += w + (bar != NULL);
         }
         if (!ok)
-          return ERR(OPD_EATTR,
-                     "attribute \"%s\" must be one of %.100s, got \"%.63s\"",
-                     sp->name, sp->choices, out->s);
+          return opd__errf(err, OPD_EATTR,
+                           "attribute \"%s\" must be one of %.100s, got \"%.63s\"",
+                           sp->name, sp->choices, out->s);
       }
       return 0;
     case OPD_ATTR_INTS:
@@ -118,20 +117,23 @@ static int attr_convert(const opd_attr_spec_t *sp, const msgpack_object *v,
       }
       if (v->type != MSGPACK_OBJECT_ARRAY) break;
       if (v->via.array.size == 0 || v->via.array.size > OPD_MAX_RANK)
-        return ERR(OPD_EATTR, "attribute \"%s\" must hold 1 to %d ints",
-                   sp->name, OPD_MAX_RANK);
+        return opd__errf(err, OPD_EATTR,
+                         "attribute \"%s\" must hold 1 to %d ints",
+                         sp->name, OPD_MAX_RANK);
       for (uint32_t i = 0; i < v->via.array.size; i++)
         if (opd__mp_int(&v->via.array.ptr[i], &out->ints[i]) != 0)
-          return ERR(OPD_EATTR, "attribute \"%s\" must hold ints", sp->name);
+          return opd__errf(err, OPD_EATTR,
+                           "attribute \"%s\" must hold ints", sp->name);
       out->n = (int32_t)v->via.array.size;
       return 0;
   }
-  return ERR(OPD_EATTR, "attribute \"%s\" must be %s, got %s", sp->name,
-             opd__attr_type_name(sp->type), mp_type_name(v));
+  return opd__errf(err, OPD_EATTR,
+                   "attribute \"%s\" must be %s, got %s", sp->name,
+                   opd__attr_type_name(sp->type), mp_type_name(v));
 }
 
 static int resolve_attrs(const opd_op_def_t *op, const msgpack_object *attrs,
-                         opd_kcall_t *call, char *err, size_t errlen) {
+                         opd_kcall_t *call, opd_err_t *err) {
   int seen[OPD_MAX_ATTRS] = {0};
   for (int a = 0; a < op->n_attrs; a++) {
     call->attr[a] = op->attrs[a].def;
@@ -140,12 +142,13 @@ static int resolve_attrs(const opd_op_def_t *op, const msgpack_object *attrs,
   }
   if (attrs != NULL && attrs->type != MSGPACK_OBJECT_NIL) {
     if (attrs->type != MSGPACK_OBJECT_MAP)
-      return ERR(OPD_EPROTO, "\"attrs\" must be a map");
+      return opd__errf(err, OPD_EPROTO, "\"attrs\" must be a map");
     for (uint32_t k = 0; k < attrs->via.map.size; k++) {
       const msgpack_object_kv *kv = &attrs->via.map.ptr[k];
       char name[OPD_MAX_NAME];
       if (opd__mp_str(&kv->key, name, sizeof name) != 0)
-        return ERR(OPD_EATTR, "attribute names must be short strings");
+        return opd__errf(err, OPD_EATTR,
+                         "attribute names must be short strings");
       int a;
       for (a = 0; a < op->n_attrs; a++)
         if (strcmp(op->attrs[a].name, name) == 0) break;
@@ -157,21 +160,22 @@ static int resolve_attrs(const opd_op_def_t *op, const msgpack_object *attrs,
           len += (size_t)snprintf(list + len, sizeof list - len, "%s%s",
                                   i ? ", " : "", op->attrs[i].name);
         if (op->n_attrs == 0)
-          return ERR(OPD_EATTR, "unknown attribute \"%s\" (takes none)", name);
-        return ERR(OPD_EATTR, "unknown attribute \"%s\" (takes %s)", name,
-                   list);
+          return opd__errf(err, OPD_EATTR,
+                           "unknown attribute \"%s\" (takes none)", name);
+        return opd__errf(err, OPD_EATTR,
+                         "unknown attribute \"%s\" (takes %s)", name,
+                         list);
       }
       if (seen[a]++)
-        return ERR(OPD_EATTR, "attribute \"%s\" given twice", name);
-      int rc = attr_convert(&op->attrs[a], &kv->val, &call->attr[a], err,
-                            errlen);
+        return opd__errf(err, OPD_EATTR, "attribute \"%s\" given twice", name);
+      int rc = attr_convert(&op->attrs[a], &kv->val, &call->attr[a], err);
       if (rc != 0) return rc;
     }
   }
   for (int a = 0; a < op->n_attrs; a++)
     if (call->attr[a].type == OPD_ATTR_NONE)
-      return ERR(OPD_EATTR, "attribute \"%s\" is required",
-                 op->attrs[a].name);
+      return opd__errf(err, OPD_EATTR, "attribute \"%s\" is required",
+                       op->attrs[a].name);
   return 0;
 }
 
@@ -187,8 +191,7 @@ typedef struct tref {
 static int load_tensor(opd_session_t *s, const opd_op_def_t *op,
                        const msgpack_object *o, const char *what, int idx,
                        const opd_io_spec_t *io, int strided_ok, int infer,
-                       tref_t *ref, opd_tview_t *view, char *err,
-                       size_t errlen) {
+                       tref_t *ref, opd_tview_t *view, opd_err_t *err) {
   char why[200];
   int64_t numel;
   int rc;
@@ -196,10 +199,10 @@ static int load_tensor(opd_session_t *s, const opd_op_def_t *op,
 #define LABEL "%s %d (%s)"
 #define LABEL_ARGS what, idx, io->name ? io->name : "?"
   if ((rc = opd__desc_decode(o, &ref->d, why, sizeof why)) != 0)
-    return ERR(rc, LABEL ": %s", LABEL_ARGS, why);
+    return opd__errf(err, rc, LABEL ": %s", LABEL_ARGS, why);
   if (ref->d.dtype <= 0 || ref->d.dtype >= OPD_DTYPE_COUNT_)
-    return ERR(OPD_EDTYPE, LABEL " has unknown dtype %d", LABEL_ARGS,
-               ref->d.dtype);
+    return opd__errf(err, OPD_EDTYPE, LABEL " has unknown dtype %d", LABEL_ARGS,
+                     ref->d.dtype);
   if (!((io->dtypes >> ref->d.dtype) & 1)) {
     char want[120];
     size_t len = 0;
@@ -210,8 +213,9 @@ static int load_tensor(opd_session_t *s, const opd_op_def_t *op,
                             len ? " or " : "", str);
     OPD_DTYPE_MAP(X)
 #undef X
-    return ERR(OPD_EDTYPE, LABEL " has dtype %s, expected %s", LABEL_ARGS,
-               opd__dtype_name(ref->d.dtype), want);
+    return opd__errf(err, OPD_EDTYPE,
+                     LABEL " has dtype %s, expected %s", LABEL_ARGS,
+                     opd__dtype_name(ref->d.dtype), want);
   }
   uint64_t arena_size = UINT64_MAX;
   ref->arena = NULL;
@@ -220,22 +224,22 @@ static int load_tensor(opd_session_t *s, const opd_op_def_t *op,
   } else {
     ref->arena = opd__arena_find(s, ref->d.arena);
     if (ref->arena == NULL)
-      return ERR(OPD_EARENA,
-                 LABEL ": unknown arena %llu (not registered by this session)",
-                 LABEL_ARGS, (unsigned long long)ref->d.arena);
+      return opd__errf(err, OPD_EARENA,
+                       LABEL ": unknown arena %llu (not registered by this session)",
+                       LABEL_ARGS, (unsigned long long)ref->d.arena);
     arena_size = ref->arena->size;
   }
   if ((rc = opd__desc_validate(&ref->d, arena_size, &numel, &ref->extent, why,
                                sizeof why)) != 0)
-    return ERR(rc, LABEL ": %s", LABEL_ARGS, why);
+    return opd__errf(err, rc, LABEL ": %s", LABEL_ARGS, why);
   if (!strided_ok && !ref->d.contiguous && !opd__desc_is_contiguous(&ref->d)) {
     char sbuf[120];
-    return ERR(OPD_ELAYOUT,
-               LABEL " is not contiguous (strides %s); %s needs C-contiguous "
-               "tensors (the copy op makes one)",
-               LABEL_ARGS, opd__shape_str(sbuf, sizeof sbuf, ref->d.strides,
-                                     ref->d.rank),
-               op->name);
+    return opd__errf(err, OPD_ELAYOUT,
+                     LABEL " is not contiguous (strides %s); %s needs C-contiguous "
+                     "tensors (the copy op makes one)",
+                     LABEL_ARGS, opd__shape_str(sbuf, sizeof sbuf, ref->d.strides,
+                     ref->d.rank),
+                     op->name);
   }
   view->data = ref->arena ? (char *)ref->arena->base + ref->d.offset : NULL;
   view->dtype = ref->d.dtype;
@@ -262,13 +266,11 @@ static int same_tensor(const tref_t *a, const tref_t *b) {
                 sizeof(int64_t) * (size_t)a->d.rank) == 0;
 }
 
-static int place(opd_job_t *job, int req, tref_t *in, tref_t *out, char *err,
-                 size_t errlen);
+static int place(opd_job_t *job, int req, tref_t *in, tref_t *out, opd_err_t *err);
 
 static int prepare(opd_session_t *s, const opd_op_def_t *op,
                    const msgpack_object *body, int infer, int req,
-                   opd_job_t *job, opd_tshape_t *expect, char *err,
-                   size_t errlen) {
+                   opd_job_t *job, opd_tshape_t *expect, opd_err_t *err) {
   opd_kcall_t *call = &job->call;
   tref_t in[OPD_MAX_TENSORS], out[OPD_MAX_TENSORS];
   const msgpack_object *o_in = opd__mp_get(body, "in");
@@ -277,29 +279,29 @@ static int prepare(opd_session_t *s, const opd_op_def_t *op,
 
   if (o_in != NULL && o_in->type != MSGPACK_OBJECT_NIL) {
     if (o_in->type != MSGPACK_OBJECT_ARRAY)
-      return ERR(OPD_EPROTO, "\"in\" must be an array of tensors");
+      return opd__errf(err, OPD_EPROTO, "\"in\" must be an array of tensors");
     n_in = (int)o_in->via.array.size;
   }
   if (!infer && o_out != NULL && o_out->type != MSGPACK_OBJECT_NIL) {
     if (o_out->type != MSGPACK_OBJECT_ARRAY)
-      return ERR(OPD_EPROTO, "\"out\" must be an array of tensors");
+      return opd__errf(err, OPD_EPROTO, "\"out\" must be an array of tensors");
     n_out = (int)o_out->via.array.size;
   }
   if (n_in + n_out > OPD_MAX_TENSORS)
-    return ERR(OPD_ELIMIT, "%d tensors exceed the limit of %d per run",
-               n_in + n_out, OPD_MAX_TENSORS);
+    return opd__errf(err, OPD_ELIMIT,
+                     "%d tensors exceed the limit of %d per run",
+                     n_in + n_out, OPD_MAX_TENSORS);
   if ((rc = check_arity(op, "input", n_in, op->n_in_min, op->n_in_max,
-                        op->in, err, errlen)) != 0)
+                        op->in, err)) != 0)
     return rc;
   if (!infer && (rc = check_arity(op, "output", n_out, op->n_out, op->n_out,
-                                  op->out, err, errlen)) != 0)
+                                  op->out, err)) != 0)
     return rc;
   call->op = op;
   call->n_in = n_in;
   call->n_out = infer ? op->n_out : n_out;
   call->err[0] = '\0';
-  if ((rc = resolve_attrs(op, opd__mp_get(body, "attrs"), call, err,
-                          errlen)) != 0)
+  if ((rc = resolve_attrs(op, opd__mp_get(body, "attrs"), call, err)) != 0)
     return rc;
 
   job->bytes = 0;
@@ -311,7 +313,7 @@ static int prepare(opd_session_t *s, const opd_op_def_t *op,
     const opd_io_spec_t *io = &op->in[k];
     rc = load_tensor(s, op, &o_in->via.array.ptr[i], "input", i, io,
                      (op->flags & OPD_OPF_STRIDED) != 0, infer, &in[i],
-                     &call->in[i], err, errlen);
+                     &call->in[i], err);
     if (rc != 0) return rc;
     job->bytes += in[i].extent;
   }
@@ -321,50 +323,53 @@ static int prepare(opd_session_t *s, const opd_op_def_t *op,
   for (int i = 0; i < n_in; i++) data[i] = call->in[i].data, call->in[i].data = NULL;
   rc = op->shape(call, expect);
   for (int i = 0; i < n_in; i++) call->in[i].data = data[i];
-  if (rc != 0) return ERR(rc, "%s", call->err);
+  if (rc != 0) return opd__errf(err, rc, "%s", call->err);
   if (infer) return 0;
 
   for (int i = 0; i < n_out; i++) {
     char a[120], b[120];
     rc = load_tensor(s, op, &o_out->via.array.ptr[i], "output", i, &op->out[i],
-                     0, 0, &out[i], &call->out[i], err, errlen);
+                     0, 0, &out[i], &call->out[i], err);
     if (rc != 0) return rc;
     if (out[i].arena->readonly)
-      return ERR(OPD_EREADONLY,
-                 "output %d (%s) is in arena %llu, attached read-only",
-                 i, op->out[i].name, (unsigned long long)out[i].arena->id);
+      return opd__errf(err, OPD_EREADONLY,
+                       "output %d (%s) is in arena %llu, attached read-only",
+                       i, op->out[i].name, (unsigned long long)out[i].arena->id);
     if (out[i].d.dtype != expect[i].dtype)
-      return ERR(OPD_EDTYPE, "output %d (%s) has dtype %s, expected %s", i,
-                 op->out[i].name, opd__dtype_name(out[i].d.dtype),
-                 opd__dtype_name(expect[i].dtype));
+      return opd__errf(err, OPD_EDTYPE,
+                       "output %d (%s) has dtype %s, expected %s", i,
+                       op->out[i].name, opd__dtype_name(out[i].d.dtype),
+                       opd__dtype_name(expect[i].dtype));
     if (out[i].d.rank != expect[i].rank ||
         memcmp(out[i].d.shape, expect[i].shape,
                sizeof(int64_t) * (size_t)expect[i].rank) != 0)
-      return ERR(OPD_ESHAPE, "output %d (%s) has shape %s, expected %s", i,
-                 op->out[i].name,
-                 opd__shape_str(a, sizeof a, out[i].d.shape, out[i].d.rank),
-                 opd__shape_str(b, sizeof b, expect[i].shape, expect[i].rank));
+      return opd__errf(err, OPD_ESHAPE,
+                       "output %d (%s) has shape %s, expected %s", i,
+                       op->out[i].name,
+                       opd__shape_str(a, sizeof a, out[i].d.shape, out[i].d.rank),
+                       opd__shape_str(b, sizeof b, expect[i].shape, expect[i].rank));
     job->bytes += out[i].extent;
   }
   for (int i = 0; i < n_out; i++) {
     for (int j = 0; j < i; j++)
       if (overlaps(&out[i], &out[j]))
-        return ERR(OPD_EALIAS, "outputs %d (%s) and %d (%s) overlap", j,
-                   op->out[j].name, i, op->out[i].name);
+        return opd__errf(err, OPD_EALIAS,
+                         "outputs %d (%s) and %d (%s) overlap", j,
+                         op->out[j].name, i, op->out[i].name);
     for (int j = 0; j < n_in; j++) {
       if (!overlaps(&out[i], &in[j])) continue;
       if ((op->flags & OPD_OPF_INPLACE) && same_tensor(&out[i], &in[j]))
         continue;
-      return ERR(OPD_EALIAS,
-                 "output %d (%s) overlaps input %d (%s)%s", i,
-                 op->out[i].name, j, op->in[j].name,
-                 (op->flags & OPD_OPF_INPLACE)
-                     ? "; only an exact in-place output is allowed"
-                     : "; this op cannot run in place");
+      return opd__errf(err, OPD_EALIAS,
+                       "output %d (%s) overlaps input %d (%s)%s", i,
+                       op->out[i].name, j, op->in[j].name,
+                       (op->flags & OPD_OPF_INPLACE)
+                       ? "; only an exact in-place output is allowed"
+                       : "; this op cannot run in place");
     }
   }
 
-  if ((rc = place(job, req, in, out, err, errlen)) != 0) return rc;
+  if ((rc = place(job, req, in, out, err)) != 0) return rc;
 
   /* hold each distinct arena while the job exists */
   job->n_arenas = 0;
@@ -383,8 +388,7 @@ static int prepare(opd_session_t *s, const opd_op_def_t *op,
 
 /* ---- the request ------------------------------------------------------ */
 
-int opd__device_parse(opd_server_t *srv, const char *dev, int *req, char *err,
-                      size_t errlen) {
+int opd__device_parse(opd_server_t *srv, const char *dev, int *req, opd_err_t *err) {
   *req = OPD_DEV_AUTO;
   if (strcmp(dev, "auto") == 0) return 0;
   if (strcmp(dev, "cpu") == 0) {
@@ -395,38 +399,39 @@ int opd__device_parse(opd_server_t *srv, const char *dev, int *req, char *err,
     char *end = NULL;
     long n = dev[4] == ':' ? strtol(dev + 5, &end, 10) : 0;
     if (dev[4] == ':' && (end == dev + 5 || *end != '\0' || n < 0))
-      return ERR(OPD_EDEVICE, "device \"%s\" is not cuda, cuda:N, cpu or auto",
-                 dev);
+      return opd__errf(err, OPD_EDEVICE,
+                       "device \"%s\" is not cuda, cuda:N, cpu or auto",
+                       dev);
     if (n >= srv->n_devices)
-      return ERR(OPD_EDEVICE,
-                 srv->n_devices == 0
-                     ? "device \"%s\" is not available: this daemon has no "
+      return opd__errf(err, OPD_EDEVICE,
+                       srv->n_devices == 0
+                       ? "device \"%s\" is not available: this daemon has no "
                        "CUDA device (backends: cpu)"
-                     : "device \"%s\" does not exist: this daemon has %d "
+                       : "device \"%s\" does not exist: this daemon has %d "
                        "CUDA device(s)",
-                 dev, srv->n_devices);
+                       dev, srv->n_devices);
     *req = (int)n;
     return 0;
   }
-  return ERR(OPD_EDEVICE, "unknown device \"%s\" (use cpu, cuda, cuda:N or auto)",
-             dev);
+  return opd__errf(err, OPD_EDEVICE,
+                   "unknown device \"%s\" (use cpu, cuda, cuda:N or auto)",
+                   dev);
 }
 
 static int parse_device(opd_server_t *srv, const msgpack_object *o, int *req,
-                        char *err, size_t errlen) {
+                        opd_err_t *err) {
   char dev[OPD_MAX_NAME];
   *req = OPD_DEV_AUTO;
   if (o == NULL || o->type == MSGPACK_OBJECT_NIL) return 0;
   if (opd__mp_str(o, dev, sizeof dev) != 0)
-    return ERR(OPD_EPROTO, "\"device\" must be a short string");
-  return opd__device_parse(srv, dev, req, err, errlen);
+    return opd__errf(err, OPD_EPROTO, "\"device\" must be a short string");
+  return opd__device_parse(srv, dev, req, err);
 }
 
 /* Picks where the job runs from the request and where its tensors live;
  * that backend then checks the op runs there and plans the run (staging:
  * daemon/backend/). */
-static int place(opd_job_t *job, int req, tref_t *in, tref_t *out, char *err,
-                 size_t errlen) {
+static int place(opd_job_t *job, int req, tref_t *in, tref_t *out, opd_err_t *err) {
   opd_kcall_t *call = &job->call;
   int n = call->n_in + call->n_out, dev = -1, who = -1;
 
@@ -436,22 +441,24 @@ static int place(opd_job_t *job, int req, tref_t *in, tref_t *out, char *err,
     if (d < 0) continue;
     if (dev >= 0 && d != dev) {
       int j = i < call->n_in ? i : i - call->n_in;
-      return ERR(OPD_EDEVICE, "%s %d is on cuda:%d but %s %d is on cuda:%d",
-                 i < call->n_in ? "input" : "output", j, d,
-                 who < call->n_in ? "input" : "output",
-                 who < call->n_in ? who : who - call->n_in, dev);
+      return opd__errf(err, OPD_EDEVICE,
+                       "%s %d is on cuda:%d but %s %d is on cuda:%d",
+                       i < call->n_in ? "input" : "output", j, d,
+                       who < call->n_in ? "input" : "output",
+                       who < call->n_in ? who : who - call->n_in, dev);
     }
     dev = d, who = i;
   }
   if (req == OPD_DEV_CPU && dev >= 0)
-    return ERR(OPD_EDEVICE,
-               "%s %d is on cuda:%d; run it with device cuda:%d or auto",
-               who < call->n_in ? "input" : "output",
-               who < call->n_in ? who : who - call->n_in, dev, dev);
+    return opd__errf(err, OPD_EDEVICE,
+                     "%s %d is on cuda:%d; run it with device cuda:%d or auto",
+                     who < call->n_in ? "input" : "output",
+                     who < call->n_in ? who : who - call->n_in, dev, dev);
   if (req >= 0 && dev >= 0 && req != dev)
-    return ERR(OPD_EDEVICE, "device cuda:%d was asked for, but %s %d is on "
-               "cuda:%d", req, who < call->n_in ? "input" : "output",
-               who < call->n_in ? who : who - call->n_in, dev);
+    return opd__errf(err, OPD_EDEVICE,
+                     "device cuda:%d was asked for, but %s %d is on "
+                     "cuda:%d", req, who < call->n_in ? "input" : "output",
+                     who < call->n_in ? who : who - call->n_in, dev);
   if (req >= 0) dev = req;
   job->device = dev;
 
@@ -463,7 +470,7 @@ static int place(opd_job_t *job, int req, tref_t *in, tref_t *out, char *err,
   for (int i = 0; i < call->n_out; i++)
     pout[i] = (opd_tplace_t){out[i].arena != NULL && out[i].arena->device < 0,
                              out[i].extent};
-  return opd__backend_for(dev)->plan(job, pin, pout, err, errlen);
+  return opd__backend_for(dev)->plan(job, pin, pout, err);
 }
 
 void opd__run_request(const opd_req_t *r, const msgpack_object *body,
@@ -472,7 +479,8 @@ void opd__run_request(const opd_req_t *r, const msgpack_object *body,
   opd_server_t *srv = s->srv;
   uint64_t id = r->id;
   const char *what = infer ? "infer" : "run";
-  char name[OPD_MAX_NAME], err[400];
+  char name[OPD_MAX_NAME];
+  opd_err_t err;
   opd_tshape_t expect[OPD_MAX_TENSORS];
 
   if (opd__mp_str(opd__mp_get(body, "op"), name, sizeof name) != 0) {
@@ -489,21 +497,21 @@ void opd__run_request(const opd_req_t *r, const msgpack_object *body,
   }
   const opd_op_def_t *op = opd__ops[idx];
   int req;
-  int rc = parse_device(srv, opd__mp_get(body, "device"), &req, err, sizeof err);
+  int rc = parse_device(srv, opd__mp_get(body, "device"), &req, &err);
   opd_job_t *job = rc == 0 ? opd__job_alloc(srv) : NULL;
   if (rc == 0 && job == NULL)
-    rc = OPD_ENOMEM, snprintf(err, sizeof err, "out of memory");
+    rc = opd__errf(&err, OPD_ENOMEM, "out of memory");
   if (rc == 0) {
     job->s = s;
     job->req_id = id;
     job->via = r->via;
     job->op_index = idx;
     job->t_recv = opd__now_ns();
-    rc = prepare(s, op, body, infer, req, job, expect, err, sizeof err);
+    rc = prepare(s, op, body, infer, req, job, expect, &err);
   }
   if (rc != 0) {
     srv->op_stats[idx].errors++;
-    opd__reply_error(r, rc, "%s: %s", op->name, err);
+    opd__reply_error(r, rc, "%s: %s", op->name, err.msg);
     if (job) opd__job_recycle(srv, job);
     return;
   }

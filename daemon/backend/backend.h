@@ -24,6 +24,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/err.h"
+
 typedef struct opd_server opd_server_t;
 typedef struct opd_session opd_session_t;
 typedef struct opd_arena opd_arena_t;
@@ -53,7 +55,7 @@ typedef struct opd_backend {
   /* Whether job (op, tensors, job->device set) can run here, and how:
    * fills job->backend_job. 0, or an error code with err set. */
   int (*plan)(opd_job_t *job, const opd_tplace_t *in, const opd_tplace_t *out,
-              char *err, size_t errlen);
+              opd_err_t *err);
   /* Starts a planned run: OPD_LAUNCH_DONE (finished now: job->rc set),
    * OPD_LAUNCH_QUEUED (job->done is called later), or an error code
    * (nothing started, job->call.err set). */
@@ -63,15 +65,15 @@ typedef struct opd_backend {
   /* device memory: zeroed, on device dev, exportable (an fd) or not;
    * *ptr its address, *token the backend's record */
   int (*alloc)(opd_server_t *srv, int dev, uint64_t size, int exportable,
-               void **ptr, void **token, char *err, size_t errlen);
+               void **ptr, void **token, opd_err_t *err);
   /* a client's device memory by IPC handle (64 bytes): [offset,
    * offset+size) checked against its allocation */
   int (*import)(opd_server_t *srv, uint64_t session, int dev,
                 const void *handle, uint64_t offset, uint64_t size, void **ptr,
-                void **token, char *err, size_t errlen);
+                void **token, opd_err_t *err);
   /* a new fd for an exportable allocation, and the bytes it maps */
   int (*export)(opd_server_t *srv, void *token, int *fd, uint64_t *bytes,
-                char *err, size_t errlen);
+                opd_err_t *err);
   /* a host arena the device will copy from: pinned when it can be */
   void (*pin)(opd_server_t *srv, opd_arena_t *a);
   /* what the backend holds for an arena (pin, memory, import) goes */
@@ -95,7 +97,6 @@ int opd__cpu_inline(const opd_server_t *srv, const opd_job_t *job);
 
 /* The row of op when the device backend's kernels take dtype (the dtype
  * of in[0]; 0: no input), or NULL with err saying why (tests). */
-const void *opd__cuda_kernel(const opd_op_def_t *op, int dtype, char *err,
-                             size_t errlen);
+const void *opd__cuda_kernel(const opd_op_def_t *op, int dtype, opd_err_t *err);
 
 #endif /* OPD_BACKEND_H */

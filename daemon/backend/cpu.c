@@ -45,16 +45,16 @@ static void after_work_cb(uv_work_t *w, int status) {
 }
 
 static int cpu_plan(opd_job_t *job, const opd_tplace_t *in,
-                    const opd_tplace_t *out, char *err, size_t errlen) {
+                    const opd_tplace_t *out, opd_err_t *err) {
   const opd_kcall_t *call = &job->call;
   const opd_op_def_t *op = call->op;
   (void)in, (void)out;
   for (int i = 0; i < call->n_in && op->cpu_dtypes; i++)
     if (!((op->cpu_dtypes >> call->in[i].dtype) & 1)) {
-      snprintf(err, errlen, "input %d has dtype %s, which the cpu backend "
-               "does not take; run it on a cuda device", i,
-               opd__dtype_name(call->in[i].dtype));
-      return OPD_EDTYPE;
+      return opd__errf(err, OPD_EDTYPE,
+                       "input %d has dtype %s, which the cpu backend "
+                       "does not take; run it on a cuda device", i,
+                       opd__dtype_name(call->in[i].dtype));
     }
   return 0;
 }

@@ -27,18 +27,17 @@ static void none_describe(opd_server_t *srv, msgpack_packer *pk) {
   msgpack_pack_array(pk, 0);
 }
 
-const void *opd__cuda_kernel(const opd_op_def_t *op, int dtype, char *err,
-                             size_t errlen) {
+const void *opd__cuda_kernel(const opd_op_def_t *op, int dtype,
+                             opd_err_t *err) {
   (void)op, (void)dtype;
-  snprintf(err, errlen, NO_CUDA);
+  opd__errf(err, OPD_EDEVICE, NO_CUDA);
   return NULL;
 }
 
 static int none_plan(opd_job_t *job, const opd_tplace_t *in,
-                     const opd_tplace_t *out, char *err, size_t errlen) {
+                     const opd_tplace_t *out, opd_err_t *err) {
   (void)job, (void)in, (void)out;
-  snprintf(err, errlen, NO_CUDA);
-  return OPD_EDEVICE;
+  return opd__errf(err, OPD_EDEVICE, NO_CUDA);
 }
 
 static int none_launch(opd_job_t *job) {
@@ -49,27 +48,23 @@ static int none_launch(opd_job_t *job) {
 static void none_session_end(opd_session_t *s) { (void)s; }
 
 static int none_alloc(opd_server_t *srv, int dev, uint64_t size,
-                      int exportable, void **ptr, void **token, char *err,
-                      size_t errlen) {
+                      int exportable, void **ptr, void **token, opd_err_t *err) {
   (void)srv, (void)size, (void)exportable, (void)ptr, (void)token;
-  snprintf(err, errlen, "no device cuda:%d: " NO_CUDA, dev);
-  return OPD_EDEVICE;
+  return opd__errf(err, OPD_EDEVICE, "no device cuda:%d: " NO_CUDA, dev);
 }
 
 static int none_import(opd_server_t *srv, uint64_t session, int dev,
                        const void *handle, uint64_t offset, uint64_t size,
-                       void **ptr, void **token, char *err, size_t errlen) {
+                       void **ptr, void **token, opd_err_t *err) {
   (void)srv, (void)session, (void)handle, (void)offset, (void)size;
   (void)ptr, (void)token;
-  snprintf(err, errlen, "no device cuda:%d: " NO_CUDA, dev);
-  return OPD_EDEVICE;
+  return opd__errf(err, OPD_EDEVICE, "no device cuda:%d: " NO_CUDA, dev);
 }
 
 static int none_export(opd_server_t *srv, void *token, int *fd,
-                       uint64_t *bytes, char *err, size_t errlen) {
+                       uint64_t *bytes, opd_err_t *err) {
   (void)srv, (void)token, (void)fd, (void)bytes;
-  snprintf(err, errlen, NO_CUDA);
-  return OPD_EDEVICE;
+  return opd__errf(err, OPD_EDEVICE, NO_CUDA);
 }
 
 static void none_pin(opd_server_t *srv, opd_arena_t *a) { (void)srv, (void)a; }

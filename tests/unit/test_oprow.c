@@ -1,5 +1,6 @@
 /* Unit: the operator rows are the only op table. The daemon's CUDA backend
- * takes an op's kernel from its row (opd__cuda_kernel: the row's `cuda`
+ * takes an op's kernel from its row (opd__cuda_kernel, daemon/backend/:
+ * the row's `cuda`
  * and `cuda_dtypes`, no name-keyed lookup), a build with the CUDA backend
  * links the rows' CUDA kernels (their weak references resolve), and the
  * generic code (daemon/, kernels/exec.c, kernels/registry.c outside its
@@ -14,7 +15,7 @@
 #include "daemon/server.h"
 
 Test(oprow, cuda_kernel_comes_from_the_row) {
-  char err[200];
+  opd_err_t e;
   int with_cuda = 0;
   for (int i = 0; i < opd__n_ops; i++) {
     const opd_op_def_t *op = opd__ops[i];
@@ -22,24 +23,24 @@ Test(oprow, cuda_kernel_comes_from_the_row) {
     for (int dt = 0; dt < OPD_DTYPE_COUNT_; dt++) {
       int want = op->cuda != NULL &&
                  (dt == 0 || ((op->cuda_dtypes >> dt) & 1));
-      err[0] = '\0';
-      const void *got = opd__cuda_kernel(op, dt, err, sizeof err);
+      e.msg[0] = '\0';
+      const void *got = opd__cuda_kernel(op, dt, &e);
       cr_assert_eq(got != NULL, want, "%s dtype %d: kernel %p, want %d (%s)",
-                   op->name, dt, got, want, err);
+                   op->name, dt, got, want, e.msg);
       if (got) cr_assert_eq(got, op, "%s: not its own row", op->name);
-      else cr_assert(err[0], "%s dtype %d: no kernel and no reason",
+      else cr_assert(e.msg[0], "%s dtype %d: no kernel and no reason",
                      op->name, dt);
     }
   }
   /* a daemon with the CUDA backend has its kernels linked; one without
    * has none (the weak references stay NULL) */
-  const void *k = opd__cuda_kernel(opd__ops[0], 0, err, sizeof err);
-  int backend = k != NULL || strstr(err, "built without CUDA") == NULL;
+  const void *k = opd__cuda_kernel(opd__ops[0], 0, &e);
+  int backend = k != NULL || strstr(e.msg, "built without CUDA") == NULL;
   if (backend)
     cr_assert_gt(with_cuda, 0, "CUDA backend, but no row has a CUDA kernel");
   else
     cr_assert_eq(with_cuda, 0, "a build without CUDA has CUDA kernels");
-  cr_assert_null(opd__cuda_kernel(NULL, 0, err, sizeof err));
+  cr_assert_null(opd__cuda_kernel(NULL, 0, &e));
 }
 
 /* Appends `path`'s text to *buf; returns 0, or -1 if unreadable. */

@@ -36,8 +36,7 @@ static void *driver_fn(const char *name) {
 
 /* Parses --devices: "all", "none", or "0,2". Fills use[], returns count or
  * -1 with err. */
-static int parse_devices(const char *spec, int avail, int *use, char *err,
-                         size_t errlen) {
+static int parse_devices(const char *spec, int avail, int *use, opd_err_t *err) {
   int n = 0;
   if (spec[0] == '\0' || strcmp(spec, "all") == 0) {
     for (int i = 0; i < avail && i < OPD_MAX_DEVICES; i++) use[n++] = i;
@@ -49,43 +48,42 @@ static int parse_devices(const char *spec, int avail, int *use, char *err,
     char *end;
     long v = strtol(p, &end, 10);
     if (end == p || v < 0 || v >= avail || n >= OPD_MAX_DEVICES) {
-      snprintf(err, errlen,
-               "--devices %s: no CUDA device %.*s (%d visible)", spec,
-               (int)(end == p ? (long)strlen(p) : end - p), p, avail);
+      opd__errf(err, OPD_EDEVICE, "--devices %s: no CUDA device %.*s (%d "
+                "visible)", spec,
+                (int)(end == p ? (long)strlen(p) : end - p), p, avail);
       return -1;
     }
     use[n++] = (int)v;
     p = *end == ',' ? end + 1 : end;
     if (*end != ',' && *end != '\0') {
-      snprintf(err, errlen, "--devices expects all, none or a list like 0,1");
+      opd__errf(err, OPD_EDEVICE, "--devices expects all, none or a list "
+                "like 0,1");
       return -1;
     }
   }
   return n;
 }
 
-static int dev_init(cuda_dev_t *d, int index, char *err, size_t errlen) {
+static int dev_init(cuda_dev_t *d, int index, opd_err_t *err) {
   struct cudaDeviceProp prop;
   d->index = index;
-  CU(set_device(index), err, errlen);
-  CU(cudaFree(0), err, errlen); /* creates the primary context now */
-  CU(cudaGetDeviceProperties(&prop, index), err, errlen);
+  CU(set_device(index), err);
+  CU(cudaFree(0), err); /* creates the primary context now */
+  CU(cudaGetDeviceProperties(&prop, index), err);
   snprintf(d->name, sizeof d->name, "%s", prop.name);
   d->total_mem = prop.totalGlobalMem;
   d->cc_major = prop.major;
   d->cc_minor = prop.minor;
-  CU(cudaDeviceGetStreamPriorityRange(&d->prio_low, &d->prio_high), err,
-     errlen);
-  CU(cudaStreamCreateWithFlags(&d->util, cudaStreamNonBlocking), err, errlen);
+  CU(cudaDeviceGetStreamPriorityRange(&d->prio_low, &d->prio_high), err);
+  CU(cudaStreamCreateWithFlags(&d->util, cudaStreamNonBlocking), err);
   cudaMemPool_t pool;
-  CU(cudaDeviceGetDefaultMemPool(&pool, index), err, errlen);
+  CU(cudaDeviceGetDefaultMemPool(&pool, index), err);
   uint64_t keep = UINT64_MAX;
   CU(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep),
-     err, errlen);
+     err);
   cublasLtHandle_t lt;
   if (cublasLtCreate(&lt) != CUBLAS_STATUS_SUCCESS) {
-    snprintf(err, errlen, "cublasLtCreate failed");
-    return OPD_EBACKEND;
+    return opd__errf(err, OPD_EBACKEND, "cublasLtCreate failed");
   }
   d->lt = lt;
   return 0;
@@ -93,13 +91,13 @@ static int dev_init(cuda_dev_t *d, int index, char *err, size_t errlen) {
 
 static int cuda_init(opd_server_t *srv) {
   int avail = 0, use[OPD_MAX_DEVICES];
-  char err[300];
+  opd_err_t err;
   srv->healthy = 1;
   cudaError_t e = cudaGetDeviceCount(&avail);
   if (e != cudaSuccess) avail = 0;
-  int n = parse_devices(srv->cfg.devices, avail, use, err, sizeof err);
+  int n = parse_devices(srv->cfg.devices, avail, use, &err);
   if (n < 0) {
-    LOG_ERROR("%s", err);
+    LOG_ERROR("%s", err.msg);
     return OPD_EDEVICE;
   }
   if (n == 0) {
@@ -112,8 +110,8 @@ static int cuda_init(opd_server_t *srv) {
   if (st == NULL) return OPD_ENOMEM;
   pthread_mutex_init(&st->mu, NULL);
   for (int i = 0; i < n; i++) {
-    if (dev_init(&st->dev[i], use[i], err, sizeof err) != 0) {
-      LOG_ERROR("cuda:%d: %s", use[i], err);
+    if (dev_init(&st->dev[i], use[i], &err) != 0) {
+      LOG_ERROR("cuda:%d: %s", use[i], err.msg);
       free(st);
       return OPD_EBACKEND;
     }

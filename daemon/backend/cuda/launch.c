@@ -22,14 +22,15 @@
 #include "daemon/log.h"
 #include "kernels/cuda/cuda.h"
 
-const void *opd__cuda_kernel(const opd_op_def_t *op, int dtype, char *err,
-                             size_t errlen) {
+const void *opd__cuda_kernel(const opd_op_def_t *op, int dtype,
+                             opd_err_t *err) {
   if (op == NULL || op->cuda == NULL) {
-    snprintf(err, errlen, "has no CUDA kernel; run it with device cpu");
+    opd__errf(err, OPD_EDEVICE, "has no CUDA kernel; run it with device cpu");
     return NULL;
   }
   if (dtype > 0 && !((op->cuda_dtypes >> dtype) & 1)) {
-    snprintf(err, errlen, "has no CUDA kernel for %s", opd__dtype_name(dtype));
+    opd__errf(err, OPD_EDEVICE, "has no CUDA kernel for %s",
+              opd__dtype_name(dtype));
     return NULL;
   }
   return op;
@@ -38,11 +39,11 @@ const void *opd__cuda_kernel(const opd_op_def_t *op, int dtype, char *err,
 /* Whether the op has a CUDA kernel for its input dtype, and the staging
  * plan: host tensors go through device scratch (H2D before, D2H after). */
 int opd__cu_plan(opd_job_t *job, const opd_tplace_t *in,
-                 const opd_tplace_t *out, char *err, size_t errlen) {
+                 const opd_tplace_t *out, opd_err_t *err) {
   opd_kcall_t *call = &job->call;
   cuda_job_t *cj = cuda_job(job);
   int dtype = call->n_in > 0 ? call->in[0].dtype : 0;
-  cj->kernel = opd__cuda_kernel(call->op, dtype, err, errlen);
+  cj->kernel = opd__cuda_kernel(call->op, dtype, err);
   if (cj->kernel == NULL) return OPD_EDEVICE;
   cj->event = NULL;
   for (int i = 0; i < call->n_in; i++) {
@@ -57,14 +58,14 @@ int opd__cu_plan(opd_job_t *job, const opd_tplace_t *in,
 }
 
 static int session_stream(opd_session_t *s, int dev, cudaStream_t *out,
-                          char *err, size_t errlen) {
+                          opd_err_t *err) {
   cuda_state_t *st = cuda_state(s->srv);
   cuda_dev_t *d = &st->dev[dev];
   if (s->backend_session[dev] == NULL) {
     cudaStream_t stream;
     CU(cudaStreamCreateWithPriority(&stream, cudaStreamNonBlocking,
                                     s->priority ? d->prio_high : d->prio_low),
-       err, errlen);
+       err);
     s->backend_session[dev] = stream;
   }
   *out = s->backend_session[dev];
@@ -90,31 +91,34 @@ int opd__cu_launch(opd_job_t *job) {
   cuda_state_t *st = cuda_state(s->srv);
   cuda_job_t *cj = cuda_job(job);
   opd_kcall_t *call = &job->call;
-  char *err = call->err;
-  size_t errlen = sizeof call->err;
+  opd_err_t err = {.code = 0, .msg = ""}; /* into call->err at the end */
   int dev = job->device;
   cuda_dev_t *d = &st->dev[dev];
-  cudaStream_t stream;
+  cudaStream_t stream = NULL;
   void *scratch[2 * OPD_MAX_TENSORS];
   int n_scratch = 0, rc = 0;
 
   if (!s->srv->healthy) {
-    snprintf(err, errlen, "cuda:%d: %s", dev, s->srv->goodbye_why);
-    return OPD_EBACKEND;
+    rc = opd__errf(&err, OPD_EBACKEND, "cuda:%d: %s", dev, s->srv->goodbye_why);
+    goto out;
   }
-  CU(set_device(d->index), err, errlen);
-  if ((rc = session_stream(s, dev, &stream, err, errlen)) != 0) return rc;
+  cudaError_t ce = set_device(d->index);
+  if (ce != cudaSuccess) {
+    rc = opd__errf(&err, cuda_code(ce), "cuda:%d: cudaSetDevice: %s", dev,
+                   cudaGetErrorString(ce));
+    goto out;
+  }
+  if ((rc = session_stream(s, dev, &stream, &err)) != 0) goto out;
   job->t_start = opd__now_ns();
 
-#define STEP(x)                                                  \
-  do {                                                           \
-    cudaError_t e_ = (x);                                        \
-    if (e_ != cudaSuccess) {                                     \
-      snprintf(err, errlen, "cuda:%d: %s: %s", dev, #x,          \
-               cudaGetErrorString(e_));                          \
-      rc = cuda_code(e_);                                        \
-      goto fail;                                                 \
-    }                                                            \
+#define STEP(x)                                                      \
+  do {                                                               \
+    cudaError_t e_ = (x);                                            \
+    if (e_ != cudaSuccess) {                                         \
+      rc = opd__errf(&err, cuda_code(e_), "cuda:%d: %s: %s", dev, #x, \
+                     cudaGetErrorString(e_));                        \
+      goto fail;                                                     \
+    }                                                                \
   } while (0)
 
   for (int i = 0; i < call->n_in; i++) {
@@ -145,7 +149,7 @@ int opd__cu_launch(opd_job_t *job) {
   }
   opd_cuda_ctx_t ctx = {.stream = stream, .cublaslt = d->lt, .workspace = ws,
                         .workspace_bytes = ws_bytes, .device = d->index};
-  rc = op->cuda(call, &ctx);
+  rc = op->cuda(call, &ctx); /* its message, if any, in call->err */
   if (rc != 0) goto fail;
   for (int i = 0; i < call->n_out; i++) {
     if (cj->host_out[i] == NULL || cj->out_bytes[i] == 0) continue;
@@ -156,17 +160,15 @@ int opd__cu_launch(opd_job_t *job) {
   n_scratch = 0;
   cudaEvent_t ev;
   if (opd__cu_event_take(st, dev, &ev) != 0) {
-    snprintf(err, errlen, "cuda:%d: cudaEventCreate: %s", dev,
-             cudaGetErrorString(cudaGetLastError()));
-    rc = OPD_EBACKEND;
+    rc = opd__errf(&err, OPD_EBACKEND, "cuda:%d: cudaEventCreate: %s", dev,
+                   cudaGetErrorString(cudaGetLastError()));
     goto fail;
   }
   cudaError_t er = cudaEventRecord(ev, stream);
   if (er != cudaSuccess) {
     opd__cu_event_give(st, dev, ev);
-    snprintf(err, errlen, "cuda:%d: cudaEventRecord: %s", dev,
-             cudaGetErrorString(er));
-    rc = cuda_code(er);
+    rc = opd__errf(&err, cuda_code(er), "cuda:%d: cudaEventRecord: %s", dev,
+                   cudaGetErrorString(er));
     goto fail;
   }
   cj->event = ev;
@@ -178,5 +180,7 @@ fail:
   for (int i = 0; i < n_scratch; i++) cudaFreeAsync(scratch[i], stream);
   cudaError_t sticky = cudaGetLastError();
   if (is_sticky(sticky)) s->srv->poisoned(s->srv, cudaGetErrorString(sticky));
+out:
+  if (err.msg[0]) snprintf(call->err, sizeof call->err, "%s", err.msg);
   return rc;
 }

@@ -33,27 +33,27 @@ void opd__cu_pin(opd_server_t *srv, opd_arena_t *a) {
 }
 
 static int alloc_plain(opd_server_t *srv, int dev, uint64_t size, void **ptr,
-                       char *err, size_t errlen) {
+                       opd_err_t *err) {
   cuda_state_t *st = cuda_state(srv);
   if (st == NULL || dev < 0 || dev >= srv->n_devices) {
-    snprintf(err, errlen, "no device cuda:%d (this daemon has %d)", dev,
-             srv->n_devices);
-    return OPD_EDEVICE;
+    return opd__errf(err, OPD_EDEVICE,
+                     "no device cuda:%d (this daemon has %d)", dev,
+                     srv->n_devices);
   }
   cuda_dev_t *d = &st->dev[dev];
-  CU(set_device(d->index), err, errlen);
+  CU(set_device(d->index), err);
   cudaError_t e = cudaMallocAsync(ptr, size, d->util);
   if (e != cudaSuccess) {
     cudaGetLastError();
-    snprintf(err, errlen, "cuda:%d: cannot allocate %llu bytes: %s", dev,
-             (unsigned long long)size, cudaGetErrorString(e));
-    return cuda_code(e);
+    return opd__errf(err, cuda_code(e),
+                     "cuda:%d: cannot allocate %llu bytes: %s", dev,
+                     (unsigned long long)size, cudaGetErrorString(e));
   }
   /* the pool hands out memory ordered on `util`: make it usable by any
    * session stream before we return its id */
-  CU(cudaStreamSynchronize(d->util), err, errlen);
-  CU(cudaMemsetAsync(*ptr, 0, size, d->util), err, errlen);
-  CU(cudaStreamSynchronize(d->util), err, errlen);
+  CU(cudaStreamSynchronize(d->util), err);
+  CU(cudaMemsetAsync(*ptr, 0, size, d->util), err);
+  CU(cudaStreamSynchronize(d->util), err);
   return 0;
 }
 
@@ -74,19 +74,18 @@ static const char *cu_name(CUresult r) {
 }
 
 static int alloc_vmm(opd_server_t *srv, int dev, uint64_t size, void **ptr,
-                     void **token, char *err, size_t errlen) {
+                     void **token, opd_err_t *err) {
   cuda_state_t *st = cuda_state(srv);
   vmm_api_t *v = st ? &st->vmm : NULL;
   if (st == NULL || dev < 0 || dev >= srv->n_devices) {
-    snprintf(err, errlen, "no device cuda:%d", dev);
-    return OPD_EDEVICE;
+    return opd__errf(err, OPD_EDEVICE, "no device cuda:%d", dev);
   }
   if (v->create == NULL) {
-    snprintf(err, errlen, "this driver does not offer CUDA VMM: exportable "
-             "memory is not available");
-    return OPD_EBACKEND;
+    return opd__errf(err, OPD_EBACKEND,
+                     "this driver does not offer CUDA VMM: exportable "
+                     "memory is not available");
   }
-  CU(set_device(st->dev[dev].index), err, errlen);
+  CU(set_device(st->dev[dev].index), err);
   CUmemAllocationProp prop;
   memset(&prop, 0, sizeof prop);
   prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
@@ -98,8 +97,7 @@ static int alloc_vmm(opd_server_t *srv, int dev, uint64_t size, void **ptr,
   if (r != CUDA_SUCCESS || gran == 0) gran = 2u << 20;
   vmm_alloc_t *a = calloc(1, sizeof *a);
   if (a == NULL) {
-    snprintf(err, errlen, "out of memory");
-    return OPD_ENOMEM;
+    return opd__errf(err, OPD_ENOMEM, "out of memory");
   }
   a->dev = dev;
   a->size = (size + gran - 1) / gran * gran;
@@ -113,7 +111,7 @@ static int alloc_vmm(opd_server_t *srv, int dev, uint64_t size, void **ptr,
                          .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
   step = "cuMemSetAccess";
   if ((r = v->set_access(a->ptr, a->size, &acc, 1)) != CUDA_SUCCESS) goto unmap;
-  CU(cudaMemset((void *)a->ptr, 0, a->size), err, errlen);
+  CU(cudaMemset((void *)a->ptr, 0, a->size), err);
   *ptr = (void *)a->ptr;
   *token = a;
   return 0;
@@ -124,8 +122,9 @@ unreserve:
 release:
   v->release(a->handle);
 fail:
-  snprintf(err, errlen, "cuda:%d: %s of %zu bytes failed: %s", dev, step,
-           a->size, r == CUDA_ERROR_OUT_OF_MEMORY ? "out of memory" : cu_name(r));
+  opd__errf(err, r == CUDA_ERROR_OUT_OF_MEMORY ? OPD_ENOMEM : OPD_EBACKEND,
+            "cuda:%d: %s of %zu bytes failed: %s", dev, step, a->size,
+            r == CUDA_ERROR_OUT_OF_MEMORY ? "out of memory" : cu_name(r));
   free(a);
   return r == CUDA_ERROR_OUT_OF_MEMORY ? OPD_ENOMEM : OPD_EBACKEND;
 }
@@ -141,23 +140,23 @@ static void free_vmm(opd_server_t *srv, void *token) {
 }
 
 int opd__cu_alloc(opd_server_t *srv, int dev, uint64_t size, int exportable,
-                  void **ptr, void **token, char *err, size_t errlen) {
+                  void **ptr, void **token, opd_err_t *err) {
   *token = NULL;
-  return exportable ? alloc_vmm(srv, dev, size, ptr, token, err, errlen)
-                    : alloc_plain(srv, dev, size, ptr, err, errlen);
+  return exportable ? alloc_vmm(srv, dev, size, ptr, token, err)
+                    : alloc_plain(srv, dev, size, ptr, err);
 }
 
 int opd__cu_export(opd_server_t *srv, void *token, int *fd, uint64_t *bytes,
-                   char *err, size_t errlen) {
+                   opd_err_t *err) {
   cuda_state_t *st = cuda_state(srv);
   vmm_alloc_t *a = token;
   int out = -1;
   CUresult r = st->vmm.export_fd(&out, a->handle,
                                  CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
   if (r != CUDA_SUCCESS) {
-    snprintf(err, errlen, "cuMemExportToShareableHandle failed: %s",
-             cu_name(r));
-    return OPD_EBACKEND;
+    return opd__errf(err, OPD_EBACKEND,
+                     "cuMemExportToShareableHandle failed: %s",
+                     cu_name(r));
   }
   *fd = out;
   *bytes = a->size;
@@ -180,12 +179,11 @@ static void import_close(opd_server_t *srv, void *token) {
 
 int opd__cu_import(opd_server_t *srv, uint64_t session, int dev,
                    const void *handle, uint64_t offset, uint64_t size,
-                   void **ptr, void **token, char *err, size_t errlen) {
+                   void **ptr, void **token, opd_err_t *err) {
   cuda_state_t *st = cuda_state(srv);
   ipc_open_t *o;
   if (st == NULL || dev < 0 || dev >= srv->n_devices) {
-    snprintf(err, errlen, "no device cuda:%d", dev);
-    return OPD_EDEVICE;
+    return opd__errf(err, OPD_EDEVICE, "no device cuda:%d", dev);
   }
   for (o = st->ipc; o; o = o->next)
     if (o->session == session && o->dev == dev &&
@@ -195,13 +193,13 @@ int opd__cu_import(opd_server_t *srv, uint64_t session, int dev,
     cudaIpcMemHandle_t h;
     void *p;
     memcpy(&h, handle, sizeof h);
-    CU(set_device(st->dev[dev].index), err, errlen);
+    CU(set_device(st->dev[dev].index), err);
     cudaError_t e = cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess);
     if (e != cudaSuccess) {
       cudaGetLastError();
-      snprintf(err, errlen, "the IPC handle does not open on cuda:%d: %s", dev,
-               cudaGetErrorString(e));
-      return OPD_EINVAL;
+      return opd__errf(err, OPD_EINVAL,
+                       "the IPC handle does not open on cuda:%d: %s", dev,
+                       cudaGetErrorString(e));
     }
     size_t alloc = SIZE_MAX;
     CUdeviceptr base;
@@ -210,8 +208,7 @@ int opd__cu_import(opd_server_t *srv, uint64_t session, int dev,
       alloc -= (size_t)((CUdeviceptr)p - base);
     if ((o = calloc(1, sizeof *o)) == NULL) {
       cudaIpcCloseMemHandle(p);
-      snprintf(err, errlen, "out of memory");
-      return OPD_ENOMEM;
+      return opd__errf(err, OPD_ENOMEM, "out of memory");
     }
     o->session = session;
     o->dev = dev;
@@ -223,9 +220,9 @@ int opd__cu_import(opd_server_t *srv, uint64_t session, int dev,
   }
   uint64_t end;
   if (__builtin_add_overflow(offset, size, &end) || end > o->alloc) {
-    snprintf(err, errlen, "bytes [%llu, %llu+%llu) lie outside the shared "
-             "allocation of %zu bytes", (unsigned long long)offset,
-             (unsigned long long)offset, (unsigned long long)size, o->alloc);
+    opd__errf(err, OPD_EBOUNDS, "bytes [%llu, %llu+%llu) lie outside the "
+              "shared allocation of %zu bytes", (unsigned long long)offset,
+              (unsigned long long)offset, (unsigned long long)size, o->alloc);
     if (o->refs == 0) {
       o->refs = 1;
       import_close(srv, o); /* closes the handle again */

@@ -115,17 +115,15 @@ static inline cuda_job_t *cuda_job(opd_job_t *job) {
   return (cuda_job_t *)(void *)job->backend_job;
 }
 
-/* Evaluates a CUDA call; on failure formats "what: error" into err and
+/* Evaluates a CUDA call; on failure fills err with "what: error" and
  * returns the opd error code from the enclosing function (style item 3:
  * a check macro that returns instead of exiting). */
-#define CU(call, err, errlen)                                              \
-  do {                                                                     \
-    cudaError_t e_ = (call);                                               \
-    if (e_ != cudaSuccess) {                                               \
-      snprintf((err), (errlen), "%s:%d: %s: %s", __FILE__, __LINE__, #call, \
-               cudaGetErrorString(e_));                                    \
-      return cuda_code(e_);                                                \
-    }                                                                      \
+#define CU(call, err)                                                   \
+  do {                                                                  \
+    cudaError_t e_ = (call);                                            \
+    if (e_ != cudaSuccess)                                              \
+      return opd__errf((err), cuda_code(e_), "%s:%d: %s: %s", __FILE__, \
+                       __LINE__, #call, cudaGetErrorString(e_));        \
   } while (0)
 
 static inline int cuda_code(cudaError_t e) {
@@ -160,15 +158,15 @@ static inline cuda_state_t *cuda_state(const opd_server_t *srv) {
 void opd__cu_pin(opd_server_t *srv, opd_arena_t *a);
 void opd__cu_release(opd_arena_t *a);
 int opd__cu_alloc(opd_server_t *srv, int dev, uint64_t size, int exportable,
-                  void **ptr, void **token, char *err, size_t errlen);
+                  void **ptr, void **token, opd_err_t *err);
 int opd__cu_import(opd_server_t *srv, uint64_t session, int dev,
                    const void *handle, uint64_t offset, uint64_t size,
-                   void **ptr, void **token, char *err, size_t errlen);
+                   void **ptr, void **token, opd_err_t *err);
 int opd__cu_export(opd_server_t *srv, void *token, int *fd, uint64_t *bytes,
-                   char *err, size_t errlen);
+                   opd_err_t *err);
 /* launch.c */
 int opd__cu_plan(opd_job_t *job, const opd_tplace_t *in,
-                 const opd_tplace_t *out, char *err, size_t errlen);
+                 const opd_tplace_t *out, opd_err_t *err);
 int opd__cu_launch(opd_job_t *job);
 void opd__cu_session_end(opd_session_t *s);
 /* poller.c: the completion side. start registers the loop watcher and
