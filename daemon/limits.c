@@ -138,7 +138,7 @@ int opd__limit_inflight(const opd_session_t *s) {
 int opd__limit_read(const opd_session_t *s) {
   const opd_limits_t *l = &s->srv->cfg.limits;
   return opd__limit_inflight(s) ||
-         s->wlen - s->woff + s->over_bytes >= l->max_wbuf;
+         opd__sock_unsent(s) + s->over_bytes >= l->max_wbuf;
 }
 
 void opd__acct_inflight(opd_session_t *s, int n) {

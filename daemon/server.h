@@ -262,31 +262,12 @@ struct opd_job {
   _Alignas(16) unsigned char backend_job[OPD_BACKEND_JOB_BYTES];
 };
 
-struct opd_session {
-  opd_server_t *srv;
-  opd_session_t *prev, *next;    /* server list */
-  const opd_transport_cb_t *cb;  /* what the transports call (session.c) */
-  uint64_t id;
-  int fd;                        /* -1 once closed */
-  uv_poll_t poll;
+/* A session's socket transport: its buffers and the fds in flight, owned
+ * by daemon/sock.c (others read them through the accessors below). */
+typedef struct opd_sock {
   int poll_events;               /* UV_READABLE | UV_WRITABLE now armed */
-  int poll_closed;               /* uv_close finished */
-  pid_t pid;                     /* SO_PEERCRED at accept */
-  uid_t uid;
-  gid_t gid;
-  opd_acct_t *acct;              /* this uid's totals (daemon/limits.c) */
-  int reserved;                  /* admitted on a reserved slot */
-  int quiet;                     /* refused at accept: logged once */
-  uint32_t n_names;              /* names this session published */
-  uint64_t t_accept;             /* when accepted (handshake timeout) */
   uint64_t t_partial;            /* since when rbuf holds a partial frame
                                     (0: none) */
-  uint32_t over_bytes;           /* replies waiting for completion-ring
-                                    room (bytes) */
-  char client[OPD_MAX_NAME];     /* name given at hello */
-  int hello;                     /* hello done */
-  int closing;                   /* no more requests are read */
-  int goodbye;                   /* send goodbye, then close, once idle */
   unsigned char *rbuf;           /* received, not yet parsed */
   size_t rlen, rcap;
   unsigned char *wbuf;           /* replies not yet taken by the socket */
@@ -301,6 +282,31 @@ struct opd_session {
   int n_later;
   int lost_err;                  /* fd_lost of the frame at lost_at */
   size_t lost_at;
+} opd_sock_t;
+
+struct opd_session {
+  opd_server_t *srv;
+  opd_session_t *prev, *next;    /* server list */
+  const opd_transport_cb_t *cb;  /* what the transports call (session.c) */
+  uint64_t id;
+  int fd;                        /* -1 once closed */
+  uv_poll_t poll;
+  int poll_closed;               /* uv_close finished */
+  pid_t pid;                     /* SO_PEERCRED at accept */
+  uid_t uid;
+  gid_t gid;
+  opd_acct_t *acct;              /* this uid's totals (daemon/limits.c) */
+  int reserved;                  /* admitted on a reserved slot */
+  int quiet;                     /* refused at accept: logged once */
+  uint32_t n_names;              /* names this session published */
+  uint64_t t_accept;             /* when accepted (handshake timeout) */
+  uint32_t over_bytes;           /* replies waiting for completion-ring
+                                    room (bytes) */
+  char client[OPD_MAX_NAME];     /* name given at hello */
+  int hello;                     /* hello done */
+  int closing;                   /* no more requests are read */
+  int goodbye;                   /* send goodbye, then close, once idle */
+  opd_sock_t sock;               /* the socket transport's (sock.c) */
   int cq_corrupt;                /* the completion ring is unusable */
   uint64_t t_goodbye;            /* when the goodbye was queued */
   opd_arena_t **arenas;          /* table, limits.max_arenas slots */
@@ -373,6 +379,21 @@ void opd__sock_free(opd_session_t *s);   /* frees its buffers */
  * them), or OPD_EFD with err naming why there are none (not sent, or the
  * daemon was out of fds when they came). */
 int opd__req_take_fds(opd_req_t *r, int need, int *fds, opd_err_t *err);
+/* What the socket transport holds: reply bytes not yet sent, request
+ * bytes not yet handled, whether its poll is armed at all, since when a
+ * frame has been left unfinished (0: none). */
+static inline size_t opd__sock_unsent(const opd_session_t *s) {
+  return s->sock.wlen - s->sock.woff;
+}
+static inline size_t opd__sock_unread(const opd_session_t *s) {
+  return s->sock.rlen;
+}
+static inline int opd__sock_armed(const opd_session_t *s, int events) {
+  return (s->sock.poll_events & events) != 0;
+}
+static inline uint64_t opd__sock_partial_since(const opd_session_t *s) {
+  return s->sock.t_partial;
+}
 
 /* outbox.c: every message sent. `via`: OPD_VIA_RING or OPD_VIA_SOCKET.
  * `body` is a packed msgpack map (NULL for {}); an error's is

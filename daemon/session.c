@@ -302,7 +302,7 @@ void opd__session_shutdown(opd_session_t *s) {
  * sessions watchers, timers, signals), never from inside a request. */
 void opd__session_pump(opd_session_t *s) {
   do start_jobs(s);
-  while (s->rlen >= OPD_FRAME_HEADER && opd__sock_frames(s) > 0);
+  while (opd__sock_unread(s) >= OPD_FRAME_HEADER && opd__sock_frames(s) > 0);
   if (s->fd < 0) {
     maybe_free(s);
     return;
@@ -310,7 +310,7 @@ void opd__session_pump(opd_session_t *s) {
   if (s->goodbye && s->running == NULL) {
     if (s->goodbye == 1)
       opd__out_goodbye(s, s->srv->goodbye_code, "%s", s->srv->goodbye_why);
-    if (s->fd >= 0 && s->wlen == s->woff) {
+    if (s->fd >= 0 && opd__sock_unsent(s) == 0) {
       opd__session_close(s);
       return;
     }
@@ -327,7 +327,7 @@ void opd__sessions_sweep(opd_server_t *srv, uint64_t now) {
   for (opd_session_t *s = srv->sessions, *next; s; s = next) {
     next = s->next;
     if (s->fd < 0) continue;
-    if (!(s->poll_events & (UV_READABLE | UV_WRITABLE))) {
+    if (!opd__sock_armed(s, UV_READABLE | UV_WRITABLE)) {
       /* not read (throttled) and nothing to write: the loop does not poll
        * its socket, so a peer that died is found here */
       struct pollfd pfd = {.fd = s->fd, .events = 0};
@@ -345,14 +345,15 @@ void opd__sessions_sweep(opd_server_t *srv, uint64_t now) {
     }
     char why[160];
     if (!s->hello && now - s->t_accept > hs) {
-      snprintf(why, sizeof why, s->rlen > 0
+      snprintf(why, sizeof why, opd__sock_unread(s) > 0
                ? "no hello within %u ms (--handshake-timeout-ms): a frame "
                  "was left unfinished"
                : "no hello within %u ms (--handshake-timeout-ms)",
                l->handshake_ms);
       opd__out_goodbye(s, OPD_ETIMEDOUT, "%s", why);
       opd__session_pump(s);
-    } else if (s->t_partial != 0 && now - s->t_partial > fr) {
+    } else if (opd__sock_partial_since(s) != 0 &&
+               now - opd__sock_partial_since(s) > fr) {
       snprintf(why, sizeof why, "a frame was left unfinished for %u ms "
                "(--frame-timeout-ms)", l->frame_ms);
       opd__out_goodbye(s, OPD_ETIMEDOUT, "%s", why);
@@ -365,7 +366,7 @@ void opd__sessions_unthrottle(opd_server_t *srv) {
   srv->unthrottle = 0;
   for (opd_session_t *s = srv->sessions, *next; s; s = next) {
     next = s->next;
-    if (s->fd >= 0 && !s->closing && !(s->poll_events & UV_READABLE))
+    if (s->fd >= 0 && !s->closing && !opd__sock_armed(s, UV_READABLE))
       opd__session_pump(s);
   }
 }

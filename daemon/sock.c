@@ -57,18 +57,18 @@ static void fail(opd_session_t *s, int code, const char *fmt, ...) {
  * with the first byte of its frame. Returns 0, or -1 when the peer is gone
  * (the session was told). */
 static int flush(opd_session_t *s) {
-  while (s->wlen > s->woff) {
-    size_t end = s->wlen;
+  while (s->sock.wlen > s->sock.woff) {
+    size_t end = s->sock.wlen;
     int fd = -1;
-    if (s->n_wfds > 0) {
-      if (s->wfd_at[0] == s->woff) fd = s->wfd[0];
-      if (s->n_wfds > (fd >= 0)) /* stop before the next fd's frame */
-        end = s->wfd_at[fd >= 0 ? 1 : 0];
+    if (s->sock.n_wfds > 0) {
+      if (s->sock.wfd_at[0] == s->sock.woff) fd = s->sock.wfd[0];
+      if (s->sock.n_wfds > (fd >= 0)) /* stop before the next fd's frame */
+        end = s->sock.wfd_at[fd >= 0 ? 1 : 0];
     }
-    ssize_t n = fd >= 0 ? opd__send_fds(s->fd, s->wbuf + s->woff,
-                                        end - s->woff, &fd, 1,
+    ssize_t n = fd >= 0 ? opd__send_fds(s->fd, s->sock.wbuf + s->sock.woff,
+                                        end - s->sock.woff, &fd, 1,
                                         MSG_NOSIGNAL | MSG_DONTWAIT)
-                        : send(s->fd, s->wbuf + s->woff, end - s->woff,
+                        : send(s->fd, s->sock.wbuf + s->sock.woff, end - s->sock.woff,
                                MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n < 0) {
       if (errno == EINTR) continue;
@@ -78,17 +78,17 @@ static int flush(opd_session_t *s) {
     }
     if (fd >= 0) { /* the kernel holds its own reference now */
       close(fd);
-      memmove(s->wfd, s->wfd + 1, (size_t)--s->n_wfds * sizeof *s->wfd);
-      memmove(s->wfd_at, s->wfd_at + 1, (size_t)s->n_wfds * sizeof *s->wfd_at);
+      memmove(s->sock.wfd, s->sock.wfd + 1, (size_t)--s->sock.n_wfds * sizeof *s->sock.wfd);
+      memmove(s->sock.wfd_at, s->sock.wfd_at + 1, (size_t)s->sock.n_wfds * sizeof *s->sock.wfd_at);
     }
-    s->woff += (size_t)n;
+    s->sock.woff += (size_t)n;
   }
-  if (s->woff == s->wlen) {
-    s->woff = s->wlen = 0;
-    if (s->wcap > BUF_KEEP) { /* after a burst of replies */
-      free(s->wbuf);
-      s->wbuf = NULL;
-      s->wcap = 0;
+  if (s->sock.woff == s->sock.wlen) {
+    s->sock.woff = s->sock.wlen = 0;
+    if (s->sock.wcap > BUF_KEEP) { /* after a burst of replies */
+      free(s->sock.wbuf);
+      s->sock.wbuf = NULL;
+      s->sock.wcap = 0;
     }
   }
   return 0;
@@ -97,32 +97,32 @@ static int flush(opd_session_t *s) {
 void opd__sock_write(opd_session_t *s, const void *hdr, size_t hlen,
                      const void *body, size_t blen) {
   if (s->fd < 0) return; /* peer gone: replies are dropped */
-  size_t need = s->wlen + hlen + blen;
-  if (need > s->wcap) {
-    size_t cap = s->wcap ? s->wcap : 4096;
+  size_t need = s->sock.wlen + hlen + blen;
+  if (need > s->sock.wcap) {
+    size_t cap = s->sock.wcap ? s->sock.wcap : 4096;
     while (cap < need) cap *= 2;
-    unsigned char *nb = realloc(s->wbuf, cap);
+    unsigned char *nb = realloc(s->sock.wbuf, cap);
     if (nb == NULL) {
       fail(s, 0, "out of memory queueing a reply");
       return;
     }
-    s->wbuf = nb;
-    s->wcap = cap;
+    s->sock.wbuf = nb;
+    s->sock.wcap = cap;
   }
-  memcpy(s->wbuf + s->wlen, hdr, hlen);
-  if (blen) memcpy(s->wbuf + s->wlen + hlen, body, blen);
-  s->wlen += hlen + blen;
-  if (s->wlen - s->woff == hlen + blen && flush(s) < 0) return;
+  memcpy(s->sock.wbuf + s->sock.wlen, hdr, hlen);
+  if (blen) memcpy(s->sock.wbuf + s->sock.wlen + hlen, body, blen);
+  s->sock.wlen += hlen + blen;
+  if (s->sock.wlen - s->sock.woff == hlen + blen && flush(s) < 0) return;
   opd__sock_update(s);
 }
 
 int opd__sock_queue_fd(opd_session_t *s, int fd) {
-  if (s->fd < 0 || s->n_wfds >= OPD_MAX_PENDING_FDS) {
+  if (s->fd < 0 || s->sock.n_wfds >= OPD_MAX_PENDING_FDS) {
     close(fd);
     return OPD_ELIMIT;
   }
-  s->wfd_at[s->n_wfds] = s->wlen; /* where the next frame will start */
-  s->wfd[s->n_wfds++] = fd;
+  s->sock.wfd_at[s->sock.n_wfds] = s->sock.wlen; /* where the next frame will start */
+  s->sock.wfd[s->sock.n_wfds++] = fd;
   return 0;
 }
 
@@ -130,9 +130,9 @@ void opd__sock_update(opd_session_t *s) {
   if (s->fd < 0) return;
   int want = 0;
   if (!s->closing && !opd__limit_read(s)) want |= UV_READABLE;
-  if (s->wlen > s->woff) want |= UV_WRITABLE;
-  if (want == s->poll_events) return;
-  s->poll_events = want;
+  if (s->sock.wlen > s->sock.woff) want |= UV_WRITABLE;
+  if (want == s->sock.poll_events) return;
+  s->sock.poll_events = want;
   if (want)
     uv_poll_start(&s->poll, want, on_poll);
   else
@@ -177,11 +177,11 @@ static void close_stray_fds(opd_session_t *s, opd_req_t *r) {
  * the last frame that begins in rbuf (which begins at a frame). */
 static size_t fds_owner(const opd_session_t *s) {
   size_t p = 0;
-  while (s->rlen - p >= OPD_FRAME_HEADER) {
-    uint32_t len = opd__frame_get_len(s->rbuf + p);
+  while (s->sock.rlen - p >= OPD_FRAME_HEADER) {
+    uint32_t len = opd__frame_get_len(s->sock.rbuf + p);
     if (len > s->srv->cfg.limits.max_frame) break; /* the parser ends it */
     size_t next = p + OPD_FRAME_HEADER + len;
-    if (next >= s->rlen) break;
+    if (next >= s->sock.rlen) break;
     p = next;
   }
   return p;
@@ -191,9 +191,9 @@ static size_t fds_owner(const opd_session_t *s) {
  * there is no room for). */
 static void take_fds(opd_session_t *s, const int *fds, int n, size_t owner) {
   for (int i = 0; i < n; i++) {
-    if (s->n_later < OPD_MAX_PENDING_FDS) {
-      s->later_at[s->n_later] = owner;
-      s->later[s->n_later++] = fds[i];
+    if (s->sock.n_later < OPD_MAX_PENDING_FDS) {
+      s->sock.later_at[s->sock.n_later] = owner;
+      s->sock.later[s->sock.n_later++] = fds[i];
     } else {
       close(fds[i]);
     }
@@ -217,20 +217,20 @@ static int fds_short(int sock) {
 static void do_read(opd_session_t *s) {
   const opd_limits_t *l = &s->srv->cfg.limits;
   size_t max = (size_t)l->max_frame + OPD_FRAME_HEADER + READ_CHUNK;
-  if (s->rcap - s->rlen < READ_CHUNK && s->rcap < max) {
-    size_t cap = s->rcap ? s->rcap * 2 : READ_CHUNK;
+  if (s->sock.rcap - s->sock.rlen < READ_CHUNK && s->sock.rcap < max) {
+    size_t cap = s->sock.rcap ? s->sock.rcap * 2 : READ_CHUNK;
     if (cap > max) cap = max;
-    unsigned char *nb = realloc(s->rbuf, cap);
+    unsigned char *nb = realloc(s->sock.rbuf, cap);
     if (nb == NULL) {
       fail(s, 0, "out of memory reading a frame");
       return;
     }
-    s->rbuf = nb;
-    s->rcap = cap;
+    s->sock.rbuf = nb;
+    s->sock.rcap = cap;
   }
-  if (s->rcap == s->rlen) return; /* full of frames we are not taking */
+  if (s->sock.rcap == s->sock.rlen) return; /* full of frames we are not taking */
   int fds[OPD_MAX_PENDING_FDS], nfds, ctrunc;
-  ssize_t n = opd__recv_fds(s->fd, s->rbuf + s->rlen, s->rcap - s->rlen, fds,
+  ssize_t n = opd__recv_fds(s->fd, s->sock.rbuf + s->sock.rlen, s->sock.rcap - s->sock.rlen, fds,
                             OPD_MAX_PENDING_FDS, &nfds, &ctrunc,
                             MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
   if (n < 0) {
@@ -239,14 +239,14 @@ static void do_read(opd_session_t *s) {
     return;
   }
   size_t owner = 0;
-  if (n > 0) s->rlen += (size_t)n;
+  if (n > 0) s->sock.rlen += (size_t)n;
   if (n > 0 && (nfds > 0 || ctrunc)) owner = fds_owner(s);
   if (nfds > 0) take_fds(s, fds, nfds, owner);
   if (ctrunc) {
     int why = fds_short(s->fd);
     if (why != 0) {
-      s->lost_err = why; /* the request that wanted them says so */
-      s->lost_at = owner;
+      s->sock.lost_err = why; /* the request that wanted them says so */
+      s->sock.lost_at = owner;
       LOG_WARN("session %llu: a file descriptor it sent was lost: the daemon "
                "is out of file descriptors (%s)", (unsigned long long)s->id,
                strerror(why));
@@ -263,15 +263,15 @@ int opd__sock_frames(opd_session_t *s) {
   size_t off = 0;
   int handled = 0, partial = 0;
   while (s->fd >= 0 && !s->closing && !opd__limit_read(s) &&
-         s->rlen - off >= OPD_FRAME_HEADER) {
-    uint32_t len = opd__frame_get_len(s->rbuf + off);
+         s->sock.rlen - off >= OPD_FRAME_HEADER) {
+    uint32_t len = opd__frame_get_len(s->sock.rbuf + off);
     if (len > s->srv->cfg.limits.max_frame) {
       fail(s, OPD_ETOOBIG, "frame of %u bytes exceeds the limit of %u bytes",
            len, s->srv->cfg.limits.max_frame);
       break;
     }
     size_t end = off + OPD_FRAME_HEADER + len;
-    if (s->rlen < end) {
+    if (s->sock.rlen < end) {
       partial = 1;
       break;
     }
@@ -279,40 +279,40 @@ int opd__sock_frames(opd_session_t *s) {
      * request and closed after it if it did not take them */
     opd_req_t r = {.s = s, .via = s->ring ? OPD_VIA_RING : OPD_VIA_SOCKET};
     int k = 0;
-    while (k < s->n_later && s->later_at[k] <= off) k++;
-    memcpy(r.fds, s->later, (size_t)k * sizeof *r.fds);
+    while (k < s->sock.n_later && s->sock.later_at[k] <= off) k++;
+    memcpy(r.fds, s->sock.later, (size_t)k * sizeof *r.fds);
     r.n_fds = k;
-    s->n_later -= k;
-    memmove(s->later, s->later + k, (size_t)s->n_later * sizeof *s->later);
-    memmove(s->later_at, s->later_at + k,
-            (size_t)s->n_later * sizeof *s->later_at);
-    if (s->lost_err && s->lost_at <= off) {
-      r.fd_lost = s->lost_err;
-      s->lost_err = 0;
+    s->sock.n_later -= k;
+    memmove(s->sock.later, s->sock.later + k, (size_t)s->sock.n_later * sizeof *s->sock.later);
+    memmove(s->sock.later_at, s->sock.later_at + k,
+            (size_t)s->sock.n_later * sizeof *s->sock.later_at);
+    if (s->sock.lost_err && s->sock.lost_at <= off) {
+      r.fd_lost = s->sock.lost_err;
+      s->sock.lost_err = 0;
     }
-    s->cb->payload(&r, s->rbuf + off + OPD_FRAME_HEADER, len);
+    s->cb->payload(&r, s->sock.rbuf + off + OPD_FRAME_HEADER, len);
     close_stray_fds(s, &r);
     off = end;
     handled++;
   }
-  if (s->fd >= 0 && !s->closing && !opd__limit_read(s) && s->rlen > off &&
-      s->rlen - off < OPD_FRAME_HEADER)
+  if (s->fd >= 0 && !s->closing && !opd__limit_read(s) && s->sock.rlen > off &&
+      s->sock.rlen - off < OPD_FRAME_HEADER)
     partial = 1;
   if (s->fd >= 0 && off > 0) {
-    memmove(s->rbuf, s->rbuf + off, s->rlen - off);
-    s->rlen -= off;
-    for (int i = 0; i < s->n_later; i++) s->later_at[i] -= off;
-    s->lost_at = s->lost_at > off ? s->lost_at - off : 0;
+    memmove(s->sock.rbuf, s->sock.rbuf + off, s->sock.rlen - off);
+    s->sock.rlen -= off;
+    for (int i = 0; i < s->sock.n_later; i++) s->sock.later_at[i] -= off;
+    s->sock.lost_at = s->sock.lost_at > off ? s->sock.lost_at - off : 0;
   }
-  if (s->rlen == 0 && s->rcap > BUF_KEEP) { /* after a big frame */
-    free(s->rbuf);
-    s->rbuf = NULL;
-    s->rcap = 0;
+  if (s->sock.rlen == 0 && s->sock.rcap > BUF_KEEP) { /* after a big frame */
+    free(s->sock.rbuf);
+    s->sock.rbuf = NULL;
+    s->sock.rcap = 0;
   }
   /* a frame begun and not finished: the clock of --frame-timeout-ms
    * starts at the first look that finds it so */
-  if (!partial) s->t_partial = 0;
-  else if (s->t_partial == 0 || handled > 0) s->t_partial = opd__now_ns();
+  if (!partial) s->sock.t_partial = 0;
+  else if (s->sock.t_partial == 0 || handled > 0) s->sock.t_partial = opd__now_ns();
   return handled;
 }
 
@@ -330,17 +330,17 @@ static void on_poll(uv_poll_t *h, int status, int events) {
 /* ---- closing ---------------------------------------------------------- */
 
 void opd__sock_close(opd_session_t *s) {
-  for (int i = 0; i < s->n_later; i++) close(s->later[i]);
-  s->n_later = 0;
-  s->lost_err = 0;
-  for (int i = 0; i < s->n_wfds; i++) close(s->wfd[i]);
-  s->n_wfds = 0;
+  for (int i = 0; i < s->sock.n_later; i++) close(s->sock.later[i]);
+  s->sock.n_later = 0;
+  s->sock.lost_err = 0;
+  for (int i = 0; i < s->sock.n_wfds; i++) close(s->sock.wfd[i]);
+  s->sock.n_wfds = 0;
 }
 
 void opd__sock_free(opd_session_t *s) {
-  s->srv->trim_pending += s->rcap + s->wcap;
-  free(s->rbuf);
-  free(s->wbuf);
-  s->rbuf = s->wbuf = NULL;
-  s->rcap = s->wcap = 0;
+  s->srv->trim_pending += s->sock.rcap + s->sock.wcap;
+  free(s->sock.rbuf);
+  free(s->sock.wbuf);
+  s->sock.rbuf = s->sock.wbuf = NULL;
+  s->sock.rcap = s->sock.wcap = 0;
 }
