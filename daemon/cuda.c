@@ -876,7 +876,7 @@ int opd__cuda_job_launch(opd_job_t *job) {
   }
   opd_cuda_ctx_t ctx = {.stream = stream, .cublaslt = d->lt, .workspace = ws,
                         .workspace_bytes = ws_bytes, .device = d->index};
-  rc = op->cuda(call, &ctx);
+  rc = opd__kernel_rc(call, op->cuda(call, &ctx));
   if (rc != 0) goto fail;
   for (int i = 0; i < call->n_out; i++) {
     if (job->host_out[i] == NULL || job->out_bytes[i] == 0) continue;

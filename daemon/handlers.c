@@ -437,6 +437,13 @@ static void handle_ops(opd_session_t *s, uint64_t id, int type,
   opd__reply(s, id, 0, s->srv->ops_body, s->srv->ops_body_len);
 }
 
+static void handle_plugins(opd_session_t *s, uint64_t id, int type,
+                           const msgpack_object *body) {
+  (void)type, (void)body;
+  opd__plugins_pack(scratch(s->srv));
+  reply_scratch(s, id);
+}
+
 static void handle_ping(opd_session_t *s, uint64_t id, int type,
                         const msgpack_object *body) {
   (void)type, (void)body;
@@ -455,6 +462,7 @@ static void handle_ping(opd_session_t *s, uint64_t id, int type,
   X(RUN, handle_run, 0)                         \
   X(INFER, handle_run, 0)                       \
   X(OPS, handle_ops, 0)                         \
+  X(PLUGINS, handle_plugins, 0)                 \
   X(STATS, handle_stats, 0)                     \
   X(ALLOC, handle_alloc, 0)                     \
   X(PUBLISH, handle_publish, 0)                 \

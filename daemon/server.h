@@ -79,6 +79,9 @@ typedef struct opd_config {
   char allow_users[512];         /* --allow-users: names or uids, commas;
                                     "" = anyone who can open the socket */
   char allow_groups[512];        /* --allow-groups: names or gids, commas */
+  const char *plugins[64];       /* --plugin PATHs, in order (argv's) */
+  int n_plugins;                 /* used in plugins */
+  char plugin_dir[4096];         /* --plugin-dir: every *.so ("" if none) */
   opd_limits_t limits;
 } opd_config_t;
 
@@ -442,6 +445,10 @@ void opd__sessions_unthrottle(opd_server_t *srv);
 /* handlers.c: every request type */
 void opd__handle(opd_session_t *s, const msgpack_object *req);
 int opd__ops_pack(opd_server_t *srv); /* fills srv->ops_body */
+/* daemon/plugins.c: loads the plugins cfg names (0, or the first refusal,
+ * logged); packs the PLUGINS reply body. */
+int opd__plugins_start(const opd_config_t *cfg);
+void opd__plugins_pack(msgpack_packer *pk);
 
 /* cuda.c (or cuda_none.c in a build without CUDA): the CUDA backend.
  * All on the loop thread. */
