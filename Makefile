@@ -215,9 +215,11 @@ PLUGIN_SOS := $(patsubst %,$(B)/plugins/%.so,$(PLUGIN_EXAMPLES))
 TEST_PLUGINS := testops bad_abi no_init dup bad_schema bad_attr
 TEST_PLUGIN_SOS := $(patsubst %,$(B)/plugins/test/%.so,$(TEST_PLUGINS))
 .PHONY: FORCE
+# (without pkg-config, as on the GPU machine: the include dir directly)
+PLUGIN_CFLAGS := $(if $(shell command -v pkg-config 2>/dev/null),,OPD_CFLAGS=-I$(abspath include))
 $(PLUGIN_SOS): $(B)/plugins/%.so: $(B)/pkgconfig/opd.pc FORCE
 	@PKG_CONFIG_PATH=$(abspath $(B)/pkgconfig) $(MAKE) --no-print-directory \
-	  -C examples/plugins/$* O=$(abspath $(B)/plugins) CUDA=$(CUDA_ON)
+	  -C examples/plugins/$* O=$(abspath $(B)/plugins) CUDA=$(CUDA_ON) $(PLUGIN_CFLAGS)
 $(B)/plugins/test/%.so: tests/plugins/testplugin.c include/opd/op.h include/opd/protocol.h
 	@mkdir -p $(dir $@)
 	$(CC) -std=c11 -O2 -Wall -Wextra -fPIC -shared -Iinclude -DVARIANT_$* $< -o $@
