@@ -13,11 +13,13 @@ Tensor arguments (optional inputs `Tensor? = None`; a variadic op, noop,
 takes `Tensor[]`), the attributes as keyword-only arguments with their
 types and defaults (int, float, bool, str, int[]), the outputs as the
 returned Tensor(s). The real implementation runs the op in the daemon:
-CPU tensors go through shared memory (an input is copied into an arena;
-the outputs are zero-copy torch views of the arena memory the daemon
-wrote), CUDA tensors are used in place (imported by CUDA IPC handle, the
-path of Client.from_torch) and the outputs are new torch CUDA tensors the
-daemon writes into. The fake (meta) implementation asks the daemon's
+CPU tensors go through shared memory (an input is copied into an arena
+unless it already lies in one of the client's arenas, as the output of an
+earlier torch.ops.opd call does; the outputs are zero-copy torch views of
+the arena memory the daemon wrote), CUDA inputs are used in place
+(imported by CUDA IPC handle, the path of Client.from_torch, cached per
+storage) and the outputs are allocated in the daemon's device memory and
+returned as zero-copy torch CUDA views (Tensor.torch()). The fake (meta) implementation asks the daemon's
 shape rule (an INFER request, cached per shapes and attributes) for the
 outputs' dtypes and shapes, so torch.compile and opcheck trace the ops
 without running them. The ops mutate nothing (mutates_args=()).
@@ -179,22 +181,36 @@ def _returned(outs):
     return outs[0] if len(outs) == 1 else outs
 
 
+def _in_arena(c, t):
+    """An opd Tensor over torch CPU tensor t, with no copy, when t's bytes
+    lie in one of c's shared-memory arenas (a torch view of an opd Tensor,
+    e.g. the output of an earlier torch.ops.opd call); else t itself (run
+    copies it in). The Tensor keeps t alive."""
+    alloc = c._alloc
+    if alloc is None or not t.is_contiguous() or t.dtype == _torch.bool:
+        return t
+    p, n = t.data_ptr(), t.numel() * t.element_size()
+    for st in list(alloc._states):
+        a = st.arena
+        if a.base <= p and p + n <= a.base + a.size:
+            return Tensor(a, p - a.base, dtype_name(t.dtype), tuple(t.shape), None, t)
+    return t
+
+
 def _make(name, schema):
     def real(*args, **kwargs):
         c = client()
         ins, attrs = _split(schema, args, kwargs)
         cuda = [t for t in ins if t is not None and t.is_cuda]
         if cuda:
+            # inputs in place (IPC import, cached per storage); outputs in
+            # the daemon's device memory, returned as zero-copy torch views
             dev = cuda[0].device
             ins = [t.contiguous() if t is not None else None for t in ins]
-            outs = [_torch.empty(shape, dtype=dt, device=dev)
-                    for dt, shape in _infer(c, name, schema, ins, attrs)]
-            if outs:
-                c.run(name, *ins, out=tuple(outs), **attrs)
-            else:
-                c.run(name, *ins, device=str(dev), **attrs)
-            return _returned(outs)
-        res = c.run(name, *ins, device="cpu", **attrs)
+            res = c.run(name, *ins, device="cuda:%d" % dev.index, **attrs)
+        else:
+            ins = [_in_arena(c, t) if t is not None else None for t in ins]
+            res = c.run(name, *ins, device="cpu", **attrs)
         if res is None:
             return None
         res = res if isinstance(res, tuple) else (res,)

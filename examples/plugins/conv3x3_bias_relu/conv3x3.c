@@ -11,7 +11,8 @@
  *             vector registers across all 9*C taps, bias as the start of
  *             the sums, ReLU before the one store; tiles spread over the
  *             daemon's threads (call->exec)
- *   cuda      conv3x3.cu: shared-memory tiles of 16x16 pixels x 8 channels
+ *   cuda      conv3x3.cu: 16x16-pixel tiles of 16 (or 8) output channels,
+ *             register-blocked (4 or 2 rows x the channels per thread)
  * Bench: build/bench/bench_plugins (against opd conv2d + relu).
  */
 #include <opd/op.h>
