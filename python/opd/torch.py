@@ -197,6 +197,24 @@ def _in_arena(c, t):
     return t
 
 
+def _in_device_view(c, t):
+    """The opd Tensor behind torch CUDA tensor t when t is (part of) a
+    zero-copy view of one of c's device arenas (the output of an earlier
+    torch.ops.opd call on CUDA): that memory is the daemon's, not torch's,
+    so it has no torch IPC handle; the run uses the arena in place. Else t
+    (run imports its storage by IPC handle)."""
+    maps = c._maps
+    if not maps or not t.is_contiguous():
+        return t
+    p, n = t.data_ptr(), t.numel() * t.element_size()
+    for m in list(maps.values()):
+        if m.ptr <= p and p + n <= m.ptr + m.size:
+            for v in list(m.views):
+                return Tensor(v.tensor.arena, p - m.ptr, dtype_name(t.dtype),
+                              tuple(t.shape), None, t)
+    return t
+
+
 def _make(name, schema):
     def real(*args, **kwargs):
         c = client()
@@ -206,7 +224,8 @@ def _make(name, schema):
             # inputs in place (IPC import, cached per storage); outputs in
             # the daemon's device memory, returned as zero-copy torch views
             dev = cuda[0].device
-            ins = [t.contiguous() if t is not None else None for t in ins]
+            ins = [_in_device_view(c, t.contiguous()) if t is not None else None
+                   for t in ins]
             res = c.run(name, *ins, device="cuda:%d" % dev.index, **attrs)
         else:
             ins = [_in_arena(c, t) if t is not None else None for t in ins]
