@@ -78,6 +78,7 @@ static int conv_ref(opd_kcall_t *call) {
  * over the daemon's threads by (n, channel block, row). */
 enum { VW = 8, TW = 2 * VW };
 typedef float v8 __attribute__((vector_size(VW * sizeof(float))));
+typedef int32_t v8i __attribute__((vector_size(VW * sizeof(int32_t))));
 
 typedef struct job {
   const float *x, *wt, *bias;
@@ -121,8 +122,8 @@ static inline __attribute__((always_inline)) void tile_rows(
   for (int64_t w0 = 0; w0 < W; w0 += TW) {
     v8 acc[KB][2];
     for (int q = 0; q < KB; q++) {
-      float bq = q < nk ? j->bias[k0 + q] : 0.0f;
-      for (int e = 0; e < VW; e++) acc[q][0][e] = bq, acc[q][1][e] = bq;
+      const v8 zero = {0};
+      acc[q][0] = acc[q][1] = zero + (q < nk ? j->bias[k0 + q] : 0.0f);
     }
     const float *xc = j->xp + n * C * plane + h * Wp + w0;
     for (int64_t c = 0; c < C; c++, xc += plane) {
@@ -141,11 +142,12 @@ static inline __attribute__((always_inline)) void tile_rows(
     }
     int64_t nw = W - w0 < TW ? W - w0 : TW;
     for (int q = 0; q < nk; q++) {
-      float out[TW];
-      for (int e = 0; e < VW; e++) {
-        out[e] = acc[q][0][e] > 0 ? acc[q][0][e] : 0.0f;
-        out[VW + e] = acc[q][1][e] > 0 ? acc[q][1][e] : 0.0f;
-      }
+      /* ReLU as a mask (x > 0 keeps x; NaN and negatives give 0, as
+         cpu_ref), then one store of the 16 pixels, or of the nw left */
+      const v8 zero = {0};
+      v8 out[2];
+      for (int v = 0; v < 2; v++)
+        out[v] = (v8)((v8i)acc[q][v] & (acc[q][v] > zero));
       memcpy(j->y + ((n * j->K + k0 + q) * j->H + h) * W + w0, out,
              sizeof(float) * (size_t)nw);
     }
