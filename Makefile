@@ -7,6 +7,8 @@
 #   make run        build, start a daemon on a private socket, run the
 #                   example workload against it, stop it
 #   make bench      run the benchmarks, print their figures
+#   make plugins    the example operator plugins (examples/plugins) and the
+#                   tests' plugins, into build/plugins/; build/pkgconfig/opd.pc
 #   make install    install binaries, library, header and init files
 #
 # Variables: CUDA=auto|0|1 (auto: CUDA sources compile when nvcc is found),
@@ -136,7 +138,7 @@ BINS := $(B)/opd $(B)/libopd.so $(B)/libopd.a $(B)/opctl
 EXAMPLES := $(B)/examples/softmax_conv
 BENCHES := $(patsubst bench/%.c,$(B)/bench/%,$(sort $(wildcard bench/*.c)))
 
-.PHONY: all deps check-deps test test-c run bench install clean cuda python-lib
+.PHONY: all deps check-deps test test-c run bench install clean cuda python-lib plugins
 all: check-deps $(BINS) $(EXAMPLES) cuda
 
 # ---- dependencies --------------------------------------------------------
@@ -195,6 +197,36 @@ $(B)/bench/%: bench/%.c $(B)/libopd.a $(KERNEL_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) $< -o $@ $(LDFLAGS) $(B)/libopd.a $(KERNEL_OBJ) $(DAEMON_LIBS)
 
+# ---- operator plugins (docs/operators.md) ---------------------------------
+# opd.pc for plugins built against this tree (includedir: its include/);
+# `make install` writes the installed one. Each example plugin is built by
+# its own Makefile, as a user builds a copy of it, through pkg-config.
+OPD_PC_VERSION := $(shell sed -n 's/^\#define OPD_VERSION "\(.*\)"/\1/p' include/opd/protocol.h)
+define opd_pc
+	@mkdir -p $(dir $@)
+	sed -e 's|@PREFIX@|$(1)|' -e 's|@INCLUDEDIR@|$(2)|' -e 's|@LIBDIR@|$(3)|' \
+	  -e 's|@VERSION@|$(OPD_PC_VERSION)|' packaging/opd.pc.in > $@
+endef
+$(B)/pkgconfig/opd.pc: packaging/opd.pc.in include/opd/protocol.h
+	$(call opd_pc,$(abspath .),$(abspath include),$(abspath $(B)))
+
+PLUGIN_EXAMPLES := hello conv3x3_bias_relu
+PLUGIN_SOS := $(patsubst %,$(B)/plugins/%.so,$(PLUGIN_EXAMPLES))
+# tests/plugins/testplugin.c, one variant per -DVARIANT_<name>: the ops the
+# integration tests misuse (testops) and plugins the daemon must refuse
+TEST_PLUGINS := testops bad_abi no_init dup bad_schema bad_attr
+TEST_PLUGIN_SOS := $(patsubst %,$(B)/plugins/test/%.so,$(TEST_PLUGINS))
+.PHONY: FORCE
+# (without pkg-config, as on the GPU machine: the include dir directly)
+PLUGIN_CFLAGS := $(if $(shell command -v pkg-config 2>/dev/null),,OPD_CFLAGS=-I$(abspath include))
+$(PLUGIN_SOS): $(B)/plugins/%.so: $(B)/pkgconfig/opd.pc FORCE
+	@PKG_CONFIG_PATH=$(abspath $(B)/pkgconfig) $(MAKE) --no-print-directory \
+	  -C examples/plugins/$* O=$(abspath $(B)/plugins) CUDA=$(CUDA_ON) $(PLUGIN_CFLAGS)
+$(B)/plugins/test/%.so: tests/plugins/testplugin.c include/opd/op.h include/opd/protocol.h
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 -O2 -Wall -Wextra -fPIC -shared -Iinclude -DVARIANT_$* $< -o $@
+plugins: $(PLUGIN_SOS) $(TEST_PLUGIN_SOS)
+
 # ---- tests ---------------------------------------------------------------
 $(B)/tests/unit: $(UNIT_OBJ) $(DAEMON_OBJ) $(KERNEL_OBJ) $(CUDA_OBJ) $(COMMON_OBJ)
 	@mkdir -p $(dir $@)
@@ -241,7 +273,7 @@ $(B)/tests/chaos: $(CHAOS_OBJ) $(B)/obj/tests/integration/harness.o $(B)/libopd.
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $^ -o $@ -lcriterion $(CLIENT_LIBS) -lm
 
-test: all $(B)/tests/unit $(B)/tests/ops $(B)/tests/integration $(B)/tests/chaos
+test: all plugins $(B)/tests/unit $(B)/tests/ops $(B)/tests/integration $(B)/tests/chaos
 	@OPD_BIN=$(abspath $(B)/opd) OPD_BUILD=$(abspath $(B)) \
 	  OPD_DAEMON_OBJ="$(DAEMON_OBJ) $(B)/obj/daemon/main.o" bash tests/run.sh
 
@@ -258,7 +290,7 @@ TEST_ASAN_WAITS ?= adaptive socket spin
 test-asan: check-deps
 	@$(MAKE) --no-print-directory ASAN=1 CUDA=0 B=$(ASAN_B) $(ASAN_B)/opd \
 	  $(ASAN_B)/opctl $(ASAN_B)/tests/unit $(ASAN_B)/tests/integration \
-	  $(ASAN_B)/tests/chaos
+	  $(ASAN_B)/tests/chaos plugins
 	@echo 'leak:libcriterion.so' > $(ASAN_B)/lsan.supp
 	@export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 	   UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
@@ -336,7 +368,12 @@ install: all
 	install -m 644 $(B)/libopd.a $(DESTDIR)$(PREFIX)/lib/
 	install -m 755 $(B)/libopd.so $(DESTDIR)$(PREFIX)/lib/libopd.so.0
 	ln -sf libopd.so.0 $(DESTDIR)$(PREFIX)/lib/libopd.so
-	install -m 644 include/opd/opd.h include/opd/protocol.h $(DESTDIR)$(PREFIX)/include/opd/
+	install -m 644 include/opd/opd.h include/opd/protocol.h include/opd/op.h \
+	  $(DESTDIR)$(PREFIX)/include/opd/
+	install -d $(DESTDIR)$(PREFIX)/lib/pkgconfig
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@INCLUDEDIR@|$${prefix}/include|' \
+	  -e 's|@LIBDIR@|$${prefix}/lib|' -e 's|@VERSION@|$(OPD_PC_VERSION)|' \
+	  packaging/opd.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/opd.pc
 
 # Python: copies libopd.so into the package so that a wheel (or
 # `pip install ./python`) carries it; `make install` also works (the

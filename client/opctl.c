@@ -1,4 +1,4 @@
-/* opctl: the admin CLI of opd (ping, ops, stats, version, info).
+/* opctl: the admin CLI of opd (ping, ops, plugins, stats, version, info).
  *
  * DESIGN
  * A thin user of libopd: every command is one or a few library calls, so
@@ -210,6 +210,15 @@ static int cmd_ops(opd_client_t *c, int json) {
   jp = text;
   jv_t *root = jparse();
   jv_t *ops = jget(root, "ops");
+  /* where each op comes from: the PLUGINS reply's "origins" */
+  char *ptext = NULL;
+  size_t plen;
+  jv_t *proot = NULL;
+  if (opd_plugins_json(c, &ptext, &plen) == 0) {
+    jp = ptext;
+    proot = jparse();
+  }
+  const jv_t *origins = jget(proot, "origins");
   printf("%d operators\n", ops ? ops->n : 0);
   for (int i = 0; ops && i < ops->n; i++) {
     const jv_t *op = ops->vals[i];
@@ -217,6 +226,8 @@ static int cmd_ops(opd_client_t *c, int json) {
     printf("\n%-10s %s\n", jstr(jget(op, "name")), jstr(jget(op, "summary")));
     printf("    shape   %s%s\n", jstr(jget(op, "shape")),
            inplace && inplace->boolean ? "   (in-place allowed)" : "");
+    const jv_t *origin = jget(origins, jstr(jget(op, "name")));
+    printf("    origin  %s\n", origin ? jstr(origin) : "built-in");
     print_io("input", jget(op, "inputs"));
     print_io("output", jget(op, "outputs"));
     const jv_t *attrs = jget(op, "attrs");
@@ -235,6 +246,44 @@ static int cmd_ops(opd_client_t *c, int json) {
       const char *doc = jstr(jget(at, "doc"));
       if (doc[0]) printf("            %s\n", doc);
     }
+  }
+  jfree(root);
+  jfree(proot);
+  opd_free(text);
+  opd_free(ptext);
+  return 0;
+}
+
+static int cmd_plugins(opd_client_t *c, int json) {
+  char *text;
+  size_t len;
+  if (opd_plugins_json(c, &text, &len) != 0) {
+    fprintf(stderr, "opctl: plugins: %s\n", opd_last_error());
+    return 1;
+  }
+  if (json) {
+    printf("%s\n", text);
+    opd_free(text);
+    return 0;
+  }
+  jp = text;
+  jv_t *root = jparse();
+  const jv_t *list = jget(root, "plugins");
+  int n = list ? list->n : 0;
+  printf("%d plugin%s\n", n, n == 1 ? "" : "s");
+  for (int i = 0; i < n; i++) {
+    const jv_t *p = list->vals[i];
+    const jv_t *ops = jget(p, "ops");
+    char names[1024];
+    size_t k = 0;
+    names[0] = '\0';
+    for (int j = 0; ops && j < ops->n && k < sizeof names; j++)
+      k += (size_t)snprintf(names + k, sizeof names - k, "%s%s", j ? ", " : "",
+                            jstr(ops->vals[j]));
+    printf("\n%-10s version %s (operator ABI %s)\n", jstr(jget(p, "name")),
+           jstr(jget(p, "version")), jstr(jget(p, "abi")));
+    printf("    file    %s\n", jstr(jget(p, "path")));
+    printf("    ops     %s\n", names);
   }
   jfree(root);
   opd_free(text);
@@ -308,6 +357,8 @@ static void usage(FILE *f) {
           "commands:\n"
           "  ping [-c N]   round trips to the daemon (N, default 5) with times\n"
           "  ops           the operators with their inputs, outputs, attributes\n"
+          "                and origin (built-in or the plugin file)\n"
+          "  plugins       the operator plugins loaded: name, version, file, ops\n"
           "  stats         sessions, requests, errors, bytes mapped, per-op counts\n"
           "  info          the daemon's hello: version, backends, limits (JSON)\n"
           "  version       opctl's and the daemon's versions\n"
@@ -315,7 +366,7 @@ static void usage(FILE *f) {
           "  -s, --socket PATH   daemon socket (default: $OPD_SOCKET, else\n"
           "                      /run/opd/opd.sock as root, else\n"
           "                      $XDG_RUNTIME_DIR/opd.sock)\n"
-          "  -j, --json          print raw JSON (ops, stats)\n");
+          "  -j, --json          print raw JSON (ops, plugins, stats)\n");
 }
 
 int main(int argc, char **argv) {
@@ -348,6 +399,7 @@ int main(int argc, char **argv) {
     }
   }
   if (strcmp(cmd, "ping") && strcmp(cmd, "ops") && strcmp(cmd, "stats") &&
+      strcmp(cmd, "plugins") &&
       strcmp(cmd, "info") && strcmp(cmd, "version")) {
     fprintf(stderr, "opctl: unknown command \"%s\"\n", cmd);
     usage(stderr);
@@ -365,6 +417,7 @@ int main(int argc, char **argv) {
   if (strcmp(cmd, "ping") == 0) rc = cmd_ping(cl, count);
   else if (strcmp(cmd, "ops") == 0) rc = cmd_ops(cl, json);
   else if (strcmp(cmd, "stats") == 0) rc = cmd_stats(cl, json);
+  else if (strcmp(cmd, "plugins") == 0) rc = cmd_plugins(cl, json);
   else if (strcmp(cmd, "info") == 0) rc = cmd_info(cl);
   else {
     char *text;

@@ -447,6 +447,13 @@ static void handle_ops(opd_req_t *r, int type,
   opd__reply(r, s->srv->ops_body, s->srv->ops_body_len);
 }
 
+static void handle_plugins(opd_req_t *r, int type,
+                           const msgpack_object *body) {
+  (void)type, (void)body;
+  opd__plugins_pack(scratch(r->s->srv));
+  reply_scratch(r);
+}
+
 static void handle_ping(opd_req_t *r, int type,
                         const msgpack_object *body) {
   (void)type, (void)body;
@@ -465,6 +472,7 @@ static void handle_ping(opd_req_t *r, int type,
   X(RUN, handle_run, 0)                         \
   X(INFER, handle_run, 0)                       \
   X(OPS, handle_ops, 0)                         \
+  X(PLUGINS, handle_plugins, 0)                 \
   X(STATS, handle_stats, 0)                     \
   X(ALLOC, handle_alloc, 0)                     \
   X(PUBLISH, handle_publish, 0)                 \

@@ -59,6 +59,10 @@ int main(int argc, char **argv) {
     setenv("UV_THREADPOOL_SIZE", n, 1);
   }
 
+  if (opd__plugins_start(&cfg) != 0) {
+    LOG_ERROR("could not start; exiting");
+    return 1;
+  }
   uv_loop_t *loop = uv_default_loop();
   static opd_server_t srv;
   if (opd__server_init(&srv, loop, &cfg) != 0) {

@@ -122,6 +122,21 @@ static int p_spin(const opt_row_t *o, const char *val, opd_config_t *cfg) {
   return -1;
 }
 
+/* --plugin is repeatable: each value is appended (hi: the most). */
+static int p_plugin(const opt_row_t *o, const char *val, opd_config_t *cfg) {
+  if (cfg->n_plugins >= (int)o->hi) {
+    fprintf(stderr, "opd: --%s given more than %llu times\n", o->name,
+            (unsigned long long)o->hi);
+    return -1;
+  }
+  if (val[0] == '\0') {
+    fprintf(stderr, "opd: --%s expects a path, got \"\"\n", o->name);
+    return -1;
+  }
+  cfg->plugins[cfg->n_plugins++] = val;
+  return 0;
+}
+
 /* ---- the table --------------------------------------------------------- */
 
 #define OFF(field) offsetof(opd_config_t, field)
@@ -162,6 +177,14 @@ static const opt_row_t rows[] = {
     {"loop-cpu", 0, "N", p_int, OFF(loop_cpu), 0, CPU_SETSIZE - 1, 0, 0,
      "pin the event loop thread to CPU N (kernel and completion threads stay "
      "unpinned)"},
+    {"plugin", 0, "PATH", p_plugin, OFF(plugins), 0,
+     sizeof(((opd_config_t *)0)->plugins) / sizeof(const char *), 0, 0,
+     "load the operator plugin at PATH (a .so built against opd/op.h; "
+     "repeatable); the daemon does not start if it is refused"},
+    {"plugin-dir", 0, "DIR", p_str, OFF(plugin_dir), 0,
+     sizeof(((opd_config_t *)0)->plugin_dir), 0, 0,
+     "load every *.so in DIR as a plugin, in name order (before the "
+     "--plugin files)"},
     NUM32("max-frame", max_frame, 4096, 64u << 20, OPD_MAX_FRAME_DEFAULT,
           "largest request frame, bytes")
     NUM32("max-clients", max_clients, 1, 1u << 20, 1024, "sessions at once")

@@ -82,6 +82,9 @@ typedef struct opd_config {
   char allow_users[512];         /* --allow-users: names or uids, commas;
                                     "" = anyone who can open the socket */
   char allow_groups[512];        /* --allow-groups: names or gids, commas */
+  const char *plugins[64];       /* --plugin PATHs, in order (argv's) */
+  int n_plugins;                 /* used in plugins */
+  char plugin_dir[4096];         /* --plugin-dir: every *.so ("" if none) */
   opd_limits_t limits;
 } opd_config_t;
 
@@ -505,6 +508,10 @@ void opd__sessions_init(opd_server_t *srv);
 void opd__handle(opd_req_t *r, const msgpack_object *req);
 /* schema.c: the OPS reply body (srv->ops_body), packed once at start */
 int opd__ops_pack(opd_server_t *srv);
+/* daemon/plugins.c: loads the plugins cfg names (0, or the first refusal,
+ * logged); packs the PLUGINS reply body. */
+int opd__plugins_start(const opd_config_t *cfg);
+void opd__plugins_pack(msgpack_packer *pk);
 
 /* validate.c: the request */
 #define OPD_DEV_CPU (-2)

@@ -321,7 +321,7 @@ static int prepare(opd_session_t *s, const opd_op_def_t *op,
   /* the shape rule sees shapes and dtypes only */
   void *data[OPD_MAX_TENSORS];
   for (int i = 0; i < n_in; i++) data[i] = call->in[i].data, call->in[i].data = NULL;
-  rc = op->shape(call, expect);
+  rc = opd__op_shape(call, expect); /* the rule, its results checked */
   for (int i = 0; i < n_in; i++) call->in[i].data = data[i];
   if (rc != 0) return opd__errf(err, rc, "%s", call->err);
   if (infer) return 0;

@@ -48,11 +48,34 @@ extern const opd_exec_t opd__exec_serial;
 #define OPD_OP_DECLARE_CUDA_WORKSPACE(name) \
   OPD_CUDA_WEAK size_t opd__##name##_cuda_workspace(const opd_kcall_t *call)
 
-/* The registry (kernels/registry.c). */
-extern const opd_op_def_t *const opd__ops[]; /* in `opctl ops` order */
-extern const int opd__n_ops;
+/* The registry (kernels/registry.c): built-ins first, then the plugins'
+ * rows in load order; only changed at start-up (before any session). */
+#define OPD_MAX_OPS 256
+extern const opd_op_def_t *opd__ops[OPD_MAX_OPS]; /* in `opctl ops` order */
+extern int opd__n_ops;                           /* rows in use */
+extern const int opd__n_builtin_ops;             /* [0, this): built-ins */
 const opd_op_def_t *opd__op_find(const char *name);
 int opd__op_index(const char *name); /* -1 if unknown */
+/* Appends a row; returns its index, or -1 when the table is full. The row
+ * is not checked here (opd__op_validate). */
+int opd__op_register(const opd_op_def_t *op);
+/* Drops the rows at [n, opd__n_ops) (never built-ins). */
+void opd__ops_truncate(int n);
+
+/* The checks of kernels/opcheck.c, the same for built-ins and plugins. */
+/* Whether `op` is a well-formed row (names, counts, dtype masks, attribute
+ * types and defaults, required functions, flags); 0, or OPD_EINVAL with a
+ * message naming the field in err. */
+int opd__op_validate(const opd_op_def_t *op, char *err, size_t errlen);
+/* Runs call->op's shape rule into out[0..op->n_out) and checks what it
+ * gave (a known dtype, rank 0..OPD_MAX_RANK, extents >= 0, a byte size
+ * that fits in int64): 0, or the rule's own error, or OPD_EINTERNAL with
+ * call->err saying what the rule got wrong. */
+int opd__op_shape(opd_kcall_t *call, opd_tshape_t *out);
+/* The result of a kernel as the daemon replies it: `rc` when it is 0 or a
+ * known OPD_E* code, else OPD_EBACKEND with call->err saying which value
+ * the kernel returned; call->err is always NUL-terminated after it. */
+int opd__kernel_rc(opd_kcall_t *call, int rc);
 
 /* Writes a printf-style message into call->err; returns `code`. */
 int opd__kerr(opd_kcall_t *call, int code, const char *fmt, ...)

@@ -7,6 +7,11 @@
  * folder plus one X line in OPD_OPS. This list is the only place that names
  * the built-in ops: generic code reads rows, tests iterate opd__ops (and
  * tests that cannot link it read the X lines of OPD_OPS in this file).
+ *
+ * The table is extendable at start-up: plugins (kernels/plugin.c) append
+ * their rows with opd__op_register before the daemon serves anyone, and
+ * nothing changes it afterwards, so readers on any thread need no lock.
+ * Built-ins come first, at indexes [0, opd__n_builtin_ops).
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -41,14 +46,31 @@ OPD_OPS(X)
 OPD_TEST_OPS_LIST(X)
 #undef X
 
-const opd_op_def_t *const opd__ops[] = {
+#define X(name) +1
+enum { N_BUILTIN = 0 OPD_OPS(X) OPD_TEST_OPS_LIST(X) };
+#undef X
+
+const opd_op_def_t *opd__ops[OPD_MAX_OPS] = {
 #define X(name) &opd__op_##name,
     OPD_OPS(X)
     OPD_TEST_OPS_LIST(X)
 #undef X
 };
 
-const int opd__n_ops = (int)(sizeof opd__ops / sizeof opd__ops[0]);
+int opd__n_ops = N_BUILTIN;
+const int opd__n_builtin_ops = N_BUILTIN;
+
+int opd__op_register(const opd_op_def_t *op) {
+  if (opd__n_ops >= OPD_MAX_OPS) return -1;
+  opd__ops[opd__n_ops] = op;
+  return opd__n_ops++;
+}
+
+void opd__ops_truncate(int n) {
+  if (n < N_BUILTIN) n = N_BUILTIN;
+  for (int i = n; i < opd__n_ops; i++) opd__ops[i] = NULL;
+  if (n < opd__n_ops) opd__n_ops = n;
+}
 
 /* Returns the index in opd__ops of the op named `name`, or -1. */
 int opd__op_index(const char *name) {

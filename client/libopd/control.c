@@ -345,6 +345,10 @@ int opd_ops_json(opd_client_t *c, char **json, size_t *len) {
   return json_call(c, OPD_MSG_OPS, json, len);
 }
 
+int opd_plugins_json(opd_client_t *c, char **json, size_t *len) {
+  return json_call(c, OPD_MSG_PLUGINS, json, len);
+}
+
 int opd_stats_json(opd_client_t *c, char **json, size_t *len) {
   return json_call(c, OPD_MSG_STATS, json, len);
 }

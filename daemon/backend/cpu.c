@@ -22,7 +22,8 @@
 void opd__cpu_run_kernel(opd_job_t *job) {
   const opd_op_def_t *op = job->call.op;
   uint64_t t0 = opd__ticks();
-  job->rc = (op->cpu_fast ? op->cpu_fast : op->cpu_ref)(&job->call);
+  job->rc = opd__kernel_rc(&job->call, (op->cpu_fast ? op->cpu_fast
+                                                    : op->cpu_ref)(&job->call));
   uint64_t t1 = opd__ticks();
   job->ns = t1 > t0 ? opd__ticks_ns(t1 - t0) : 0; /* moved CPUs: no time */
 }

@@ -26,8 +26,10 @@
 #ifndef OPD_OP_H
 #define OPD_OP_H
 
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "opd/protocol.h"
 
@@ -208,6 +210,83 @@ typedef struct opd_op_def {
                                       the CUDA kernel takes */
   opd_workspace_fn cuda_workspace; /* op scratch per call; NULL: none */
 } opd_op_def_t;
+
+
+/* ---- plugins ------------------------------------------------------------ */
+
+/* A plugin is a shared object that exports one function,
+ *
+ *     const opd_plugin_t *opd_plugin_init(void);
+ *
+ * which the daemon calls once, at start (`opd --plugin PATH` or
+ * `--plugin-dir DIR`), and which returns a description of the plugin: the
+ * ABI version it was built against, its name and version, and its ops'
+ * rows. The daemon reads abi_version first and refuses any other version
+ * before it looks at another field (that field stays first in every
+ * version). Each row is checked like a built-in (a valid schema, a name
+ * no other op has) and becomes an op like any other: same generic checks
+ * before its kernels run, same `opctl ops`. NULL refuses to load (say why
+ * on stderr). The returned struct and the rows it points to must live
+ * as long as the process (static storage); the daemon never unloads a
+ * plugin while it runs.
+ *
+ * Plugins are trusted code: they run inside the daemon's process with
+ * its privileges, as Redis modules do. The daemon loads only files that
+ * no one but root and its own user can write. */
+#define OPD_PLUGIN_INIT_SYMBOL "opd_plugin_init"
+
+typedef struct opd_plugin {
+  uint32_t abi_version;            /* OPD_OP_ABI_VERSION; always first */
+  const char *name;                /* "hello": [a-z0-9_], for `opctl plugins` */
+  const char *version;             /* the plugin's own version, "1.0" */
+  int32_t n_ops;                   /* rows in ops, >= 1 */
+  const opd_op_def_t *const *ops;  /* the rows */
+} opd_plugin_t;
+
+typedef const opd_plugin_t *(*opd_plugin_init_fn)(void);
+
+#if defined(__GNUC__)
+#define OPD_PLUGIN_EXPORT __attribute__((visibility("default")))
+#else
+#define OPD_PLUGIN_EXPORT
+#endif
+
+/* Defines opd_plugin_init for a plugin named `pname` (a string) at
+ * version `pversion` holding the rows given after them (addresses of
+ * opd_op_def_t), e.g. OPD_PLUGIN("hello", "1.0", &scale_op). Use it once,
+ * at file scope, in one C or C++ file of the plugin. */
+#ifdef __cplusplus
+#define OPD_PLUGIN_EXTERN_C extern "C"
+#else
+#define OPD_PLUGIN_EXTERN_C
+#endif
+#define OPD_PLUGIN(pname, pversion, ...)                                      \
+  static const opd_op_def_t *const opd_plugin_ops_[] = {__VA_ARGS__};        \
+  static const opd_plugin_t opd_plugin_desc_ = {                             \
+      OPD_OP_ABI_VERSION, pname, pversion,                                   \
+      (int32_t)(sizeof opd_plugin_ops_ / sizeof opd_plugin_ops_[0]),         \
+      opd_plugin_ops_};                                                      \
+  OPD_PLUGIN_EXTERN_C OPD_PLUGIN_EXPORT const opd_plugin_t *opd_plugin_init( \
+      void) {                                                                \
+    return &opd_plugin_desc_;                                                \
+  }
+
+/* Writes a printf-style message into call->err and returns `code` (a
+ * negative OPD_E*): `return opd_kerr(call, OPD_ESHAPE, "x has rank %d,
+ * expected 4", r);`. The daemon prefixes the op's name. Inline so that a
+ * plugin links nothing of the daemon. */
+static inline int opd_kerr(opd_kcall_t *call, int code, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+static inline int opd_kerr(opd_kcall_t *call, int code, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(call->err, sizeof call->err, fmt, ap);
+  va_end(ap);
+  return code;
+}
 
 #ifdef __cplusplus
 }

@@ -286,6 +286,11 @@ int opd_ping(opd_client_t *c);
  * "inputs", "outputs", "attrs", "shape", "inplace", "strided"}]}. */
 int opd_ops_json(opd_client_t *c, char **json, size_t *len);
 
+/* The operator plugins the daemon loaded, as JSON: {"plugins": [{"name",
+ * "version", "path", "abi", "ops": [str]}], "origins": {op: "built-in" or
+ * the plugin's path}} (see docs/operators.md). */
+int opd_plugins_json(opd_client_t *c, char **json, size_t *len);
+
 /* Daemon statistics as JSON (see docs/protocol.md). */
 int opd_stats_json(opd_client_t *c, char **json, size_t *len);
 

@@ -53,6 +53,10 @@
  *                   [shape]]]}: the outputs RUN would expect. Tensors' arena
  *                   and offset are not checked.
  *   OPS             {} -> {"ops": [schema]}; see docs/protocol.md
+ *   PLUGINS         {} -> {"plugins": [{"name": str, "version": str,
+ *                   "path": str, "abi": uint, "ops": [str]}], "origins":
+ *                   {op: "built-in" | the plugin's path}}: the operator
+ *                   plugins the daemon loaded at start (include/opd/op.h)
  *   STATS           {} -> {"sessions", "sessions_total", "requests", "errors",
  *                   "arenas", "bytes_mapped", "mappings", "mapped_bytes",
  *                   "inflight", "uids", "uptime_ns", "healthy",
@@ -158,7 +162,8 @@
   X(UNPUBLISH, 13, "unpublish")            \
   X(IMPORT, 14, "import")                  \
   X(EXPORT, 15, "export")                  \
-  X(RING_SETUP, 16, "ring_setup")
+  X(RING_SETUP, 16, "ring_setup")           \
+  X(PLUGINS, 17, "plugins")
 
 typedef enum {
 #define X(name, val, str) OPD_MSG_##name = val,

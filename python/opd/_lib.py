@@ -110,6 +110,7 @@ def _declare(lib):
     # the CUDA-era API: declared when the library has it (an older libopd
     # still loads; the features that need it raise BackendError)
     optional = {
+        "opd_plugins_json": (c_int, [vp, P(vp), P(sz)]),
         "opd_connect_flags": (c_int, [cp, c_uint32, P(vp)]),
         "opd_alloc": (c_int, [vp, cp, c_uint64, P(c_uint64)]),
         "opd_alloc_flags": (c_int, [vp, cp, c_uint64, c_uint32, P(c_uint64)]),

@@ -503,11 +503,29 @@ class Client(OpMethods, Runner, Arenas, TorchInterop, Publishing):
 
     def ops(self):
         """Returns {name: schema} for every operator of the daemon (schema as
-        in docs/protocol.md: inputs, outputs, attrs, shape, inplace, ...)."""
+        in docs/protocol.md: inputs, outputs, attrs, shape, inplace, ...,
+        and "origin": "built-in" or the file of the plugin it comes from)."""
         if self._schemas is None:
-            self._schemas = {o["name"]: o for o in
-                             self._json(self._lib.opd_ops_json)["ops"]}
+            schemas = {o["name"]: o for o in
+                       self._json(self._lib.opd_ops_json)["ops"]}
+            origins = self.plugins().get("origins", {})
+            for name, o in schemas.items():
+                o["origin"] = origins.get(name, "built-in")
+            self._schemas = schemas
         return dict(self._schemas)
+
+    def plugins(self):
+        """Returns the daemon's operator plugins: {"plugins": [{"name",
+        "version", "path", "abi", "ops": [names]}], "origins": {op:
+        "built-in" or the plugin's path}} (docs/operators.md). A daemon or
+        libopd without plugins gives {"plugins": [], "origins": {}}."""
+        fn = getattr(self._lib, "opd_plugins_json", None)
+        if fn is None:
+            return {"plugins": [], "origins": {}}
+        try:
+            return self._json(fn)
+        except errors.ProtocolError:      # a daemon older than PLUGINS
+            return {"plugins": [], "origins": {}}
 
     @property
     def transport(self):

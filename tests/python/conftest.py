@@ -89,6 +89,29 @@ def sock(daemon):
     return daemon.socket
 
 
+PLUGINS_DIR = os.path.join(os.path.dirname(OPD_BIN), "plugins")
+EXAMPLE_PLUGINS = ("hello", "conv3x3_bias_relu")
+
+
+@pytest.fixture(scope="session")
+def plugin_daemon():
+    """A daemon with the example plugins (examples/plugins; `make plugins`
+    builds them next to $OPD_BIN) loaded."""
+    args = []
+    for name in EXAMPLE_PLUGINS:
+        so = os.path.join(PLUGINS_DIR, name + ".so")
+        if not os.path.exists(so):
+            pytest.fail("%s is missing: build it with `make plugins`" % so)
+        args += ["--plugin", so]
+    with tempfile.TemporaryDirectory(prefix="opd-pytest-plugins.") as d:
+        dm = Daemon(d, args)
+        try:
+            yield dm
+        finally:
+            rc = dm.stop()
+            assert rc == 0, "opd exited %d after SIGTERM; log:\n%s" % (rc, dm.read_log())
+
+
 @pytest.fixture
 def c(daemon):
     cl = opd.connect(daemon.socket)

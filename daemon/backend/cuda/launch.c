@@ -149,7 +149,8 @@ int opd__cu_launch(opd_job_t *job) {
   }
   opd_cuda_ctx_t ctx = {.stream = stream, .cublaslt = d->lt, .workspace = ws,
                         .workspace_bytes = ws_bytes, .device = d->index};
-  rc = op->cuda(call, &ctx); /* its message, if any, in call->err */
+  /* its message, if any, in call->err; a plugin's result checked */
+  rc = opd__kernel_rc(call, op->cuda(call, &ctx));
   if (rc != 0) goto fail;
   for (int i = 0; i < call->n_out; i++) {
     if (cj->host_out[i] == NULL || cj->out_bytes[i] == 0) continue;

@@ -1,0 +1,152 @@
+"""opd.torch: every opd operator (built-in and plugin) as torch.ops.opd.<name>,
+checked with torch.library.opcheck (schema, fake implementation against
+the real one, autograd registration, PT2 tracing) on CPU tensors and, where
+the daemon has a GPU, CUDA tensors; results against torch's own ops; a
+torch.compile(fullgraph=True) trace through the fake implementation.
+
+With torch < 2.4 (Debian's python3-torch 1.13 in CI) `import opd.torch`
+must raise one ImportError naming the version needed; that is checked here
+and the other tests skip with that message as the reason.
+"""
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not installed")
+F = torch.nn.functional
+
+import opd  # noqa: E402
+
+try:
+    import opd.torch as ot
+    WHY = None
+except ImportError as e:
+    ot, WHY = None, str(e)
+
+needs_torch24 = pytest.mark.skipif(ot is None, reason=WHY or "")
+
+
+def test_old_torch_gets_one_clear_error():
+    if ot is not None:
+        pytest.skip("torch %s: opd.torch imports" % torch.__version__)
+    assert WHY == ("opd.torch needs torch >= 2.4 (torch.library.custom_op); "
+                   "this is torch %s" % torch.__version__)
+
+
+@pytest.fixture(scope="module")
+def tc(plugin_daemon):
+    c = opd.connect(plugin_daemon.socket)
+    ot.register(c)
+    yield c
+    c.close()
+
+
+def samples(dev):
+    """name -> (args, kwargs) of one valid call of each op, on device dev."""
+    g = torch.Generator().manual_seed(0)
+
+    def r(*shape):
+        return torch.randn(*shape, generator=g).to(dev)
+
+    boxes = torch.rand(12, 2, generator=g) * 10
+    boxes = torch.cat([boxes, boxes + 1 + torch.rand(12, 2, generator=g) * 3], 1)
+    return {
+        "noop": (([r(3), r(2, 2)],), {}),
+        "copy": ((r(4, 5),), {}),
+        "add": ((r(3, 4), r(4)), {}),
+        "mul": ((r(2, 3, 4), r(3, 1)), {}),
+        "relu": ((r(17),), {}),
+        "gelu": ((r(5, 6),), {"approximate": "tanh"}),
+        "softmax": ((r(4, 33),), {"dim": -1}),
+        "layernorm": ((r(3, 8), r(8), r(8)), {"eps": 1e-3}),
+        "rmsnorm": ((r(3, 8), r(8)), {}),
+        "matmul": ((r(3, 4), r(4, 5)), {}),
+        "conv2d": ((r(1, 2, 6, 5), r(3, 2, 3, 3), r(3)), {"padding": [1]}),
+        "nms": ((boxes.to(dev), torch.rand(12, generator=g).to(dev)),
+                {"iou_threshold": 0.5}),
+        "scale": ((r(6, 7),), {"a": 2.0, "b": -1.0}),
+        "conv3x3_bias_relu": ((r(2, 3, 7, 9), r(4, 3, 3, 3), r(4)), {}),
+    }
+
+
+def devices(c):
+    devs = ["cpu"]
+    if torch.cuda.is_available() and c.devices():
+        devs.append("cuda")
+    return devs
+
+
+@needs_torch24
+def test_every_daemon_op_is_registered(tc):
+    assert set(ot.ops()) >= set(tc.ops())
+    for name in tc.ops():
+        assert hasattr(torch.ops.opd, name), name
+    assert ot.torch_schema(tc.ops()["scale"]) == \
+        "(Tensor x, *, float a=1.0, float b=0.0) -> Tensor"
+    assert ot.torch_schema(tc.ops()["conv2d"]) == (
+        "(Tensor x, Tensor weight, Tensor? bias=None, *, int[] stride=[1], "
+        "int[] padding=[0], int[] dilation=[1]) -> Tensor")
+
+
+@needs_torch24
+def test_opcheck_every_op(tc):
+    ran = []
+    for dev in devices(tc):
+        cases = samples(dev)
+        for name in tc.ops():
+            assert name in cases, "no sample call for op %s: add one" % name
+            args, kwargs = cases[name]
+            torch.library.opcheck(getattr(torch.ops.opd, name).default, args, kwargs)
+            ran.append((dev, name))
+    assert len(ran) >= len(tc.ops())
+
+
+@needs_torch24
+def test_results_match_torch(tc, monkeypatch):
+    # float32 references (torch's CUDA conv defaults to TF32)
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+    for dev in devices(tc):
+        x = torch.randn(8, 1000, device=dev)
+        torch.testing.assert_close(torch.ops.opd.softmax(x), torch.softmax(x, -1))
+        torch.testing.assert_close(torch.ops.opd.scale(x, a=3.0, b=1.0), 3 * x + 1)
+        torch.testing.assert_close(torch.ops.opd.gelu(x, approximate="tanh"),
+                                   F.gelu(x, approximate="tanh"))
+        w = torch.randn(16, 8, 3, 3, device=dev) * 0.2
+        b = torch.randn(16, device=dev)
+        xi = torch.randn(2, 8, 14, 15, device=dev)
+        want = F.relu(F.conv2d(xi, w, b, padding=1))
+        torch.testing.assert_close(torch.ops.opd.conv3x3_bias_relu(xi, w, b), want,
+                                   rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(torch.ops.opd.conv2d(xi, w, b, padding=[1]),
+                                   F.conv2d(xi, w, b, padding=1), rtol=1e-4, atol=1e-4)
+        # an opd output lives in the daemon's memory (an arena; on CUDA a
+        # zero-copy view of daemon device memory): the next op reads it in place
+        s = torch.ops.opd.softmax(x)
+        find = ot._in_arena if dev == "cpu" else ot._in_device_view
+        assert isinstance(find(tc, s), opd.Tensor)
+        assert find(tc, x) is x
+        torch.testing.assert_close(torch.ops.opd.scale(s, a=2.0), 2 * torch.softmax(x, -1))
+        y = torch.ops.opd.layernorm(x, None, None)
+        torch.testing.assert_close(y, F.layer_norm(x, (1000,)), rtol=1e-4, atol=1e-4)
+        assert torch.ops.opd.softmax(x).device == x.device
+
+
+@needs_torch24
+def test_torch_compile_fullgraph_traces_the_ops(tc):
+    def f(x, w, b):
+        return torch.ops.opd.scale(torch.ops.opd.conv3x3_bias_relu(x, w, b), a=0.5) + 1
+
+    g = torch.compile(f, fullgraph=True, backend="aot_eager")
+    for dev in devices(tc):
+        x = torch.randn(1, 3, 8, 8, device=dev)
+        w = torch.randn(4, 3, 3, 3, device=dev)
+        b = torch.randn(4, device=dev)
+        torch.testing.assert_close(g(x, w, b), f(x, w, b))
+
+
+@needs_torch24
+def test_bad_input_raises_the_daemons_message(tc):
+    with pytest.raises(opd.BadArgumentError, match=r"scale: input 0 \(x\) has dtype "
+                       "float64, expected float32"):
+        torch.ops.opd.scale(torch.zeros(3, dtype=torch.float64))
+    with pytest.raises(opd.BadArgumentError, match="conv3x3_bias_relu: weight must be"):
+        torch.ops.opd.conv3x3_bias_relu(torch.zeros(1, 2, 4, 4), torch.zeros(3, 5, 3, 3),
+                                        torch.zeros(3))
