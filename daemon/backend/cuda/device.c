@@ -22,8 +22,6 @@
 #include "daemon/backend/cuda/state.h"
 #include "daemon/log.h"
 
-_Thread_local int opd__cu_cur_device = -1;
-
 static void *driver_fn(const char *name) {
   void *fn = NULL;
   enum cudaDriverEntryPointQueryResult q;

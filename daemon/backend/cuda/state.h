@@ -2,7 +2,8 @@
  * device.c (devices, init, shutdown), memory.c (pinned, device, exportable
  * and imported memory), launch.c (plans, streams, launching a run) and
  * poller.c (completion: events, the loop's watcher, the poller thread).
- * Calls go device.c -> poller.c and launch.c -> poller.c, never back.
+ * Calls go device.c -> {memory.c, launch.c, poller.c} and launch.c ->
+ * poller.c, never back (state.c holds their one shared variable).
  * Nothing outside daemon/backend/cuda/ includes this header. */
 #ifndef OPD_BACKEND_CUDA_STATE_H
 #define OPD_BACKEND_CUDA_STATE_H
@@ -142,7 +143,7 @@ static inline int is_sticky(cudaError_t e) {
 /* cudaSetDevice, skipped when this thread's device already is index: on the
  * loop thread it sits on every launch's path. Every device switch in the
  * backend goes through here, so the cache stays true. */
-extern _Thread_local int opd__cu_cur_device; /* device.c */
+extern _Thread_local int opd__cu_cur_device; /* state.c */
 static inline cudaError_t set_device(int index) {
   if (index == opd__cu_cur_device) return cudaSuccess;
   cudaError_t e = cudaSetDevice(index);
