@@ -74,7 +74,36 @@ ifeq ($(BLAS),0)
 else
   BLAS_LIBS := -L$(OPENBLAS_LIB) -lopenblas
 endif
-DAEMON_LIBS := $(UV_LIB) $(MSGPACK_LIB) $(BLAS_LIBS) -lm
+# The service's libraries (daemon/options.c, service.c, metrics.c), each
+# optional: auto uses it when pkg-config finds it. INIH: the config file
+# (libinih-dev); SYSTEMD: sd_notify and the watchdog (libsystemd-dev);
+# MHD: the metrics endpoint (libmicrohttpd-dev). Without one, the feature
+# says at run time that opd was built without it.
+INIH    ?= auto
+SYSTEMD ?= auto
+MHD     ?= auto
+have = $(if $(filter auto,$(1)),$(shell pkg-config --exists $(2) 2>/dev/null && echo 1 || echo 0),$(1))
+INIH_ON    := $(call have,$(INIH),inih)
+SYSTEMD_ON := $(call have,$(SYSTEMD),libsystemd)
+MHD_ON     := $(call have,$(MHD),libmicrohttpd)
+SVC_LIBS :=
+ifeq ($(INIH_ON),1)
+  CPPFLAGS += -DOPD_HAVE_INIH
+  SVC_LIBS += -linih
+endif
+ifeq ($(SYSTEMD_ON),1)
+  CPPFLAGS += -DOPD_HAVE_SYSTEMD
+  SVC_LIBS += -lsystemd
+endif
+ifeq ($(MHD_ON),1)
+  CPPFLAGS += -DOPD_HAVE_MICROHTTPD
+  SVC_LIBS += -lmicrohttpd
+endif
+# the objects that differ with them rebuild when they change
+SVC_STAMP := $(B)/.svc
+$(shell mkdir -p $(B); [ "$$(cat $(SVC_STAMP) 2>/dev/null)" = "$(INIH_ON)$(SYSTEMD_ON)$(MHD_ON)" ] || echo $(INIH_ON)$(SYSTEMD_ON)$(MHD_ON) > $(SVC_STAMP))
+$(B)/obj/daemon/options.o $(B)/obj/daemon/service.o $(B)/obj/daemon/metrics.o: $(SVC_STAMP)
+DAEMON_LIBS := $(UV_LIB) $(MSGPACK_LIB) $(BLAS_LIBS) $(SVC_LIBS) -lm
 # The objects that differ with BLAS rebuild when it changes (stamp file).
 BLAS_STAMP := $(B)/.blas
 $(shell mkdir -p $(B); [ "$$(cat $(BLAS_STAMP) 2>/dev/null)" = "$(BLAS)" ] || echo $(BLAS) > $(BLAS_STAMP))
@@ -100,7 +129,7 @@ ifeq ($(TEST_OPS),1)
   NVCCFLAGS += -DOPD_TEST_OPS
 endif
 
-$(info opd: CC=$(CC) CUDA=$(CUDA)->$(CUDA_ON)$(if $(NVCC), (nvcc: $(NVCC)),) BLAS=$(BLAS) ASAN=$(ASAN) DEBUG=$(DEBUG))
+$(info opd: CC=$(CC) CUDA=$(CUDA)->$(CUDA_ON)$(if $(NVCC), (nvcc: $(NVCC)),) BLAS=$(BLAS) ASAN=$(ASAN) DEBUG=$(DEBUG) INIH=$(INIH_ON) SYSTEMD=$(SYSTEMD_ON) MHD=$(MHD_ON))
 
 COMMON_SRC  := $(sort $(wildcard common/*.c))
 KERNEL_SRC  := $(sort $(wildcard kernels/*.c kernels/*/*.c))
@@ -140,7 +169,9 @@ all: check-deps $(BINS) $(EXAMPLES) cuda
 # ---- dependencies --------------------------------------------------------
 DEB_PKGS := build-essential pkg-config libuv1-dev libmsgpack-dev \
             libopenblas-pthread-dev libcriterion-dev \
-            python3 python3-numpy python3-pytest python3-torch clang libclang-rt-14-dev
+            python3 python3-numpy python3-pytest python3-torch clang libclang-rt-14-dev \
+            libinih-dev libsystemd-dev libmicrohttpd-dev scdoc \
+            python3-prometheus-client debhelper
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 deps:
@@ -155,6 +186,9 @@ check-deps:
 	 [ -f /usr/include/msgpack.h ] || missing=1; \
 	 [ -f $(OPENBLAS_INC)/cblas.h ] || missing=1; \
 	 [ -f /usr/include/criterion/criterion.h ] || missing=1; \
+	 [ -f /usr/include/ini.h ] || missing=1; \
+	 [ -f /usr/include/systemd/sd-daemon.h ] || missing=1; \
+	 [ -f /usr/include/microhttpd.h ] || missing=1; \
 	 /usr/bin/python3 -c 'import numpy, pytest, torch' 2>/dev/null || missing=1; \
 	 command -v clang >/dev/null 2>&1 || missing=1; \
 	 ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1 || missing=1; \
@@ -286,7 +320,7 @@ FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := wire desc session
 FUZZ_SAN     := address,undefined -fno-sanitize-recover=undefined
 FUZZ_CFLAGS  := -std=c11 -g -O1 -fno-omit-frame-pointer -pthread -Wall -Wno-unknown-attributes \
-                -Iinclude -I. -D_GNU_SOURCE -DOPD_NO_BLAS \
+                -Iinclude -I. -D_GNU_SOURCE -DOPD_NO_BLAS $(filter -DOPD_HAVE_%,$(CPPFLAGS)) \
                 $(if $(DEPS),-I$(DEPS)/include)
 FUZZ_SRC     := $(COMMON_SRC) $(KERNEL_SRC) \
                 $(filter-out daemon/main.c daemon/cuda.c,$(sort $(wildcard daemon/*.c)))
@@ -312,7 +346,7 @@ $(B)/fuzz/libopd-fuzz.a: $(FUZZ_OBJ)
 
 $(B)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(B)/fuzz/libopd-fuzz.a | fuzz-check
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer,$(FUZZ_SAN) -MMD -MP $< -o $@ \
-	  $(B)/fuzz/libopd-fuzz.a $(UV_LIB) $(MSGPACK_LIB) -lm
+	  $(B)/fuzz/libopd-fuzz.a $(UV_LIB) $(MSGPACK_LIB) $(SVC_LIBS) -lm
 
 fuzz-build: fuzz-check $(FUZZ_BINS)
 

@@ -19,6 +19,7 @@
 
 #include "common/wire.h"
 #include "daemon/log.h"
+#include "daemon/metrics.h"
 #include "daemon/server.h"
 
 /* ---- jobs ------------------------------------------------------------- */
@@ -80,6 +81,7 @@ static void run_kernel(opd_job_t *job) {
 static void job_reply(opd_job_t *job) {
   opd_session_t *s = job->s;
   opd_op_stats_t *st = &s->srv->op_stats[job->op_index];
+  if (opd__metrics_on) opd__metrics_run(job->op_index, s->ring, job->rc, opd__now_ns() - job->t_recv);
   st->calls++;
   st->ns += job->ns;
   if (job->rc != 0) {
@@ -240,6 +242,7 @@ int opd__run_cached(opd_session_t *s, uint64_t id, const unsigned char *body,
     job_copy_plan(&job, &c->job);
     job.s = s;
     job.req_id = id;
+    job.t_recv = opd__metrics_on ? opd__now_ns() : 0;
     job.call.exec = &opd__exec_serial;
     run_kernel(&job);
     job_reply(&job);
@@ -251,7 +254,7 @@ int opd__run_cached(opd_session_t *s, uint64_t id, const unsigned char *body,
   for (int i = 0; i < job->n_arenas; i++) job->arenas[i]->refs++;
   job->s = s;
   job->req_id = id;
-  if (job->device >= 0) job->t_recv = opd__now_ns(); /* the CUDA breakdown */
+  if (job->device >= 0 || opd__metrics_on) job->t_recv = opd__now_ns(); /* the CUDA breakdown, metrics */
   opd__job_enqueue(s, job);
   return 1;
 }

@@ -27,6 +27,7 @@
 
 #include "common/clock.h" /* opd__now_ns */
 #include "common/ring.h"
+#include "daemon/service.h"
 #include "kernels/kernel.h"
 
 /* Every limit has up to three scopes: one session, all sessions of one
@@ -80,6 +81,7 @@ typedef struct opd_config {
                                     "" = anyone who can open the socket */
   char allow_groups[512];        /* --allow-groups: names or gids, commas */
   opd_limits_t limits;
+  opd_service_config_t svc;      /* pid/log file, drain, metrics */
 } opd_config_t;
 
 typedef struct opd_arena {

@@ -34,6 +34,7 @@
 #include "common/unixsock.h"
 #include "common/wire.h"
 #include "daemon/log.h"
+#include "daemon/metrics.h"
 #include "daemon/server.h"
 
 static void on_poll(uv_poll_t *h, int status, int events);
@@ -130,6 +131,7 @@ void opd__session_accept(opd_server_t *srv, int fd) {
              (unsigned long long)s->id, (int)s->pid, (unsigned)s->uid,
              (unsigned)s->gid, why);
     s->quiet = 1;
+    opd__metrics_refused();
     send_goodbye(s, code, "%s", why);
     opd__session_pump(s); /* closes once the goodbye is out */
     return;
@@ -456,7 +458,7 @@ static void do_read(opd_session_t *s) {
     }
   }
   if (n == 0) {
-    LOG_INFO("session %llu: peer closed the connection",
+    LOG_DEBUG("session %llu: peer closed the connection",
              (unsigned long long)s->id);
     opd__session_close(s);
   }
@@ -594,7 +596,7 @@ static void maybe_free(opd_session_t *s) {
   if (s->reserved) srv->n_reserved--;
   s->acct->clients--;
   opd__acct_put(srv, s->acct);
-  if (!s->quiet) LOG_INFO("session %llu: closed", (unsigned long long)s->id);
+  if (!s->quiet) LOG_DEBUG("session %llu: closed", (unsigned long long)s->id);
   srv->trim_pending += s->rcap + s->wcap;
   free(s->arenas);
   free(s->rbuf);
