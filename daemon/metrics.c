@@ -101,6 +101,12 @@ void opd__metrics_run(int op, int transport, int status, uint64_t ns) {
   h->sum += s;
 }
 
+void opd__metrics_rejected(int op, int status) {
+  if (ensure() != 0 || op < 0 || op >= m.n_ops) return;
+  int st = -status > 0 && -status < N_STATUS ? -status : N_STATUS - 1;
+  m.by_status[op * N_STATUS + st]++;
+}
+
 void opd__metrics_refused(void) { m.refused++; }
 
 /* ---- rendering (loop thread) ------------------------------------------------ */
@@ -147,7 +153,9 @@ static void render(const opd_server_t *srv, FILE *f) {
     if (srv->op_stats[i].calls)
       fprintf(f, "opd_op_kernel_seconds_total{op=\"%s\"} %.9f\n",
               opd__ops[i]->name, (double)srv->op_stats[i].ns * 1e-9);
-  HEAD("opd_runs_total", "counter", "Runs replied, by operator and status.");
+  HEAD("opd_runs_total", "counter",
+       "Runs answered, by operator and status (refused by their checks "
+       "included).");
   for (int i = 0; i < m.n_ops; i++)
     for (int st = 0; st < N_STATUS; st++)
       if (m.by_status[i * N_STATUS + st])

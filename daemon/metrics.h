@@ -19,6 +19,8 @@ extern int opd__metrics_on;     /* the endpoint runs: count and time */
 /* A run replied (loop thread): op index, the session's transport (0
  * socket, OPD_RING_*), its status (0 or OPD_E*), request-to-reply ns. */
 void opd__metrics_run(int op, int transport, int status, uint64_t ns);
+/* A run refused by its checks before it was queued (loop thread). */
+void opd__metrics_rejected(int op, int status);
 /* A connection refused at accept (limits, allow-lists). */
 void opd__metrics_refused(void);
 

@@ -19,6 +19,7 @@
 
 #include "common/wire.h"
 #include "daemon/log.h"
+#include "daemon/metrics.h"
 #include "daemon/server.h"
 #include "kernels/common/kutil.h"
 
@@ -516,6 +517,7 @@ void opd__run_request(opd_session_t *s, uint64_t id, const msgpack_object *body,
   }
   if (rc != 0) {
     srv->op_stats[idx].errors++;
+    if (opd__metrics_on) opd__metrics_rejected(idx, rc);
     opd__reply_error(s, id, rc, "%s: %s", op->name, err);
     if (job) opd__job_recycle(srv, job);
     return;
