@@ -7,7 +7,9 @@
 #   make run        build, start a daemon on a private socket, run the
 #                   example workload against it, stop it
 #   make bench      run the benchmarks, print their figures
-#   make install    install binaries, library, header and init files
+#   make install    install like a package: binaries, libopd, headers,
+#                   opd.pc, Python package, unit, SysV script, config,
+#                   man pages (PREFIX, DESTDIR; see "install" below)
 #
 # Variables: CUDA=auto|0|1 (auto: CUDA sources compile when nvcc is found),
 # BLAS=1|0 (0: no OpenBLAS, the CPU matmul/conv2d fast kernels fall back to
@@ -360,13 +362,77 @@ run: all
 bench: all $(BENCHES)
 	@bash bench/run.sh $(B)
 
-install: all
-	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include/opd
-	install -m 755 $(B)/opd $(B)/opctl $(DESTDIR)$(PREFIX)/bin/
-	install -m 644 $(B)/libopd.a $(DESTDIR)$(PREFIX)/lib/
-	install -m 755 $(B)/libopd.so $(DESTDIR)$(PREFIX)/lib/libopd.so.0
-	ln -sf libopd.so.0 $(DESTDIR)$(PREFIX)/lib/libopd.so
-	install -m 644 include/opd/opd.h include/opd/protocol.h $(DESTDIR)$(PREFIX)/include/opd/
+# ---- install ---------------------------------------------------------------
+# make install [PREFIX=/usr/local] [DESTDIR=] installs what a package would:
+# the binaries, libopd (.so.0, .so, .a), the headers, opd.pc, the Python
+# package, the systemd unit and SysV script with $(BINDIR) written into
+# them, /etc/default/opd, an example /etc/opd/opd.conf (never over an
+# existing one), the man pages (rendered by scdoc), and runs ldconfig
+# (not under DESTDIR). A build without libsystemd gets Type=simple.
+BINDIR     ?= $(PREFIX)/bin
+LIBDIR     ?= $(PREFIX)/lib
+INCLUDEDIR ?= $(PREFIX)/include
+MANDIR     ?= $(PREFIX)/share/man
+DOCDIR     ?= $(PREFIX)/share/doc/opd
+SYSCONFDIR ?= /etc
+UNITDIR    ?= $(PREFIX)/lib/systemd/system
+# Debian's python3 looks in /usr/lib/python3/dist-packages and, for local
+# installs, /usr/local/lib/python3.N/dist-packages
+PYVER      := $(shell /usr/bin/python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)
+PYTHONDIR  ?= $(if $(filter /usr,$(PREFIX)),/usr/lib/python3/dist-packages,$(PREFIX)/lib/python$(PYVER)/dist-packages)
+SCDOC      ?= scdoc
+MANS := $(B)/man/opd.8 $(B)/man/opd.conf.5 $(B)/man/opctl.1
+.PHONY: man
+man: $(MANS)
+$(B)/man/%: docs/man/%.scd
+	@mkdir -p $(dir $@)
+	@command -v $(SCDOC) >/dev/null 2>&1 || { echo "man: $(SCDOC) not found (Debian: apt-get install scdoc, or make deps)"; exit 1; }
+	$(SCDOC) < $< > $@
+
+SVC_TYPE := $(if $(filter 1,$(SYSTEMD_ON)),notify,simple)
+SVC_WATCHDOG := $(if $(filter 1,$(SYSTEMD_ON)),WatchdogSec=10s,\# WatchdogSec: opd was built without libsystemd)
+$(B)/packaging/opd.service: packaging/opd.service.in $(SVC_STAMP)
+	@mkdir -p $(dir $@)
+	sed -e 's|@BINDIR@|$(BINDIR)|g' -e 's|@TYPE@|$(SVC_TYPE)|' \
+	    -e 's|@WATCHDOG@|$(SVC_WATCHDOG)|' $< > $@
+$(B)/packaging/opd.init: packaging/opd.init.in
+	@mkdir -p $(dir $@)
+	sed -e 's|@BINDIR@|$(BINDIR)|g' $< > $@
+$(B)/packaging/opd.pc: packaging/opd.pc.in include/opd/protocol.h
+	@mkdir -p $(dir $@)
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' \
+	    -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|' \
+	    -e "s|@VERSION@|$$(sed -n 's/^#define OPD_VERSION \"\(.*\)\"/\1/p' include/opd/protocol.h)|" $< > $@
+PKG_FILES := $(B)/packaging/opd.service $(B)/packaging/opd.init $(B)/packaging/opd.pc
+# (phony: the generated files depend on BINDIR etc., which make cannot see)
+.PHONY: $(PKG_FILES)
+
+install: all $(MANS) $(PKG_FILES)
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR)/pkgconfig \
+	  $(DESTDIR)$(INCLUDEDIR)/opd $(DESTDIR)$(MANDIR)/man1 \
+	  $(DESTDIR)$(MANDIR)/man5 $(DESTDIR)$(MANDIR)/man8 $(DESTDIR)$(DOCDIR) \
+	  $(DESTDIR)$(SYSCONFDIR)/opd $(DESTDIR)$(SYSCONFDIR)/default \
+	  $(DESTDIR)$(SYSCONFDIR)/init.d $(DESTDIR)$(SYSCONFDIR)/logrotate.d $(DESTDIR)$(UNITDIR) \
+	  $(DESTDIR)$(PYTHONDIR)/opd
+	install -m 755 $(B)/opd $(B)/opctl $(DESTDIR)$(BINDIR)/
+	install -m 644 $(B)/libopd.a $(DESTDIR)$(LIBDIR)/
+	install -m 755 $(B)/libopd.so $(DESTDIR)$(LIBDIR)/libopd.so.0
+	ln -sf libopd.so.0 $(DESTDIR)$(LIBDIR)/libopd.so
+	install -m 644 include/opd/opd.h include/opd/protocol.h $(DESTDIR)$(INCLUDEDIR)/opd/
+	install -m 644 $(B)/packaging/opd.pc $(DESTDIR)$(LIBDIR)/pkgconfig/
+	install -m 644 python/opd/*.py $(DESTDIR)$(PYTHONDIR)/opd/
+	install -m 644 $(B)/man/opctl.1 $(DESTDIR)$(MANDIR)/man1/
+	install -m 644 $(B)/man/opd.conf.5 $(DESTDIR)$(MANDIR)/man5/
+	install -m 644 $(B)/man/opd.8 $(DESTDIR)$(MANDIR)/man8/
+	install -m 644 docs/operations.md $(DESTDIR)$(DOCDIR)/
+	install -m 644 $(B)/packaging/opd.service $(DESTDIR)$(UNITDIR)/
+	install -m 755 $(B)/packaging/opd.init $(DESTDIR)$(SYSCONFDIR)/init.d/opd
+	install -m 644 packaging/opd.logrotate $(DESTDIR)$(SYSCONFDIR)/logrotate.d/opd
+	[ -e $(DESTDIR)$(SYSCONFDIR)/default/opd ] || \
+	  install -m 644 packaging/opd.default $(DESTDIR)$(SYSCONFDIR)/default/opd
+	[ -e $(DESTDIR)$(SYSCONFDIR)/opd/opd.conf ] || \
+	  install -m 644 packaging/opd.conf $(DESTDIR)$(SYSCONFDIR)/opd/opd.conf
+	if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" = 0 ]; then ldconfig; fi
 
 # Python: copies libopd.so into the package so that a wheel (or
 # `pip install ./python`) carries it; `make install` also works (the
