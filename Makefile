@@ -407,7 +407,13 @@ PKG_FILES := $(B)/packaging/opd.service $(B)/packaging/opd.init $(B)/packaging/o
 # (phony: the generated files depend on BINDIR etc., which make cannot see)
 .PHONY: $(PKG_FILES)
 
-install: all $(MANS) $(PKG_FILES)
+install: all install-files
+	if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" = 0 ]; then ldconfig; fi
+
+# the files alone (what the .deb's rules call; its maintainer scripts run
+# ldconfig)
+.PHONY: install-files
+install-files: $(BINS) $(MANS) $(PKG_FILES)
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR)/pkgconfig \
 	  $(DESTDIR)$(INCLUDEDIR)/opd $(DESTDIR)$(MANDIR)/man1 \
 	  $(DESTDIR)$(MANDIR)/man5 $(DESTDIR)$(MANDIR)/man8 $(DESTDIR)$(DOCDIR) \
@@ -432,7 +438,22 @@ install: all $(MANS) $(PKG_FILES)
 	  install -m 644 packaging/opd.default $(DESTDIR)$(SYSCONFDIR)/default/opd
 	[ -e $(DESTDIR)$(SYSCONFDIR)/opd/opd.conf ] || \
 	  install -m 644 packaging/opd.conf $(DESTDIR)$(SYSCONFDIR)/opd/opd.conf
-	if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" = 0 ]; then ldconfig; fi
+
+# make deb: a Debian package (debhelper; packaging/debian) built from a
+# copy of the tree in $(B)/deb, so that nothing lands outside it:
+# $(B)/deb/opd_<version>_<arch>.deb. It installs everything `make install`
+# does under /usr, creates the opd user and group and enables the service.
+OPD_VERSION_STR = $(shell sed -n 's/^\#define OPD_VERSION "\(.*\)"/\1/p' include/opd/protocol.h)
+.PHONY: deb
+deb:
+	@command -v dpkg-buildpackage >/dev/null 2>&1 || { echo "deb: dpkg-buildpackage not found (Debian: apt-get install debhelper dpkg-dev)"; exit 1; }
+	rm -rf $(B)/deb && mkdir -p $(B)/deb/opd-$(OPD_VERSION_STR)
+	git ls-files -z --cached --others --exclude-standard | \
+	  tar --null -T - -cf - | tar -xf - -C $(B)/deb/opd-$(OPD_VERSION_STR)
+	cp -a packaging/debian $(B)/deb/opd-$(OPD_VERSION_STR)/debian
+	cd $(B)/deb/opd-$(OPD_VERSION_STR) && env -u MAKEFLAGS -u MAKELEVEL -u MFLAGS \
+	  dpkg-buildpackage -us -uc -b
+	@ls $(B)/deb/*.deb
 
 # Python: copies libopd.so into the package so that a wheel (or
 # `pip install ./python`) carries it; `make install` also works (the
