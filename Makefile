@@ -464,4 +464,4 @@ python-lib: $(B)/libopd.so
 clean:
 	rm -rf $(B)
 
--include $(shell find $(B) -name '*.d' 2>/dev/null)
+-include $(shell find $(B) -path $(B)/deb -prune -o -name '*.d' -print 2>/dev/null)

@@ -51,7 +51,11 @@ int opd__socket_path_client(const char *given, char *buf, size_t cap) {
   const char *env = getenv("OPD_SOCKET");
   struct stat st;
   if ((given == NULL || given[0] == '\0') && (env == NULL || env[0] == '\0') &&
-      lstat(OPD_SYSTEM_SOCKET, &st) == 0 && S_ISSOCK(st.st_mode)) {
+      ((lstat(OPD_SYSTEM_SOCKET, &st) == 0 && S_ISSOCK(st.st_mode)) ||
+       errno == EACCES)) {
+    /* EACCES: /run/opd is there but closed to this user (not in group
+     * opd): connecting tells them so, where the per-user path would say
+     * "not running" */
     snprintf(buf, cap, "%s", OPD_SYSTEM_SOCKET);
     return cap > sizeof OPD_SYSTEM_SOCKET - 1 ? 0 : OPD_EINVAL;
   }

@@ -16,9 +16,10 @@
 int opd__socket_path(const char *given, char *buf, size_t cap);
 
 /* A client's socket path (libopd, opctl, Python): `given`, else
- * $OPD_SOCKET, else /run/opd/opd.sock when that socket exists (whoever
- * the caller is: a member of group opd finds the system daemon), else as
- * opd__socket_path. Same returns. */
+ * $OPD_SOCKET, else /run/opd/opd.sock when that socket exists or its
+ * directory is closed to the caller (whoever the caller is: a member of
+ * group opd finds the system daemon, anyone else is told "permission
+ * denied" when connecting), else as opd__socket_path. Same returns. */
 int opd__socket_path_client(const char *given, char *buf, size_t cap);
 
 /* The per-user fallback directory of that list, /tmp/opd-<euid>, into buf

@@ -231,7 +231,12 @@ static int connect_failed(const char *path, int err) {
   if (err == EACCES || err == EPERM) {
     struct stat st;
     char grp[64] = "its group";
-    if (stat(path, &st) == 0) {
+    char dir[108];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash && slash != dir) *slash = '\0';
+    /* the socket's group, else (not even searchable) its directory's */
+    if (stat(path, &st) == 0 || stat(dir, &st) == 0) {
       struct group g, *gp = NULL;
       char gbuf[4096];
       if (getgrgid_r(st.st_gid, &g, gbuf, sizeof gbuf, &gp) == 0 && gp)

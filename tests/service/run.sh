@@ -75,6 +75,40 @@ check "install: the Python package imports and pings" env PYTHONPATH="$root/usr/
   'import opd; c = opd.connect(); c.ping(); print(opd.__file__)'
 kill "$dpid"; wait "$dpid" 2>/dev/null
 
+# ---- clients find the system socket -------------------------------------------
+# In a mount namespace of our own with a private /run, a root daemon on
+# /run/opd/opd.sock (0660 root:root, in a 0750 directory): a user with
+# $XDG_RUNTIME_DIR set still finds it, is told "permission denied (not in
+# group root?)" and `opctl health` exits 3; the same user in group root
+# (as one added to group opd would be) connects (exit 0), and so does
+# the Python package, whose socket_path() names it.
+cat > "$root/ns.sh" <<EOF
+set -u
+mount -t tmpfs -o mode=755 tmpfs /run || exit 77
+"$root/usr/bin/opd" --socket /run/opd/opd.sock --devices none 2>"$root/ns.log" &
+for _ in \$(seq 50); do [ -S /run/opd/opd.sock ] && break; sleep 0.1; done
+as() { setpriv --reuid nobody --regid \$(id -g nobody) "\$@"; }
+unset OPD_SOCKET
+export XDG_RUNTIME_DIR=$root/xdg
+as --clear-groups "$root/usr/bin/opctl" health; echo "rc=\$?"
+as --groups 0 "$root/usr/bin/opctl" health; echo "rc=\$?"
+as --groups 0 env PYTHONPATH="$root/usr/lib/python3/dist-packages" OPD_LIB="$root/usr/lib/libopd.so.0" \
+  /usr/bin/python3 -c 'import opd; c = opd.connect(); c.ping(); print("python:", opd.socket_path())'
+kill \$!; wait \$!
+EOF
+if [ "$(id -u)" = 0 ] && command -v unshare >/dev/null && command -v setpriv >/dev/null &&
+   unshare --mount --propagation private true 2>/dev/null; then
+  out=$(unshare --mount --propagation private sh "$root/ns.sh" 2>&1)
+  echo "$out" | grep -q '^permission denied: cannot connect to the opd daemon at /run/opd/opd.sock: permission denied (not in group root?' &&
+    echo "$out" | grep -q '^rc=3$' && ok "paths: a user outside the group finds /run/opd/opd.sock, told permission denied (3)" \
+    || bad "paths: permission denied" "$out"
+  echo "$out" | grep -q '^healthy: opd at /run/opd/opd.sock' && echo "$out" | grep -q '^rc=0$' &&
+    ok "paths: a user in the group finds /run/opd/opd.sock ahead of \$XDG_RUNTIME_DIR" || bad "paths: in the group" "$out"
+  echo "$out" | grep -q '^python: /run/opd/opd.sock$' && ok "paths: Python finds it too" || bad "paths: Python" "$out"
+else
+  echo "paths: skipped (needs root, unshare and setpriv)"
+fi
+
 # ---- the SysV script -----------------------------------------------------------
 if [ "$(id -u)" != 0 ] || ! command -v start-stop-daemon >/dev/null; then
   echo "sysv: skipped (needs root and start-stop-daemon)"
