@@ -276,7 +276,7 @@ static const opt_row_t rows[] = {
 enum { O_VERSION = 'V', O_HELP = 'h', O_CONFIG = 'c', O_CHECK = 1000,
        O_ROW0 = 256 };
 
-static const opt_row_t *find_row(const char *name) {
+static __attribute__((unused)) const opt_row_t *find_row(const char *name) {
   for (int i = 0; i < N_ROWS; i++)
     if (strcmp(rows[i].name, name) == 0) return &rows[i];
   return NULL;

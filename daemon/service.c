@@ -70,11 +70,13 @@ static void send_status(opd_server_t *srv) {
   strcpy(svc.status_sent, st);
 }
 
+#ifdef OPD_HAVE_SYSTEMD
 static void on_status(uv_timer_t *t) { send_status(t->data); }
 static void on_watchdog(uv_timer_t *t) {
   (void)t;
   opd__notify("WATCHDOG=1");
 }
+#endif
 
 /* Writes our pid to path (through a temporary file, renamed: a reader
  * never sees it half written). Returns 0 or -1 (logged). */
