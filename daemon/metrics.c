@@ -111,6 +111,55 @@ void opd__metrics_refused(void) { m.refused++; }
 
 /* ---- rendering (loop thread) ------------------------------------------------ */
 
+/* a label value: backslash, quote and newline escaped */
+static void label(FILE *f, const char *s, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    if (s[i] == '\\' || s[i] == '"') fputc('\\', f);
+    if (s[i] == '\n') fputs("\\n", f);
+    else fputc(s[i], f);
+  }
+}
+
+/* one sample per device, from the backend's device list (the same that
+ * `opctl stats` shows): [{device, name, memory, compute}] */
+static void gpu_memory(const opd_server_t *srv, FILE *f) {
+  msgpack_sbuffer sb;
+  msgpack_sbuffer_init(&sb);
+  msgpack_packer pk;
+  msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+  opd__cuda_pack_devices((opd_server_t *)srv, &pk);
+  msgpack_unpacked u;
+  msgpack_unpacked_init(&u);
+  if (msgpack_unpack_next(&u, sb.data, sb.size, NULL) == MSGPACK_UNPACK_SUCCESS &&
+      u.data.type == MSGPACK_OBJECT_ARRAY) {
+    for (uint32_t i = 0; i < u.data.via.array.size; i++) {
+      const msgpack_object *d = &u.data.via.array.ptr[i];
+      if (d->type != MSGPACK_OBJECT_MAP) continue;
+      const msgpack_object_str *dev = NULL, *name = NULL;
+      uint64_t mem = 0;
+      for (uint32_t k = 0; k < d->via.map.size; k++) {
+        const msgpack_object_kv *kv = &d->via.map.ptr[k];
+        if (kv->key.type != MSGPACK_OBJECT_STR) continue;
+        const msgpack_object_str *key = &kv->key.via.str;
+        if (kv->val.type == MSGPACK_OBJECT_STR && key->size == 6 &&
+            memcmp(key->ptr, "device", 6) == 0) dev = &kv->val.via.str;
+        else if (kv->val.type == MSGPACK_OBJECT_STR && key->size == 4 &&
+                 memcmp(key->ptr, "name", 4) == 0) name = &kv->val.via.str;
+        else if (kv->val.type == MSGPACK_OBJECT_POSITIVE_INTEGER && key->size == 6 &&
+                 memcmp(key->ptr, "memory", 6) == 0) mem = kv->val.via.u64;
+      }
+      if (dev == NULL) continue;
+      fputs("opd_gpu_memory_total_bytes{device=\"", f);
+      label(f, dev->ptr, dev->size);
+      fputs("\",name=\"", f);
+      if (name) label(f, name->ptr, name->size);
+      fprintf(f, "\"} %llu\n", (unsigned long long)mem);
+    }
+  }
+  msgpack_unpacked_destroy(&u);
+  msgpack_sbuffer_destroy(&sb);
+}
+
 static void render(const opd_server_t *srv, FILE *f) {
   double now = (double)opd__now_ns() * 1e-9;
 #define HEAD(name, type, help) \
@@ -147,6 +196,9 @@ static void render(const opd_server_t *srv, FILE *f) {
        "Times accepting paused for lack of file descriptors.");
   fprintf(f, "opd_accept_pauses_total %llu\n",
           (unsigned long long)srv->fd_short_count);
+
+  HEAD("opd_gpu_memory_total_bytes", "gauge", "Memory of each CUDA device in use.");
+  gpu_memory(srv, f);
 
   HEAD("opd_op_kernel_seconds_total", "counter", "Kernel time by operator.");
   for (int i = 0; i < opd__n_ops; i++)

@@ -527,6 +527,7 @@ static const char *const parse_py =
     "assert fams['opd_run_latency_seconds'].type == 'histogram'\n"
     "assert fams['opd_runs'].type == 'counter'\n"
     "assert fams['opd_build_info'].type == 'gauge'\n"
+    "assert fams['opd_gpu_memory_total_bytes'].type == 'gauge'\n"
     "print('families', len(fams))\n"
     "print('healthy', val('opd_healthy'))\n"
     "print('relu_ok', val('opd_runs_total', op='relu', status='ok'))\n"
