@@ -504,12 +504,30 @@ static int free_port(int *fd) {
   return ntohs(a.sin_port);
 }
 
-static int threads_of(pid_t pid) {
+/* a field of /proc/PID/status ("Threads:", "VmRSS:" in kB) */
+static long status_of(pid_t pid, const char *field) {
   char path[64], buf[4096];
   snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
   if (slurp(path, buf, sizeof buf) < 0) return -1;
-  const char *p = strstr(buf, "Threads:");
-  return p ? atoi(p + 8) : -1;
+  const char *p = strstr(buf, field);
+  return p ? atol(p + strlen(field)) : -1;
+}
+#define threads_of(pid) ((int)status_of(pid, "Threads:"))
+
+/* scrapes in a loop: whole GET /metrics requests, each read to the end */
+static volatile int scraping;
+static void *scraper(void *arg) {
+  struct sockaddr_in a = *(struct sockaddr_in *)arg;
+  char buf[8192];
+  while (scraping) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+        write(fd, "GET /metrics HTTP/1.0\r\n\r\n", 25) == 25)
+      while (read(fd, buf, sizeof buf) > 0) {
+      }
+    close(fd);
+  }
+  return NULL;
 }
 
 /* prometheus_client's own parser over `opctl metrics`; prints "ok" and the
@@ -605,17 +623,27 @@ Test(service, a_metrics_flood_is_bounded) {
     connect(fds[i], (struct sockaddr *)&a, sizeof a); /* may be refused */
     if (i % 2) (void)!write(fds[i], "GET /metrics HTTP/1.1\r\n", 23); /* never ends */
   }
+  long rss0 = status_of(th_d.pid, "VmRSS:");
+  pthread_t scrapers[4];
+  scraping = 1;
+  for (int i = 0; i < 4; i++) pthread_create(&scrapers[i], NULL, scraper, &a);
   opd_client_t *c = th_connect();
   double worst = 0;
-  for (int i = 0; i < 50; i++) {
+  for (int i = 0; i < 200; i++) {
     double t0 = now_s();
     cr_assert_eq(opd_ping(c), 0, "%s", opd_last_error());
     double dt = now_s() - t0;
     if (dt > worst) worst = dt;
   }
   int during = threads_of(th_d.pid);
+  long rss1 = status_of(th_d.pid, "VmRSS:");
+  scraping = 0;
+  for (int i = 0; i < 4; i++) pthread_join(scrapers[i], NULL);
   cr_assert_leq(during, before, "threads %d before the flood, %d during it",
                 before, during);
+  cr_log_info("flood: threads %d -> %d, VmRSS %ld -> %ld kB, worst ping %.2f ms", before, during, rss0, rss1, worst * 1e3);
+  cr_assert_lt(rss1 - rss0, 32 * 1024, "resident memory grew from %ld to %ld kB "
+               "in the flood", rss0, rss1);
   cr_assert_lt(worst, 0.05, "a ping took %.3f s during the flood", worst);
   for (int i = 0; i < HELD; i++) close(fds[i]);
   /* served again (the held slots time out or close) */
