@@ -173,7 +173,7 @@ DEB_PKGS := build-essential pkg-config libuv1-dev libmsgpack-dev \
             libopenblas-pthread-dev libcriterion-dev \
             python3 python3-numpy python3-pytest python3-torch clang libclang-rt-14-dev \
             libinih-dev libsystemd-dev libmicrohttpd-dev scdoc \
-            python3-prometheus-client debhelper
+            python3-prometheus-client debhelper systemd
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 deps:
@@ -191,6 +191,8 @@ check-deps:
 	 [ -f /usr/include/ini.h ] || missing=1; \
 	 [ -f /usr/include/systemd/sd-daemon.h ] || missing=1; \
 	 [ -f /usr/include/microhttpd.h ] || missing=1; \
+	 command -v scdoc >/dev/null 2>&1 || missing=1; \
+	 /usr/bin/python3 -c 'import prometheus_client' 2>/dev/null || missing=1; \
 	 /usr/bin/python3 -c 'import numpy, pytest, torch' 2>/dev/null || missing=1; \
 	 command -v clang >/dev/null 2>&1 || missing=1; \
 	 ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1 || missing=1; \
