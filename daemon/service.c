@@ -214,6 +214,8 @@ void opd__service_reload(opd_server_t *srv) {
   KEEP(svc.metrics_listen, "metrics-listen");
   KEEP(svc.pid_file, "pid-file");
   memcpy(next->socket_given, cur->socket_given, sizeof cur->socket_given);
+  char changed[512];
+  changed_keys(cur, next, changed, sizeof changed);
 
   /* the allow-lists: resolved anew; on failure the old ones stay */
   if (strcmp(next->allow_users, cur->allow_users) != 0 ||
@@ -242,8 +244,6 @@ void opd__service_reload(opd_server_t *srv) {
               cur->svc.log_file[0] ? cur->svc.log_file : "stderr");
     memcpy(next->svc.log_file, cur->svc.log_file, sizeof cur->svc.log_file);
   }
-  char changed[512];
-  changed_keys(cur, next, changed, sizeof changed);
   *cur = *next;
   opd__log_level = cur->log_level;
   LOG_INFO("SIGHUP: configuration reloaded%s%s; %s%s", cur->svc.config[0] ? " from " : "",

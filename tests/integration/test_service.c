@@ -657,3 +657,73 @@ Test(service, a_metrics_flood_is_bounded) {
   opd_close(c);
   th_stop();
 }
+
+/* ---- reloading the allow-lists; repeated log lines -------------------------------------- */
+
+/* In a child as uid 64123 with supplementary group 0 (so the socket's
+ * mode lets it in): connect and say hello. Returns its exit status: 0
+ * connected, 1 refused (the message then in the daemon log), 100 when
+ * this machine cannot change uid. */
+static int connect_as_other(void) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    gid_t g = 0;
+    if (setgroups(1, &g) != 0 || setgid(64123) != 0 || setuid(64123) != 0)
+      _exit(100);
+    setenv("OPD_DAEMON_USER", "0", 1);
+    opd_client_t *c;
+    _exit(opd_connect(th_d.sock, &c) == 0 ? 0 : 1);
+  }
+  int status;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+}
+
+Test(service, sighup_applies_new_allow_lists_to_new_sessions) {
+  scratch();
+  char f[128];
+  snprintf(f, sizeof f, "%s/opd.conf", dir);
+  write_file(f, "max-clients = 100\n");
+  const char *args[] = {"--config", f, NULL};
+  th_start(args);
+  cr_assert_eq(chmod(th_d.dir, 0755), 0);
+  int rc = connect_as_other();
+  if (rc == 100) cr_skip("cannot become another uid here");
+  cr_assert_eq(rc, 0, "uid 64123 refused before the allow-list");
+  opd_client_t *mine = th_connect();
+  write_file(f, "max-clients = 100\nallow-users = root\n");
+  kill(th_d.pid, SIGHUP);
+  cr_assert(wait_for(th_d.log, "changed: allow-users", 3000), "no reload");
+  cr_assert_eq(connect_as_other(), 1, "uid 64123 let in past allow-users = root");
+  cr_assert(wait_for(th_d.log, "uid 64123 may not use this daemon", 1000));
+  cr_assert_eq(opd_ping(mine), 0, "the open session: %s", opd_last_error());
+  /* and back */
+  write_file(f, "max-clients = 100\n");
+  kill(th_d.pid, SIGHUP);
+  cr_assert(wait_for(th_d.log, "changed: allow-users", 3000));
+  for (int t = 0; t < 100 && (rc = connect_as_other()) != 0; t++) sleep_ms(20);
+  cr_assert_eq(rc, 0, "uid 64123 still refused after the allow-list went");
+  opd_close(mine);
+  chmod(th_d.dir, 0700);
+  th_stop();
+  scratch_rm();
+}
+
+/* A call site repeating itself is held back after 20 lines in 10 s: 60
+ * refused connections (no slot left) log at most 20 refusals. */
+Test(service, repeated_log_lines_are_rate_limited) {
+  const char *args[] = {"--max-clients", "1", "--reserved-clients", "0", NULL};
+  th_start(args);
+  opd_client_t *c = th_connect(), *d = NULL;
+  for (int i = 0; i < 60; i++) {
+    cr_assert_neq(opd_connect(th_d.sock, &d), 0, "a second session got in");
+  }
+  sleep_ms(100);
+  slurp(th_d.log, out, sizeof out);
+  int n = 0;
+  for (const char *p = out; (p = strstr(p, ": refused pid ")); p++) n++;
+  cr_assert_eq(n, 20, "%d refusal lines for 60 refusals", n);
+  cr_assert_eq(opd_ping(c), 0);
+  opd_close(c);
+  th_stop();
+}
