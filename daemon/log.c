@@ -76,10 +76,11 @@ int opd__log_open(const char *path, char *err, size_t cap) {
 
 #define BURST 20
 #define WINDOW_S 10
-#define SITES 64
+#define SITES 256                /* call sites tracked at once */
+#define PROBE 4                  /* slots a site may take */
 
 static struct site {
-  const char *file;
+  const char *file;              /* NULL: free */
   int line;
   time_t start;                  /* this window's first second */
   unsigned count;                /* lines in the window */
@@ -87,15 +88,25 @@ static struct site {
 } sites[SITES];
 static pthread_mutex_t sites_lock = PTHREAD_MUTEX_INITIALIZER;
 
-/* Returns 1 to print (with *dropped lines held back before it), 0 not. */
+/* Returns 1 to print (with *dropped lines held back before it), 0 not.
+ * A site takes one of PROBE slots from its hash: its own, else a free or
+ * expired one, else the oldest (whose count then starts again). */
 static int admit(const char *file, int line, time_t now, unsigned *dropped) {
   uintptr_t h = ((uintptr_t)file >> 4) * 31u + (unsigned)line;
-  struct site *s = &sites[h % SITES];
+  struct site *s = NULL, *old = NULL;
   int ok = 1;
   *dropped = 0;
   pthread_mutex_lock(&sites_lock);
-  if (s->file != file || s->line != line || now - s->start >= WINDOW_S) {
-    if (s->file == file && s->line == line) *dropped = s->dropped;
+  for (int i = 0; i < PROBE && s == NULL; i++) {
+    struct site *t = &sites[(h + (uintptr_t)i) % SITES];
+    if (t->file == file && t->line == line) s = t;
+    else if (old == NULL || t->file == NULL || t->start < old->start) old = t;
+  }
+  if (s == NULL) {
+    s = old;
+    *s = (struct site){file, line, now, 0, 0};
+  } else if (now - s->start >= WINDOW_S) {
+    *dropped = s->dropped;
     *s = (struct site){file, line, now, 0, 0};
   }
   if (++s->count > BURST) {
