@@ -9,7 +9,9 @@
 #   make bench      run the benchmarks, print their figures
 #   make plugins    the example operator plugins (examples/plugins) and the
 #                   tests' plugins, into build/plugins/; build/pkgconfig/opd.pc
-#   make install    install binaries, library, header and init files
+#   make install    install like a package: binaries, libopd, headers,
+#                   opd.pc, Python package, unit, SysV script, config,
+#                   man pages (PREFIX, DESTDIR; see "install" below)
 #
 # Variables: CUDA=auto|0|1 (auto: CUDA sources compile when nvcc is found),
 # BLAS=1|0 (0: no OpenBLAS, the CPU matmul/conv2d fast kernels fall back to
@@ -76,7 +78,36 @@ ifeq ($(BLAS),0)
 else
   BLAS_LIBS := -L$(OPENBLAS_LIB) -lopenblas
 endif
-DAEMON_LIBS := $(UV_LIB) $(MSGPACK_LIB) $(BLAS_LIBS) -lm
+# The service's libraries (daemon/options.c, service.c, metrics.c), each
+# optional: auto uses it when pkg-config finds it. INIH: the config file
+# (libinih-dev); SYSTEMD: sd_notify and the watchdog (libsystemd-dev);
+# MHD: the metrics endpoint (libmicrohttpd-dev). Without one, the feature
+# says at run time that opd was built without it.
+INIH    ?= auto
+SYSTEMD ?= auto
+MHD     ?= auto
+have = $(if $(filter auto,$(1)),$(shell pkg-config --exists $(2) 2>/dev/null && echo 1 || echo 0),$(1))
+INIH_ON    := $(call have,$(INIH),inih)
+SYSTEMD_ON := $(call have,$(SYSTEMD),libsystemd)
+MHD_ON     := $(call have,$(MHD),libmicrohttpd)
+SVC_LIBS :=
+ifeq ($(INIH_ON),1)
+  CPPFLAGS += -DOPD_HAVE_INIH
+  SVC_LIBS += -linih
+endif
+ifeq ($(SYSTEMD_ON),1)
+  CPPFLAGS += -DOPD_HAVE_SYSTEMD
+  SVC_LIBS += -lsystemd
+endif
+ifeq ($(MHD_ON),1)
+  CPPFLAGS += -DOPD_HAVE_MICROHTTPD
+  SVC_LIBS += -lmicrohttpd
+endif
+# the objects that differ with them rebuild when they change
+SVC_STAMP := $(B)/.svc
+$(shell mkdir -p $(B); [ "$$(cat $(SVC_STAMP) 2>/dev/null)" = "$(INIH_ON)$(SYSTEMD_ON)$(MHD_ON)" ] || echo $(INIH_ON)$(SYSTEMD_ON)$(MHD_ON) > $(SVC_STAMP))
+$(B)/obj/daemon/options.o $(B)/obj/daemon/service.o $(B)/obj/daemon/metrics.o: $(SVC_STAMP)
+DAEMON_LIBS := $(UV_LIB) $(MSGPACK_LIB) $(BLAS_LIBS) $(SVC_LIBS) -lm
 # The objects that differ with BLAS rebuild when it changes (stamp file).
 BLAS_STAMP := $(B)/.blas
 $(shell mkdir -p $(B); [ "$$(cat $(BLAS_STAMP) 2>/dev/null)" = "$(BLAS)" ] || echo $(BLAS) > $(BLAS_STAMP))
@@ -102,7 +133,7 @@ ifeq ($(TEST_OPS),1)
   NVCCFLAGS += -DOPD_TEST_OPS
 endif
 
-$(info opd: CC=$(CC) CUDA=$(CUDA)->$(CUDA_ON)$(if $(NVCC), (nvcc: $(NVCC)),) BLAS=$(BLAS) ASAN=$(ASAN) DEBUG=$(DEBUG))
+$(info opd: CC=$(CC) CUDA=$(CUDA)->$(CUDA_ON)$(if $(NVCC), (nvcc: $(NVCC)),) BLAS=$(BLAS) ASAN=$(ASAN) DEBUG=$(DEBUG) INIH=$(INIH_ON) SYSTEMD=$(SYSTEMD_ON) MHD=$(MHD_ON))
 
 COMMON_SRC  := $(sort $(wildcard common/*.c))
 KERNEL_SRC  := $(sort $(wildcard kernels/*.c kernels/*/*.c))
@@ -144,7 +175,9 @@ all: check-deps $(BINS) $(EXAMPLES) cuda
 # ---- dependencies --------------------------------------------------------
 DEB_PKGS := build-essential pkg-config libuv1-dev libmsgpack-dev \
             libopenblas-pthread-dev libcriterion-dev \
-            python3 python3-numpy python3-pytest python3-torch clang libclang-rt-14-dev
+            python3 python3-numpy python3-pytest python3-torch clang libclang-rt-14-dev \
+            libinih-dev libsystemd-dev libmicrohttpd-dev scdoc \
+            python3-prometheus-client debhelper systemd
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 deps:
@@ -159,6 +192,11 @@ check-deps:
 	 [ -f /usr/include/msgpack.h ] || missing=1; \
 	 [ -f $(OPENBLAS_INC)/cblas.h ] || missing=1; \
 	 [ -f /usr/include/criterion/criterion.h ] || missing=1; \
+	 [ -f /usr/include/ini.h ] || missing=1; \
+	 [ -f /usr/include/systemd/sd-daemon.h ] || missing=1; \
+	 [ -f /usr/include/microhttpd.h ] || missing=1; \
+	 command -v scdoc >/dev/null 2>&1 || missing=1; \
+	 /usr/bin/python3 -c 'import prometheus_client' 2>/dev/null || missing=1; \
 	 /usr/bin/python3 -c 'import numpy, pytest, torch' 2>/dev/null || missing=1; \
 	 command -v clang >/dev/null 2>&1 || missing=1; \
 	 ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1 || missing=1; \
@@ -321,7 +359,7 @@ FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := wire desc session
 FUZZ_SAN     := address,undefined -fno-sanitize-recover=undefined
 FUZZ_CFLAGS  := -std=c11 -g -O1 -fno-omit-frame-pointer -pthread -Wall -Wno-unknown-attributes \
-                -Iinclude -I. -D_GNU_SOURCE -DOPD_NO_BLAS \
+                -Iinclude -I. -D_GNU_SOURCE -DOPD_NO_BLAS $(filter -DOPD_HAVE_%,$(CPPFLAGS)) \
                 $(if $(DEPS),-I$(DEPS)/include)
 FUZZ_SRC     := $(COMMON_SRC) $(KERNEL_SRC) \
                 $(filter-out daemon/main.c,$(sort $(wildcard daemon/*.c))) \
@@ -348,7 +386,7 @@ $(B)/fuzz/libopd-fuzz.a: $(FUZZ_OBJ)
 
 $(B)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(B)/fuzz/libopd-fuzz.a | fuzz-check
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer,$(FUZZ_SAN) -MMD -MP $< -o $@ \
-	  $(B)/fuzz/libopd-fuzz.a $(UV_LIB) $(MSGPACK_LIB) -lm
+	  $(B)/fuzz/libopd-fuzz.a $(UV_LIB) $(MSGPACK_LIB) $(SVC_LIBS) -lm
 
 fuzz-build: fuzz-check $(FUZZ_BINS)
 
@@ -362,18 +400,99 @@ run: all
 bench: all $(BENCHES)
 	@bash bench/run.sh $(B)
 
-install: all
-	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include/opd
-	install -m 755 $(B)/opd $(B)/opctl $(DESTDIR)$(PREFIX)/bin/
-	install -m 644 $(B)/libopd.a $(DESTDIR)$(PREFIX)/lib/
-	install -m 755 $(B)/libopd.so $(DESTDIR)$(PREFIX)/lib/libopd.so.0
-	ln -sf libopd.so.0 $(DESTDIR)$(PREFIX)/lib/libopd.so
+# ---- install ---------------------------------------------------------------
+# make install [PREFIX=/usr/local] [DESTDIR=] installs what a package would:
+# the binaries, libopd (.so.0, .so, .a), the headers, opd.pc, the Python
+# package, the systemd unit and SysV script with $(BINDIR) written into
+# them, /etc/default/opd, an example /etc/opd/opd.conf (never over an
+# existing one), the man pages (rendered by scdoc), and runs ldconfig
+# (not under DESTDIR). A build without libsystemd gets Type=simple.
+BINDIR     ?= $(PREFIX)/bin
+LIBDIR     ?= $(PREFIX)/lib
+INCLUDEDIR ?= $(PREFIX)/include
+MANDIR     ?= $(PREFIX)/share/man
+DOCDIR     ?= $(PREFIX)/share/doc/opd
+SYSCONFDIR ?= /etc
+UNITDIR    ?= $(PREFIX)/lib/systemd/system
+# Debian's python3 looks in /usr/lib/python3/dist-packages and, for local
+# installs, /usr/local/lib/python3.N/dist-packages
+PYVER      := $(shell /usr/bin/python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)
+PYTHONDIR  ?= $(if $(filter /usr,$(PREFIX)),/usr/lib/python3/dist-packages,$(PREFIX)/lib/python$(PYVER)/dist-packages)
+SCDOC      ?= scdoc
+MANS := $(B)/man/opd.8 $(B)/man/opd.conf.5 $(B)/man/opctl.1
+.PHONY: man
+man: $(MANS)
+$(B)/man/%: docs/man/%.scd
+	@mkdir -p $(dir $@)
+	@command -v $(SCDOC) >/dev/null 2>&1 || { echo "man: $(SCDOC) not found (Debian: apt-get install scdoc, or make deps)"; exit 1; }
+	$(SCDOC) < $< > $@
+
+SVC_TYPE := $(if $(filter 1,$(SYSTEMD_ON)),notify,simple)
+SVC_WATCHDOG := $(if $(filter 1,$(SYSTEMD_ON)),WatchdogSec=10s,\# WatchdogSec: opd was built without libsystemd)
+$(B)/packaging/opd.service: packaging/opd.service.in $(SVC_STAMP)
+	@mkdir -p $(dir $@)
+	sed -e 's|@BINDIR@|$(BINDIR)|g' -e 's|@TYPE@|$(SVC_TYPE)|' \
+	    -e 's|@WATCHDOG@|$(SVC_WATCHDOG)|' $< > $@
+$(B)/packaging/opd.init: packaging/opd.init.in
+	@mkdir -p $(dir $@)
+	sed -e 's|@BINDIR@|$(BINDIR)|g' $< > $@
+$(B)/packaging/opd.pc: packaging/opd.pc.in include/opd/protocol.h
+	@mkdir -p $(dir $@)
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' \
+	    -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|' \
+	    -e "s|@VERSION@|$$(sed -n 's/^#define OPD_VERSION \"\(.*\)\"/\1/p' include/opd/protocol.h)|" $< > $@
+PKG_FILES := $(B)/packaging/opd.service $(B)/packaging/opd.init $(B)/packaging/opd.pc
+# (phony: the generated files depend on BINDIR etc., which make cannot see)
+.PHONY: $(PKG_FILES)
+
+install: all install-files
+	if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" = 0 ]; then ldconfig; fi
+
+# the files alone (what the .deb's rules call; its maintainer scripts run
+# ldconfig)
+.PHONY: install-files
+install-files: $(BINS) $(MANS) $(PKG_FILES)
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR)/pkgconfig \
+	  $(DESTDIR)$(INCLUDEDIR)/opd $(DESTDIR)$(MANDIR)/man1 \
+	  $(DESTDIR)$(MANDIR)/man5 $(DESTDIR)$(MANDIR)/man8 $(DESTDIR)$(DOCDIR) \
+	  $(DESTDIR)$(SYSCONFDIR)/opd $(DESTDIR)$(SYSCONFDIR)/default \
+	  $(DESTDIR)$(SYSCONFDIR)/init.d $(DESTDIR)$(SYSCONFDIR)/logrotate.d $(DESTDIR)$(UNITDIR) \
+	  $(DESTDIR)$(PYTHONDIR)/opd
+	install -m 755 $(B)/opd $(B)/opctl $(DESTDIR)$(BINDIR)/
+	install -m 644 $(B)/libopd.a $(DESTDIR)$(LIBDIR)/
+	install -m 755 $(B)/libopd.so $(DESTDIR)$(LIBDIR)/libopd.so.0
+	ln -sf libopd.so.0 $(DESTDIR)$(LIBDIR)/libopd.so
 	install -m 644 include/opd/opd.h include/opd/protocol.h include/opd/op.h \
-	  $(DESTDIR)$(PREFIX)/include/opd/
-	install -d $(DESTDIR)$(PREFIX)/lib/pkgconfig
-	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@INCLUDEDIR@|$${prefix}/include|' \
-	  -e 's|@LIBDIR@|$${prefix}/lib|' -e 's|@VERSION@|$(OPD_PC_VERSION)|' \
-	  packaging/opd.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/opd.pc
+	  $(DESTDIR)$(INCLUDEDIR)/opd/
+	install -m 644 $(B)/packaging/opd.pc $(DESTDIR)$(LIBDIR)/pkgconfig/
+	install -m 644 python/opd/*.py $(DESTDIR)$(PYTHONDIR)/opd/
+	install -m 644 $(B)/man/opctl.1 $(DESTDIR)$(MANDIR)/man1/
+	install -m 644 $(B)/man/opd.conf.5 $(DESTDIR)$(MANDIR)/man5/
+	install -m 644 $(B)/man/opd.8 $(DESTDIR)$(MANDIR)/man8/
+	install -m 644 docs/operations.md $(DESTDIR)$(DOCDIR)/
+	install -m 644 $(B)/packaging/opd.service $(DESTDIR)$(UNITDIR)/
+	install -m 755 $(B)/packaging/opd.init $(DESTDIR)$(SYSCONFDIR)/init.d/opd
+	install -m 644 packaging/opd.logrotate $(DESTDIR)$(SYSCONFDIR)/logrotate.d/opd
+	[ -e $(DESTDIR)$(SYSCONFDIR)/default/opd ] || \
+	  install -m 644 packaging/opd.default $(DESTDIR)$(SYSCONFDIR)/default/opd
+	[ -e $(DESTDIR)$(SYSCONFDIR)/opd/opd.conf ] || \
+	  install -m 644 packaging/opd.conf $(DESTDIR)$(SYSCONFDIR)/opd/opd.conf
+
+# make deb: a Debian package (debhelper; packaging/debian) built from a
+# copy of the tree in $(B)/deb, so that nothing lands outside it:
+# $(B)/deb/opd_<version>_<arch>.deb. It installs everything `make install`
+# does under /usr, creates the opd user and group and enables the service.
+OPD_VERSION_STR = $(shell sed -n 's/^\#define OPD_VERSION "\(.*\)"/\1/p' include/opd/protocol.h)
+.PHONY: deb
+deb:
+	@command -v dpkg-buildpackage >/dev/null 2>&1 || { echo "deb: dpkg-buildpackage not found (Debian: apt-get install debhelper dpkg-dev)"; exit 1; }
+	rm -rf $(B)/deb && mkdir -p $(B)/deb/opd-$(OPD_VERSION_STR)
+	git ls-files -z --cached --others --exclude-standard | \
+	  tar --null -T - -cf - | tar -xf - -C $(B)/deb/opd-$(OPD_VERSION_STR)
+	cp -a packaging/debian $(B)/deb/opd-$(OPD_VERSION_STR)/debian
+	cd $(B)/deb/opd-$(OPD_VERSION_STR) && env -u MAKEFLAGS -u MAKELEVEL -u MFLAGS \
+	  dpkg-buildpackage -us -uc -b
+	@ls $(B)/deb/*.deb
 
 # Python: copies libopd.so into the package so that a wheel (or
 # `pip install ./python`) carries it; `make install` also works (the
@@ -384,4 +503,4 @@ python-lib: $(B)/libopd.so
 clean:
 	rm -rf $(B)
 
--include $(shell find $(B) -name '*.d' 2>/dev/null)
+-include $(shell find $(B) -path $(B)/deb -prune -o -name '*.d' -print 2>/dev/null)

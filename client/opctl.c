@@ -1,13 +1,21 @@
-/* opctl: the admin CLI of opd (ping, ops, plugins, stats, version, info).
+/* opctl: the admin CLI of opd (ping, ops, plugins, stats, health, metrics,
+ * version, info).
  *
  * DESIGN
  * A thin user of libopd: every command is one or a few library calls, so
  * opctl exercises exactly what applications use. Replies arrive as JSON
  * from libopd; opctl parses just enough of it (a tiny reader for the
  * daemon's own, well-formed output) to print tables, and `--json` prints
- * the raw JSON for scripts.
+ * the raw JSON for scripts. `health` is for scripts and monitors: its
+ * exit status alone says healthy (0), unhealthy (1), unreachable (2) or
+ * permission denied (3). `metrics` fetches the daemon's Prometheus
+ * endpoint (--metrics-listen) with a plain HTTP/1.0 GET.
  */
 #include <ctype.h>
+#include <errno.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdio.h>
@@ -333,8 +341,138 @@ static int cmd_stats(opd_client_t *c, int json) {
     printf("  %-10s %10.0f %8s %12.3f %10.2f\n", ops->keys[i], nc,
            jstr(jget(o, "errors")), t / 1e6, nc > 0 ? t / nc / 1e3 : 0.0);
   }
+  int healthy = h && h->boolean;
   jfree(root);
   opd_free(text);
+  return healthy ? 0 : 1;
+}
+
+/* health: one line, and the exit status of opctl(1)'s table */
+enum { H_OK = 0, H_UNHEALTHY = 1, H_UNREACHABLE = 2, H_DENIED = 3 };
+
+static int cmd_health(const char *sock) {
+  opd_client_t *c;
+  char path[256] = "";
+  opd_socket_path(sock, path, sizeof path);
+  int rc = opd_connect(sock, &c);
+  if (rc == OPD_EPERM) {
+    printf("permission denied: %s\n", opd_last_error());
+    return H_DENIED;
+  }
+  if (rc != 0) {
+    printf("unreachable: %s\n", opd_last_error());
+    return H_UNREACHABLE;
+  }
+  char *text;
+  size_t len;
+  if (opd_stats_json(c, &text, &len) != 0) {
+    printf("unhealthy: %s answers but not its stats: %s\n", path,
+           opd_last_error());
+    opd_close(c);
+    return H_UNHEALTHY;
+  }
+  jp = text;
+  jv_t *root = jparse();
+  const jv_t *h = jget(root, "healthy"), *n = jget(root, "sessions");
+  int ok = h && h->boolean;
+  if (ok)
+    printf("healthy: opd at %s, %s session(s)\n", path, jstr(n));
+  else
+    printf("unhealthy: opd at %s reports its GPU context poisoned (it "
+           "restarts)\n", path);
+  jfree(root);
+  opd_free(text);
+  opd_close(c);
+  return ok ? H_OK : H_UNHEALTHY;
+}
+
+/* metrics-listen from a config file, or "" */
+static void conf_metrics(const char *file, char *out, size_t cap) {
+  FILE *f = fopen(file, "r");
+  char line[512];
+  out[0] = '\0';
+  while (f && fgets(line, sizeof line, f)) {
+    char *p = line + strspn(line, " \t");
+    if (strncmp(p, "metrics-listen", 14) != 0) continue;
+    p += 14 + strspn(p + 14, " \t");
+    if (*p != '=' && *p != ':') continue;
+    p++;
+    p += strspn(p, " \t\"");
+    size_t n = strcspn(p, " \t\r\n;#\"");
+    snprintf(out, cap, "%.*s", (int)n, p);
+  }
+  if (f) fclose(f);
+}
+
+static int cmd_metrics(const char *given) {
+  char addr[128], host[96], port[16];
+  const char *conf = getenv("OPD_CONFIG") ? getenv("OPD_CONFIG") : "/etc/opd/opd.conf";
+  if (given) snprintf(addr, sizeof addr, "%s", given);
+  else if (getenv("OPD_METRICS")) snprintf(addr, sizeof addr, "%s", getenv("OPD_METRICS"));
+  else conf_metrics(conf, addr, sizeof addr);
+  if (addr[0] == '\0') {
+    fprintf(stderr, "opctl: metrics: no address: give ADDR:PORT, set "
+            "OPD_METRICS, or set metrics-listen in %s (the daemon serves "
+            "metrics only when that is set)\n", conf);
+    return 1;
+  }
+  const char *colon = strrchr(addr, ':');
+  const char *h = addr;
+  size_t hl = colon ? (size_t)(colon - addr) : 0;
+  if (hl >= 2 && addr[0] == '[' && colon[-1] == ']') h++, hl -= 2;
+  if (colon == NULL || hl == 0 || hl >= sizeof host || strlen(colon + 1) >= sizeof port) {
+    fprintf(stderr, "opctl: metrics: \"%s\" is not ADDR:PORT\n", addr);
+    return 2;
+  }
+  memcpy(host, h, hl);
+  host[hl] = '\0';
+  strcpy(port, colon + 1);
+  struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *ai = NULL;
+  int g = getaddrinfo(host, port, &hints, &ai);
+  if (g != 0) {
+    fprintf(stderr, "opctl: metrics: %s: %s\n", addr, gai_strerror(g));
+    return 1;
+  }
+  int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0 || connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
+    fprintf(stderr, "opctl: metrics: cannot connect to %s: %s (is "
+            "metrics-listen set to it?)\n", addr, strerror(errno));
+    freeaddrinfo(ai);
+    if (fd >= 0) close(fd);
+    return 1;
+  }
+  freeaddrinfo(ai);
+  char req[256];
+  int n = snprintf(req, sizeof req, "GET /metrics HTTP/1.0\r\nHost: %s\r\n\r\n", addr);
+  if (write(fd, req, (size_t)n) != n) {
+    fprintf(stderr, "opctl: metrics: %s: %s\n", addr, strerror(errno));
+    close(fd);
+    return 1;
+  }
+  size_t cap = 1 << 16, len = 0;
+  char *buf = malloc(cap);
+  ssize_t r;
+  while (buf && (r = read(fd, buf + len, cap - len - 1)) > 0) {
+    len += (size_t)r;
+    if (len + 1 == cap) {
+      char *nb = realloc(buf, cap *= 2);
+      if (nb == NULL) break;
+      buf = nb;
+    }
+  }
+  close(fd);
+  if (buf == NULL) return 1;
+  buf[len] = '\0';
+  char *body = strstr(buf, "\r\n\r\n");
+  int ok = strncmp(buf, "HTTP/1.", 7) == 0 && strncmp(buf + 8, " 200", 4) == 0;
+  if (!ok || body == NULL) {
+    fprintf(stderr, "opctl: metrics: %s answered: %.*s\n", addr,
+            (int)strcspn(buf, "\r\n"), buf);
+    free(buf);
+    return 1;
+  }
+  fputs(body + 4, stdout);
+  free(buf);
   return 0;
 }
 
@@ -360,11 +498,17 @@ static void usage(FILE *f) {
           "                and origin (built-in or the plugin file)\n"
           "  plugins       the operator plugins loaded: name, version, file, ops\n"
           "  stats         sessions, requests, errors, bytes mapped, per-op counts\n"
+          "                (exit status 1 when the daemon is unhealthy)\n"
+          "  health        one line; exit status 0 healthy, 1 unhealthy,\n"
+          "                2 unreachable, 3 permission denied\n"
+          "  metrics [ADDR:PORT]\n"
+          "                the Prometheus metrics (default: $OPD_METRICS, else\n"
+          "                metrics-listen in /etc/opd/opd.conf or $OPD_CONFIG)\n"
           "  info          the daemon's hello: version, backends, limits (JSON)\n"
           "  version       opctl's and the daemon's versions\n"
           "\n"
           "  -s, --socket PATH   daemon socket (default: $OPD_SOCKET, else\n"
-          "                      /run/opd/opd.sock as root, else\n"
+          "                      /run/opd/opd.sock when it exists, else\n"
           "                      $XDG_RUNTIME_DIR/opd.sock)\n"
           "  -j, --json          print raw JSON (ops, plugins, stats)\n");
 }
@@ -398,6 +542,9 @@ int main(int argc, char **argv) {
       return 2;
     }
   }
+  if (strcmp(cmd, "health") == 0) return cmd_health(sock);
+  if (strcmp(cmd, "metrics") == 0)
+    return cmd_metrics(optind + 1 < argc ? argv[optind + 1] : NULL);
   if (strcmp(cmd, "ping") && strcmp(cmd, "ops") && strcmp(cmd, "stats") &&
       strcmp(cmd, "plugins") &&
       strcmp(cmd, "info") && strcmp(cmd, "version")) {

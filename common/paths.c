@@ -36,7 +36,7 @@ int opd__socket_path(const char *given, char *buf, size_t cap) {
   else if (env != NULL && env[0] != '\0')
     n = snprintf(buf, cap, "%s", env);
   else if (geteuid() == 0)
-    n = snprintf(buf, cap, "/run/opd/opd.sock");
+    n = snprintf(buf, cap, "%s", OPD_SYSTEM_SOCKET);
   else if (xdg != NULL && xdg[0] != '\0')
     n = snprintf(buf, cap, "%s/opd.sock", xdg);
   else
@@ -45,6 +45,21 @@ int opd__socket_path(const char *given, char *buf, size_t cap) {
       (size_t)n >= sizeof(((struct sockaddr_un *)0)->sun_path))
     return OPD_EINVAL;
   return 0;
+}
+
+int opd__socket_path_client(const char *given, char *buf, size_t cap) {
+  const char *env = getenv("OPD_SOCKET");
+  struct stat st;
+  if ((given == NULL || given[0] == '\0') && (env == NULL || env[0] == '\0') &&
+      ((lstat(OPD_SYSTEM_SOCKET, &st) == 0 && S_ISSOCK(st.st_mode)) ||
+       errno == EACCES)) {
+    /* EACCES: /run/opd is there but closed to this user (not in group
+     * opd): connecting tells them so, where the per-user path would say
+     * "not running" */
+    snprintf(buf, cap, "%s", OPD_SYSTEM_SOCKET);
+    return cap > sizeof OPD_SYSTEM_SOCKET - 1 ? 0 : OPD_EINVAL;
+  }
+  return opd__socket_path(given, buf, cap);
 }
 
 void opd__fallback_dir(char *buf, size_t cap) {

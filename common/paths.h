@@ -6,12 +6,21 @@
 #include <stddef.h>
 #include <sys/types.h>
 
-/* Resolves the socket path: `given` if non-NULL and non-empty, else
+#define OPD_SYSTEM_SOCKET "/run/opd/opd.sock" /* the system service's */
+
+/* The daemon's socket path: `given` if non-NULL and non-empty, else
  * $OPD_SOCKET, else /run/opd/opd.sock for root, else
  * $XDG_RUNTIME_DIR/opd.sock, else /tmp/opd-<uid>/opd.sock. Writes it to buf
  * and returns 0, or OPD_EINVAL when it does not fit in cap or in a
  * sockaddr_un. */
 int opd__socket_path(const char *given, char *buf, size_t cap);
+
+/* A client's socket path (libopd, opctl, Python): `given`, else
+ * $OPD_SOCKET, else /run/opd/opd.sock when that socket exists or its
+ * directory is closed to the caller (whoever the caller is: a member of
+ * group opd finds the system daemon, anyone else is told "permission
+ * denied" when connecting), else as opd__socket_path. Same returns. */
+int opd__socket_path_client(const char *given, char *buf, size_t cap);
 
 /* The per-user fallback directory of that list, /tmp/opd-<euid>, into buf
  * (at least 32 bytes). */

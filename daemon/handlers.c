@@ -114,7 +114,7 @@ static void handle_hello(opd_req_t *r, int type,
   PACK_STR(pk, "max_inflight");
   msgpack_pack_uint32(pk, l->max_inflight);
   char esc[4 * OPD_MAX_NAME];
-  LOG_INFO("session %llu: hello from \"%s\"%s", (unsigned long long)s->id,
+  LOG_DEBUG("session %llu: hello from \"%s\"%s", (unsigned long long)s->id,
            opd__log_escape(s->client, esc, sizeof esc),
            s->priority ? " (high priority)" : "");
   reply_scratch(r);

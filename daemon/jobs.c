@@ -17,6 +17,7 @@
 
 #include "common/wire.h"
 #include "daemon/log.h"
+#include "daemon/metrics.h"
 #include "daemon/server.h"
 
 /* ---- jobs ------------------------------------------------------------- */
@@ -68,6 +69,9 @@ void opd__job_drop(opd_job_t *job, int code, const char *msg) {
 static void job_reply(opd_job_t *job) {
   opd_session_t *s = job->s;
   opd_op_stats_t *st = &s->srv->op_stats[job->op_index];
+  if (opd__metrics_on)
+    opd__metrics_run(job->op_index, job->via == OPD_VIA_RING, job->rc,
+                     opd__now_ns() - job->t_recv);
   st->calls++;
   st->ns += job->ns;
   if (job->rc != 0) {
@@ -184,6 +188,7 @@ int opd__run_cached(const opd_req_t *r, const unsigned char *body,
     job.s = s;
     job.req_id = id;
     job.via = r->via;
+    job.t_recv = opd__metrics_on ? opd__now_ns() : 0;
     job.call.exec = &opd__exec_serial;
     opd__cpu_run_kernel(&job);
     job_reply(&job);
@@ -196,7 +201,8 @@ int opd__run_cached(const opd_req_t *r, const unsigned char *body,
   job->s = s;
   job->req_id = id;
   job->via = r->via;
-  if (job->device >= 0) job->t_recv = opd__now_ns(); /* the CUDA breakdown */
+  if (job->device >= 0 || opd__metrics_on) /* the CUDA breakdown, metrics */
+    job->t_recv = opd__now_ns();
   opd__job_enqueue(s, job);
   return 1;
 }

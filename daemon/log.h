@@ -1,14 +1,18 @@
-/* Leveled logging to stderr.
+/* Leveled logging to stderr, a log file (--log-file) or the journal.
  *
  * DESIGN
  * The level is checked before the arguments are evaluated (as redis'
  * serverLog does), so a debug line on a hot path costs one compare when
  * debug logging is off. Lines carry a UTC timestamp, the level and the
  * source location; stderr is what systemd's journal and SysV's redirect
- * both capture.
+ * both capture. Under the journal each line carries its syslog priority
+ * (<3> to <7>) instead of a timestamp; a call site repeating itself is
+ * rate-limited (daemon/log.c).
  */
 #ifndef OPD_LOG_H
 #define OPD_LOG_H
+
+#include <stddef.h>
 
 enum { OPD_LOG_ERROR = 0, OPD_LOG_WARN = 1, OPD_LOG_INFO = 2, OPD_LOG_DEBUG = 3 };
 
@@ -19,6 +23,14 @@ void opd__log_write(int level, const char *file, int line, const char *fmt,
 
 /* Parses "error|warn|info|debug"; returns the level or -1. */
 int opd__log_parse(const char *name);
+/* The level's name ("error" .. "debug"). */
+const char *opd__log_name(int level);
+/* Looks whether fd 2 is the journal ($JOURNAL_STREAM): then lines carry
+ * syslog priority prefixes. Call once at start. */
+void opd__log_init(void);
+/* Sends fd 2 (stderr) to `path`, appended, created 0640. Returns 0, or -1
+ * with the reason in err and fd 2 left as it was. */
+int opd__log_open(const char *path, char *err, size_t cap);
 
 #define opd_log(level, ...)                                        \
   do {                                                             \

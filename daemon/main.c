@@ -2,8 +2,9 @@
  * are daemon/options.c's table).
  *
  * DESIGN
- * opd runs in the foreground and logs to stderr, which is what systemd
- * (Type=simple/notify) and a SysV script with a pid file both want. It
+ * opd runs in the foreground and logs to stderr (or --log-file), which is
+ * what systemd (Type=notify: daemon/service.c) and a SysV script with a
+ * pid file both want. It
  * exits 0 after a clean drain on SIGINT/SIGTERM, 1 when it cannot start
  * (bad option, socket in use), so an init system can tell the two apart.
  */
@@ -21,6 +22,7 @@
 #include "daemon/log.h"
 #include "daemon/options.h"
 #include "daemon/server.h"
+#include "daemon/service.h"
 
 static void noop_work(uv_work_t *w) { (void)w; }
 static void noop_after(uv_work_t *w, int status) { (void)w, (void)status; }
@@ -49,6 +51,7 @@ int main(int argc, char **argv) {
   int rc = opd__options_parse(argc, argv, &cfg);
   if (rc != 0) return rc == 2 ? 0 : 1;
   opd__log_level = cfg.log_level;
+  if (opd__service_log_start(&cfg) != 0) return 1;
   signal(SIGPIPE, SIG_IGN);
   /* libuv's pool runs the sessions' ops: at least as many as kernel
    * threads, so that concurrent clients' ops really run concurrently */
@@ -70,11 +73,14 @@ int main(int argc, char **argv) {
     opd__server_free(&srv);
     return 1;
   }
-  if (cfg.loop_cpu >= 0 && pin_loop(loop, cfg.loop_cpu) != 0) {
+  if ((cfg.loop_cpu >= 0 && pin_loop(loop, cfg.loop_cpu) != 0) ||
+      opd__service_start(&srv) != 0) {
+    opd__service_stop(&srv);
     opd__server_free(&srv);
     return 1;
   }
   uv_run(loop, UV_RUN_DEFAULT);
+  opd__service_stop(&srv);
   opd__server_free(&srv);
   /* EBUSY: the signal handles stay open until exit (see server.c) */
   (void)uv_loop_close(loop);

@@ -277,7 +277,7 @@ int opd__ring_setup(opd_req_t *r, const msgpack_object *body, int *granted,
   if (mode == OPD_RING_SPIN) srv->n_spin++;
   srv->n_ring++;
   opd__loop_update(srv);
-  LOG_INFO("session %llu: %s rings, %llu+%llu slots", (unsigned long long)s->id,
+  LOG_DEBUG("session %llu: %s rings, %llu+%llu slots", (unsigned long long)s->id,
            opd__ring_mode_name(mode), (unsigned long long)sqn, (unsigned long long)cqn);
   return 0;
 fail_poll:

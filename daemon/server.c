@@ -7,8 +7,10 @@
  * SIGINT/SIGTERM start a drain: the listener closes and the socket file is
  * removed at once, every session stops reading, queued runs fail with
  * OPD_ESHUTDOWN, running ones finish and reply, each client gets a goodbye,
- * and the loop ends when the last session is gone (or after
- * OPD_DRAIN_TIMEOUT_MS, when lingering sessions are dropped).
+ * and the loop ends when the last session is gone, or at the drain
+ * deadline (--drain-timeout-ms), when lingering sessions are dropped and,
+ * if runs still hold any of them, the process exits there and then.
+ * SIGHUP reloads the configuration (daemon/service.c).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -26,9 +28,9 @@
 #include "common/wire.h"
 #include "daemon/log.h"
 #include "daemon/server.h"
+#include "daemon/service.h"
 #include "kernels/exec.h"
 
-#define OPD_DRAIN_TIMEOUT_MS 10000
 #define OPD_POISON_GRACE_MS 2000
 #define OPD_EXIT_POISONED 3
 
@@ -164,19 +166,35 @@ static int listen_on(const char *path) {
   return fd;
 }
 
+/* After the drain deadline dropped the sessions: what still holds one is
+ * a run executing; the deadline is the deadline. */
+#define DRAIN_FINAL_MS 100
+static void on_drain_final(uv_timer_t *t) {
+  opd_server_t *srv = t->data;
+  LOG_WARN("shutdown: %u run(s) still executing at the drain deadline; "
+           "exiting now with status %d", srv->inflight, srv->exit_code);
+  opd__service_exit(srv, srv->exit_code);
+}
+
 static void on_drain_timeout(uv_timer_t *t) {
   opd_server_t *srv = t->data;
+  uint32_t ms = srv->cfg.svc.drain_ms;
   if (!srv->healthy) {
     /* a poisoned context may never complete the jobs still queued on it:
      * nothing left to drain cleanly, let the init system restart us */
-    LOG_ERROR("shutdown: GPU work did not finish in %d ms; exiting with "
-              "status %d", OPD_DRAIN_TIMEOUT_MS, srv->exit_code);
-    _exit(srv->exit_code);
+    LOG_ERROR("shutdown: GPU work did not finish in %u ms; exiting with "
+              "status %d", ms, srv->exit_code);
+    opd__service_exit(srv, srv->exit_code);
   }
-  LOG_WARN("shutdown: %u sessions did not finish in %d ms; dropping them",
-           srv->n_sessions, OPD_DRAIN_TIMEOUT_MS);
-  for (opd_session_t *s = srv->sessions; s; s = s->next)
+  LOG_WARN("shutdown: %u sessions did not finish in %u ms (drain-timeout-ms); "
+           "dropping them", srv->n_sessions, ms);
+  for (opd_session_t *s = srv->sessions, *next; s; s = next) {
+    next = s->next; /* close may free s */
     opd__session_close(s);
+  }
+  /* the sessions go once their sockets' close callbacks ran, or once
+   * their running runs finish: the loop ends by then, or we exit here */
+  uv_timer_start(&srv->drain_timer, on_drain_final, DRAIN_FINAL_MS, 0);
 }
 
 static void stop(opd_server_t *srv, const char *why) {
@@ -191,7 +209,8 @@ static void stop(opd_server_t *srv, const char *why) {
   close(srv->listen_fd);
   srv->listen_fd = -1;
   unlink(srv->cfg.socket_path);
-  uv_timer_start(&srv->drain_timer, on_drain_timeout, OPD_DRAIN_TIMEOUT_MS, 0);
+  opd__service_stopping(srv);
+  uv_timer_start(&srv->drain_timer, on_drain_timeout, srv->cfg.svc.drain_ms, 0);
   uv_unref((uv_handle_t *)&srv->drain_timer);
   for (opd_session_t *s = srv->sessions, *next; s; s = next) {
     next = s->next; /* shutdown may free s */
@@ -222,7 +241,10 @@ static void server_poisoned(opd_server_t *srv, const char *why) {
 static void on_signal(uv_signal_t *h, int signum) {
   opd_server_t *srv = h->data;
   if (signum == SIGHUP) {
-    LOG_INFO("SIGHUP: nothing to reload (options come from the command line)");
+    if (srv->stopping) return;
+    opd__service_reload(srv);
+    uint64_t every = sweep_every_ms(&srv->cfg.limits); /* may have changed */
+    uv_timer_start(&srv->sweep_timer, on_sweep, every, every);
     return;
   }
   stop(srv, signum == SIGINT ? "SIGINT" : "SIGTERM");

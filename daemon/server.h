@@ -30,6 +30,7 @@
 #include "common/ring.h"
 #include "daemon/backend/backend.h"
 #include "daemon/loop.h"
+#include "daemon/service.h"
 #include "kernels/kernel.h"
 
 /* Every limit has up to three scopes: one session, all sessions of one
@@ -86,6 +87,7 @@ typedef struct opd_config {
   int n_plugins;                 /* used in plugins */
   char plugin_dir[4096];         /* --plugin-dir: every *.so ("" if none) */
   opd_limits_t limits;
+  opd_service_config_t svc;      /* pid/log file, drain, metrics */
 } opd_config_t;
 
 typedef struct opd_arena {

@@ -41,6 +41,7 @@
 #include "common/unixsock.h"
 #include "common/wire.h"
 #include "daemon/log.h"
+#include "daemon/metrics.h"
 #include "daemon/server.h"
 
 static void on_poll_closed(uv_handle_t *h);
@@ -129,6 +130,7 @@ void opd__session_accept(opd_server_t *srv, int fd) {
              (unsigned long long)s->id, (int)s->pid, (unsigned)s->uid,
              (unsigned)s->gid, why);
     s->quiet = 1;
+    opd__metrics_refused();
     opd__out_goodbye(s, code, "%s", why);
     opd__session_pump(s); /* closes once the goodbye is out */
     return;
@@ -216,7 +218,9 @@ static void on_payload(opd_req_t *r, const unsigned char *p, uint32_t len) {
  * failed): close now; else a goodbye naming why. */
 static void on_fail(opd_session_t *s, int code, const char *why) {
   if (code == 0) {
-    LOG_INFO("session %llu: %s", (unsigned long long)s->id, why);
+    /* the peer went (or its socket failed): a debug line, the session's
+     * one line at info is its connect */
+    LOG_DEBUG("session %llu: %s", (unsigned long long)s->id, why);
     opd__session_close(s);
   } else {
     opd__out_goodbye(s, code, "%s", why);
@@ -243,7 +247,7 @@ static void maybe_free(opd_session_t *s) {
   if (s->reserved) srv->n_reserved--;
   s->acct->clients--;
   opd__acct_put(srv, s->acct);
-  if (!s->quiet) LOG_INFO("session %llu: closed", (unsigned long long)s->id);
+  if (!s->quiet) LOG_DEBUG("session %llu: closed", (unsigned long long)s->id);
   opd__sock_free(s);
   free(s->arenas);
   free(s);

@@ -19,6 +19,7 @@
 
 #include "common/wire.h"
 #include "daemon/log.h"
+#include "daemon/metrics.h"
 #include "daemon/server.h"
 #include "kernels/common/kutil.h"
 
@@ -511,6 +512,7 @@ void opd__run_request(const opd_req_t *r, const msgpack_object *body,
   }
   if (rc != 0) {
     srv->op_stats[idx].errors++;
+    if (opd__metrics_on) opd__metrics_rejected(idx, rc);
     opd__reply_error(r, rc, "%s: %s", op->name, err.msg);
     if (job) opd__job_recycle(srv, job);
     return;

@@ -94,6 +94,22 @@ run_fuzz
 run_criterion "chaos: kills, floods, unread replies, fd exhaustion (the daemon's /proc)" \
   "$B/tests/chaos"
 
+# installed like a package (tests/service/run.sh): make install into a
+# scratch root, the unit's hardening score, the README's C example built
+# with pkg-config, the SysV script's LSB codes (as root)
+run_service() {
+  echo "== service: make install layout, unit, README example, SysV script"
+  local out p f
+  out=$(OPD_BUILD="$B" bash tests/service/run.sh 2>&1)
+  echo "$out" | grep -v ': ok$'
+  p=$(echo "$out" | grep -c ': ok$')
+  f=$(echo "$out" | grep -c ': FAILED')
+  if ! echo "$out" | grep -q '^service: '; then f=$((f + 1)); fi
+  passed=$((passed + p)); failed=$((failed + f))
+  [ "$f" = 0 ] || status=1
+}
+run_service
+
 echo
 echo "$passed passed, $failed failed"
 exit $status

@@ -19,6 +19,7 @@
  * copy (the parent's session and mappings are the parent's).
  */
 #include <errno.h>
+#include <grp.h>
 #include <pthread.h>
 #include <pwd.h>
 #include <stdio.h>
@@ -27,6 +28,7 @@
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -222,6 +224,42 @@ static int user_uid(const char *user, uid_t *uid) {
  * client's memory. Returns 0, OPD_EPERM (refused, the message names the
  * peer and who would have been accepted) or OPD_ECONNECT (no credentials);
  * the socket is left open either way. */
+/* Why connect(2) failed, in words a user can act on: nobody serving the
+ * socket (OPD_ECONNECT) or not allowed to open it (OPD_EPERM: the system
+ * socket is for root and group opd). Returns the code. */
+static int connect_failed(const char *path, int err) {
+  if (err == EACCES || err == EPERM) {
+    struct stat st;
+    char grp[64] = "its group";
+    char dir[108];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash && slash != dir) *slash = '\0';
+    /* the socket's group, else (not even searchable) its directory's */
+    if (stat(path, &st) == 0 || stat(dir, &st) == 0) {
+      struct group g, *gp = NULL;
+      char gbuf[4096];
+      if (getgrgid_r(st.st_gid, &g, gbuf, sizeof gbuf, &gp) == 0 && gp)
+        snprintf(grp, sizeof grp, "group %s", gp->gr_name);
+      else
+        snprintf(grp, sizeof grp, "gid %u", (unsigned)st.st_gid);
+    }
+    return opd__fail(OPD_EPERM,
+                     "cannot connect to the opd daemon at %s: permission "
+                     "denied (not in %s? `sudo usermod -aG opd $USER`, then "
+                     "log in again)", path, grp);
+  }
+  if (err == ENOENT || err == ECONNREFUSED)
+    return opd__fail(OPD_ECONNECT,
+                     "cannot connect to the opd daemon at %s: %s: it is not "
+                     "running. Start it with `opd --socket %s` (or `systemctl "
+                     "start opd`), or point OPD_SOCKET at the socket it serves",
+                     path, err == ENOENT ? "no such socket" : "nobody serves it",
+                     path);
+  return opd__fail(OPD_ECONNECT, "cannot connect to the opd daemon at %s: %s",
+                   path, strerror(err));
+}
+
 static int check_peer(opd_client_t *c) {
   struct ucred cr;
   socklen_t len = sizeof cr;
@@ -284,7 +322,7 @@ int opd_connect_flags(const char *socket_path, uint32_t flags,
   pthread_condattr_destroy(&ca);
   opd__mp_arena_init(&c->arena);
 
-  if (opd__socket_path(socket_path, c->path, sizeof c->path) != 0) {
+  if (opd__socket_path_client(socket_path, c->path, sizeof c->path) != 0) {
     rc = opd__fail(OPD_EINVAL, "socket path too long");
     goto error;
   }
@@ -307,11 +345,7 @@ int opd_connect_flags(const char *socket_path, uint32_t flags,
   c->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (c->fd < 0 ||
       connect(c->fd, (struct sockaddr *)&addr, sizeof addr) != 0) {
-    rc = opd__fail(OPD_ECONNECT,
-                   "cannot connect to the opd daemon at %s: %s. Is it running? "
-                   "Start it with `opd --socket %s` (or `systemctl start opd`), "
-                   "or point OPD_SOCKET at the socket it serves",
-                   c->path, strerror(errno), c->path);
+    rc = connect_failed(c->path, errno);
     goto error;
   }
   if ((rc = check_peer(c)) != 0) goto error;

@@ -43,5 +43,5 @@ const char *opd_version(void) { return OPD_VERSION; }
 void opd_free(void *p) { free(p); }
 
 int opd_socket_path(const char *given, char *buf, size_t cap) {
-  return opd__socket_path(given, buf, cap);
+  return opd__socket_path_client(given, buf, cap);
 }

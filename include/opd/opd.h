@@ -77,6 +77,7 @@ typedef struct opd_attr {
 /* ---- connections -------------------------------------------------------- */
 
 /* Connects and says hello. socket_path NULL or "" means $OPD_SOCKET, else
+ * /run/opd/opd.sock when that socket exists (the system service), else
  * /run/opd/opd.sock for root, else $XDG_RUNTIME_DIR/opd.sock (else
  * /tmp/opd-<uid>/opd.sock). Before sending anything it checks who serves
  * the socket (SO_PEERCRED, the uid that listen()ed on it): root, this
@@ -89,7 +90,9 @@ typedef struct opd_attr {
  * A socket in the /tmp/opd-<uid> fallback is refused (OPD_EPERM) unless
  * that directory is this uid's own with no group or other write.
  * On failure *out is NULL and opd_last_error() says which socket was
- * tried and how to start the daemon. Returns 0, OPD_ECONNECT, OPD_EPERM,
+ * tried and why: nobody serves it (OPD_ECONNECT, with how to start the
+ * daemon) or this user may not open it (OPD_EPERM, "permission denied
+ * (not in group opd? ...)"). Returns 0, OPD_ECONNECT, OPD_EPERM,
  * OPD_EVERSION, OPD_ECLOSED (no hello reply) or OPD_ENOMEM. */
 int opd_connect(const char *socket_path, opd_client_t **out);
 

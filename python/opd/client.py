@@ -73,7 +73,7 @@ os.register_at_fork(after_in_child=_reset_locks_in_child)
 
 def socket_path(given=None):
     """Returns the socket path a connection would use for `given` (None:
-    $OPD_SOCKET, else /run/opd/opd.sock as root, else
+    $OPD_SOCKET, else /run/opd/opd.sock when it exists, else
     $XDG_RUNTIME_DIR/opd.sock)."""
     lib = _lib.load()
     buf = ctypes.create_string_buffer(4096)
