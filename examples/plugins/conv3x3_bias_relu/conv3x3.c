@@ -11,8 +11,11 @@
  *             vector registers across all 9*C taps, bias as the start of
  *             the sums, ReLU before the one store; tiles spread over the
  *             daemon's threads (call->exec)
- *   cuda      conv3x3.cu: 16x16-pixel tiles of 16 (or 8) output channels,
- *             register-blocked (4 or 2 rows x the channels per thread)
+ *   cuda      conv3x3.cu, one of three kernels by shape: a direct
+ *             convolution for few input channels (C < 16), else an
+ *             implicit GEMM (FFMA) with bias + ReLU as its epilogue, or
+ *             im2col + a cuBLASLt GEMM with a ReLU epilogue where the grid
+ *             is small and the reduction long (split-K); float32 throughout
  * Bench: build/bench/bench_plugins (against opd conv2d + relu).
  */
 #include <opd/op.h>
@@ -213,6 +216,7 @@ static int conv_fast(opd_kcall_t *call) {
 
 __attribute__((weak)) int conv3x3_bias_relu_cuda(opd_kcall_t *call,
                                                  const opd_cuda_ctx_t *ctx);
+__attribute__((weak)) size_t conv3x3_bias_relu_cuda_workspace(const opd_kcall_t *call);
 
 static const opd_op_def_t conv_op = {
     .name = "conv3x3_bias_relu",
@@ -227,8 +231,10 @@ static const opd_op_def_t conv_op = {
     .shape = shape_rule,
     .cpu_ref = conv_ref,
     .cpu_fast = conv_fast,
+    .flags = OPD_OPF_CUDA_BLASLT, /* one CUDA path runs cuBLASLt */
     .cuda = conv3x3_bias_relu_cuda,
     .cuda_dtypes = OPD_DT(FLOAT32),
+    .cuda_workspace = conv3x3_bias_relu_cuda_workspace, /* im2col's columns */
 };
 
 OPD_PLUGIN("conv3x3_bias_relu", "1.0", &conv_op)
