@@ -10,8 +10,12 @@ opd / torch (below 1: opd is faster). Cases:
   softmax   torch.ops.opd.softmax(x) vs torch.softmax(x, -1): CPU and CUDA
             tensors, tiny (1x1024) and large (CPU 2048x2048, CUDA
             8192x8192); also on an input that is already an opd output
-            (CPU: no copy in) and through the Client on an opd Tensor
-            (c.softmax, the cost without the torch op layer)
+            (CPU: no copy in), the out= variant writing into a given
+            tensor (torch.ops.opd.softmax_out; CPU: an earlier opd output,
+            so in place; CUDA: a torch tensor, imported once) and the
+            in-place form (torch.ops.opd.softmax_), and through the Client
+            on an opd Tensor (c.softmax, the cost without the torch op
+            layer)
   conv3x3   the conv3x3_bias_relu plugin (torch.ops.opd.conv3x3_bias_relu)
             vs opd conv2d + relu (two torch.ops.opd calls) vs
             F.relu(F.conv2d(...)), on CUDA only, docs/gpu.md's shapes
@@ -79,9 +83,15 @@ def main():
         reps = a.n if shape[0] * shape[1] <= 1 << 20 else max(BLOCKS, a.n // 10)
         xt = c.from_torch(x)     # the same op through the Client, no torch layer
         y = torch.ops.opd.softmax(x)   # on the cpu: in an arena, so no copy in
+        out = y.clone() if dev == "cuda" else torch.ops.opd.softmax(x)
+        z = torch.ops.opd.softmax(x)   # softmax_ of a softmax stays finite
+        torch.ops.opd.softmax_out(x, out=out)
+        torch.testing.assert_close(out, torch.softmax(x, -1))
         compare("softmax device=%s shape=%dx%d" % ((dev,) + shape),
                 [("opd", lambda: torch.ops.opd.softmax(x)),
                  ("opd_arena_input", lambda: torch.ops.opd.softmax(y)),
+                 ("opd_out", lambda: torch.ops.opd.softmax_out(x, out=out)),
+                 ("opd_inplace", lambda: torch.ops.opd.softmax_(z)),
                  ("opd_client", lambda: c.softmax(xt)),
                  ("torch", lambda: torch.softmax(x, -1))], reps, dev == "cuda")
     if not cuda:

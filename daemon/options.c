@@ -138,8 +138,8 @@ PARSER(p_spin) {
   return -1;
 }
 
-/* --plugin is repeatable: each value is appended (hi: the most). A copy:
- * a config file's values do not outlive their line. */
+/* --plugin is repeatable: each value is appended (hi: the most), copied
+ * (a config file's values do not outlive their line). */
 PARSER(p_plugin) {
   if (cfg->n_plugins >= (int)o->hi) {
     snprintf(err, cap, "is given more than %llu times",
@@ -150,12 +150,12 @@ PARSER(p_plugin) {
     snprintf(err, cap, "expects a path, got \"\"");
     return -1;
   }
-  char *copy = strdup(val);
-  if (copy == NULL) {
-    snprintf(err, cap, "out of memory");
+  if (strlen(val) >= sizeof cfg->plugins[0]) {
+    snprintf(err, cap, "is too long (at most %zu bytes)",
+             sizeof cfg->plugins[0] - 1);
     return -1;
   }
-  cfg->plugins[cfg->n_plugins++] = copy;
+  strcpy(cfg->plugins[cfg->n_plugins++], val);
   return 0;
 }
 
@@ -238,7 +238,8 @@ static const opt_row_t rows[] = {
      "pin the event loop thread to CPU N (kernel and completion threads stay "
      "unpinned)"},
     {"plugin", 0, "PATH", p_plugin, OFF(plugins), 0,
-     sizeof(((opd_config_t *)0)->plugins) / sizeof(const char *), 0, 0,
+     sizeof(((opd_config_t *)0)->plugins) /
+         sizeof(((opd_config_t *)0)->plugins[0]), 0, 0,
      "load the operator plugin at PATH (a .so built against opd/op.h; "
      "repeatable); the daemon does not start if it is refused"},
     {"plugin-dir", 0, "DIR", p_str, OFF(plugin_dir), 0,

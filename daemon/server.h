@@ -83,7 +83,7 @@ typedef struct opd_config {
   char allow_users[512];         /* --allow-users: names or uids, commas;
                                     "" = anyone who can open the socket */
   char allow_groups[512];        /* --allow-groups: names or gids, commas */
-  const char *plugins[64];       /* --plugin PATHs, in order (argv's) */
+  char plugins[32][1024];        /* --plugin PATHs, in order */
   int n_plugins;                 /* used in plugins */
   char plugin_dir[4096];         /* --plugin-dir: every *.so ("" if none) */
   opd_limits_t limits;

@@ -4,32 +4,48 @@
     y = torch.ops.opd.softmax(x, dim=-1)  # x: a torch CPU or CUDA tensor
     y = torch.ops.opd.scale(x, a=2.0)     # plugin ops too (docs/operators.md)
 
+    torch.ops.opd.softmax_out(x, out=y)   # out= variant: writes y
+    torch.ops.opd.relu_(x)                # in-place form (OPD_OPF_INPLACE ops)
+
 DESIGN
 Each op the daemon lists (OPS: built-ins and plugins alike) becomes a
-torch custom op through torch.library.custom_op (torch >= 2.4; an older
+torch operator defined with torch.library.Library define/impl and a fake
+implementation from torch.library.register_fake (torch >= 2.4; an older
 torch makes the import fail with one ImportError naming the version
-needed). Its torch schema comes from the op's opd schema: the inputs as
-Tensor arguments (optional inputs `Tensor? = None`; a variadic op, noop,
-takes `Tensor[]`), the attributes as keyword-only arguments with their
-types and defaults (int, float, bool, str, int[]), the outputs as the
-returned Tensor(s). The real implementation runs the op in the daemon:
-CPU tensors go through shared memory (an input is copied into an arena
+needed). That is the low-level form of torch.library.custom_op: a call
+crosses fewer Python wrappers, and the out= forms may take their outputs
+as keyword-only Tensors (custom_op refuses those). Its torch schema comes
+from the op's opd schema: the inputs as Tensor arguments (optional inputs
+`Tensor? = None`; a variadic op, noop, takes `Tensor[]`), the attributes
+as keyword-only arguments with their types and defaults (int, float,
+bool, str, int[]), the outputs as the returned Tensor(s). Two more forms:
+  <name>_out  every op with outputs: the inputs, then keyword-only
+              `Tensor(a!) out` (several outputs: out_<output name>, each
+              mutated) and the attributes; writes the outputs into the given
+              tensors (dtype and shape must be the op's) and returns None
+  <name>_     ops whose row is OPD_OPF_INPLACE (the OPS reply's "inplace")
+              with one output: `Tensor(a!) x` first; writes the output over
+              the first input (its dtype and shape must be the output's)
+              and returns None
+The real implementation (_torchops.py: per-signature plans, staging
+reused, no INFER per call) runs the op in the daemon: CPU tensors go
+through shared memory (an input is copied into a cached staging tensor
 unless it already lies in one of the client's arenas, as the output of an
 earlier torch.ops.opd call does; the outputs are zero-copy torch views of
 the arena memory the daemon wrote), CUDA inputs are used in place
-(imported by CUDA IPC handle, the path of Client.from_torch, cached per
-storage) and the outputs are allocated in the daemon's device memory and
-returned as zero-copy torch CUDA views (Tensor.torch()). The fake (meta) implementation asks the daemon's
-shape rule (an INFER request, cached per shapes and attributes) for the
-outputs' dtypes and shapes, so torch.compile and opcheck trace the ops
-without running them. The ops mutate nothing (mutates_args=()).
+(imported by CUDA IPC handle once per storage, the path of
+Client.from_torch) and the outputs are allocated in the daemon's device
+memory and returned as zero-copy torch CUDA views (Tensor.torch()). The
+fake implementation asks the daemon's shape rule (an INFER request,
+cached per shapes and attributes) for the outputs' dtypes and shapes (and
+checks given outputs against them), so torch.compile and opcheck trace
+the ops without running them.
 
 Registration is process-wide, as torch's is: the first register() (or
 the import, when a daemon answers at the default socket) binds every op
 to one Client; register(client) later rebinds them to another daemon and
 adds the ops that are new there.
 """
-import ctypes
 import re
 import threading
 
@@ -43,19 +59,22 @@ def _version(v):
     return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
 
 
-if _version(_torch.__version__) < NEEDED or not hasattr(_torch.library, "custom_op"):
-    raise ImportError("opd.torch needs torch >= %d.%d (torch.library.custom_op); "
+if _version(_torch.__version__) < NEEDED or not hasattr(_torch.library, "register_fake"):
+    raise ImportError("opd.torch needs torch >= %d.%d (torch.library.register_fake); "
                       "this is torch %s" % (NEEDED + (_torch.__version__,)))
 
-from . import _lib, errors, protocol  # noqa: E402
+from . import _torchops, errors, protocol  # noqa: E402
 from .client import connect  # noqa: E402
 from .tensor import Tensor, dtype_name  # noqa: E402
 
 NAMESPACE = "opd"
 _lock = threading.RLock()
 _client = None          # the Client every registered op runs on
-_ops = {}               # name -> (torch op, opd schema)
+_ops = {}               # name -> (torch op, opd schema), variants too
+_runners = {}           # op name -> _torchops.OpRunner (its calls' plans)
+_daemon_names = set()   # the ops of the daemons registered from
 _infer_cache = {}
+_library = None         # the torch.library.Library fragment of the ops
 
 _TORCH_TYPES = {"int": "int", "float": "float", "bool": "bool", "str": "str",
                 "ints": "int[]"}
@@ -105,73 +124,57 @@ def torch_schema(schema):
     return "(%s) -> %s" % (", ".join(args), ret)
 
 
-def _split(schema, args, kwargs):
-    """(inputs, attrs) of one call: inputs a list of tensors without the
-    trailing Nones, attrs a dict of attribute values."""
-    if _variadic(schema):
-        ins = list(args[0]) if args else list(kwargs.get(schema["inputs"][0]["name"], ()))
-        rest = list(args[1:])
+def out_names(schema):
+    """The out= arguments of an op's out variant: "out" for one output,
+    "out_<name>" for each of several."""
+    outs = schema["outputs"]
+    if len(outs) == 1:
+        return ["out"]
+    return ["out_%s" % o["name"] for o in outs]
+
+
+def _letters(n):
+    return [chr(ord("a") + i) if i < 26 else "a%d" % i for i in range(n)]
+
+
+def out_schema(schema):
+    """The torch schema of <name>_out, the op writing into given tensors:
+    the inputs, then keyword-only the outputs (mutated) and attributes;
+    returns nothing: "(Tensor x, *, Tensor(a!) out, float a=1.0) -> ()"."""
+    args, ret = torch_schema(schema)[1:].split(") -> ")
+    outs = ["Tensor(%s!) %s" % (l, n) for l, n in zip(_letters(len(schema["outputs"])),
+                                                        out_names(schema))]
+    parts = [a for a in args.split(", ") if a] if args else []
+    if "*" in parts:
+        i = parts.index("*")
+        parts[i + 1:i + 1] = outs
     else:
-        n = len(schema["inputs"])
-        ins = list(args[:n])
-        rest = list(args[n:])
-        for io in schema["inputs"][len(ins):]:
-            ins.append(kwargs.get(io["name"]))
-    attrs = {}
-    for a in schema["attrs"]:
-        if rest:
-            v = rest.pop(0)
-        elif a["name"] in kwargs:
-            v = kwargs[a["name"]]
-        elif not a["required"]:
-            v = a["default"]
-        else:
-            continue
-        if a["type"] == "ints":
-            v = [int(x) for x in v]
-        elif a["type"] == "float":
-            v = float(v)
-        attrs[a["name"]] = v
-    while ins and ins[-1] is None:
-        ins.pop()
-    return ins, attrs
+        parts += ["*"] + outs
+    return "(%s) -> ()" % ", ".join(parts)
+
+
+def inplace_schema(schema):
+    """The torch schema of <name>_, the in-place form (the output written
+    into the first input): "(Tensor(a!) x, *, float a=1.0) -> ()"."""
+    args = torch_schema(schema)[1:].split(") -> ")[0]
+    first = "Tensor %s" % schema["inputs"][0]["name"]
+    assert args.startswith(first), args
+    return "(Tensor(a!) %s%s) -> ()" % (schema["inputs"][0]["name"], args[len(first):])
+
+
+def has_inplace(schema):
+    """True when the op may write its output over its first input (its row
+    is OPD_OPF_INPLACE) and so gets <name>_: one output, a first input that
+    is not variadic."""
+    return (bool(schema.get("inplace")) and len(schema["outputs"]) == 1 and
+            bool(schema["inputs"]) and schema["min_inputs"] >= 1 and
+            not _variadic(schema))
 
 
 def _infer(c, name, schema, ins, attrs):
     """[(torch dtype, shape)] of the outputs, from the daemon's shape rule
-    (INFER). Works on fake tensors: only dtypes and shapes are read."""
-    specs = []
-    for i, t in enumerate(ins):
-        if t is None:
-            raise errors.error(protocol.EINVAL, "%s: input %d is None but a "
-                               "later input is given" % (name, i))
-        specs.append((dtype_name(t.dtype), tuple(int(d) for d in t.shape)))
-    key = (name, tuple(specs), tuple(sorted((k, tuple(v) if isinstance(v, list)
-                                              else v) for k, v in attrs.items())))
-    hit = _infer_cache.get(key)
-    if hit is not None:
-        return hit
-    h = c._handle()
-    descs = (_lib.TensorDesc * max(1, len(specs)))()
-    for d, (dt, shape) in zip(descs, specs):
-        if len(shape) > protocol.MAX_RANK:
-            raise errors.error(protocol.ELIMIT, "%s: rank %d out of 0..%d"
-                               % (name, len(shape), protocol.MAX_RANK))
-        d.dtype = protocol.DTYPE_CODES[dt]
-        d.rank = len(shape)
-        d.shape[:len(shape)] = shape
-    attr_arr, keep, akey = c._attrs(schema, attrs)
-    outs = (_lib.TensorDesc * protocol.MAX_TENSORS)()
-    n_out = ctypes.c_uint32()
-    errors.check(c._lib.opd_infer(h, name.encode(), descs if specs else None,
-                                  len(specs), attr_arr, len(akey), outs,
-                                  protocol.MAX_TENSORS, ctypes.byref(n_out)))
-    r = tuple((getattr(_torch, protocol.DTYPE_NAMES[o.dtype]),
-               tuple(o.shape[:o.rank])) for o in outs[:n_out.value])
-    if len(_infer_cache) > 4096:
-        _infer_cache.clear()
-    _infer_cache[key] = r
-    return r
+    (INFER, cached per shapes and attributes)."""
+    return _torchops.infer(c, name, schema, ins, attrs, _infer_cache)
 
 
 def _returned(outs):
@@ -184,67 +187,95 @@ def _returned(outs):
 def _in_arena(c, t):
     """An opd Tensor over torch CPU tensor t, with no copy, when t's bytes
     lie in one of c's shared-memory arenas (a torch view of an opd Tensor,
-    e.g. the output of an earlier torch.ops.opd call); else t itself (run
-    copies it in). The Tensor keeps t alive."""
-    alloc = c._alloc
-    if alloc is None or not t.is_contiguous() or t.dtype == _torch.bool:
+    e.g. the output of an earlier torch.ops.opd call); else t itself."""
+    loc = _torchops.in_arena(c, t)
+    if loc is None:
         return t
-    p, n = t.data_ptr(), t.numel() * t.element_size()
-    for st in list(alloc._states):
-        a = st.arena
-        if a.base <= p and p + n <= a.base + a.size:
-            return Tensor(a, p - a.base, dtype_name(t.dtype), tuple(t.shape), None, t)
-    return t
+    return Tensor(loc[0], loc[1], dtype_name(t.dtype), tuple(t.shape), None, t)
 
 
 def _in_device_view(c, t):
     """The opd Tensor behind torch CUDA tensor t when t is (part of) a
-    zero-copy view of one of c's device arenas (the output of an earlier
-    torch.ops.opd call on CUDA): that memory is the daemon's, not torch's,
-    so it has no torch IPC handle; the run uses the arena in place. Else t
-    (run imports its storage by IPC handle)."""
-    maps = c._maps
-    if not maps or not t.is_contiguous():
-        return t
-    p, n = t.data_ptr(), t.numel() * t.element_size()
-    for m in list(maps.values()):
-        if m.ptr <= p and p + n <= m.ptr + m.size:
-            for v in list(m.views):
-                return Tensor(v.tensor.arena, p - m.ptr, dtype_name(t.dtype),
-                              tuple(t.shape), None, t)
-    return t
+    zero-copy view of one of c's device arenas; else t."""
+    v = _torchops.in_device_view(c, t)
+    return t if v is None else v
+
+
+def _bound():
+    c = _client
+    if c is None or c._closed:
+        c = client()
+    return c
+
+
+def _check_outs(name, schema, specs, outs):
+    for k, (o, (dt, shape)) in enumerate(zip(outs, specs)):
+        if o.dtype != dt or tuple(o.shape) != tuple(shape):
+            raise errors.error(protocol.EINVAL, "%s: output %d has dtype %s and "
+                               "shape %s; the op's output here is %s %s"
+                               % (name, k, dtype_name(o.dtype), tuple(o.shape),
+                                  dtype_name(dt), tuple(shape)))
+
+
+def _define(name, fn, fake, schema_str):
+    """Registers opd::<name> (schema_str) with real implementation fn
+    (CompositeExplicitAutograd: every backend) and fake implementation fake,
+    through torch.library.Library define/impl: a call crosses fewer Python
+    layers than one of a torch.library.custom_op, and kwarg-only Tensor
+    arguments (out=) are allowed. Returns torch.ops.opd.<name>."""
+    global _library
+    if _library is None:
+        _library = _torch.library.Library(NAMESPACE, "FRAGMENT")
+    _library.define(name + schema_str)
+    _library.impl(name, fn, "CompositeExplicitAutograd")
+    _torch.library.register_fake("%s::%s" % (NAMESPACE, name), fake, lib=_library)
+    return getattr(getattr(_torch.ops, NAMESPACE), name)
 
 
 def _make(name, schema):
+    run = _torchops.OpRunner(name, schema)
+    _runners[name] = run
+    onames = out_names(schema)
+    made = {}
+
     def real(*args, **kwargs):
-        c = client()
-        ins, attrs = _split(schema, args, kwargs)
-        cuda = [t for t in ins if t is not None and t.is_cuda]
-        if cuda:
-            # inputs in place (IPC import, cached per storage); outputs in
-            # the daemon's device memory, returned as zero-copy torch views
-            dev = cuda[0].device
-            ins = [_in_device_view(c, t.contiguous()) if t is not None else None
-                   for t in ins]
-            res = c.run(name, *ins, device="cuda:%d" % dev.index, **attrs)
-        else:
-            ins = [_in_arena(c, t) if t is not None else None for t in ins]
-            res = c.run(name, *ins, device="cpu", **attrs)
-        if res is None:
-            return None
-        res = res if isinstance(res, tuple) else (res,)
-        return _returned(r.torch() for r in res)
+        return _returned(run.call(_bound(), args, kwargs))
 
     def fake(*args, **kwargs):
-        ins, attrs = _split(schema, args, kwargs)
+        ins, attrs, _ = run.split(args, kwargs)
         dev = ins[0].device if ins else _torch.device("cpu")
         return _returned(_torch.empty(shape, dtype=dt, device=dev)
                          for dt, shape in _infer(client(), name, schema, ins, attrs))
 
-    op = _torch.library.custom_op("%s::%s" % (NAMESPACE, name), real,
-                                  mutates_args=(), schema=torch_schema(schema))
-    op.register_fake(fake)
-    return op
+    made[name] = _define(name, real, fake, torch_schema(schema))
+
+    if onames and name + "_out" not in _daemon_names:
+        def real_out(*args, **kwargs):
+            outs = [kwargs.pop(n) for n in onames]
+            run.call(_bound(), args, kwargs, outs, name + "_out")
+
+        def fake_out(*args, **kwargs):
+            outs = [kwargs.pop(n) for n in onames]
+            ins, attrs, _ = run.split(args, kwargs)
+            _check_outs(name + "_out", schema,
+                        _infer(client(), name, schema, ins, attrs), outs)
+
+        made[name + "_out"] = _define(name + "_out", real_out, fake_out,
+                                      out_schema(schema))
+
+    if has_inplace(schema) and name + "_" not in _daemon_names:
+        def real_(*args, **kwargs):
+            x = args[0] if args else kwargs[schema["inputs"][0]["name"]]
+            run.call(_bound(), args, kwargs, [x], name + "_")
+
+        def fake_(*args, **kwargs):
+            x = args[0] if args else kwargs[schema["inputs"][0]["name"]]
+            ins, attrs, _ = run.split(args, kwargs)
+            _check_outs(name + "_", schema,
+                        _infer(client(), name, schema, ins, attrs), [x])
+
+        made[name + "_"] = _define(name + "_", real_, fake_, inplace_schema(schema))
+    return made
 
 
 def client():
@@ -268,12 +299,17 @@ def register(c=None, socket=None):
             c = connect(socket)
         _client = c
         _infer_cache.clear()
+        for r in _runners.values():
+            r.clear()
         new = []
-        for name, schema in c.ops().items():
+        schemas = c.ops()
+        _daemon_names.update(schemas)
+        for name, schema in schemas.items():
             if name in _ops:
                 continue
-            _ops[name] = (_make(name, schema), schema)
-            new.append(name)
+            for n, op in _make(name, schema).items():
+                _ops[n] = (op, schema)
+                new.append(n)
         return new
 
 

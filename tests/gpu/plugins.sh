@@ -4,7 +4,8 @@
 # daemon and as torch ops (pytest: tests/python/test_torch_ops.py and
 # test_plugins.py, torch >= 2.4 there), then the benchmarks: the fused
 # conv3x3_bias_relu plugin against opd conv2d + relu (bench_plugins -d cuda)
-# and torch.ops.opd.* against torch (bench/bench_torch_ops.py).
+# and torch.ops.opd.* against torch (bench/bench_torch_ops.py), and where a
+# torch.ops.opd call spends its time (bench/profile_torch_ops.py).
 #   bash tests/gpu/plugins.sh [OUTDIR]
 # NVCC_ARCH defaults to sm_90 only (the H200) to keep the build short.
 set -uo pipefail
@@ -34,6 +35,9 @@ timeout 120 build/bench/bench_plugins -d cuda -n 100 "$sock" || status=1
 echo "== torch.ops.opd.* against torch"
 OPD_SOCKET=$sock OPD_LIB=$PWD/build/libopd.so PYTHONPATH=$PWD/python PYTHONUNBUFFERED=1 \
   timeout 150 python3 bench/bench_torch_ops.py -n 200 || status=1
+echo "== where a torch.ops.opd call spends its time (profile_torch_ops)"
+OPD_SOCKET=$sock OPD_LIB=$PWD/build/libopd.so PYTHONPATH=$PWD/python PYTHONUNBUFFERED=1 \
+  timeout 60 python3 bench/profile_torch_ops.py -n 1000 --top 10 || status=1
 kill -TERM "$pid"; wait "$pid"; echo "opd exit status $?"
 grep -E "plugin|error" "$out/opd.log" | head -n 5
 

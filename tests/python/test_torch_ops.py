@@ -1,8 +1,10 @@
 """opd.torch: every opd operator (built-in and plugin) as torch.ops.opd.<name>,
 checked with torch.library.opcheck (schema, fake implementation against
 the real one, autograd registration, PT2 tracing) on CPU tensors and, where
-the daemon has a GPU, CUDA tensors; results against torch's own ops; a
-torch.compile(fullgraph=True) trace through the fake implementation.
+the daemon has a GPU, CUDA tensors, for the functional ops, their out=
+variants (<name>_out) and in-place forms (<name>_); results against torch's
+own ops; the per-signature plans (staging reused, no new arena per call);
+a torch.compile(fullgraph=True) trace through the fake implementations.
 
 With torch < 2.4 (Debian's python3-torch 1.13 in CI) `import opd.torch`
 must raise one ImportError naming the version needed; that is checked here
@@ -27,7 +29,7 @@ needs_torch24 = pytest.mark.skipif(ot is None, reason=WHY or "")
 def test_old_torch_gets_one_clear_error():
     if ot is not None:
         pytest.skip("torch %s: opd.torch imports" % torch.__version__)
-    assert WHY == ("opd.torch needs torch >= 2.4 (torch.library.custom_op); "
+    assert WHY == ("opd.torch needs torch >= 2.4 (torch.library.register_fake); "
                    "this is torch %s" % torch.__version__)
 
 
@@ -150,3 +152,118 @@ def test_bad_input_raises_the_daemons_message(tc):
     with pytest.raises(opd.BadArgumentError, match="conv3x3_bias_relu: weight must be"):
         torch.ops.opd.conv3x3_bias_relu(torch.zeros(1, 2, 4, 4), torch.zeros(3, 5, 3, 3),
                                         torch.zeros(3))
+
+
+def variants(c, dev):
+    """[(torch op name, args, kwargs)] of one valid call of each out= and
+    in-place form, on device dev (outputs made by the functional op)."""
+    cases = []
+    for name, (args, kwargs) in samples(dev).items():
+        schema = c.ops().get(name)
+        if schema is None or not schema["outputs"]:
+            continue
+        want = getattr(torch.ops.opd, name)(*args, **kwargs)
+        want = want if isinstance(want, tuple) else (want,)
+        outs = {n: torch.empty_like(w) for n, w in zip(ot.out_names(schema), want)}
+        cases.append((name + "_out", args, dict(kwargs, **outs)))
+        if ot.has_inplace(schema) and args[0].shape == want[0].shape:
+            cases.append((name + "_", (args[0].clone(),) + tuple(args[1:]), kwargs))
+    return cases
+
+
+@needs_torch24
+def test_out_and_inplace_forms_are_registered(tc):
+    ops = tc.ops()
+    assert ot.out_schema(ops["softmax"]) == \
+        "(Tensor x, *, Tensor(a!) out, int dim=-1) -> ()"
+    assert ot.out_schema(ops["nms"]) == ("(Tensor boxes, Tensor scores, *, "
+                                         "Tensor(a!) out_keep, Tensor(b!) out_count, "
+                                         "float iou_threshold) -> ()")
+    assert ot.inplace_schema(ops["layernorm"]) == (
+        "(Tensor(a!) x, Tensor? weight=None, Tensor? bias=None, *, float eps=1e-05) -> ()")
+    for name, schema in ops.items():
+        assert hasattr(torch.ops.opd, name + "_out") == bool(schema["outputs"]), name
+        assert hasattr(torch.ops.opd, name + "_") == ot.has_inplace(schema), name
+    assert ot.has_inplace(ops["relu"]) and not ot.has_inplace(ops["matmul"])
+
+
+@needs_torch24
+def test_opcheck_out_and_inplace_forms(tc):
+    ran = set()
+    for dev in devices(tc):
+        for name, args, kwargs in variants(tc, dev):
+            torch.library.opcheck(getattr(torch.ops.opd, name).default, args, kwargs)
+            ran.add(name)
+    assert {"softmax_out", "softmax_", "add_", "scale_", "nms_out",
+            "conv3x3_bias_relu_out"} <= ran
+
+
+@needs_torch24
+def test_out_and_inplace_results(tc):
+    for dev in devices(tc):
+        x = torch.randn(8, 1000, device=dev)
+        want = torch.softmax(x, -1)
+        y = torch.empty(8, 1000, device=dev)          # torch's memory
+        assert torch.ops.opd.softmax_out(x, out=y) is None
+        torch.testing.assert_close(y, want)
+        y = torch.ops.opd.softmax(x)                    # opd's memory: in place
+        torch.ops.opd.relu_out(x, out=y)
+        torch.testing.assert_close(y, torch.relu(x))
+        yt = torch.empty(1000, 8, device=dev).t()       # not contiguous: copied
+        torch.ops.opd.softmax_out(x, out=yt)
+        torch.testing.assert_close(yt, want)
+        z = x.clone()
+        assert torch.ops.opd.softmax_(z) is None
+        torch.testing.assert_close(z, want)
+        z = torch.ops.opd.scale(x, a=1.0)               # in place in opd's memory
+        torch.ops.opd.scale_(z, a=2.0, b=1.0)
+        torch.testing.assert_close(z, 2 * x + 1)
+        a, b = torch.randn(3, 4, device=dev), torch.randn(4, device=dev)
+        a0 = a.clone()
+        torch.ops.opd.add_(a, b)
+        torch.testing.assert_close(a, a0 + b)
+        with pytest.raises(opd.BadArgumentError, match=r"softmax_out: output 0 has dtype "
+                           r"float32 and shape \(3,\); the op's output here is "
+                           r"float32 \(8, 1000\)"):
+            torch.ops.opd.softmax_out(x, out=torch.empty(3, device=dev))
+        with pytest.raises(opd.BadArgumentError, match=r"add_: output 0 has dtype "
+                           r"float32 and shape \(4,\); the op's output here is "
+                           r"float32 \(3, 4\)"):
+            torch.ops.opd.add_(b, a)                    # broadcast: not in place
+        with pytest.raises(opd.BadArgumentError, match="has dtype float64"):
+            torch.ops.opd.relu_(torch.zeros(3, dtype=torch.float64, device=dev))
+
+
+@needs_torch24
+def test_plans_reuse_staging_and_shape_rule(tc):
+    # a CPU input outside shared memory is copied into the plan's staging
+    # tensor: repeated calls add no arena and ask no INFER; each call's
+    # output is its own tensor (staging is reused, outputs are not)
+    run = ot._runners["softmax"]
+    x = torch.randn(256, 512)
+    first = torch.ops.opd.softmax(x)
+    arenas = tc.memory_stats()["arenas"]
+    plans = len(run.plans)
+    outs = [torch.ops.opd.softmax(x * k) for k in range(1, 6)]
+    for k, y in enumerate(outs, 1):
+        torch.testing.assert_close(y, torch.softmax(x * k, -1))
+    torch.testing.assert_close(first, torch.softmax(x, -1))
+    assert len(run.plans) == plans
+    assert tc.memory_stats()["arenas"] <= arenas + 1
+    p = next(reversed(run.plans.values()))
+    assert p.stage[0] is not None and p.staged == 256 * 512 * 4
+
+
+@needs_torch24
+def test_torch_compile_traces_out_and_inplace_forms(tc):
+    def f(x):
+        y = torch.empty_like(x)
+        torch.ops.opd.softmax_out(x, out=y)
+        z = y * 2
+        torch.ops.opd.relu_(z)
+        return z + 1
+
+    g = torch.compile(f, fullgraph=True, backend="aot_eager")
+    for dev in devices(tc):
+        x = torch.randn(4, 33, device=dev)
+        torch.testing.assert_close(g(x), f(x))

@@ -111,7 +111,11 @@ static int alloc_vmm(opd_server_t *srv, int dev, uint64_t size, void **ptr,
                          .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
   step = "cuMemSetAccess";
   if ((r = v->set_access(a->ptr, a->size, &acc, 1)) != CUDA_SUCCESS) goto unmap;
-  CU(cudaMemset((void *)a->ptr, 0, a->size), err);
+  /* cudaMemset is asynchronous to the host for device memory, and the
+   * session streams do not wait for the legacy stream: a run right after
+   * this alloc could write its outputs before the zeroing did */
+  CU(cudaMemsetAsync((void *)a->ptr, 0, a->size, st->dev[dev].util), err);
+  CU(cudaStreamSynchronize(st->dev[dev].util), err);
   *ptr = (void *)a->ptr;
   *token = a;
   return 0;
