@@ -2,7 +2,7 @@
 # The .deb of `make deb` (CI, after the tests): its files unpacked into a
 # scratch root (dpkg -x) and checked, and `opd --check-config` on its
 # opd.conf; with OPD_DEB_INSTALL=1 and root, also installed for real
-# (dpkg -i: the opd user and group made, the service started by its init
+# (apt-get install of the .deb: the opd user and group made, the service started by its init
 # script where systemd is not running), `opctl health` answers 0 on
 # /run/opd/opd.sock, and purged. Not in `make test`: it builds the
 # package (~30 s) and the real install touches /etc and /run.
@@ -24,16 +24,26 @@ grep -q '^Type=notify' "$root/lib/systemd/system/opd.service"
 "$root/usr/bin/opd" --config "$root/etc/opd/opd.conf" --check-config >/dev/null
 echo "deb: $(basename "$deb"): files in place, opd --check-config passes"
 if [ "${OPD_DEB_INSTALL:-0}" = 1 ] && [ "$(id -u)" = 0 ]; then
-  dpkg -i "$deb"
+  # apt, not dpkg -i: it installs the package's dependencies too (the
+  # libopenblas0 its shlibs name, which a machine with only the -dev
+  # package's flavour lacks)
+  apt-get install -y -qq --no-install-recommends "$(realpath "$deb")" >/dev/null
   getent passwd opd >/dev/null && getent group opd >/dev/null
   opd --check-config >/dev/null
   for _ in $(seq 50); do opctl health >/dev/null 2>&1 && break; sleep 0.1; done
   # a policy-rc.d (containers) may have kept the maintainer script from
   # starting it: start it by hand then
-  opctl health >/dev/null 2>&1 || [ -d /run/systemd/system ] || /etc/init.d/opd start
+  by_hand=0
+  if ! opctl health >/dev/null 2>&1 && [ ! -d /run/systemd/system ]; then
+    /etc/init.d/opd start
+    by_hand=1
+  fi
   opctl health
   [ -d /run/systemd/system ] && systemctl --no-pager status opd || /etc/init.d/opd status
+  # what was started by hand is stopped by hand: the same policy-rc.d keeps
+  # the package's prerm from stopping it
+  [ $by_hand = 0 ] || /etc/init.d/opd stop
   dpkg --purge opd
   [ ! -e /run/opd/opd.sock ] || { echo "deb: /run/opd/opd.sock left after purge"; exit 1; }
-  echo "deb: installed with dpkg -i (user and group opd made, service answered), purged"
+  echo "deb: installed (user and group opd made, service answered), purged"
 fi
