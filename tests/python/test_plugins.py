@@ -55,8 +55,9 @@ def conv_bias_relu(x, w, b):
     return np.maximum(y, 0).astype(np.float32)
 
 
-# the second shape takes cpu_fast's BLAS path (C, K >= 32, H*W >= 1024)
-@pytest.mark.parametrize("N,C,H,W,K", [(2, 5, 12, 19, 7), (1, 32, 37, 29, 33)])
+# the last two take cpu_fast's BLAS path (C, K >= 32): tiles of rows, of images
+@pytest.mark.parametrize("N,C,H,W,K", [(2, 5, 12, 19, 7), (1, 32, 37, 29, 33),
+                                       (3, 32, 6, 7, 33)])
 def test_conv3x3_bias_relu_matches_numpy_and_conv2d_relu(pc, rng, N, C, H, W, K):
     x = rng.standard_normal((N, C, H, W)).astype(np.float32)
     w = (rng.standard_normal((K, C, 3, 3)) * 0.3).astype(np.float32)

@@ -13,8 +13,8 @@
  *             the sums, ReLU before the one store; tiles spread over the
  *             daemon's threads (call->exec). Or, when the plugin is built
  *             with OpenBLAS (Makefile: BLAS=auto finds it), conv3x3_blas.c:
- *             im2col + one sgemm per tile of output rows, bias + ReLU on
- *             the tile while it is in cache
+ *             im2col + one sgemm per tile of output pixels, bias + ReLU
+ *             on the tile while it is in cache
  *   cuda      conv3x3.cu, one of three kernels by shape: a direct
  *             convolution for few input channels (C < 16), else an
  *             implicit GEMM (FFMA) with bias + ReLU as its epilogue, or
@@ -189,18 +189,20 @@ static void tile_range(void *arg, int64_t lo, int64_t hi) {
   }
 }
 
+/* conv3x3_blas.c: linked in when the plugin is built with OpenBLAS */
 __attribute__((weak)) int conv3x3_bias_relu_blas(opd_kcall_t *call);
 
 static int conv_fast(opd_kcall_t *call) {
   /* Which kernel: the direct one has no im2col and keeps its sums in
-     registers; it wins where the reduction (9C) is short, where there are
-     few output channels, and where images are small (then each sgemm of
-     the BLAS path is narrow and repacks all of the weights for few
-     pixels). OpenBLAS's sgemm is the faster inner loop elsewhere. */
+     registers; it wins where the reduction (9C) is short or there are
+     few output channels (a sgemm with few rows or a short inner loop
+     runs below its speed). Elsewhere OpenBLAS's sgemm is the faster
+     inner loop, im2col included (bench/results/README.md). */
   const int64_t C = call->in[0].shape[1], K = call->in[1].shape[0],
-                HW = call->in[0].shape[2] * call->in[0].shape[3];
-  if (conv3x3_bias_relu_blas && C >= 32 && K >= 32 && HW >= 1024 &&
-      9 * C <= INT_MAX && HW <= INT_MAX && K <= INT_MAX) /* BLAS's int */
+                NHW = call->in[0].shape[0] * call->in[0].shape[2] *
+                      call->in[0].shape[3];
+  if (conv3x3_bias_relu_blas && C >= 32 && K >= 32 && 9 * C <= INT_MAX &&
+      NHW <= INT_MAX && K <= INT_MAX) /* BLAS's int */
     return conv3x3_bias_relu_blas(call);
   job_t j = {.x = call->in[0].data, .wt = call->in[1].data,
              .bias = call->in[2].data, .y = call->out[0].data,
