@@ -120,9 +120,12 @@ static void conv_ref(const float *x, const float *w, const float *b, float *y,
 
 Test(plugins, conv3x3_bias_relu_matches_reference_and_conv2d_relu) {
   opd_client_t *c = th_connect();
-  /* odd sizes: partial channel blocks (K % 4), rows of 1 and of 13 */
+  /* odd sizes: partial channel blocks (K % 4), rows of 1 and of 13; the
+     last two take cpu_fast's BLAS path where the plugin has it (C, K >=
+     32): tiles of 17 and 16 rows, then of 3 and 2 whole images */
   static const int sizes[][5] = {{2, 3, 13, 11, 6}, {1, 5, 1, 1, 3},
-                                 {1, 16, 9, 17, 9}};
+                                 {1, 16, 9, 17, 9}, {2, 32, 33, 35, 40},
+                                 {5, 40, 7, 9, 36}};
   for (size_t t = 0; t < sizeof sizes / sizeof sizes[0]; t++) {
     int N = sizes[t][0], C = sizes[t][1], H = sizes[t][2], W = sizes[t][3],
         K = sizes[t][4];

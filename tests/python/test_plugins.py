@@ -55,10 +55,13 @@ def conv_bias_relu(x, w, b):
     return np.maximum(y, 0).astype(np.float32)
 
 
-def test_conv3x3_bias_relu_matches_numpy_and_conv2d_relu(pc, rng):
-    x = rng.standard_normal((2, 5, 12, 19)).astype(np.float32)
-    w = (rng.standard_normal((7, 5, 3, 3)) * 0.3).astype(np.float32)
-    b = rng.standard_normal(7).astype(np.float32)
+# the last two take cpu_fast's BLAS path (C, K >= 32): tiles of rows, of images
+@pytest.mark.parametrize("N,C,H,W,K", [(2, 5, 12, 19, 7), (1, 32, 37, 29, 33),
+                                       (3, 32, 6, 7, 33)])
+def test_conv3x3_bias_relu_matches_numpy_and_conv2d_relu(pc, rng, N, C, H, W, K):
+    x = rng.standard_normal((N, C, H, W)).astype(np.float32)
+    w = (rng.standard_normal((K, C, 3, 3)) * 0.3).astype(np.float32)
+    b = rng.standard_normal(K).astype(np.float32)
     y = pc.conv3x3_bias_relu(x, w, b).numpy()
     ref = conv_bias_relu(x, w, b)
     np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4)

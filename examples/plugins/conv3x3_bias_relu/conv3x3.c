@@ -6,11 +6,15 @@
  * Variants:
  *   cpu_ref   the plain 7-deep loop: the truth the others are checked
  *             against (tests/integration/test_plugins.c, bench)
- *   cpu_fast  register-blocked direct convolution on a zero-padded copy
+ *   cpu_fast  one of two kernels by shape (conv_fast says which and why):
+ *             a register-blocked direct convolution on a zero-padded copy
  *             of x: tiles of 6 output channels x 16 pixels held in
  *             vector registers across all 9*C taps, bias as the start of
  *             the sums, ReLU before the one store; tiles spread over the
- *             daemon's threads (call->exec)
+ *             daemon's threads (call->exec). Or, when the plugin is built
+ *             with OpenBLAS (Makefile: BLAS=auto finds it), conv3x3_blas.c:
+ *             im2col + one sgemm per tile of output pixels, bias + ReLU
+ *             on the tile while it is in cache
  *   cuda      conv3x3.cu, one of three kernels by shape: a direct
  *             convolution for few input channels (C < 16), else an
  *             implicit GEMM (FFMA) with bias + ReLU as its epilogue, or
@@ -19,6 +23,7 @@
  * Bench: build/bench/bench_plugins (against opd conv2d + relu).
  */
 #include <opd/op.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -151,8 +156,11 @@ static inline __attribute__((always_inline)) void tile_rows(
       v8 out[2];
       for (int v = 0; v < 2; v++)
         out[v] = (v8)((v8i)acc[q][v] & (acc[q][v] > zero));
-      memcpy(j->y + ((n * j->K + k0 + q) * j->H + h) * W + w0, out,
-             sizeof(float) * (size_t)nw);
+      float *dst = j->y + ((n * j->K + k0 + q) * j->H + h) * W + w0;
+      if (nw == TW) /* a constant size: two vector stores, no call */
+        memcpy(dst, out, sizeof out);
+      else
+        memcpy(dst, out, sizeof(float) * (size_t)nw);
     }
   }
 }
@@ -181,7 +189,21 @@ static void tile_range(void *arg, int64_t lo, int64_t hi) {
   }
 }
 
+/* conv3x3_blas.c: linked in when the plugin is built with OpenBLAS */
+__attribute__((weak)) int conv3x3_bias_relu_blas(opd_kcall_t *call);
+
 static int conv_fast(opd_kcall_t *call) {
+  /* Which kernel: the direct one has no im2col and keeps its sums in
+     registers; it wins where the reduction (9C) is short or there are
+     few output channels (a sgemm with few rows or a short inner loop
+     runs below its speed). Elsewhere OpenBLAS's sgemm is the faster
+     inner loop, im2col included (bench/results/README.md). */
+  const int64_t C = call->in[0].shape[1], K = call->in[1].shape[0],
+                NHW = call->in[0].shape[0] * call->in[0].shape[2] *
+                      call->in[0].shape[3];
+  if (conv3x3_bias_relu_blas && C >= 32 && K >= 32 && 9 * C <= INT_MAX &&
+      NHW <= INT_MAX && K <= INT_MAX) /* BLAS's int */
+    return conv3x3_bias_relu_blas(call);
   job_t j = {.x = call->in[0].data, .wt = call->in[1].data,
              .bias = call->in[2].data, .y = call->out[0].data,
              .N = call->in[0].shape[0], .C = call->in[0].shape[1],
