@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -61,9 +62,14 @@ void th_start(const char *const *args) {
       snprintf(th_d.sock, sizeof th_d.sock, "%s", args[i + 1]);
   }
   argv[n] = NULL;
+  pid_t parent = getpid();
   th_d.pid = fork();
   cr_assert(th_d.pid >= 0, "fork failed");
   if (th_d.pid == 0) {
+    /* a test that dies before th_stop (a failed assertion, a crash, a
+     * timeout) takes its daemon with it: none is left running */
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != parent) _exit(127);
     int fd = open(th_d.log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd >= 0) {
       dup2(fd, 1);
