@@ -203,18 +203,27 @@ static void print_io(const char *what, const jv_t *list) {
   }
 }
 
-static int cmd_ops(opd_client_t *c, int json) {
-  char *text;
+/* A JSON reply for a command: 1 (reported) when the request failed, 2
+ * when --json printed it as is (done), else 0 with *text to parse (the
+ * caller frees it). */
+typedef int json_fn(opd_client_t *c, char **json, size_t *len);
+static int fetch_json(opd_client_t *c, json_fn *fn, const char *what, int json,
+                      char **text) {
   size_t len;
-  if (opd_ops_json(c, &text, &len) != 0) {
-    fprintf(stderr, "opctl: ops: %s\n", opd_last_error());
+  if (fn(c, text, &len) != 0) {
+    fprintf(stderr, "opctl: %s: %s\n", what, opd_last_error());
     return 1;
   }
-  if (json) {
-    printf("%s\n", text);
-    opd_free(text);
-    return 0;
-  }
+  if (!json) return 0;
+  printf("%s\n", *text);
+  opd_free(*text);
+  return 2;
+}
+
+static int cmd_ops(opd_client_t *c, int json) {
+  char *text;
+  int got = fetch_json(c, opd_ops_json, "ops", json, &text);
+  if (got != 0) return got == 2 ? 0 : 1;
   jp = text;
   jv_t *root = jparse();
   jv_t *ops = jget(root, "ops");
@@ -264,16 +273,8 @@ static int cmd_ops(opd_client_t *c, int json) {
 
 static int cmd_plugins(opd_client_t *c, int json) {
   char *text;
-  size_t len;
-  if (opd_plugins_json(c, &text, &len) != 0) {
-    fprintf(stderr, "opctl: plugins: %s\n", opd_last_error());
-    return 1;
-  }
-  if (json) {
-    printf("%s\n", text);
-    opd_free(text);
-    return 0;
-  }
+  int got = fetch_json(c, opd_plugins_json, "plugins", json, &text);
+  if (got != 0) return got == 2 ? 0 : 1;
   jp = text;
   jv_t *root = jparse();
   const jv_t *list = jget(root, "plugins");
@@ -304,16 +305,8 @@ static void print_num(const char *label, const jv_t *v) {
 
 static int cmd_stats(opd_client_t *c, int json) {
   char *text;
-  size_t len;
-  if (opd_stats_json(c, &text, &len) != 0) {
-    fprintf(stderr, "opctl: stats: %s\n", opd_last_error());
-    return 1;
-  }
-  if (json) {
-    printf("%s\n", text);
-    opd_free(text);
-    return 0;
-  }
+  int got = fetch_json(c, opd_stats_json, "stats", json, &text);
+  if (got != 0) return got == 2 ? 0 : 1;
   jp = text;
   jv_t *root = jparse();
   const jv_t *h = jget(root, "healthy");

@@ -31,7 +31,8 @@ run_criterion() { # name binary
 # (tests/arch/no_cycles.py, over the objects this build linked:
 # OPD_DAEMON_OBJ from make test, else every object under $B/obj/daemon)
 echo "== architecture: no call cycles between daemon files"
-if /usr/bin/python3 tests/arch/no_cycles.py ${OPD_DAEMON_OBJ:-$B/obj/daemon}; then
+if /usr/bin/python3 tests/arch/no_cycles.py --self-test &&
+   /usr/bin/python3 tests/arch/no_cycles.py ${OPD_DAEMON_OBJ:-$B/obj/daemon}; then
   passed=$((passed + 1))
 else
   failed=$((failed + 1)); status=1

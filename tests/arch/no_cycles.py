@@ -8,7 +8,9 @@ with the symbols behind its arrows. Callbacks through function pointers
 (job->done, s->cb, the loop's watchers, srv->poisoned) are not arrows:
 they name no symbol of the callee's file, which is the point of them.
 
-Usage: no_cycles.py OBJ_DIR | FILE.o...   (make test passes the daemon's
+Usage: no_cycles.py --self-test  (two objects that call each other must
+       be found, one that calls the other must not)
+       no_cycles.py OBJ_DIR | FILE.o...   (make test passes the daemon's
 objects of the build, so that stale objects of removed files do not count)
 """
 import os
@@ -57,7 +59,36 @@ def sccs(nodes, edges):
     return out
 
 
+def self_test():
+    import contextlib
+    import io
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        src = {"a": "int b(void); int a(void) { return b(); }",
+               "b": "int a(void); int b(void) { return %s; }"}
+        results = []
+        for back in ("a()", "1"):
+            objs = []
+            for name, text in src.items():
+                c = os.path.join(d, "obj", "daemon", name + ".c")
+                os.makedirs(os.path.dirname(c), exist_ok=True)
+                with open(c, "w") as f:
+                    f.write(text % back if "%s" in text else text)
+                o = c[:-2] + ".o"
+                subprocess.run(["cc", "-c", c, "-o", o], check=True)
+                objs.append(o)
+            sys.argv = [sys.argv[0]] + objs
+            with contextlib.redirect_stdout(io.StringIO()):
+                results.append(main())
+    ok = results == [1, 0]
+    print("no_cycles self-test: %s (a cycle: exit %d, none: exit %d)"
+          % ("ok" if ok else "FAILED", results[0], results[1]))
+    return 0 if ok else 1
+
+
 def main():
+    if sys.argv[1:] == ["--self-test"]:
+        return self_test()
     args = sys.argv[1:] or ["build/obj/daemon"]
     paths = []
     if len(args) == 1 and os.path.isdir(args[0]):

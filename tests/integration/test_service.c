@@ -166,6 +166,35 @@ Test(service, check_config_prints_the_effective_configuration) {
   scratch_rm();
 }
 
+/* plugin is the one repeatable key: a line each, in order; too long a path
+ * is an error naming where it came from */
+Test(service, config_plugin_key_repeats_and_is_bounded) {
+  scratch();
+  char f[128], long_path[1200];
+  snprintf(f, sizeof f, "%s/opd.conf", dir);
+  write_file(f, "plugin = /opt/a.so\nplugin = /opt/b.so\n");
+  cr_assert_eq(check_config(f, NULL, NULL), 0, "%s", out);
+  const char *a = strstr(out, "\nplugin = /opt/a.so\n");
+  const char *b = strstr(out, "\nplugin = /opt/b.so\n");
+  cr_assert(a && b && a < b, "both, in order: %s", out);
+  memset(long_path, 'x', sizeof long_path - 1);
+  long_path[0] = '/';
+  long_path[sizeof long_path - 1] = '\0';
+  /* in the file, such a line is refused by the reader, naming the line */
+  char text[1300];
+  snprintf(text, sizeof text, "plugin = %s\n", long_path);
+  write_file(f, text);
+  cr_assert_eq(check_config(f, NULL, NULL), 1, "%s", out);
+  char want[192];
+  snprintf(want, sizeof want, "%s:1: line longer than", f);
+  cr_assert(strstr(out, want), "%s", out);
+  /* on the command line, past the plugin path buffer */
+  write_file(f, "\n");
+  cr_assert_eq(check_config(f, "--plugin", long_path), 1, "%s", out);
+  cr_assert(strstr(out, "--plugin is too long (at most 1023 bytes)"), "%s", out);
+  scratch_rm();
+}
+
 /* ---- reload --------------------------------------------------------------------- */
 
 /* the daemon's hello limits as a new client sees them */
@@ -226,6 +255,38 @@ Test(service, sighup_reloads_and_a_broken_config_keeps_the_old_one) {
   cr_assert_eq(limit_of("max_inflight"), 200);
   th_assert_alive();
   opd_close(old);
+  th_stop();
+  scratch_rm();
+}
+
+/* plugins load once: a SIGHUP whose config drops one says it takes effect
+ * at the next start, and its op is still served */
+Test(service, sighup_keeps_the_loaded_plugins) {
+  scratch();
+  char f[128], lf[128], so[512];
+  snprintf(f, sizeof f, "%s/opd.conf", dir);
+  snprintf(lf, sizeof lf, "%s/opd.log", dir);
+  th_tool("plugins/hello.so", so, sizeof so);
+  cr_assert(access(so, R_OK) == 0, "%s is missing: run `make plugins`", so);
+  char text[700];
+  snprintf(text, sizeof text, "plugin = %s\n", so);
+  write_file(f, text);
+  const char *args[] = {"--config", f, "--log-file", lf, "--log-level", "info",
+                        NULL};
+  th_start(args);
+  write_file(f, "max-inflight = 77\n");
+  kill(th_d.pid, SIGHUP);
+  cr_assert(wait_for(lf, "plugin changed; it takes effect at the next start",
+                     3000), "no warning about the plugin");
+  cr_assert(wait_for(lf, "SIGHUP: configuration reloaded", 3000));
+  cr_assert_eq(limit_of("max_inflight"), 77, "the rest applies");
+  opd_client_t *c = th_connect();
+  char *json;
+  size_t len;
+  cr_assert_eq(opd_plugins_json(c, &json, &len), 0, "%s", opd_last_error());
+  cr_assert(strstr(json, "\"scale\""), "hello still loaded: %s", json);
+  opd_free(json);
+  opd_close(c);
   th_stop();
   scratch_rm();
 }
