@@ -217,7 +217,7 @@ $(B)/opd: $(B)/obj/daemon/main.o $(DAEMON_OBJ) $(KERNEL_OBJ) $(CUDA_OBJ) $(COMMO
 	$(CC) $(LDFLAGS) $^ -o $@ $(DAEMON_LIBS) $(CUDA_LIBS) $(if $(CUDA_OBJ),-lstdc++)
 
 $(B)/libopd.so: $(CLIENT_OBJ) $(COMMON_OBJ)
-	$(CC) $(LDFLAGS) -shared -Wl,-soname,libopd.so.0 $^ -o $@ $(SO_MSGPACK_LIB)
+	$(CC) $(LDFLAGS) -shared -Wl,-soname,libopd.so.0 $^ -o $@ $(SO_MSGPACK_LIB) -ldl
 
 $(B)/libopd.a: $(CLIENT_OBJ) $(COMMON_OBJ)
 	rm -f $@ && ar rcs $@ $^

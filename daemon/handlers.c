@@ -96,7 +96,7 @@ static void handle_hello(opd_req_t *r, int type,
   PACK_STR(pk, "devices");
   opd__backend_dev.describe(srv, pk);
   PACK_STR(pk, "limits");
-  msgpack_pack_map(pk, 8);
+  msgpack_pack_map(pk, 9);
   PACK_STR(pk, "max_frame");
   msgpack_pack_uint32(pk, l->max_frame);
   PACK_STR(pk, "max_rank");
@@ -113,6 +113,8 @@ static void handle_hello(opd_req_t *r, int type,
   msgpack_pack_uint64(pk, l->max_session_bytes);
   PACK_STR(pk, "max_inflight");
   msgpack_pack_uint32(pk, l->max_inflight);
+  PACK_STR(pk, "max_async");
+  msgpack_pack_uint32(pk, l->max_async);
   char esc[4 * OPD_MAX_NAME];
   LOG_DEBUG("session %llu: hello from \"%s\"%s", (unsigned long long)s->id,
            opd__log_escape(s->client, esc, sizeof esc),
@@ -460,6 +462,49 @@ static void handle_ping(opd_req_t *r, int type,
   opd__reply(r, NULL, 0);
 }
 
+/* STREAM: the events ordering this session's runs on a device with a
+ * client's CUDA stream (include/opd/protocol.h). */
+static void handle_stream(opd_req_t *r, int type,
+                          const msgpack_object *body) {
+  opd_session_t *s = r->s;
+  (void)type;
+  const msgpack_object *ev = opd__mp_get(body, "event");
+  char dev[OPD_MAX_NAME];
+  opd_err_t err;
+  int req;
+  if (ev == NULL || ev->type != MSGPACK_OBJECT_BIN || ev->via.bin.size != 64 ||
+      opd__mp_str(opd__mp_get(body, "device"), dev, sizeof dev) != 0) {
+    opd__reply_error(r, OPD_EPROTO,
+                     "stream: \"event\" (the 64 bytes of a "
+                     "cudaIpcEventHandle_t, bin) and \"device\" are required");
+    return;
+  }
+  int rc = opd__device_parse(s->srv, dev, &req, &err);
+  if (rc == 0 && req < 0)
+    rc = opd__errf(&err, OPD_EDEVICE, "device \"%s\" is not a cuda device",
+                   dev);
+  unsigned char out[64];
+  if (rc == 0)
+    rc = opd__backend_dev.stream(s, req, ev->via.bin.ptr, out, &err);
+  if (rc != 0) {
+    opd__reply_error(r, rc, "stream: %s", err.msg);
+    return;
+  }
+  msgpack_packer *pk = scratch(s->srv);
+  msgpack_pack_map(pk, 1);
+  PACK_STR(pk, "event");
+  msgpack_pack_bin(pk, 64);
+  msgpack_pack_bin_body(pk, out, 64);
+  reply_scratch(r);
+}
+
+/* SYNC: answered by the session once its runs before it completed
+ * (opd__session_sync, session.c). */
+static void handle_sync(opd_req_t *r, int type, const msgpack_object *body) {
+  (void)type, (void)body;
+  opd__session_sync(r);
+}
+
 /* The requests a client may send: X(message, handler, flags), one row
  * each (a message missing here is "unknown"; REPLY and GOODBYE are the
  * daemon's own). PRE_HELLO: allowed before the hello. */
@@ -480,7 +525,9 @@ static void handle_ping(opd_req_t *r, int type,
   X(UNPUBLISH, handle_publish, 0)               \
   X(IMPORT, handle_import, 0)                   \
   X(EXPORT, handle_export, 0)                   \
-  X(RING_SETUP, handle_ring_setup, 0)
+  X(RING_SETUP, handle_ring_setup, 0)           \
+  X(STREAM, handle_stream, 0)                   \
+  X(SYNC, handle_sync, 0)
 
 typedef void handler_fn(opd_req_t *r, int type, const msgpack_object *body);
 static const struct {

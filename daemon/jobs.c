@@ -10,6 +10,15 @@
  * (job->done), which ends in opd__job_finish: the reply, on the transport
  * its request came by (job->via), and the job back to a bounded pool. A
  * job holds a reference on every arena it uses until it is recycled.
+ *
+ * An asynchronous run (OPD_RUN_F_ASYNC, a device run on device memory
+ * only) is answered when its backend has enqueued it (opd__job_enqueued):
+ * the session moves on to its next run, which the device orders after it
+ * on the session's stream. The job, and so the arenas it references, live
+ * until its completion (opd__job_async_done); an error then is kept as
+ * the session's async error, which the next SYNC, or the next run
+ * answered at completion, reports (as CUDA reports a kernel's fault at
+ * the next synchronizing call).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,6 +45,7 @@ opd_job_t *opd__job_alloc(opd_server_t *srv) {
   j->rc = 0;
   j->ns = 0;
   j->device = -1;
+  j->flags = 0;
   return j;
 }
 
@@ -65,17 +75,36 @@ void opd__job_drop(opd_job_t *job, int code, const char *msg) {
   opd__job_recycle(s->srv, job);
 }
 
-/* Counts the run and replies: its error, or {"ns"}. */
-static void job_reply(opd_job_t *job) {
-  opd_session_t *s = job->s;
-  opd_op_stats_t *st = &s->srv->op_stats[job->op_index];
+/* Counts the run: its op's calls, time and errors, and the metrics. */
+static void job_count(const opd_job_t *job) {
+  opd_op_stats_t *st = &job->s->srv->op_stats[job->op_index];
   if (opd__metrics_on)
     opd__metrics_run(job->op_index, job->via == OPD_VIA_RING, job->rc,
                      opd__now_ns() - job->t_recv);
   st->calls++;
   st->ns += job->ns;
+  if (job->rc != 0) st->errors++;
+}
+
+/* The session's async error, reported (as request id's error) and
+ * cleared: 1 if there was one. */
+int opd__async_error_report(opd_session_t *s, int via, uint64_t id) {
+  if (s->async_rc == 0) return 0;
+  if (s->fd >= 0)
+    opd__out_error(s, via, id, s->async_rc, "an earlier asynchronous run "
+                   "failed: %s", s->async_err);
+  s->async_rc = 0;
+  s->async_err[0] = '\0';
+  return 1;
+}
+
+/* Counts the run and replies: its error, or {"ns"}. */
+static void job_reply(opd_job_t *job) {
+  opd_session_t *s = job->s;
+  job_count(job);
+  if (job->rc == 0 && opd__async_error_report(s, job->via, job->req_id))
+    return;
   if (job->rc != 0) {
-    st->errors++;
     opd__out_error(s, job->via, job->req_id, job->rc, "%s: %s",
                    job->call.op->name,
                    job->call.err[0] ? job->call.err : opd__errdefault(job->rc));
@@ -99,9 +128,36 @@ void opd__job_finish(opd_job_t *job) {
 
 int opd__job_start(opd_job_t *job) {
   int rc = opd__backend_for(job->device)->launch(job);
-  if (rc == OPD_LAUNCH_QUEUED) return rc; /* job->done comes later */
+  /* job->done comes later */
+  if (rc == OPD_LAUNCH_QUEUED || rc == OPD_LAUNCH_ENQUEUED) return rc;
   if (rc != OPD_LAUNCH_DONE) job->rc = rc;
   return OPD_LAUNCH_DONE;
+}
+
+void opd__job_enqueued(opd_job_t *job) {
+  opd_session_t *s = job->s;
+  s->running = NULL;
+  s->n_async++;
+  if (s->fd >= 0) {
+    /* {"queued": true} */
+    static const unsigned char body[] = {0x81, 0xa6, 'q', 'u', 'e', 'u',
+                                         'e', 'd', 0xc3};
+    opd__out_reply(s, job->via, job->req_id, (const char *)body, sizeof body);
+  }
+}
+
+void opd__job_async_done(opd_job_t *job) {
+  opd_session_t *s = job->s;
+  s->n_async--;
+  opd__acct_inflight(s, -1);
+  job_count(job);
+  if (job->rc != 0 && s->async_rc == 0) {
+    s->async_rc = job->rc;
+    snprintf(s->async_err, sizeof s->async_err, "%s (request %llu): %s",
+             job->call.op->name, (unsigned long long)job->req_id,
+             job->call.err[0] ? job->call.err : opd__errdefault(job->rc));
+  }
+  opd__job_recycle(s->srv, job);
 }
 
 /* ---- the run cache ---------------------------------------------------- *
@@ -141,6 +197,7 @@ static void job_copy_plan(opd_job_t *dst, const opd_job_t *src) {
   dst->via = src->via;
   dst->bytes = src->bytes;
   dst->device = src->device;
+  dst->flags = src->flags;
   dst->n_arenas = src->n_arenas;
   if (src->n_arenas > 0)
     memcpy(dst->arenas, src->arenas, sizeof *src->arenas * (size_t)src->n_arenas);

@@ -269,6 +269,9 @@ static const opt_row_t rows[] = {
           "bytes the daemon maps for all clients")
     NUM32("max-inflight", max_inflight, 1, 1u << 20, 1024,
           "runs queued or running per session")
+    NUM32("max-async", max_async, 1, 1u << 16, 256,
+          "runs a session has enqueued on a GPU that have not completed "
+          "(answered at enqueue: OPD_RUN_F_ASYNC); past it the next waits")
     NUM32("max-uid-inflight", max_uid_inflight, 1, 1u << 24, 16384,
           "runs queued or running for one uid")
     NUM32("max-total-inflight", max_total_inflight, 1, 1u << 24, 65536,

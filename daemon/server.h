@@ -48,6 +48,8 @@ typedef struct opd_limits {
   uint32_t max_inflight;         /* runs queued or running per session */
   uint32_t max_uid_inflight;     /* ... of one uid's sessions */
   uint32_t max_total_inflight;   /* ... of the daemon */
+  uint32_t max_async;            /* runs enqueued on a GPU and not yet
+                                    complete, per session */
   uint32_t max_clients;          /* sessions at once */
   uint32_t max_uid_clients;      /* sessions of one uid at once */
   uint32_t reserved_clients;     /* past max_clients / max_uid_clients,
@@ -138,6 +140,7 @@ typedef struct opd_job opd_job_t;
 typedef struct opd_session opd_session_t;
 
 #define OPD_MAX_PENDING_FDS 8
+#define OPD_MAX_SYNCS 8 /* SYNC requests of one session waiting at once */
 
 /* Where a reply goes: the transport its request came by (a ring session's
  * requests are answered on its completion ring; fds travel only on the
@@ -258,6 +261,7 @@ struct opd_job {
   uint64_t ns;                   /* kernel time */
   uint64_t bytes;                /* bytes of all its tensors */
   int device;                    /* -1: cpu; else the device backend's */
+  uint32_t flags;                /* the request's OPD_RUN_F_* */
   uint64_t t_recv;               /* when its request was taken */
   uint64_t t_start;              /* when it was launched */
   int n_arenas;
@@ -320,6 +324,17 @@ struct opd_session {
   opd_job_t *q_head, *q_tail;    /* runs waiting, in order */
   uint32_t n_queued;             /* waiting + running */
   opd_job_t *running;            /* at most one per session */
+  uint32_t n_async;              /* runs answered when enqueued, not yet
+                                    complete (jobs.c) */
+  int async_rc;                  /* the first failure of one of them since
+                                    the last SYNC (0: none) ... */
+  char async_err[300];           /* ... and its message */
+  struct {                       /* SYNCs waiting for the runs before
+                                    them: transport and id */
+    int via;
+    uint64_t id;
+  } sync[OPD_MAX_SYNCS];
+  int n_sync;
   int priority;                  /* 1: asked for high-priority streams */
   int ring;                      /* 0: socket only; OPD_RING_* */
   opd_ring_t sq, cq;             /* submission (we consume), completion */
@@ -367,6 +382,8 @@ void opd__session_shutdown(opd_session_t *s); /* graceful: drain, goodbye */
 void opd__session_close(opd_session_t *s);    /* now: drop the socket */
 /* The session moves on: runs, frames left unread, a close it is due. */
 void opd__session_pump(opd_session_t *s);
+/* SYNC: answered once every run of the session before it completed */
+void opd__session_sync(const opd_req_t *r);
 
 /* sock.c: the socket transport. */
 /* Queues a frame (header and body) and sends what the socket takes. */
@@ -534,9 +551,19 @@ void opd__job_enqueue(opd_session_t *s, opd_job_t *job);
 void opd__run_cache_store(const opd_req_t *r, const opd_job_t *job);
 void opd__job_drop(opd_job_t *job, int code, const char *msg);
 /* Starts a run through its backend: OPD_LAUNCH_QUEUED (job->done is called
- * later) or OPD_LAUNCH_DONE (finished now, or failed to start: job->rc). */
+ * later), OPD_LAUNCH_ENQUEUED (answer it now; job->done is called at its
+ * completion) or OPD_LAUNCH_DONE (finished now, or failed to start:
+ * job->rc). */
 int opd__job_start(opd_job_t *job);
 /* A run's end: its reply, its counts, the job back to the pool. */
 void opd__job_finish(opd_job_t *job);
+/* An asynchronous run: answered when enqueued ({"queued": true}; the job
+ * lives on), then at its completion counted, its error kept for the
+ * session's next SYNC, the job back to the pool. */
+void opd__job_enqueued(opd_job_t *job);
+void opd__job_async_done(opd_job_t *job);
+/* The session's async error as request id's error reply, and cleared:
+ * 1, or 0 when it had none. */
+int opd__async_error_report(opd_session_t *s, int via, uint64_t id);
 
 #endif /* OPD_SERVER_H */

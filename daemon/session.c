@@ -13,7 +13,10 @@
  * Runs of one session execute in order, one at a time (start_jobs). A run
  * that finished when it was started (a tiny CPU run) is answered at once;
  * one its backend launched comes back through job_done, the completion
- * callback on the job. Nothing here is re-entered: handlers only queue,
+ * callback on the job. An asynchronous device run is answered when
+ * enqueued and the next one starts at once: the device orders them on the
+ * session's stream (up to max_async incomplete; async_done counts them
+ * down), and SYNC waits for all of them. Nothing here is re-entered: handlers only queue,
  * and pump is called from the loop's own callbacks.
  *
  * Back-pressure: a session stops being read while it has max_inflight runs
@@ -144,20 +147,61 @@ void opd__session_accept(opd_server_t *srv, int fd) {
 /* ---- runs ------------------------------------------------------------- */
 
 static void job_done(opd_job_t *job);
+static void async_done(opd_job_t *job);
+
+/* SYNCs waiting are answered once nothing of the session is queued,
+ * running or enqueued on a device: the first with the async error, if
+ * any (opd__async_error_report). */
+static void answer_syncs(opd_session_t *s) {
+  if (s->n_sync == 0 || s->q_head != NULL || s->running != NULL ||
+      s->n_async > 0)
+    return;
+  for (int i = 0; i < s->n_sync; i++) {
+    if (!opd__async_error_report(s, s->sync[i].via, s->sync[i].id) &&
+        s->fd >= 0)
+      opd__out_reply(s, s->sync[i].via, s->sync[i].id, NULL, 0);
+  }
+  s->n_sync = 0;
+}
+
+void opd__session_sync(const opd_req_t *r) {
+  opd_session_t *s = r->s;
+  if (s->n_sync >= OPD_MAX_SYNCS) {
+    opd__reply_error(r, OPD_ELIMIT, "sync: %d SYNCs of this session are "
+                     "waiting already, the limit", OPD_MAX_SYNCS);
+    return;
+  }
+  s->sync[s->n_sync].via = r->via;
+  s->sync[s->n_sync].id = r->id;
+  s->n_sync++; /* answered by start_jobs, which on_payload calls next */
+}
 
 /* Starts the session's queued runs, one at a time and in order: one its
  * backend finished at once (a tiny CPU run) is answered here and the next
- * starts; one it launched ends in job_done. */
+ * starts; one it launched ends in job_done; an asynchronous one enqueued
+ * on a device is answered now, and the next starts (the device orders
+ * them), up to max_async of them not yet complete. */
 static void start_jobs(opd_session_t *s) {
+  uint32_t max_async = s->srv->cfg.limits.max_async;
   while (s->running == NULL && s->q_head != NULL && s->fd >= 0) {
     opd_job_t *j = s->q_head;
+    if (j->device >= 0 && (j->flags & OPD_RUN_F_ASYNC) &&
+        s->n_async >= max_async)
+      break; /* its async_done starts it */
     s->q_head = j->next;
     if (s->q_head == NULL) s->q_tail = NULL;
     s->running = j;
     j->done = job_done;
-    if (opd__job_start(j) == OPD_LAUNCH_QUEUED) return;
+    int rc = opd__job_start(j);
+    if (rc == OPD_LAUNCH_QUEUED) return;
+    if (rc == OPD_LAUNCH_ENQUEUED) {
+      j->done = async_done;
+      opd__job_enqueued(j);
+      continue;
+    }
     opd__job_finish(j);
   }
+  answer_syncs(s);
 }
 
 /* The completion callback of a launched run: called by its backend on the
@@ -165,6 +209,13 @@ static void start_jobs(opd_session_t *s) {
 static void job_done(opd_job_t *job) {
   opd_session_t *s = job->s;
   opd__job_finish(job);
+  opd__session_pump(s);
+}
+
+/* ... and of an asynchronous run, answered when it was enqueued. */
+static void async_done(opd_job_t *job) {
+  opd_session_t *s = job->s;
+  opd__job_async_done(job);
   opd__session_pump(s);
 }
 
@@ -233,7 +284,8 @@ static const opd_transport_cb_t session_cb = {
 /* ---- closing ---------------------------------------------------------- */
 
 static void maybe_free(opd_session_t *s) {
-  if (!s->poll_closed || s->running != NULL) return;
+  /* runs still on a device use the session's streams and arenas */
+  if (!s->poll_closed || s->running != NULL || s->n_async > 0) return;
   opd_server_t *srv = s->srv;
   opd__unpublish_all(s);
   opd__ring_free(s);
@@ -311,7 +363,7 @@ void opd__session_pump(opd_session_t *s) {
     maybe_free(s);
     return;
   }
-  if (s->goodbye && s->running == NULL) {
+  if (s->goodbye && s->running == NULL && s->n_async == 0) {
     if (s->goodbye == 1)
       opd__out_goodbye(s, s->srv->goodbye_code, "%s", s->srv->goodbye_why);
     if (s->fd >= 0 && opd__sock_unsent(s) == 0) {

@@ -278,6 +278,13 @@ static int prepare(opd_session_t *s, const opd_op_def_t *op,
   const msgpack_object *o_out = opd__mp_get(body, "out");
   int n_in = 0, n_out = 0, rc;
 
+  const msgpack_object *o_async = opd__mp_get(body, "async");
+  uint64_t flags = 0;
+  if (o_async != NULL && (opd__mp_uint(o_async, &flags) != 0 ||
+                          (flags & ~(uint64_t)OPD_RUN_F_ALL) != 0))
+    return opd__errf(err, OPD_EPROTO, "\"async\" must be an unsigned of "
+                     "OPD_RUN_F_* flags (ASYNC 1, WAIT 2, SIGNAL 4)");
+  job->flags = (uint32_t)flags;
   if (o_in != NULL && o_in->type != MSGPACK_OBJECT_NIL) {
     if (o_in->type != MSGPACK_OBJECT_ARRAY)
       return opd__errf(err, OPD_EPROTO, "\"in\" must be an array of tensors");

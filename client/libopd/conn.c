@@ -393,6 +393,7 @@ void opd_close(opd_client_t *c) {
   for (int i = 0; i < c->n_rfds; i++) close(c->rfds[i]);
   if (c->ring_base) munmap(c->ring_base, c->ring_size);
   if (c->ring_efd >= 0) close(c->ring_efd);
+  opd__cuda_free(c);
   free(c->slots);
   free(c->arenas);
   free(c->rbuf);

@@ -180,18 +180,27 @@ static int pack_attrs(fbuf_t *b, const opd_attr_t *a, uint32_t n) {
 }
 
 int opd__build_run(fbuf_t *b, int type, uint64_t id, const char *device,
-                   const char *op, const opd_tensor_t *in, uint32_t n_in,
-                   const opd_tensor_t *out, uint32_t n_out,
+                   uint32_t flags, const char *op, const opd_tensor_t *in,
+                   uint32_t n_in, const opd_tensor_t *out, uint32_t n_out,
                    const opd_attr_t *attrs, uint32_t n_attrs) {
   if (op == NULL) return opd__fail(OPD_EINVAL, "op name is NULL");
   if ((n_in && !in) || (n_out && !out) || (n_attrs && !attrs))
     return opd__fail(OPD_EINVAL, "NULL tensor or attribute array with a count");
   size_t op_len = strlen(op), dev_len = device ? strlen(device) : 0;
   opd__frame_begin(b, NULL, type, id);
-  /* {"device"?: str, "op": str, "in": ...: one look for room for it all */
-  unsigned char *p = fbuf_room(b, 6 * OPD_MP_PUT_MAX + op_len + dev_len);
+  if (flags & ~OPD_RUN_F_ALL)
+    return opd__fail(OPD_EINVAL, "run flags 0x%x: only OPD_RUN_ASYNC and "
+                     "OPD_RUN_STREAM are known", flags);
+  /* {"async"?: uint, "device"?: str, "op": str, "in": ...: one look for
+   * room for it all */
+  unsigned char *p = fbuf_room(b, 8 * OPD_MP_PUT_MAX + op_len + dev_len);
   if (p != NULL) {
-    p = opd__mp_put_map(p, (type == OPD_MSG_RUN ? 4u : 3u) + (device != NULL));
+    p = opd__mp_put_map(p, (type == OPD_MSG_RUN ? 4u : 3u) + (device != NULL) +
+                               (flags != 0));
+    if (flags != 0) {
+      p = put_strp(p, "async", 5);
+      p = opd__mp_put_uint(p, flags);
+    }
     if (device != NULL) {
       p = put_strp(p, "device", 6);
       p = put_strp(p, device, dev_len);

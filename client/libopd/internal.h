@@ -85,6 +85,8 @@ struct opd_client {
   void *ring_base;               /* the rings' mapping */
   size_t ring_size;              /* its bytes */
   int ring_efd;                  /* adaptive: the daemon's doorbell */
+  struct opd_cuda *cuda;         /* stream events, imports (stream.c), made
+                                    on first use */
 };
 
 /* ---- errors.c ---------------------------------------------------------- */
@@ -117,8 +119,8 @@ void opd__fbuf_free(fbuf_t *b);
 /* Builds a RUN or INFER frame for id into b. Returns 0, or OPD_EINVAL /
  * OPD_ELIMIT (the last error says which argument) with b freed. */
 int opd__build_run(fbuf_t *b, int type, uint64_t id, const char *device,
-                   const char *op, const opd_tensor_t *in, uint32_t n_in,
-                   const opd_tensor_t *out, uint32_t n_out,
+                   uint32_t flags, const char *op, const opd_tensor_t *in,
+                   uint32_t n_in, const opd_tensor_t *out, uint32_t n_out,
                    const opd_attr_t *attrs, uint32_t n_attrs);
 
 /* PACK_STR(pk, s): common/wire.h */
@@ -160,6 +162,22 @@ int opd__call(opd_client_t *c, int type,
 /* The body map of the reply, or NULL if it is malformed. */
 const msgpack_object *opd__reply_decode(reply_t *r);
 void opd__reply_free(reply_t *r);
+
+/* ---- run.c ------------------------------------------------------------- */
+
+/* A run with OPD_RUN_F_* flags, submitted and waited for. */
+int opd__run_flags(opd_client_t *c, const char *device, uint32_t flags,
+                   const char *op, const opd_tensor_t *in, uint32_t n_in,
+                   const opd_tensor_t *out, uint32_t n_out,
+                   const opd_attr_t *attrs, uint32_t n_attrs);
+/* A prepared run's device (NULL: auto) and OPD_RUN_F_* flags. */
+const char *opd__prepared_device(const opd_prepared_t *p);
+uint32_t opd__prepared_flags(const opd_prepared_t *p);
+
+/* ---- stream.c ---------------------------------------------------------- */
+
+/* What the connection holds of CUDA (events, the import cache), at close. */
+void opd__cuda_free(opd_client_t *c);
 
 /* ---- conn.c ------------------------------------------------------------ */
 

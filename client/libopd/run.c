@@ -8,8 +8,11 @@
  * opd_run* is both back to back. A prepared run is the frame encoded once
  * with the largest id (0xcf + 8 bytes), so each submission copies it and
  * writes a new id in place: no encoding on the hot path. opd_infer asks
- * the daemon for the output shapes without running anything.
+ * the daemon for the output shapes without running anything. Flags
+ * (opd_run_async, opd_prepare_flags) go in the RUN body as "async";
+ * stream-ordered runs are stream.c's.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -35,22 +38,40 @@ int opd_submit(opd_client_t *c, const char *op, const opd_tensor_t *in,
   return opd_submit_on(c, NULL, op, in, n_in, out, n_out, attrs, n_attrs, req);
 }
 
-int opd_submit_on(opd_client_t *c, const char *device, const char *op,
-                  const opd_tensor_t *in, uint32_t n_in,
-                  const opd_tensor_t *out, uint32_t n_out,
-                  const opd_attr_t *attrs, uint32_t n_attrs, uint64_t *req) {
+/* Submits a RUN with flags; *req its id. */
+static int submit_flags(opd_client_t *c, const char *device, uint32_t flags,
+                        const char *op, const opd_tensor_t *in, uint32_t n_in,
+                        const opd_tensor_t *out, uint32_t n_out,
+                        const opd_attr_t *attrs, uint32_t n_attrs,
+                        uint64_t *req) {
   fbuf_t b;
   int rc = opd__check_usable(c);
   if (rc) return rc;
   if (req == NULL) return opd__fail(OPD_EINVAL, "req is NULL");
   uint64_t id = opd__new_id(c);
-  rc = opd__build_run(&b, OPD_MSG_RUN, id, device, op, in, n_in, out, n_out, attrs,
-                      n_attrs);
+  rc = opd__build_run(&b, OPD_MSG_RUN, id, device, flags, op, in, n_in, out,
+                      n_out, attrs, n_attrs);
   if (rc != 0) return rc;
   rc = opd__submit_frame(c, &b, id, 0, -1);
   opd__fbuf_free(&b);
   if (rc == 0) *req = id;
   return rc;
+}
+
+int opd_submit_on(opd_client_t *c, const char *device, const char *op,
+                  const opd_tensor_t *in, uint32_t n_in,
+                  const opd_tensor_t *out, uint32_t n_out,
+                  const opd_attr_t *attrs, uint32_t n_attrs, uint64_t *req) {
+  return submit_flags(c, device, 0, op, in, n_in, out, n_out, attrs, n_attrs,
+                      req);
+}
+
+int opd_submit_async(opd_client_t *c, const char *device, const char *op,
+                     const opd_tensor_t *in, uint32_t n_in,
+                     const opd_tensor_t *out, uint32_t n_out,
+                     const opd_attr_t *attrs, uint32_t n_attrs, uint64_t *req) {
+  return submit_flags(c, device, OPD_RUN_F_ASYNC, op, in, n_in, out, n_out,
+                      attrs, n_attrs, req);
 }
 
 int opd_wait(opd_client_t *c, uint64_t req, int timeout_ms) {
@@ -65,20 +86,37 @@ int opd_run(opd_client_t *c, const char *op, const opd_tensor_t *in,
   return opd_run_on(c, NULL, op, in, n_in, out, n_out, attrs, n_attrs);
 }
 
+int opd__run_flags(opd_client_t *c, const char *device, uint32_t flags,
+                   const char *op, const opd_tensor_t *in, uint32_t n_in,
+                   const opd_tensor_t *out, uint32_t n_out,
+                   const opd_attr_t *attrs, uint32_t n_attrs) {
+  uint64_t req;
+  int rc = submit_flags(c, device, flags, op, in, n_in, out, n_out, attrs,
+                        n_attrs, &req);
+  if (rc != 0) return rc;
+  return opd__wait_reply(c, req, -1, NULL, NULL, NULL);
+}
+
 int opd_run_on(opd_client_t *c, const char *device, const char *op,
                const opd_tensor_t *in, uint32_t n_in, const opd_tensor_t *out,
                uint32_t n_out, const opd_attr_t *attrs, uint32_t n_attrs) {
-  uint64_t req;
-  int rc = opd_submit_on(c, device, op, in, n_in, out, n_out, attrs, n_attrs,
-                         &req);
-  if (rc != 0) return rc;
-  return opd__wait_reply(c, req, -1, NULL, NULL, NULL);
+  return opd__run_flags(c, device, 0, op, in, n_in, out, n_out, attrs, n_attrs);
+}
+
+int opd_run_async(opd_client_t *c, const char *device, const char *op,
+                  const opd_tensor_t *in, uint32_t n_in,
+                  const opd_tensor_t *out, uint32_t n_out,
+                  const opd_attr_t *attrs, uint32_t n_attrs) {
+  return opd__run_flags(c, device, OPD_RUN_F_ASYNC, op, in, n_in, out, n_out,
+                        attrs, n_attrs);
 }
 
 /* ---- prepared runs: a RUN frame encoded once -------------------------- */
 
 struct opd_prepared {
   const opd_client_t *c;  /* whose arena ids the request names */
+  uint32_t flags;         /* OPD_RUN_F_* it was encoded with */
+  char device[16];        /* "cuda:N" of a stream-ordered one, else "" */
   size_t len;             /* bytes of frame */
   char frame[];           /* length header + [4, id, body] */
 };
@@ -91,13 +129,34 @@ int opd_prepare(opd_client_t *c, const char *device, const char *op,
                 const opd_tensor_t *in, uint32_t n_in, const opd_tensor_t *out,
                 uint32_t n_out, const opd_attr_t *attrs, uint32_t n_attrs,
                 opd_prepared_t **p) {
+  return opd_prepare_flags(c, device, op, in, n_in, out, n_out, attrs, n_attrs,
+                           0, p);
+}
+
+int opd_prepare_flags(opd_client_t *c, const char *device, const char *op,
+                      const opd_tensor_t *in, uint32_t n_in,
+                      const opd_tensor_t *out, uint32_t n_out,
+                      const opd_attr_t *attrs, uint32_t n_attrs,
+                      uint32_t flags, opd_prepared_t **p) {
   fbuf_t b;
   int rc = opd__check_usable(c);
   if (rc) return rc;
   if (p == NULL) return opd__fail(OPD_EINVAL, "opd_prepare: p is NULL");
+  if (flags & ~(OPD_RUN_ASYNC | OPD_RUN_STREAM))
+    return opd__fail(OPD_EINVAL, "opd_prepare_flags: flags 0x%x: only "
+                     "OPD_RUN_ASYNC and OPD_RUN_STREAM are known", flags);
+  uint32_t wire = 0;
+  if (flags & OPD_RUN_ASYNC) wire |= OPD_RUN_F_ASYNC;
+  if (flags & OPD_RUN_STREAM)
+    wire |= OPD_RUN_F_ASYNC | OPD_RUN_F_WAIT | OPD_RUN_F_SIGNAL;
+  if ((flags & OPD_RUN_STREAM) &&
+      (device == NULL || strlen(device) >= sizeof((opd_prepared_t *)0)->device ||
+       strncmp(device, "cuda", 4) != 0))
+    return opd__fail(OPD_EINVAL, "opd_prepare_flags: OPD_RUN_STREAM needs "
+                     "device \"cuda\" or \"cuda:N\"");
   /* UINT64_MAX packs as 0xcf + 8 bytes: the slot new ids go into */
-  rc = opd__build_run(&b, OPD_MSG_RUN, UINT64_MAX, device, op, in, n_in, out, n_out,
-                      attrs, n_attrs);
+  rc = opd__build_run(&b, OPD_MSG_RUN, UINT64_MAX, device, wire, op, in, n_in,
+                      out, n_out, attrs, n_attrs);
   if (rc != 0) return rc;
   opd_prepared_t *q = NULL;
   if (b.oom || (unsigned char)b.data[PREP_ID_AT] != 0xcf ||
@@ -106,6 +165,9 @@ int opd_prepare(opd_client_t *c, const char *device, const char *op,
     return opd__fail(OPD_ENOMEM, "out of memory preparing a run");
   }
   q->c = c;
+  q->flags = wire;
+  snprintf(q->device, sizeof q->device, "%s",
+           (flags & OPD_RUN_STREAM) ? device : "");
   q->len = b.size;
   memcpy(q->frame, b.data, b.size);
   opd__fbuf_free(&b);
@@ -146,6 +208,14 @@ int opd_run_prepared(opd_client_t *c, const opd_prepared_t *p) {
 
 void opd_prepared_free(opd_prepared_t *p) { free(p); }
 
+const char *opd__prepared_device(const opd_prepared_t *p) {
+  return p != NULL && p->device[0] ? p->device : NULL;
+}
+
+uint32_t opd__prepared_flags(const opd_prepared_t *p) {
+  return p != NULL ? p->flags : 0;
+}
+
 int opd_infer(opd_client_t *c, const char *op, const opd_tensor_t *in,
               uint32_t n_in, const opd_attr_t *attrs, uint32_t n_attrs,
               opd_tensor_t *out, uint32_t cap, uint32_t *n_out) {
@@ -156,7 +226,7 @@ int opd_infer(opd_client_t *c, const char *op, const opd_tensor_t *in,
   if (n_out == NULL || (cap && out == NULL))
     return opd__fail(OPD_EINVAL, "opd_infer: NULL output array");
   uint64_t id = opd__new_id(c);
-  rc = opd__build_run(&b, OPD_MSG_INFER, id, NULL, op, in, n_in, NULL, 0, attrs,
+  rc = opd__build_run(&b, OPD_MSG_INFER, id, NULL, 0, op, in, n_in, NULL, 0, attrs,
                       n_attrs);
   if (rc != 0) return rc;
   rc = opd__submit_frame(c, &b, id, 1, -1);

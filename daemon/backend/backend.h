@@ -16,7 +16,11 @@
  * A launched run ends by its backend calling job->done(job) on the loop
  * thread (the completion callback its session set, as uv_queue_work's
  * after_work_cb), or at once: launch returns OPD_LAUNCH_DONE when the run
- * already finished (inline), and then nothing calls back.
+ * already finished (inline), and then nothing calls back. A device run
+ * asked to be asynchronous (OPD_RUN_F_ASYNC) whose tensors are all device
+ * memory returns OPD_LAUNCH_ENQUEUED: the session answers it then, and
+ * its job->done still comes at completion (the job and the references on
+ * its arenas live until then).
  */
 #ifndef OPD_BACKEND_H
 #define OPD_BACKEND_H
@@ -39,7 +43,11 @@ typedef struct opd_tplace {
   uint64_t bytes;                /* the bytes the run touches */
 } opd_tplace_t;
 
-enum { OPD_LAUNCH_QUEUED = 0, OPD_LAUNCH_DONE = 1 };
+/* launch's answers: QUEUED, job->done comes when it completes; DONE, it
+ * completed now; ENQUEUED, its work is queued on the device and the run
+ * may be answered now (OPD_RUN_F_ASYNC): job->done still comes at its
+ * completion. */
+enum { OPD_LAUNCH_QUEUED = 0, OPD_LAUNCH_DONE = 1, OPD_LAUNCH_ENQUEUED = 2 };
 
 /* The per-run state a backend keeps in the job (plain data: a job's plan
  * is copied with memcpy by the run cache). */
@@ -60,6 +68,11 @@ typedef struct opd_backend {
    * OPD_LAUNCH_QUEUED (job->done is called later), or an error code
    * (nothing started, job->call.err set). */
   int (*launch)(opd_job_t *job);
+  /* the events that order a session's runs on device dev with a
+   * client's stream (STREAM): the client's interprocess event by its
+   * handle (64 bytes) in, the daemon's event's handle out (64 bytes) */
+  int (*stream)(opd_session_t *s, int dev, const void *handle,
+                unsigned char out[64], opd_err_t *err);
   /* a session's backend resources (streams), at its end */
   void (*session_end)(opd_session_t *s);
   /* device memory: zeroed, on device dev, exportable (an fd) or not;

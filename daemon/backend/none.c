@@ -47,6 +47,12 @@ static int none_launch(opd_job_t *job) {
 
 static void none_session_end(opd_session_t *s) { (void)s; }
 
+static int none_stream(opd_session_t *s, int dev, const void *handle,
+                       unsigned char out[64], opd_err_t *err) {
+  (void)s, (void)handle, (void)out;
+  return opd__errf(err, OPD_EDEVICE, "no device cuda:%d: " NO_CUDA, dev);
+}
+
 static int none_alloc(opd_server_t *srv, int dev, uint64_t size,
                       int exportable, void **ptr, void **token, opd_err_t *err) {
   (void)srv, (void)size, (void)exportable, (void)ptr, (void)token;
@@ -77,6 +83,7 @@ const opd_backend_t opd__backend_dev = {
     .describe = none_describe,
     .plan = none_plan,
     .launch = none_launch,
+    .stream = none_stream,
     .session_end = none_session_end,
     .alloc = none_alloc,
     .import = none_import,

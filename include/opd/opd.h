@@ -269,9 +269,92 @@ int opd_prepare(opd_client_t *c, const char *device, const char *op,
                 uint32_t n_out, const opd_attr_t *attrs, uint32_t n_attrs,
                 opd_prepared_t **p);
 int opd_run_prepared(opd_client_t *c, const opd_prepared_t *p);
+/* A prepared run with flags: OPD_RUN_ASYNC (opd_run_prepared and
+ * opd_submit_prepared then return at enqueue, as opd_run_async) or
+ * OPD_RUN_STREAM (run it with opd_run_prepared_stream; device must be
+ * "cuda" or "cuda:N"). */
+#define OPD_RUN_ASYNC 0x1u
+#define OPD_RUN_STREAM 0x2u
+int opd_prepare_flags(opd_client_t *c, const char *device, const char *op,
+                      const opd_tensor_t *in, uint32_t n_in,
+                      const opd_tensor_t *out, uint32_t n_out,
+                      const opd_attr_t *attrs, uint32_t n_attrs,
+                      uint32_t flags, opd_prepared_t **p);
+/* Runs a run prepared with OPD_RUN_STREAM in order with `stream`, as
+ * opd_run_stream does. */
+int opd_run_prepared_stream(opd_client_t *c, const opd_prepared_t *p,
+                            void *stream);
 int opd_submit_prepared(opd_client_t *c, const opd_prepared_t *p,
                         uint64_t *req);
 void opd_prepared_free(opd_prepared_t *p);
+
+/* ---- asynchronous runs on CUDA devices (docs/async.md) ------------------ *
+ *
+ * opd_run and opd_run_on return when the run has completed. The calls
+ * below return when the daemon has CHECKED and ENQUEUED a run on a CUDA
+ * device: a bad argument is still this call's error, but the kernel runs
+ * later, on the session's stream of that device, after the session's
+ * earlier runs there. Its completion and any fault on the GPU are told at
+ * the next synchronization: opd_synchronize, or a run that touches host
+ * memory (those are always answered at completion, e.g. the copy that
+ * reads a result back), which then fails with "an earlier asynchronous
+ * run failed: <op> (request N): ...", as CUDA reports a kernel's fault at
+ * the next synchronizing call. A run on the cpu, or one with host tensors,
+ * is answered at completion whichever call sent it. The tensors of an
+ * enqueued run stay valid until it has finished even if the client
+ * releases their arenas at once (the daemon holds them). At most the
+ * daemon's max_async runs of a connection are enqueued and incomplete
+ * (the hello's limits; --max-async): the next call waits for a slot. */
+
+/* Runs op asynchronously (above). */
+int opd_run_async(opd_client_t *c, const char *device, const char *op,
+                  const opd_tensor_t *in, uint32_t n_in,
+                  const opd_tensor_t *out, uint32_t n_out,
+                  const opd_attr_t *attrs, uint32_t n_attrs);
+/* Sends an asynchronous run without waiting for even its enqueueing;
+ * opd_wait(req) returns once it is enqueued (or its error). */
+int opd_submit_async(opd_client_t *c, const char *device, const char *op,
+                     const opd_tensor_t *in, uint32_t n_in,
+                     const opd_tensor_t *out, uint32_t n_out,
+                     const opd_attr_t *attrs, uint32_t n_attrs, uint64_t *req);
+
+/* Runs op asynchronously, ORDERED WITH the caller's CUDA stream `stream`
+ * (a cudaStream_t / CUstream of this process; cudaStreamLegacy (0x1) or
+ * cudaStreamPerThread (0x2) for the default streams) on device "cuda" or
+ * "cuda:N" (the daemon's numbering): the run waits, on the GPU, for the
+ * work queued on `stream` before this call, and work queued on `stream`
+ * after it waits, on the GPU, for the run. No thread waits for a kernel:
+ * the call returns once the daemon enqueued the run. Needs the CUDA
+ * driver in this process (libcuda.so.1, loaded on first use: OPD_EBACKEND
+ * without it) and a daemon with that device. The first call per device
+ * and connection also exchanges interprocess events with the daemon. A
+ * connection's stream-ordered calls on one device are serialized. Memory
+ * the run uses may be freed right after the call in stream order (work
+ * queued on `stream` later, or cudaFree, which waits for the device). */
+int opd_run_stream(opd_client_t *c, const char *device, void *stream,
+                   const char *op, const opd_tensor_t *in, uint32_t n_in,
+                   const opd_tensor_t *out, uint32_t n_out,
+                   const opd_attr_t *attrs, uint32_t n_attrs);
+
+/* Waits until every run this connection sent before it has completed.
+ * Returns 0, or the error of the first asynchronous run that failed
+ * since the last opd_synchronize (then cleared). */
+int opd_synchronize(opd_client_t *c);
+
+/* Points t at CUDA memory of this process: ptr from cudaMalloc, or inside
+ * one of its allocations (a block of a caching allocator such as torch's).
+ * t's dtype, rank, shape (and strides, with strided = 1) must be set; its
+ * arena and offset are set here. The allocation ptr lies in is imported
+ * into the daemon once per connection (CUDA IPC; cached by the driver's
+ * buffer id, so a freed and re-made allocation is imported again) and
+ * nothing of it is held alive. Returns OPD_EINVAL for a pointer that is
+ * not device memory of this process or memory without a legacy IPC
+ * handle (cudaMallocAsync pools, VMM, managed), OPD_EBOUNDS for a tensor
+ * past its allocation's end, OPD_EBACKEND without the CUDA driver. */
+int opd_tensor_cuda(opd_client_t *c, const char *device, const void *ptr,
+                    opd_tensor_t *t);
+/* Releases every allocation opd_tensor_cuda imported on c. */
+int opd_cuda_forget(opd_client_t *c);
 
 /* Asks which outputs `op` would write for these inputs (only dtype, rank
  * and shape of the inputs are used). Fills out[0..*n_out) (dtype, rank,

@@ -42,13 +42,29 @@
  *                   bytes long.  -> {"arena": uint}
  *   ARENA_RELEASE   {"arena": uint}  -> {}   (unmapped once no run uses it)
  *   RUN             {"op": str, "in": [tensor], "out": [tensor],
- *                    "attrs"?: {name: value}, "device"?: str}  -> {"ns": uint}
+ *                    "attrs"?: {name: value}, "device"?: str,
+ *                    "async"?: uint}  -> {"ns": uint} once it completed,
+ *                   or {"queued": true} once it was checked and enqueued
+ *                   (an asynchronous run, below)
  *                   tensor = [arena:uint, offset:uint, dtype:uint,
  *                             shape:[int], strides:[int] | nil]
  *                   strides are in elements; nil means C-contiguous.
  *                   attribute values: int, float, bool, str, or [int].
  *                   device: "cpu", "cuda", "cuda:N" or "auto" (default:
  *                   the device of its device tensors, else the cpu).
+ *                   async: OPD_RUN_F_* flags. ASYNC: a run on a cuda device
+ *                   whose tensors are all device memory is answered when
+ *                   enqueued on the session's stream of that device, not
+ *                   when it completes (validation errors are still its
+ *                   reply); its completion and any fault are told by SYNC
+ *                   or by the next run answered at completion. Other runs
+ *                   (the cpu, host tensors) are answered at completion as
+ *                   always. WAIT: before its work that stream waits (on the
+ *                   GPU) for the client event STREAM registered for the
+ *                   device. SIGNAL: after its work the daemon records the
+ *                   session's event of the device (STREAM's reply), which
+ *                   the client's stream waits for. WAIT and SIGNAL need a
+ *                   STREAM on the run's device first (else OPD_ESTATE).
  *   INFER           same body as RUN without "out" -> {"out": [[dtype,
  *                   [shape]]]}: the outputs RUN would expect. Tensors' arena
  *                   and offset are not checked.
@@ -106,6 +122,18 @@
  *                   of an exportable device arena of this session, which a
  *                   CUDA client maps (cuMemImportFromShareableHandle,
  *                   cuMemMap of alloc_size bytes) for a zero-copy view.
+ *   STREAM          {"device": "cuda:N", "event": bin} -> {"event": bin}:
+ *                   the events that order this session's runs with a
+ *                   client's CUDA stream: "event" is the 64-byte
+ *                   cudaIpcEventHandle_t of an interprocess event of the
+ *                   client (the one WAIT waits for), the reply's that of
+ *                   the daemon's event for this session on the device (the
+ *                   one SIGNAL records). Again on the same device replaces
+ *                   the client's event; the daemon's stays the same.
+ *   SYNC            {} -> {} once every run this session sent before it has
+ *                   completed; or the first error of an asynchronous run
+ *                   since the last SYNC (its code, and a message naming the
+ *                   op and its request id), which SYNC then clears.
  *   RING_SETUP      {"size": uint, "sq_slots", "sq_slot_size", "cq_slots",
  *                   "cq_slot_size": uint, "wait": "spin" | "adaptive"} + a
  *                   sealed memfd of `size` bytes and an eventfd the client
@@ -163,7 +191,9 @@
   X(IMPORT, 14, "import")                  \
   X(EXPORT, 15, "export")                  \
   X(RING_SETUP, 16, "ring_setup")           \
-  X(PLUGINS, 17, "plugins")
+  X(PLUGINS, 17, "plugins")                \
+  X(STREAM, 18, "stream")                  \
+  X(SYNC, 19, "sync")
 
 typedef enum {
 #define X(name, val, str) OPD_MSG_##name = val,
@@ -171,6 +201,12 @@ typedef enum {
 #undef X
   OPD_MSG_COUNT_
 } opd_msg_t;
+
+/* RUN "async" flags (see RUN above). */
+#define OPD_RUN_F_ASYNC 0x1u   /* answered when enqueued (device runs) */
+#define OPD_RUN_F_WAIT 0x2u    /* wait for the client's STREAM event first */
+#define OPD_RUN_F_SIGNAL 0x4u  /* record the daemon's STREAM event after */
+#define OPD_RUN_F_ALL 0x7u
 
 /* Error codes: X(name, value, default message). 0 is success. */
 #define OPD_ERRNO_MAP(X)                                          \

@@ -188,6 +188,7 @@ const opd_backend_t opd__backend_dev = {
     .describe = cuda_describe,
     .plan = opd__cu_plan,
     .launch = opd__cu_launch,
+    .stream = opd__cu_stream,
     .session_end = opd__cu_session_end,
     .alloc = opd__cu_alloc,
     .import = opd__cu_import,

@@ -4,7 +4,13 @@
  * DESIGN
  * Each session gets its own non-blocking stream per device the first time
  * it runs there (high priority if it asked at hello), so one client's ops
- * stay ordered and different clients' ops overlap. A run is launched from
+ * stay ordered and different clients' ops overlap. A client that orders
+ * runs with its own CUDA stream (STREAM, then runs with OPD_RUN_F_WAIT /
+ * SIGNAL) gives the session an interprocess event of its own, which the
+ * stream waits for before such a run, and gets the handle of the
+ * session's interprocess event, recorded after it: the GPU orders both
+ * ways, no thread waits. A run asked to be asynchronous whose tensors are
+ * all device memory returns OPD_LAUNCH_ENQUEUED once queued. A run is launched from
  * the loop thread: host tensors are staged through stream-ordered scratch
  * (cudaMallocAsync, H2D copy from the pinned arena), the kernel gets a
  * workspace the same way when it needs one (cuBLASLt, im2col, nms masks:
@@ -57,18 +63,81 @@ int opd__cu_plan(opd_job_t *job, const opd_tplace_t *in,
   return 0;
 }
 
-static int session_stream(opd_session_t *s, int dev, cudaStream_t *out,
-                          opd_err_t *err) {
+/* The session's state on device dev, made the first time: its stream
+ * (high priority if it asked at hello). */
+static int session_dev(opd_session_t *s, int dev, cuda_sess_t **out,
+                       opd_err_t *err) {
   cuda_state_t *st = cuda_state(s->srv);
   cuda_dev_t *d = &st->dev[dev];
   if (s->backend_session[dev] == NULL) {
-    cudaStream_t stream;
-    CU(cudaStreamCreateWithPriority(&stream, cudaStreamNonBlocking,
-                                    s->priority ? d->prio_high : d->prio_low),
-       err);
-    s->backend_session[dev] = stream;
+    cuda_sess_t *cs = calloc(1, sizeof *cs);
+    if (cs == NULL) return opd__errf(err, OPD_ENOMEM, "out of memory");
+    cudaError_t e = cudaStreamCreateWithPriority(
+        &cs->stream, cudaStreamNonBlocking,
+        s->priority ? d->prio_high : d->prio_low);
+    if (e != cudaSuccess) {
+      free(cs);
+      return opd__errf(err, cuda_code(e), "cuda:%d: cudaStreamCreate: %s",
+                       dev, cudaGetErrorString(e));
+    }
+    s->backend_session[dev] = cs;
   }
   *out = s->backend_session[dev];
+  return 0;
+}
+
+/* STREAM: opens the client's interprocess event (WAIT waits for it) and
+ * makes, once, the session's own (SIGNAL records it; its handle goes
+ * back). A handle that does not open is the client's error: it names the
+ * kind of event needed. */
+int opd__cu_stream(opd_session_t *s, int dev, const void *handle,
+                   unsigned char out[64], opd_err_t *err) {
+  cuda_state_t *st = cuda_state(s->srv);
+  if (dev < 0 || dev >= s->srv->n_devices)
+    return opd__errf(err, OPD_EDEVICE, "no device cuda:%d (%d here)", dev,
+                     s->srv->n_devices);
+  if (!s->srv->healthy)
+    return opd__errf(err, OPD_EBACKEND, "cuda:%d: %s", dev,
+                     s->srv->goodbye_why);
+  cudaError_t e = set_device(st->dev[dev].index);
+  if (e != cudaSuccess)
+    return opd__errf(err, cuda_code(e), "cuda:%d: cudaSetDevice: %s", dev,
+                     cudaGetErrorString(e));
+  cuda_sess_t *cs;
+  int rc = session_dev(s, dev, &cs, err);
+  if (rc != 0) return rc;
+  cudaIpcEventHandle_t h;
+  memcpy(&h, handle, sizeof h);
+  cudaEvent_t ev;
+  e = cudaIpcOpenEventHandle(&ev, h);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError(); /* not sticky: the handle was bad */
+    return opd__errf(err, OPD_EINVAL, "cuda:%d: the event handle does not "
+                     "open (cudaIpcOpenEventHandle: %s): it must be a "
+                     "cudaIpcGetEventHandle of an event created with "
+                     "cudaEventInterprocess | cudaEventDisableTiming, in a "
+                     "live process, on this device", dev,
+                     cudaGetErrorString(e));
+  }
+  if (cs->signal_ev == NULL) {
+    cudaEvent_t mine;
+    CU(cudaEventCreateWithFlags(&mine, cudaEventInterprocess |
+                                           cudaEventDisableTiming), err);
+    cudaIpcEventHandle_t mh;
+    e = cudaIpcGetEventHandle(&mh, mine);
+    if (e != cudaSuccess) {
+      cudaEventDestroy(mine);
+      cudaEventDestroy(ev);
+      return opd__errf(err, cuda_code(e), "cuda:%d: cudaIpcGetEventHandle: %s",
+                       dev, cudaGetErrorString(e));
+    }
+    cs->signal_ev = mine;
+    memcpy(cs->signal_handle, &mh, sizeof mh);
+  }
+  /* a wait already queued on the old one stays as it was */
+  if (cs->wait_ev != NULL) cudaEventDestroy(cs->wait_ev);
+  cs->wait_ev = ev;
+  memcpy(out, cs->signal_handle, 64);
   return 0;
 }
 
@@ -76,9 +145,13 @@ void opd__cu_session_end(opd_session_t *s) {
   cuda_state_t *st = cuda_state(s->srv);
   if (st == NULL) return;
   for (int i = 0; i < s->srv->n_devices; i++) {
-    if (s->backend_session[i] == NULL) continue;
+    cuda_sess_t *cs = s->backend_session[i];
+    if (cs == NULL) continue;
     set_device(st->dev[i].index);
-    cudaStreamDestroy(s->backend_session[i]); /* returns at once; work drains */
+    cudaStreamDestroy(cs->stream); /* returns at once; work drains */
+    if (cs->wait_ev != NULL) cudaEventDestroy(cs->wait_ev);
+    if (cs->signal_ev != NULL) cudaEventDestroy(cs->signal_ev);
+    free(cs);
     s->backend_session[i] = NULL;
   }
 }
@@ -108,7 +181,15 @@ int opd__cu_launch(opd_job_t *job) {
                    cudaGetErrorString(ce));
     goto out;
   }
-  if ((rc = session_stream(s, dev, &stream, &err)) != 0) goto out;
+  cuda_sess_t *cs;
+  if ((rc = session_dev(s, dev, &cs, &err)) != 0) goto out;
+  stream = cs->stream;
+  if ((job->flags & (OPD_RUN_F_WAIT | OPD_RUN_F_SIGNAL)) && cs->wait_ev == NULL) {
+    rc = opd__errf(&err, OPD_ESTATE, "cuda:%d: the run asks to be ordered "
+                   "with the client's stream (async WAIT/SIGNAL), but this "
+                   "session sent no STREAM for cuda:%d", dev, dev);
+    goto out;
+  }
   job->t_start = opd__now_ns();
 
 #define STEP(x)                                                      \
@@ -121,9 +202,13 @@ int opd__cu_launch(opd_job_t *job) {
     }                                                                \
   } while (0)
 
+  /* the client's work queued before the run, on the GPU */
+  if (job->flags & OPD_RUN_F_WAIT) STEP(cudaStreamWaitEvent(stream, cs->wait_ev, 0));
+  int host = 0; /* host tensors: answered at completion */
   for (int i = 0; i < call->n_in; i++) {
     if (cj->host_in[i] == NULL || cj->in_bytes[i] == 0) continue;
     void *p;
+    host = 1;
     STEP(cudaMallocAsync(&p, cj->in_bytes[i], stream));
     scratch[n_scratch++] = p;
     STEP(cudaMemcpyAsync(p, cj->host_in[i], cj->in_bytes[i],
@@ -133,6 +218,7 @@ int opd__cu_launch(opd_job_t *job) {
   for (int i = 0; i < call->n_out; i++) {
     if (cj->host_out[i] == NULL || cj->out_bytes[i] == 0) continue;
     void *p;
+    host = 1;
     STEP(cudaMallocAsync(&p, cj->out_bytes[i], stream));
     scratch[n_scratch++] = p;
     call->out[i].data = p;
@@ -159,6 +245,8 @@ int opd__cu_launch(opd_job_t *job) {
   }
   for (int i = 0; i < n_scratch; i++) cudaFreeAsync(scratch[i], stream);
   n_scratch = 0;
+  /* the client's later work waits for this, on the GPU */
+  if (job->flags & OPD_RUN_F_SIGNAL) STEP(cudaEventRecord(cs->signal_ev, stream));
   cudaEvent_t ev;
   if (opd__cu_event_take(st, dev, &ev) != 0) {
     rc = opd__errf(&err, OPD_EBACKEND, "cuda:%d: cudaEventCreate: %s", dev,
@@ -175,7 +263,8 @@ int opd__cu_launch(opd_job_t *job) {
   cj->event = ev;
   cj->t_launched = opd__now_ns();
   opd__cu_pending_add(s->srv, job);
-  return OPD_LAUNCH_QUEUED;
+  return (job->flags & OPD_RUN_F_ASYNC) && !host ? OPD_LAUNCH_ENQUEUED
+                                                 : OPD_LAUNCH_QUEUED;
 fail:
 #undef STEP
   for (int i = 0; i < n_scratch; i++) cudaFreeAsync(scratch[i], stream);

@@ -41,13 +41,26 @@ static void cpu_pause(int n) {
   }
 }
 
+/* Moves the pending jobs whose events completed to st->done. A stream
+ * completes its work in order, so once one job of a stream is not done,
+ * its later jobs are not queried (a client with many asynchronous runs
+ * in flight costs one query per pass, not one per run). */
+#define BLOCKED_MAX 32
 static int collect_done(cuda_state_t *st) {
-  int done = 0;
+  int done = 0, n_blocked = 0;
+  cudaStream_t blocked[BLOCKED_MAX];
   for (opd_job_t **pp = &st->pending, *prev = NULL; *pp;) {
     opd_job_t *job = *pp;
-    set_device(st->dev[job->device].index);
-    cudaError_t e = cudaEventQuery(cuda_job(job)->event);
+    cuda_sess_t *cs = cuda_sess(job->s, job->device);
+    int skip = 0;
+    for (int i = 0; i < n_blocked && !skip; i++) skip = blocked[i] == cs->stream;
+    cudaError_t e = cudaErrorNotReady;
+    if (!skip) {
+      set_device(st->dev[job->device].index);
+      e = cudaEventQuery(cuda_job(job)->event);
+    }
     if (e == cudaErrorNotReady) {
+      if (!skip && n_blocked < BLOCKED_MAX) blocked[n_blocked++] = cs->stream;
       prev = job;
       pp = &job->next;
       continue;

@@ -97,6 +97,21 @@ typedef struct cuda_state {
                                     epoll) for its completion until then */
 } cuda_state_t;
 
+/* A session's state on one device (s->backend_session[dev]): its stream,
+ * and the events that order it with a client's stream (STREAM). */
+typedef struct cuda_sess {
+  cudaStream_t stream;
+  cudaEvent_t wait_ev;           /* the client's, opened by IPC handle, or
+                                    NULL: OPD_RUN_F_WAIT waits for it */
+  cudaEvent_t signal_ev;         /* ours, interprocess, or NULL:
+                                    OPD_RUN_F_SIGNAL records it */
+  unsigned char signal_handle[64]; /* its cudaIpcEventHandle_t */
+} cuda_sess_t;
+
+static inline cuda_sess_t *cuda_sess(const opd_session_t *s, int dev) {
+  return (cuda_sess_t *)s->backend_session[dev];
+}
+
 /* A CUDA run's state, in its job's backend_job bytes. */
 typedef struct cuda_job {
   const opd_op_def_t *kernel;    /* the op row whose ->cuda runs */
@@ -170,6 +185,8 @@ int opd__cu_plan(opd_job_t *job, const opd_tplace_t *in,
                  const opd_tplace_t *out, opd_err_t *err);
 int opd__cu_launch(opd_job_t *job);
 void opd__cu_session_end(opd_session_t *s);
+int opd__cu_stream(opd_session_t *s, int dev, const void *handle,
+                   unsigned char out[64], opd_err_t *err);
 /* poller.c: the completion side. start registers the loop watcher and
  * starts the thread; stop joins it and logs the short jobs' breakdown. */
 int opd__cu_poller_start(opd_server_t *srv);

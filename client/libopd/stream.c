@@ -1,0 +1,479 @@
+/* libopd's CUDA side: asynchronous runs, runs ordered with a caller's CUDA
+ * stream, this process's device pointers as tensors, synchronization.
+ *
+ * DESIGN
+ * libopd links no CUDA library. A client that orders runs with its stream
+ * has a CUDA context, so the driver (libcuda.so.1) is in its process: the
+ * dozen entry points used here are looked up once (dlopen, dlsym), and
+ * the types they take are declared here (no CUDA header at build time).
+ *
+ * Stream order (opd_run_stream): per connection and device, an
+ * interprocess event of ours, which the daemon opens (STREAM) and its
+ * stream waits for before the run (OPD_RUN_F_WAIT), and the session's
+ * interprocess event of the daemon, opened here, which the daemon records
+ * after the run (OPD_RUN_F_SIGNAL). One call records ours on the caller's
+ * stream, sends the run, and once the daemon answers that it enqueued it
+ * makes the caller's stream wait for the daemon's: both waits happen on
+ * the GPU, no thread waits for a kernel. A wait takes the event's latest
+ * record at the time it is queued, so one pair serves every run, provided
+ * the calls of one connection and device do not interleave: they are
+ * serialized (cuda_t.mu), which costs nothing the GPU would not serialize
+ * anyway (a session has one stream per device).
+ *
+ * Device pointers (opd_tensor_cuda): the allocation a pointer lies in (the
+ * driver's buffer id, base and size: one cuPointerGetAttributes) is
+ * imported once per connection by its CUDA IPC handle (opd_import_cuda)
+ * and cached (IMPORTS entries, least recently used out, released); a
+ * tensor is then an (arena, offset) of it. The cache holds nothing of the
+ * caller's memory alive: the caller may free it whenever it could free it
+ * without opd. An allocation freed and another made at its addresses has a
+ * new buffer id, so the cache misses; entries whose range the new one
+ * overlaps are dead, and are released and a SYNC waited for (the daemon
+ * has closed their handles then) before the new one is imported, since
+ * the driver may give the new allocation the same handle bytes.
+ */
+#include <dlfcn.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "client/libopd/internal.h"
+
+/* ---- the driver ------------------------------------------------------- */
+
+typedef int cu_result;                      /* CUresult */
+typedef struct { char bytes[64]; } cu_ipc_t; /* CUipc{Event,Mem}Handle */
+typedef unsigned long long cu_ptr_t;        /* CUdeviceptr */
+enum { CU_EV_FLAGS = 0x2 | 0x4 };           /* DISABLE_TIMING | INTERPROCESS */
+enum { CU_ATTR_BUFFER_ID = 7, CU_ATTR_RANGE_START = 11, CU_ATTR_RANGE_SIZE = 12 };
+
+static struct {
+  int ok;
+  char why[240];
+  cu_result (*ctx_get_current)(void **);
+  cu_result (*ctx_push)(void *);
+  cu_result (*ctx_pop)(void **);
+  cu_result (*stream_get_ctx)(void *, void **);
+  cu_result (*event_create)(void **, unsigned);
+  cu_result (*event_destroy)(void *);
+  cu_result (*event_record)(void *, void *);
+  cu_result (*stream_wait_event)(void *, void *, unsigned);
+  cu_result (*ipc_get_event)(cu_ipc_t *, void *);
+  cu_result (*ipc_open_event)(void **, cu_ipc_t);
+  cu_result (*ipc_get_mem)(cu_ipc_t *, cu_ptr_t);
+  cu_result (*pointer_attrs)(unsigned, int *, void **, cu_ptr_t);
+  cu_result (*error_string)(cu_result, const char **);
+} cu;
+static pthread_once_t cu_once = PTHREAD_ONCE_INIT;
+
+static void cu_load(void) {
+  void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (h == NULL) {
+    snprintf(cu.why, sizeof cu.why, "the CUDA driver is not available in this "
+             "process (%s)", dlerror());
+    return;
+  }
+  struct { void **fn; const char *name; } sym[] = {
+      {(void **)&cu.ctx_get_current, "cuCtxGetCurrent"},
+      {(void **)&cu.ctx_push, "cuCtxPushCurrent_v2"},
+      {(void **)&cu.ctx_pop, "cuCtxPopCurrent_v2"},
+      {(void **)&cu.stream_get_ctx, "cuStreamGetCtx"},
+      {(void **)&cu.event_create, "cuEventCreate"},
+      {(void **)&cu.event_destroy, "cuEventDestroy_v2"},
+      {(void **)&cu.event_record, "cuEventRecord"},
+      {(void **)&cu.stream_wait_event, "cuStreamWaitEvent"},
+      {(void **)&cu.ipc_get_event, "cuIpcGetEventHandle"},
+      {(void **)&cu.ipc_open_event, "cuIpcOpenEventHandle"},
+      {(void **)&cu.ipc_get_mem, "cuIpcGetMemHandle"},
+      {(void **)&cu.pointer_attrs, "cuPointerGetAttributes"},
+      {(void **)&cu.error_string, "cuGetErrorString"},
+  };
+  for (size_t i = 0; i < sizeof sym / sizeof sym[0]; i++) {
+    if ((*sym[i].fn = dlsym(h, sym[i].name)) == NULL) {
+      snprintf(cu.why, sizeof cu.why, "libcuda.so.1 has no %s (a driver "
+               "older than CUDA 11?)", sym[i].name);
+      return;
+    }
+  }
+  cu.ok = 1;
+}
+
+static int cu_ready(const char *who) {
+  pthread_once(&cu_once, cu_load);
+  return cu.ok ? 0 : opd__fail(OPD_EBACKEND, "%s: %s", who, cu.why);
+}
+
+static const char *cu_str(cu_result r) {
+  const char *s = NULL;
+  if (cu.error_string == NULL || cu.error_string(r, &s) != 0 || s == NULL)
+    return "unknown CUDA error";
+  return s;
+}
+
+/* ---- a connection's CUDA state ---------------------------------------- */
+
+#define DEVICES 16   /* devices a connection orders streams on */
+#define IMPORTS 40   /* allocations imported per connection (LRU); the
+                        daemon's --max-arenas is 64 per session */
+
+typedef struct {
+  void *ctx;                     /* the context the events belong to, or
+                                    NULL: not made yet */
+  void *mine;                    /* recorded on the caller's stream */
+  void *theirs;                  /* the daemon's, recorded after runs */
+} cevents_t;
+
+typedef struct {
+  unsigned long long buffer;     /* the driver's id of the allocation */
+  cu_ptr_t base;
+  size_t size;
+  uint64_t arena;                /* the daemon's id of its import */
+  int dev;
+  uint64_t used;                 /* the LRU clock when last used */
+} cimport_t;
+
+struct opd_cuda {
+  pthread_mutex_t mu;            /* everything below */
+  cevents_t ev[DEVICES];
+  cimport_t imp[IMPORTS];
+  int n_imp;
+  uint64_t clock;
+};
+
+static pthread_mutex_t make_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static struct opd_cuda *cuda_of(opd_client_t *c) {
+  struct opd_cuda *k = __atomic_load_n(&c->cuda, __ATOMIC_ACQUIRE);
+  if (k != NULL) return k;
+  pthread_mutex_lock(&make_mu);
+  if ((k = c->cuda) == NULL && (k = calloc(1, sizeof *k)) != NULL) {
+    pthread_mutex_init(&k->mu, NULL);
+    __atomic_store_n(&c->cuda, k, __ATOMIC_RELEASE);
+  }
+  pthread_mutex_unlock(&make_mu);
+  if (k == NULL) opd__fail(OPD_ENOMEM, "out of memory");
+  return k;
+}
+
+void opd__cuda_free(opd_client_t *c) {
+  struct opd_cuda *k = c->cuda;
+  if (k == NULL) return;
+  /* the events are this process's: after a fork the child leaves them */
+  if (cu.ok && c->fork_gen == __atomic_load_n(&opd__fork_gen, __ATOMIC_RELAXED)) {
+    for (int d = 0; d < DEVICES; d++) {
+      if (k->ev[d].mine) cu.event_destroy(k->ev[d].mine);
+      if (k->ev[d].theirs) cu.event_destroy(k->ev[d].theirs);
+    }
+  }
+  pthread_mutex_destroy(&k->mu);
+  free(k);
+  c->cuda = NULL;
+}
+
+/* The index N of "cuda" (0) or "cuda:N". */
+static int cuda_index(const char *who, const char *device, int *dev) {
+  if (device != NULL && strcmp(device, "cuda") == 0) {
+    *dev = 0;
+    return 0;
+  }
+  char *end;
+  long n = device != NULL && strncmp(device, "cuda:", 5) == 0 && device[5]
+               ? strtol(device + 5, &end, 10) : -1;
+  if (n < 0 || n >= DEVICES || *end != '\0')
+    return opd__fail(OPD_EINVAL, "%s: device \"%s\" is not \"cuda\" or "
+                     "\"cuda:N\" (N < %d)", who, device ? device : "(null)",
+                     DEVICES);
+  *dev = (int)n;
+  return 0;
+}
+
+/* Makes ctx current on this thread when it is not: 1 if pushed. */
+static int ctx_enter(void *ctx) {
+  void *cur = NULL;
+  if (cu.ctx_get_current(&cur) == 0 && cur == ctx) return 0;
+  return cu.ctx_push(ctx) == 0;
+}
+
+static void ctx_leave(int pushed) {
+  void *old;
+  if (pushed) cu.ctx_pop(&old);
+}
+
+/* ---- stream order ------------------------------------------------------ */
+
+typedef struct {
+  const char *device;
+  const cu_ipc_t *event;
+} stream_args_t;
+
+static void pack_stream(msgpack_packer *pk, const void *arg) {
+  const stream_args_t *a = arg;
+  msgpack_pack_map(pk, 2);
+  PACK_STR(pk, "device");
+  PACK_STR(pk, a->device);
+  PACK_STR(pk, "event");
+  msgpack_pack_bin(pk, 64);
+  msgpack_pack_bin_body(pk, a->event->bytes, 64);
+}
+
+/* The event pair of device dev in context ctx (k->mu held, ctx current):
+ * made, and exchanged with the daemon (STREAM), the first time. */
+static int events_for(opd_client_t *c, struct opd_cuda *k, int dev, void *ctx,
+                      cevents_t **out) {
+  cevents_t *e = &k->ev[dev];
+  *out = e;
+  if (e->ctx == ctx) return 0;
+  if (e->ctx != NULL) { /* the caller's context changed: a new pair */
+    cu.event_destroy(e->mine);
+    cu.event_destroy(e->theirs);
+    memset(e, 0, sizeof *e);
+  }
+  void *mine = NULL, *theirs = NULL;
+  cu_ipc_t h;
+  cu_result r = cu.event_create(&mine, CU_EV_FLAGS);
+  if (r == 0) r = cu.ipc_get_event(&h, mine);
+  if (r != 0) {
+    if (mine) cu.event_destroy(mine);
+    return opd__fail(OPD_EBACKEND, "opd_run_stream: an interprocess event "
+                     "(cuEventCreate, cuIpcGetEventHandle): %s", cu_str(r));
+  }
+  char name[16];
+  snprintf(name, sizeof name, "cuda:%d", dev);
+  stream_args_t a = {name, &h};
+  reply_t rep = {.payload = NULL};
+  int rc = opd__call(c, OPD_MSG_STREAM, pack_stream, &a, -1, &rep.payload,
+                     &rep.len);
+  if (rc == 0) {
+    const msgpack_object *body = opd__reply_decode(&rep);
+    const msgpack_object *ev = body ? opd__mp_get(body, "event") : NULL;
+    if (ev == NULL || ev->type != MSGPACK_OBJECT_BIN || ev->via.bin.size != 64) {
+      rc = opd__fail(OPD_EPROTO, "stream: the reply has no 64-byte event");
+    } else {
+      cu_ipc_t th;
+      memcpy(th.bytes, ev->via.bin.ptr, 64);
+      if ((r = cu.ipc_open_event(&theirs, th)) != 0)
+        rc = opd__fail(OPD_EBACKEND, "opd_run_stream: the daemon's event does "
+                       "not open here (cuIpcOpenEventHandle: %s)", cu_str(r));
+    }
+  }
+  opd__reply_free(&rep);
+  if (rc != 0) {
+    cu.event_destroy(mine);
+    return rc;
+  }
+  e->ctx = ctx;
+  e->mine = mine;
+  e->theirs = theirs;
+  return 0;
+}
+
+/* What opd_run_stream and opd_run_prepared_stream share: the events
+ * around `send` (which submits the run, waits for its answer). */
+typedef int (*send_fn)(opd_client_t *c, const void *arg);
+
+static int ordered(opd_client_t *c, const char *who, const char *device,
+                   void *stream, send_fn send, const void *arg) {
+  int dev, rc = opd__check_usable(c);
+  if (rc == 0) rc = cuda_index(who, device, &dev);
+  if (rc == 0) rc = cu_ready(who);
+  struct opd_cuda *k = rc == 0 ? cuda_of(c) : NULL;
+  if (rc != 0 || k == NULL) return rc ? rc : OPD_ENOMEM;
+  void *ctx = NULL;
+  cu_result r = cu.stream_get_ctx(stream, &ctx);
+  if (r != 0 || ctx == NULL)
+    return opd__fail(OPD_EINVAL, "%s: %p is not a CUDA stream of this "
+                     "process with a context (cuStreamGetCtx: %s)", who,
+                     stream, r ? cu_str(r) : "no context");
+  pthread_mutex_lock(&k->mu);
+  int pushed = ctx_enter(ctx);
+  cevents_t *e;
+  rc = events_for(c, k, dev, ctx, &e);
+  if (rc == 0 && (r = cu.event_record(e->mine, stream)) != 0)
+    rc = opd__fail(OPD_EBACKEND, "%s: cuEventRecord on the caller's stream: "
+                   "%s", who, cu_str(r));
+  if (rc == 0) rc = send(c, arg);
+  /* only a run the daemon took has recorded its event */
+  if (rc == 0 && (r = cu.stream_wait_event(stream, e->theirs, 0)) != 0)
+    rc = opd__fail(OPD_EBACKEND, "%s: cuStreamWaitEvent on the caller's "
+                   "stream: %s", who, cu_str(r));
+  ctx_leave(pushed);
+  pthread_mutex_unlock(&k->mu);
+  return rc;
+}
+
+typedef struct {
+  const char *device, *op;
+  const opd_tensor_t *in, *out;
+  uint32_t n_in, n_out, n_attrs;
+  const opd_attr_t *attrs;
+} run_args_t;
+
+static int send_run(opd_client_t *c, const void *arg) {
+  const run_args_t *a = arg;
+  return opd__run_flags(c, a->device, OPD_RUN_F_ASYNC | OPD_RUN_F_WAIT |
+                        OPD_RUN_F_SIGNAL, a->op, a->in, a->n_in, a->out,
+                        a->n_out, a->attrs, a->n_attrs);
+}
+
+int opd_run_stream(opd_client_t *c, const char *device, void *stream,
+                   const char *op, const opd_tensor_t *in, uint32_t n_in,
+                   const opd_tensor_t *out, uint32_t n_out,
+                   const opd_attr_t *attrs, uint32_t n_attrs) {
+  run_args_t a = {device, op, in, out, n_in, n_out, n_attrs, attrs};
+  return ordered(c, "opd_run_stream", device, stream, send_run, &a);
+}
+
+static int send_prepared(opd_client_t *c, const void *arg) {
+  return opd_run_prepared(c, arg);
+}
+
+int opd_run_prepared_stream(opd_client_t *c, const opd_prepared_t *p,
+                            void *stream) {
+  const char *device = opd__prepared_device(p);
+  if (p != NULL && !(opd__prepared_flags(p) & OPD_RUN_F_WAIT))
+    return opd__fail(OPD_EINVAL, "opd_run_prepared_stream: the run was not "
+                     "prepared with OPD_RUN_STREAM");
+  return ordered(c, "opd_run_prepared_stream", device, stream, send_prepared,
+                 p);
+}
+
+int opd_synchronize(opd_client_t *c) {
+  int rc = opd__check_usable(c);
+  if (rc) return rc;
+  return opd__call(c, OPD_MSG_SYNC, NULL, NULL, -1, NULL, NULL);
+}
+
+/* ---- device pointers as tensors ---------------------------------------- */
+
+/* The bytes from element 0 to past the last element of t. */
+static int tensor_extent(const opd_tensor_t *t, uint64_t *out) {
+  int32_t es = opd_dtype_size(t->dtype);
+  if (es <= 0) return opd__fail(OPD_EINVAL, "opd_tensor_cuda: dtype %d is "
+                                "unknown", t->dtype);
+  if (t->rank < 0 || t->rank > OPD_MAX_RANK)
+    return opd__fail(OPD_ELIMIT, "opd_tensor_cuda: rank %d out of 0..%d",
+                     t->rank, OPD_MAX_RANK);
+  uint64_t last = 0, n = 1;
+  for (int i = 0; i < t->rank; i++) {
+    int64_t d = t->shape[i];
+    if (d < 0) return opd__fail(OPD_EINVAL, "opd_tensor_cuda: dimension %d "
+                                "is %lld", i, (long long)d);
+    if (d == 0) {
+      *out = 0;
+      return 0;
+    }
+    if (t->strided) {
+      if (t->strides[i] < 0)
+        return opd__fail(OPD_ELAYOUT, "opd_tensor_cuda: negative stride %lld",
+                         (long long)t->strides[i]);
+      last += (uint64_t)(d - 1) * (uint64_t)t->strides[i];
+    } else if (__builtin_mul_overflow(n, (uint64_t)d, &n)) {
+      return opd__fail(OPD_EOVERFLOW, "opd_tensor_cuda: the size overflows");
+    }
+  }
+  uint64_t elems = t->strided ? last + 1 : n;
+  if (__builtin_mul_overflow(elems, (uint64_t)es, out))
+    return opd__fail(OPD_EOVERFLOW, "opd_tensor_cuda: the size overflows");
+  return 0;
+}
+
+static void imp_drop(opd_client_t *c, struct opd_cuda *k, int i) {
+  opd_arena_release(c, k->imp[i].arena); /* an error leaves it to the close */
+  k->imp[i] = k->imp[--k->n_imp];
+}
+
+/* Imports the allocation [base, base+size) with buffer id `buffer` (k->mu
+ * held): dead entries it overlaps and, when full, the least recently used
+ * go first. */
+static int imp_add(opd_client_t *c, struct opd_cuda *k, int dev,
+                   const char *device, unsigned long long buffer, cu_ptr_t base,
+                   size_t size, cimport_t **out) {
+  int stale = 0;
+  for (int i = k->n_imp - 1; i >= 0; i--) {
+    cimport_t *e = &k->imp[i];
+    if (e->dev == dev && e->base < base + size && base < e->base + e->size) {
+      imp_drop(c, k, i);
+      stale = 1;
+    }
+  }
+  if (k->n_imp == IMPORTS) {
+    int lru = 0;
+    for (int i = 1; i < k->n_imp; i++)
+      if (k->imp[i].used < k->imp[lru].used) lru = i;
+    imp_drop(c, k, lru);
+  }
+  int rc;
+  /* the dead imports' handles closed before the same bytes may come again */
+  if (stale && (rc = opd_synchronize(c)) != 0) return rc;
+  cu_ipc_t h;
+  cu_result r = cu.ipc_get_mem(&h, base);
+  if (r != 0)
+    return opd__fail(OPD_EINVAL, "opd_tensor_cuda: this CUDA memory cannot be "
+                     "shared by IPC handle (cuIpcGetMemHandle: %s): memory of "
+                     "cudaMalloc is needed (not cudaMallocAsync pools, VMM "
+                     "memory such as torch's expandable_segments, managed or "
+                     "host memory)", cu_str(r));
+  uint64_t arena;
+  rc = opd_import_cuda(c, h.bytes, 64, 0, size, device, &arena);
+  if (rc == OPD_ELIMIT && k->n_imp > 0) { /* the session's arenas: make room */
+    while (k->n_imp > 0) imp_drop(c, k, 0);
+    rc = opd_import_cuda(c, h.bytes, 64, 0, size, device, &arena);
+  }
+  if (rc != 0) return rc;
+  cimport_t *e = &k->imp[k->n_imp++];
+  *e = (cimport_t){buffer, base, size, arena, dev, ++k->clock};
+  *out = e;
+  return 0;
+}
+
+int opd_tensor_cuda(opd_client_t *c, const char *device, const void *ptr,
+                    opd_tensor_t *t) {
+  int dev, rc = opd__check_usable(c);
+  if (rc == 0 && t == NULL)
+    rc = opd__fail(OPD_EINVAL, "opd_tensor_cuda: t is NULL");
+  if (rc == 0) rc = cuda_index("opd_tensor_cuda", device, &dev);
+  if (rc == 0) rc = cu_ready("opd_tensor_cuda");
+  uint64_t bytes = 0;
+  if (rc == 0) rc = tensor_extent(t, &bytes);
+  struct opd_cuda *k = rc == 0 ? cuda_of(c) : NULL;
+  if (rc != 0 || k == NULL) return rc ? rc : OPD_ENOMEM;
+
+  unsigned long long buffer = 0;
+  cu_ptr_t base = 0;
+  size_t size = 0;
+  int attr[3] = {CU_ATTR_BUFFER_ID, CU_ATTR_RANGE_START, CU_ATTR_RANGE_SIZE};
+  void *val[3] = {&buffer, &base, &size};
+  cu_result r = cu.pointer_attrs(3, attr, val, (cu_ptr_t)(uintptr_t)ptr);
+  if (r != 0 || size == 0)
+    return opd__fail(OPD_EINVAL, "opd_tensor_cuda: %p is not CUDA device "
+                     "memory of this process (cuPointerGetAttributes: %s)",
+                     ptr, r ? cu_str(r) : "no allocation there");
+  uint64_t off = (uint64_t)(uintptr_t)ptr - base;
+  if (bytes > size - off)
+    return opd__fail(OPD_EBOUNDS, "opd_tensor_cuda: the tensor's %llu bytes "
+                     "at %p run past its allocation (%zu bytes at 0x%llx)",
+                     (unsigned long long)bytes, ptr, size,
+                     (unsigned long long)base);
+  pthread_mutex_lock(&k->mu);
+  cimport_t *e = NULL;
+  for (int i = 0; i < k->n_imp && e == NULL; i++)
+    if (k->imp[i].buffer == buffer && k->imp[i].dev == dev) e = &k->imp[i];
+  if (e != NULL) e->used = ++k->clock;
+  else rc = imp_add(c, k, dev, device, buffer, base, size, &e);
+  if (rc == 0) {
+    t->arena = e->arena;
+    t->offset = off;
+  }
+  pthread_mutex_unlock(&k->mu);
+  return rc;
+}
+
+int opd_cuda_forget(opd_client_t *c) {
+  int rc = opd__check_usable(c);
+  if (rc) return rc;
+  struct opd_cuda *k = c->cuda;
+  if (k == NULL) return 0;
+  pthread_mutex_lock(&k->mu);
+  while (k->n_imp > 0) imp_drop(c, k, 0);
+  pthread_mutex_unlock(&k->mu);
+  return 0;
+}

@@ -1,0 +1,158 @@
+/* Integration: the asynchronous-run interface on a daemon without a GPU
+ * (CI). Runs asked to be asynchronous that are not on a CUDA device are
+ * answered at completion as always, SYNC waits for the session's runs,
+ * and every misuse (flags the daemon does not know, STREAM without a
+ * device, stream order asked for without a STREAM, a cpu device for a
+ * stream-ordered run) is a clear error. tests/gpu/ covers the GPU side:
+ * return at enqueue, stream order, lifetimes, the bound. */
+#include <criterion/criterion.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tests/integration/harness.h"
+
+TestSuite(async, .init = th_start_default, .fini = th_stop_default,
+          .timeout = 60);
+
+static void fill(float *p, int n, float v) {
+  for (int i = 0; i < n; i++) p[i] = v - (float)i;
+}
+
+Test(async, cpu_runs_asked_async_complete_before_the_answer) {
+  opd_client_t *c = th_connect();
+  void *base;
+  uint64_t a = th_arena(c, 1 << 16, &base);
+  float *f = base;
+  fill(f, 256, 100.0f);
+  opd_tensor_t x = th_f32(a, 0, 1, (int64_t)256);
+  opd_tensor_t y = th_f32(a, 4096, 1, (int64_t)256);
+  memset(f + 1024, 0xff, 1024);
+  cr_assert_eq(opd_run_async(c, "cpu", "relu", &x, 1, &y, 1, NULL, 0), 0, "%s",
+               opd_last_error());
+  for (int i = 0; i < 256; i++)
+    cr_assert_eq(f[1024 + i], f[i] > 0 ? f[i] : 0.0f, "element %d", i);
+  /* pipelined: 200 asynchronous submissions, then one synchronize */
+  uint64_t req[200];
+  for (int k = 0; k < 200; k++) {
+    opd_tensor_t o = th_f32(a, 8192 + (uint64_t)(k % 8) * 1024, 1, (int64_t)256);
+    cr_assert_eq(opd_submit_async(c, NULL, "relu", &x, 1, &o, 1, NULL, 0,
+                                  &req[k]), 0, "%s", opd_last_error());
+  }
+  cr_assert_eq(opd_synchronize(c), 0, "%s", opd_last_error());
+  for (int k = 0; k < 200; k++) cr_assert_eq(opd_wait(c, req[k], 5000), 0);
+  for (int i = 0; i < 256; i++)
+    cr_assert_eq(f[2048 + 7 * 256 + i], f[i] > 0 ? f[i] : 0.0f);
+  cr_assert_eq(opd_synchronize(c), 0, "an idle session syncs at once");
+  /* prepared with OPD_RUN_ASYNC */
+  opd_prepared_t *p;
+  cr_assert_eq(opd_prepare_flags(c, NULL, "relu", &x, 1, &y, 1, NULL, 0,
+                                 OPD_RUN_ASYNC, &p), 0, "%s", opd_last_error());
+  memset(f + 1024, 0, 1024);
+  cr_assert_eq(opd_run_prepared(c, p), 0, "%s", opd_last_error());
+  cr_assert_eq(f[1024], 100.0f);
+  opd_prepared_free(p);
+  opd_close(c);
+}
+
+Test(async, misuse_is_named) {
+  opd_client_t *c = th_connect();
+  void *base;
+  uint64_t a = th_arena(c, 1 << 16, &base);
+  opd_tensor_t x = th_f32(a, 0, 1, (int64_t)16), y = th_f32(a, 64, 1, (int64_t)16);
+  opd_prepared_t *p = NULL;
+  EXPECT_ERR(opd_prepare_flags(c, "cpu", "relu", &x, 1, &y, 1, NULL, 0,
+                               OPD_RUN_STREAM, &p), OPD_EINVAL,
+             "OPD_RUN_STREAM needs device \"cuda\"");
+  EXPECT_ERR(opd_prepare_flags(c, NULL, "relu", &x, 1, &y, 1, NULL, 0, 0x80, &p),
+             OPD_EINVAL, "only OPD_RUN_ASYNC and OPD_RUN_STREAM");
+  EXPECT_ERR(opd_run_stream(c, "cpu", NULL, "relu", &x, 1, &y, 1, NULL, 0),
+             OPD_EINVAL, "device \"cpu\" is not \"cuda\" or \"cuda:N\"");
+  EXPECT_ERR(opd_run_stream(c, "cuda:99", NULL, "relu", &x, 1, &y, 1, NULL, 0),
+             OPD_EINVAL, "cuda:99");
+  /* no driver (CI), or a driver without this pointer: either way named */
+  opd_tensor_t t = th_f32(0, 0, 1, (int64_t)16);
+  int rc = opd_tensor_cuda(c, "cuda:0", base, &t);
+  cr_assert(rc == OPD_EBACKEND || rc == OPD_EINVAL, "%s", opd_errname(rc));
+  cr_assert(strstr(opd_last_error(), "opd_tensor_cuda") != NULL, "%s",
+            opd_last_error());
+  rc = opd_run_stream(c, "cuda:0", NULL, "relu", &x, 1, &y, 1, NULL, 0);
+  cr_assert(rc == OPD_EBACKEND || rc == OPD_EINVAL || rc == OPD_EDEVICE, "%s",
+            opd_errname(rc));
+  th_assert_alive();
+  opd_close(c);
+}
+
+/* The wire: flags the daemon does not know, STREAM without a GPU or with
+ * a malformed body, WAIT asked on the cpu (ignored: nothing to order). */
+Test(async, raw_requests_get_clear_errors) {
+  int fd = th_raw_connect();
+  th_raw_hello(fd);
+  th_reply_t r;
+  th_pack_t p;
+
+  th_pack_init(&p);
+  msgpack_pack_map(&p.pk, 4);
+  th_pack_str(&p, "op");
+  th_pack_str(&p, "relu");
+  th_pack_str(&p, "in");
+  msgpack_pack_array(&p.pk, 0);
+  th_pack_str(&p, "out");
+  msgpack_pack_array(&p.pk, 0);
+  th_pack_str(&p, "async");
+  msgpack_pack_uint32(&p.pk, 8);
+  th_raw_request(fd, OPD_MSG_RUN, 2, p.sb.data, p.sb.size, -1);
+  th_pack_free(&p);
+  cr_assert_eq(th_raw_reply(fd, &r, 2000), 0);
+  cr_assert_eq(r.code, OPD_EPROTO, "%d %s", r.code, r.message);
+  cr_assert(strstr(r.message, "\"async\" must be an unsigned of OPD_RUN_F_") !=
+                NULL, "%s", r.message);
+
+  th_pack_init(&p);
+  msgpack_pack_map(&p.pk, 2);
+  th_pack_str(&p, "device");
+  th_pack_str(&p, "cuda:0");
+  th_pack_str(&p, "event");
+  msgpack_pack_bin(&p.pk, 64);
+  msgpack_pack_bin_body(&p.pk, (const char[64]){0}, 64);
+  th_raw_request(fd, OPD_MSG_STREAM, 3, p.sb.data, p.sb.size, -1);
+  th_pack_free(&p);
+  cr_assert_eq(th_raw_reply(fd, &r, 2000), 0);
+  cr_assert_eq(r.code, OPD_EDEVICE, "%d %s", r.code, r.message);
+  cr_assert(strstr(r.message, "stream: device \"cuda:0\" is not available") !=
+                NULL, "%s", r.message);
+
+  th_pack_init(&p);
+  msgpack_pack_map(&p.pk, 1);
+  th_pack_str(&p, "event");
+  msgpack_pack_bin(&p.pk, 12);
+  msgpack_pack_bin_body(&p.pk, "twelve bytes", 12);
+  th_raw_request(fd, OPD_MSG_STREAM, 4, p.sb.data, p.sb.size, -1);
+  th_pack_free(&p);
+  cr_assert_eq(th_raw_reply(fd, &r, 2000), 0);
+  cr_assert_eq(r.code, OPD_EPROTO, "%d %s", r.code, r.message);
+  cr_assert(strstr(r.message, "64 bytes of a cudaIpcEventHandle_t") != NULL,
+            "%s", r.message);
+
+  /* SYNCs: answered in order, each at once on an idle session */
+  for (uint64_t id = 10; id < 20; id++)
+    th_raw_request(fd, OPD_MSG_SYNC, id, "\x80", 1, -1);
+  for (uint64_t id = 10; id < 20; id++) {
+    cr_assert_eq(th_raw_reply(fd, &r, 2000), 0);
+    cr_assert_eq(r.id, id);
+    cr_assert_eq(r.code, 0, "%d %s", r.code, r.message);
+  }
+  close(fd);
+  th_assert_alive();
+}
+
+Test(async, hello_reports_max_async, .init = NULL) {
+  const char *args[] = {"--max-async", "7", NULL};
+  th_start(args);
+  opd_client_t *c = th_connect();
+  char *json;
+  size_t len;
+  cr_assert_eq(opd_server_info(c, &json, &len), 0);
+  cr_assert(strstr(json, "\"max_async\":7") != NULL, "%s", json);
+  opd_free(json);
+  opd_close(c);
+}
