@@ -299,6 +299,11 @@ $(B)/tests/ipc_gpu: tests/gpu/ipc_gpu.cu $(B)/libopd.a
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) $(if $(DEPS),-I$(DEPS)/include) $< -o $@ $(B)/libopd.a $(CLIENT_LIBS) -lcuda
 
+# GPU machine: a CUDA client's asynchronous, stream-ordered runs
+$(B)/tests/async_gpu: tests/gpu/async_gpu.cu $(B)/libopd.a
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) $(if $(DEPS),-I$(DEPS)/include) $< -o $@ $(B)/libopd.a $(CLIENT_LIBS) -ldl
+
 $(B)/tests/integration: $(INTEG_OBJ) $(B)/libopd.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $^ -o $@ -lcriterion $(CLIENT_LIBS) -lm

@@ -386,7 +386,11 @@ static void handle_stats(opd_req_t *r, int type,
   (void)type, (void)body;
   opd_server_t *srv = s->srv;
   msgpack_packer *pk = scratch(srv);
-  msgpack_pack_map(pk, 17);
+  msgpack_pack_map(pk, 19);
+  PACK_STR(pk, "async"); /* runs answered at enqueue, not yet complete */
+  msgpack_pack_uint32(pk, srv->async_now);
+  PACK_STR(pk, "async_peak"); /* the most one session had at once */
+  msgpack_pack_uint32(pk, srv->async_peak);
   PACK_STR(pk, "mappings"); /* host mmaps held for clients: arenas + rings */
   msgpack_pack_uint64(pk, srv->mappings);
   PACK_STR(pk, "mapped_bytes");

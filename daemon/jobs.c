@@ -138,6 +138,8 @@ void opd__job_enqueued(opd_job_t *job) {
   opd_session_t *s = job->s;
   s->running = NULL;
   s->n_async++;
+  s->srv->async_now++;
+  if (s->n_async > s->srv->async_peak) s->srv->async_peak = s->n_async;
   if (s->fd >= 0) {
     /* {"queued": true} */
     static const unsigned char body[] = {0x81, 0xa6, 'q', 'u', 'e', 'u',
@@ -149,6 +151,7 @@ void opd__job_enqueued(opd_job_t *job) {
 void opd__job_async_done(opd_job_t *job) {
   opd_session_t *s = job->s;
   s->n_async--;
+  s->srv->async_now--;
   opd__acct_inflight(s, -1);
   job_count(job);
   if (job->rc != 0 && s->async_rc == 0) {

@@ -75,7 +75,8 @@
  *                   plugins the daemon loaded at start (include/opd/op.h)
  *   STATS           {} -> {"sessions", "sessions_total", "requests", "errors",
  *                   "arenas", "bytes_mapped", "mappings", "mapped_bytes",
- *                   "inflight", "uids", "uptime_ns", "healthy",
+ *                   "inflight", "async", "async_peak", "uids", "uptime_ns",
+ *                   "healthy",
  *                   "ops": {name: {"calls", "errors", "ns"}}}: what the
  *                   daemon holds (mappings: host mmaps of client memory)
  *   PING            {} -> {}   (answered on the event loop; measures transport)

@@ -70,6 +70,7 @@ class Publishing:
             own = Tensor(arena, 0, t.dtype, t.shape, None, arena)
             if t.size:
                 self.run("copy", t, out=own)
+        self._settle()   # the copy, and what wrote t, done for attachers
         meta = json.dumps({"dtype": t.dtype, "shape": list(t.shape),
                            "offset": 0}, separators=(",", ":"))
         check(fn(h, self._arena_id(arena), name.encode(), meta.encode(),

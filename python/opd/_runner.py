@@ -17,8 +17,13 @@ builds the descriptors (_desc: cached per tensor and connection;
 _desc_array: arrays of several, cached by the descriptors) and returns
 libopd's arguments. _run() is the body of run() and of every generated
 operator method: from the run memo when the call is the memo's, else
-through _prepare() and opd_run / opd_run_on (ctypes releases the GIL, so
-threads overlap their requests).
+through _prepare() and _exec() (ctypes releases the GIL, so threads
+overlap their requests). _exec() picks how the run is sent: ordered with
+torch's current stream when torch's memory or a live torch view is in it
+(opd_run_stream), asynchronous when any tensor is in device memory
+(opd_run_async: answered once enqueued; the client notes it has runs to
+settle, _unsynced, which synchronize(), publish() and a new torch view
+settle), else plain opd_run.
 """
 import ctypes
 import numbers
@@ -26,7 +31,7 @@ import operator
 import weakref
 
 from . import _lib, errors, memory, protocol
-from ._torch import _is_torch, sync_device
+from ._torch import _is_torch
 from .errors import check
 from .tensor import Tensor, device_name
 
@@ -145,6 +150,7 @@ class Runner:
             ins.pop()
         torch_dev = None                      # a torch CUDA tensor's device
         odev = "cpu"                          # where new outputs go
+        on_dev = False                        # a tensor in device memory
         maps = self._maps
         for i, x in enumerate(ins):
             if type(x) is not Tensor:
@@ -159,6 +165,7 @@ class Runner:
                 torch_dev = x.arena.device        # torch may use its view
             if odev == "cpu":
                 odev = x.arena.device
+                on_dev = odev != "cpu"
         devb = None
         if device is not None:
             dev = device_name(device, auto=True)
@@ -176,6 +183,7 @@ class Runner:
             spec = self._infer(h, ob, ins, attr_arr, akey)
             ret = outs = tuple([self.empty(shape, dt, odev) for dt, shape in
                                 spec]) if spec else ()
+            on_dev = on_dev or (odev != "cpu" and bool(outs))
         else:
             ret = (out,) if isinstance(out, Tensor) or _is_torch(out) else tuple(out)
             outs = []
@@ -191,15 +199,35 @@ class Runner:
                     o = self._from_torch_cuda(o)
                 elif self._maps and self._viewed(o):
                     torch_dev = o.arena.device
+                if not on_dev:
+                    on_dev = o.arena.device != "cpu"
                 outs.append(o)
             outs = tuple(outs)
-        if torch_dev is not None and self.sync_torch:
-            sync_device(torch_dev)
         n_in, n_out = len(ins), len(outs)
         in_arr = self._desc_array(ins)
         out_arr = self._desc_array(outs)
         return (h, ob, in_arr, n_in, out_arr, n_out, attr_arr, len(attrs),
-                (ins, outs, keep, torch_dev)), ret, devb
+                (ins, outs, keep, torch_dev, on_dev)), ret, devb
+
+    def _exec(self, args, devb):
+        """Runs _prepare()'s arguments: in torch's stream order when torch's
+        memory or live torch views are involved (_run_ordered), else
+        asynchronously when a tensor is in device memory (answered once
+        enqueued; settled by synchronize() or a host read), else plainly.
+        Returns libopd's code."""
+        torch_dev, on_dev = args[8][3], args[8][4]
+        if torch_dev is not None:
+            idx = cuda_index(torch_dev)
+            return self._run_ordered(args[0], ("cuda:%d" % idx).encode(), idx,
+                                     *args[1:8])
+        if on_dev:
+            fn = getattr(self._lib, "opd_run_async", None)
+            if fn is not None:
+                self._unsynced = True
+                return fn(args[0], devb, *args[1:8])
+        if devb is None:
+            return self._lib.opd_run(*args[:8])
+        return self._need("opd_run_on")(args[0], devb, *args[1:8])
 
 
     def _infer(self, h, ob, ins, attr_arr, akey):
@@ -230,10 +258,9 @@ class Runner:
             if hit is not _MISS:
                 return hit
         args, outs, devb = self._prepare(op, inputs, out, attrs, device)
-        if devb is None:
-            check(self._lib.opd_run(*args[:8]))
-        else:
-            check(self._need("opd_run_on")(args[0], devb, *args[1:8]))
+        rc = self._exec(args, devb)
+        if rc:
+            check(rc)
         if out is not None or not outs:
             self._memo_store(op, inputs, out, device, attrs, args, outs, devb)
         if len(outs) == 1:
@@ -277,7 +304,7 @@ class Runner:
         memo[(op, id(out))] = [
             self._token, tuple([weakref.ref(x) for x in inputs]),
             tuple([weakref.ref(o) for o in outs]), device, dict(attrs),
-            args[1:8], devb, args[8][2], None]
+            args[1:8], devb, args[8][2], None, args[8][4]]
 
     def _memo_run(self, m, inputs, out):
         refs, orefs = m[1], m[2]
@@ -305,9 +332,12 @@ class Runner:
         prep = m[8]
         if prep is None:
             p = ctypes.c_void_p()
-            check(self._need("opd_prepare")(h, m[6], *m[5], ctypes.byref(p)))
+            flags = OPD_RUN_ASYNC if m[9] else 0
+            check(prepare_flags(self, h, m[6], m[5], flags, p))
             prep = m[8] = _Encoded(p, self._need("opd_prepared_free"),
                                    self._need("opd_run_prepared"))
+        if m[9]:
+            self._unsynced = True
         rc = prep.run(h, prep.p)
         if rc:
             check(rc)
@@ -315,6 +345,27 @@ class Runner:
 
 
 _MISS = object()   # _memo_run: not the memo's call
+OPD_RUN_ASYNC, OPD_RUN_STREAM = 0x1, 0x2   # opd_prepare_flags (opd.h)
+
+
+def cuda_index(dev):
+    """The index N of a torch.device or "cuda:N" string (torch's current
+    device for a bare "cuda")."""
+    idx = getattr(dev, "index", None) if not isinstance(dev, str) else \
+        (int(dev[5:]) if dev.startswith("cuda:") else None)
+    if idx is None:
+        import torch
+        idx = torch.cuda.current_device()
+    return idx
+
+
+def prepare_flags(c, h, devb, args, flags, p):
+    """opd_prepare_flags(h, devb, *args, flags, &p), or opd_prepare for
+    flags 0 or a libopd without it (the run is then answered when done)."""
+    fn = getattr(c._lib, "opd_prepare_flags", None) if flags else None
+    if fn is None:
+        return c._need("opd_prepare")(h, devb, *args, ctypes.byref(p))
+    return fn(h, devb, *args, flags, ctypes.byref(p))
 _MEMO_SCALARS = (int, float, bool, str)
 
 

@@ -7,12 +7,21 @@ TorchInterop is a mixin of Client: its methods use the connection state
 Client.__init__ sets (_imports, _maps, _lock, _reg) and the connection's
 arena helpers (_handle, _need, _remote, _arena_id, _drain_releases).
 
-torch CUDA tensors given as inputs or outputs are imported by their
-storage's legacy CUDA IPC handle (opd_import_cuda), once per storage and
+torch CUDA tensors given as inputs or outputs are used in place. In a
+run (torch.ops.opd, Client.run) they are described by libopd's
+opd_tensor_cuda: the cudaMalloc allocation (a segment of torch's caching
+allocator) a tensor lies in is imported once per connection, cached by
+the driver's buffer id, and nothing of torch's memory is held alive.
+from_torch (an opd Tensor to keep) imports the storage by its legacy
+CUDA IPC handle instead (opd_import_cuda), once per storage and
 connection (an LRU of IMPORT_CACHE storages, each held alive while
-cached), and used in place; before such a run the package synchronizes
-torch's device (sync_device, when Client.sync_torch), since opd works on
-its own stream in another process. The other direction: the per-device
+cached). Runs that touch torch's memory are ORDERED WITH torch's current
+stream (_run_ordered, libopd's opd_run_stream): the daemon's stream
+waits on the GPU for what torch queued before, torch's later work waits
+on the GPU for the run, and the call returns once the run is enqueued;
+no torch.cuda.synchronize. A libopd without opd_run_stream falls back to
+synchronizing torch's device first (sync_device, when Client.sync_torch)
+and a run that returns when done. The other direction: the per-device
 arenas are allocated exportable (opd_alloc_flags, CUDA VMM; plain
 opd_alloc when the daemon has no VMM), and Tensor.torch() of a device
 tensor maps its arena here once (opd_export_cuda's fd, see _cuda.py;
@@ -58,9 +67,27 @@ def _ipc_handle(handle):
 
 def sync_device(device):
     """torch.cuda.synchronize(device): the work torch queued on it is done
-    before opd (another process, its own stream) touches its memory."""
+    before opd (another process, its own stream) touches its memory. The
+    fallback of a libopd without stream-ordered runs."""
     import torch
     torch.cuda.synchronize(device)
+
+
+_raw_stream = None
+
+
+def current_stream(index):
+    """The cudaStream_t (an int) of torch's current stream on cuda:index."""
+    global _raw_stream
+    f = _raw_stream
+    if f is None:
+        import torch
+        f = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        if f is None:
+            def f(i):
+                return torch.cuda.current_stream(i).cuda_stream
+        _raw_stream = f
+    return f(index)
 
 
 class TorchInterop:
@@ -148,6 +175,39 @@ class TorchInterop:
                 self._imports.popitem(last=False)
             return a
 
+    # ---- runs on torch's memory, in torch's stream order ---------------------
+    def _cuda_desc(self, h, devb, t, keep):
+        """The descriptor of contiguous torch CUDA tensor t on this
+        connection (opd_tensor_cuda; a tensor whose memory has no legacy
+        IPC handle goes the from_torch way, which names the problem)."""
+        from ._torchops import _desc
+        fn = getattr(self._lib, "opd_tensor_cuda", None)
+        if fn is not None:
+            shape = tuple(t.shape)
+            if len(shape) > protocol.MAX_RANK:
+                raise errors.error(protocol.ELIMIT, "rank %d out of 0..%d"
+                                   % (len(shape), protocol.MAX_RANK))
+            d = _desc(0, 0, protocol.DTYPE_CODES[dtype_name(t.dtype)], shape)
+            if t.numel() == 0 or fn(h, devb, t.data_ptr(), ctypes.byref(d)) == 0:
+                keep.append(t)
+                return d
+        v = self._from_torch_cuda(t)
+        keep.append(v)
+        return self._desc(v)
+
+    def _run_ordered(self, h, devb, index, ob, in_arr, n_in, out_arr, n_out,
+                     attr_arr, n_attrs):
+        """Runs in order with torch's current stream of cuda:index and
+        returns libopd's code (see DESIGN)."""
+        fn = getattr(self._lib, "opd_run_stream", None)
+        if fn is not None:
+            return fn(h, devb, current_stream(index), ob, in_arr, n_in,
+                      out_arr, n_out, attr_arr, n_attrs)
+        if self.sync_torch:
+            sync_device(index)
+        return self._lib.opd_run_on(h, devb, ob, in_arr, n_in, out_arr, n_out,
+                                    attr_arr, n_attrs)
+
     def import_cuda(self, handle, offset, size, device="cuda:0"):
         """Imports bytes [offset, offset+size) of another allocation of this
         process's own CUDA memory by its IPC handle (64 bytes, or torch's
@@ -169,7 +229,10 @@ class TorchInterop:
         with self._lock:
             self._imports.clear()
         if self._h is not None:
-            self._handle()
+            h = self._handle()
+            fn = getattr(self._lib, "opd_cuda_forget", None)
+            if fn is not None:
+                check(fn(h))
 
     # ---- zero-copy torch views of device tensors -----------------------------
     def _torch_view(self, t):

@@ -16,9 +16,11 @@ A call then takes, per input:
           op's output) is used in place (a descriptor, no copy); any other
           is copied into the plan's staging tensor
   CUDA    a zero-copy view of the daemon's device memory (an earlier op's
-          output) is used in place; a torch storage is imported by CUDA IPC
-          handle once per storage and connection (Client._from_torch_cuda's
-          cache) and used in place; torch's device is synchronized first
+          output) is used in place; torch's own memory is used in place
+          too, its allocation imported once per connection (libopd's
+          opd_tensor_cuda, Client._cuda_desc); the run is ordered with
+          torch's current stream on the GPU (Client._run_ordered: no
+          synchronize, the call returns once the daemon enqueued it)
 and carves the outputs from the client's allocators (host: a new block of
 a reused arena; device: a block of a per-device arena), sends one opd_run_on
 and returns the outputs as zero-copy torch views (host: numpy's array
@@ -150,7 +152,7 @@ def _desc(aid, offset, code, shape):
 
 class _Plan:
     """What every call of one signature shares (see DESIGN)."""
-    __slots__ = ("specs", "cuda", "dev", "devb", "attr_arr", "attr_keep",
+    __slots__ = ("specs", "cuda", "dev", "index", "devb", "attr_arr", "attr_keep",
                  "n_attrs", "stage", "otmpl", "lock", "staged", "__weakref__")
 
     def __init__(self):
@@ -230,9 +232,9 @@ class OpRunner:
         p.cuda = cuda is not None
         if p.cuda:
             idx = cuda.index if cuda.index is not None else torch.cuda.current_device()
-            p.dev = "cuda:%d" % idx
+            p.dev, p.index = "cuda:%d" % idx, idx
         else:
-            p.dev = "cpu"
+            p.dev, p.index = "cpu", None
         p.devb = p.dev.encode()
         if attrs:
             p.attr_arr, p.attr_keep, akey = c._attrs(self.schema, attrs)
@@ -267,14 +269,13 @@ class OpRunner:
         keep.append(st)
         return st[2]
 
-    def _input(self, c, p, i, t, shared, keep):
+    def _input(self, c, h, p, i, t, shared, keep):
         if t.is_cuda:
             if not t.is_contiguous():
                 t = t.contiguous()
-                keep.append(t)
             v = in_device_view(c, t)
             if v is None:
-                v = c._from_torch_cuda(t)
+                return c._cuda_desc(h, p.devb, t, keep)
             keep.append(v)
             return c._desc(v)
         loc = in_arena(c, t)
@@ -321,22 +322,25 @@ class OpRunner:
 
     def _call(self, c, h, p, ins, outs, shared, label):
         keep = []
-        descs = [self._input(c, p, i, t, shared, keep) for i, t in enumerate(ins)]
+        descs = [self._input(c, h, p, i, t, shared, keep)
+                 for i, t in enumerate(ins)]
         n_in = len(descs)
         in_arr = None if not descs else descs[0] if n_in == 1 else \
             (_lib.TensorDesc * n_in)(*descs)
-        if p.cuda and c.sync_torch:
-            torch.cuda.synchronize(p.dev)
         if outs is None:
             res, odescs, copies = self._new_outputs(c, p, shared)
         else:
-            res, odescs, copies = self._given_outputs(c, p, outs, keep,
+            res, odescs, copies = self._given_outputs(c, h, p, outs, keep,
                                                       label or self.name)
         n_out = len(odescs)
         out_arr = None if not odescs else odescs[0] if n_out == 1 else \
             (_lib.TensorDesc * n_out)(*odescs)
-        rc = c._lib.opd_run_on(h, p.devb, self.ob, in_arr, n_in, out_arr, n_out,
-                               p.attr_arr, p.n_attrs)
+        if p.cuda:   # in order with torch's current stream, no CPU wait
+            rc = c._run_ordered(h, p.devb, p.index, self.ob, in_arr, n_in,
+                                out_arr, n_out, p.attr_arr, p.n_attrs)
+        else:
+            rc = c._lib.opd_run_on(h, p.devb, self.ob, in_arr, n_in, out_arr,
+                                   n_out, p.attr_arr, p.n_attrs)
         if rc:
             errors.check(rc)
         if outs is not None:
@@ -363,7 +367,7 @@ class OpRunner:
             odescs.append(d)
         return res, odescs, ()
 
-    def _given_outputs(self, c, p, outs, keep, label):
+    def _given_outputs(self, c, h, p, outs, keep, label):
         """Descriptors for out= tensors `outs`; a tensor the daemon cannot
         write in place gets a temporary, copied into it after the run."""
         if len(outs) != len(p.specs):
@@ -380,11 +384,11 @@ class OpRunner:
                 raise errors.error(protocol.EINVAL, "%s: output %d is on %s, the "
                                    "run on %s" % (label, k, o.device, p.dev))
             if p.cuda:
-                if o.is_contiguous():
-                    v = in_device_view(c, o)
-                    if v is None:
-                        v = c._from_torch_cuda(o)
-                else:
+                v = in_device_view(c, o) if o.is_contiguous() else None
+                if v is None and o.is_contiguous():
+                    odescs.append(c._cuda_desc(h, p.devb, o, keep))
+                    continue
+                if v is None:
                     v = c.empty(shape, dt, device=p.dev)
                     copies.append((o, _device_view(v)))
                 keep.append(v)

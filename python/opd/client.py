@@ -50,7 +50,8 @@ from ._arenas import Arenas
 from ._ops import OpMethods
 from ._publish import Publishing
 from ._runner import Runner
-from ._torch import TorchInterop, _is_torch, sync_device
+from ._runner import OPD_RUN_ASYNC, OPD_RUN_STREAM, cuda_index, prepare_flags
+from ._torch import TorchInterop, _is_torch, current_stream, sync_device
 from ._torch import IMPORT_CACHE  # noqa: F401 (opd.client.IMPORT_CACHE, as before)
 from .errors import check
 from .tensor import Tensor, device_name, dtype_name, _prod
@@ -83,11 +84,13 @@ def socket_path(given=None):
 
 class Request:
     """A submitted run (Client.submit). wait() returns its outputs."""
-    __slots__ = ("_client", "_id", "_keep", "_result", "_done", "_token")
+    __slots__ = ("_client", "_id", "_keep", "_result", "_done", "_token",
+                 "_settle")
 
-    def __init__(self, client, rid, keep, result, token):
+    def __init__(self, client, rid, keep, result, token, settle=False):
         self._client, self._id, self._keep = client, rid, keep
         self._result, self._done, self._token = result, False, token
+        self._settle = settle
 
     def wait(self, timeout=None):
         """Waits for the run; returns what run() would (the outputs).
@@ -106,6 +109,8 @@ class Request:
             check(rc)
         self._done, self._keep = True, None
         check(rc)
+        if self._settle:        # answered at enqueue: torch reads it next
+            c.synchronize()
         return self._result
 
 
@@ -114,10 +119,12 @@ class Prepared:
     the outputs, as run() would: the same Tensors every time); submit()
     sends it without waiting. It is rebuilt by itself after the
     connection changes (fork). close() frees it (also on garbage
-    collection)."""
+    collection). It is sent as run() would send it: in torch's stream
+    order when it touches torch's memory, asynchronously on device
+    memory."""
     __slots__ = ("_client", "_op", "_inputs", "_out", "_device", "_attrs",
                  "_p", "_token", "_keep", "_result", "_torch_dev", "_free",
-                 "_run", "_h")
+                 "_run", "_h", "_stream", "_async")
 
     def __init__(self, client, op, inputs, out, device, attrs):
         self._client, self._op, self._inputs = client, op, tuple(inputs)
@@ -133,12 +140,21 @@ class Prepared:
                                      self._attrs, self._device)
         if self._out is None:             # the outputs allocated once
             self._out = ret
+        self._torch_dev, on_dev = args[8][3], args[8][4]
+        self._stream = self._async = None
+        flags = 0
+        if self._torch_dev is not None and \
+                getattr(c._lib, "opd_run_prepared_stream", None) is not None:
+            self._stream = cuda_index(self._torch_dev)   # in torch's order
+            devb, flags = ("cuda:%d" % self._stream).encode(), OPD_RUN_STREAM
+        elif on_dev and self._torch_dev is None:
+            flags = OPD_RUN_ASYNC
         p = ctypes.c_void_p()
-        check(c._need("opd_prepare")(args[0], devb, *args[1:8],
-                                     ctypes.byref(p)))
+        check(prepare_flags(c, args[0], devb, args[1:8], flags, p))
+        if flags == OPD_RUN_ASYNC and getattr(c._lib, "opd_prepare_flags", None):
+            self._async = True
         self.close()
         self._p, self._token, self._keep = p, c._token, args
-        self._torch_dev = args[8][3]
         self._result = ret[0] if len(ret) == 1 else (ret if ret else None)
 
     def _ready(self):
@@ -147,11 +163,12 @@ class Prepared:
         if c._token is not self._token:   # a new connection: its arena ids
             self._build()
             h = c._handle()
-        if self._torch_dev is not None and c.sync_torch:
+        fallback = self._torch_dev is not None and self._stream is None
+        if fallback and c.sync_torch:
             sync_device(self._torch_dev)
         # the fast path of __call__: this handle, while the connection, the
         # fork generation and the client's release queue stay as they are
-        self._h = h if self._torch_dev is None else None
+        self._h = None if fallback else h
         return h
 
     def __call__(self):
@@ -162,20 +179,31 @@ class Prepared:
         if (h is None or h is not c._h or c._gen != memory._fork_gen[0] or
                 c._pending_release):
             h = self._ready()
-        rc = self._run(h, self._p)
+        if self._stream is not None:
+            rc = c._lib.opd_run_prepared_stream(h, self._p,
+                                                current_stream(self._stream))
+        else:
+            if self._async:
+                c._unsynced = True
+            rc = self._run(h, self._p)
         if rc:
             check(rc)
         return self._result
 
     def submit(self):
         """Sends the run without waiting; returns a Request (wait() returns
-        the outputs)."""
+        the outputs: a run on device memory is then enqueued, one on
+        torch's memory complete)."""
         h = self._ready()
+        c = self._client
+        if self._stream is not None and c.sync_torch:
+            sync_device(self._torch_dev)  # what torch queued, done first
+        if self._async:
+            c._unsynced = True
         rid = ctypes.c_uint64()
-        check(self._client._lib.opd_submit_prepared(h, self._p,
-                                                    ctypes.byref(rid)))
-        return Request(self._client, rid.value, self._keep, self._result,
-                       self._token)
+        check(c._lib.opd_submit_prepared(h, self._p, ctypes.byref(rid)))
+        return Request(c, rid.value, self._keep, self._result, self._token,
+                       settle=self._stream is not None)
 
     def close(self):
         """Frees the encoded request (the tensors stay as they are)."""
@@ -195,9 +223,11 @@ class Client(OpMethods, Runner, Arenas, TorchInterop, Publishing):
     the runner of operators (one method per daemon operator). Thread-safe.
     Use opd.connect() to make one."""
 
+    #: with a libopd without stream-ordered runs (opd_run_stream):
     #: synchronize torch's CUDA device before a run that uses torch CUDA
     #: tensors (opd runs on its own stream in another process); set False
-    #: to do it yourself
+    #: to do it yourself. Runs are otherwise ordered with torch's current
+    #: stream on the GPU, and this is not needed.
     sync_torch = True
 
     def __init__(self, socket=None, connect=True, priority=None, wait=None):
@@ -244,6 +274,7 @@ class Client(OpMethods, Runner, Arenas, TorchInterop, Publishing):
         self._desc_arrays = {}        # descriptors -> their ctypes array
         self._run_memo = {}           # (op, id(out)) -> a run's arguments
         self._op_bytes = {}           # op name -> its bytes
+        self._unsynced = False        # async runs sent since synchronize()
         self._serial = next(_serials)
         _clients.add(self)
         if connect:
@@ -273,6 +304,7 @@ class Client(OpMethods, Runner, Arenas, TorchInterop, Publishing):
             self._dallocs, self._pubs = {}, {}
             self._maps, self._no_vmm = {}, set()
             self._imports = collections.OrderedDict()
+            self._unsynced = False
             h = ctypes.c_void_p()
             flags = _PRIORITY[self.priority] | _WAIT[self.wait]
             if flags:
@@ -449,6 +481,8 @@ class Client(OpMethods, Runner, Arenas, TorchInterop, Publishing):
         The Request keeps every tensor it uses alive until waited for;
         outputs (torch ones included) are complete only after wait()."""
         args, outs, devb = self._prepare(op, inputs, out, attrs, device)
+        if args[8][3] is not None and self.sync_torch:
+            sync_device(args[8][3])       # answered when done: torch's first
         rid = ctypes.c_uint64()
         if devb is None:
             check(self._lib.opd_submit(*args[:8], ctypes.byref(rid)))
@@ -457,6 +491,23 @@ class Client(OpMethods, Runner, Arenas, TorchInterop, Publishing):
                                               ctypes.byref(rid)))
         res = outs[0] if len(outs) == 1 else (outs if outs else None)
         return Request(self, rid.value, args, res, self._token)
+
+    def synchronize(self):
+        """Waits until every run this client sent has completed (runs on
+        device memory return once enqueued: docs/async.md). Returns None;
+        raises the OpdError of the first asynchronous run that failed
+        since the last synchronize ("an earlier asynchronous run failed:
+        <op> (request N): ...")."""
+        h = self._handle()
+        fn = getattr(self._lib, "opd_synchronize", None)
+        self._unsynced = False
+        if fn is not None:
+            check(fn(h))
+
+    def _settle(self):
+        """synchronize() when asynchronous runs may be in flight."""
+        if self._unsynced:
+            self.synchronize()
 
     def prepare(self, op, *inputs, out=None, device=None, **attrs):
         """Prepares a run (arguments as run()) to be repeated: libopd

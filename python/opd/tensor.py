@@ -400,11 +400,10 @@ class Tensor:
         output on a device): a ZERO-COPY torch CUDA view of the daemon's
         memory (the arena is exported as a CUDA VMM fd and mapped here
         once per connection; the view keeps the mapping and this tensor
-        alive, and stays valid after the client closes). The daemon's
-        writes are complete when its run returns; torch's writes into the
-        view are seen by the next run of this package (it synchronizes
-        torch before runs touching tensors with live views, unless
-        Client.sync_torch is False: then torch.cuda.synchronize() first).
+        alive, and stays valid after the client closes). Making the view
+        waits for this client's asynchronous runs (Client.synchronize);
+        from then on runs touching tensors with live views are ordered
+        with torch's current stream on the GPU, both ways (docs/async.md).
         Falls back to a COPY into a new torch CUDA tensor (one
         device-to-device copy by the daemon, with a RuntimeWarning once)
         when the daemon cannot export (no CUDA VMM, an older daemon or
@@ -423,6 +422,7 @@ class Tensor:
             return self.cpu().torch()
         c = _client_of(self)
         if self.arena.kind == "alloc":
+            c._settle()   # asynchronous runs on it, done before torch reads
             v = c._torch_view(self)
             if v is not None:
                 return v

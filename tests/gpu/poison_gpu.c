@@ -1,6 +1,8 @@
 /* GPU machine: the poisoned-context drill. Needs a daemon built with the
  * test-only "fault" op (make TEST_OPS=1):
- *   build-test/opd --socket S &  build/tests/poison_gpu S ; wait  (status 3)
+ *   build-test/opd --socket S &  build/tests/poison_gpu S [async]; wait  (status 3)
+ * With "async" the fault is an asynchronous run (opd_run_async), which is
+ * enqueued fine and reported by the next opd_synchronize.
  * A kernel writes to an invalid address; the daemon must fail that run with
  * a clear error, report unhealthy, refuse CUDA work, keep answering for its
  * grace period, then say goodbye to every client and exit with status 3.
@@ -33,6 +35,7 @@ static int healthy(opd_client_t *c) {
 
 int main(int argc, char **argv) {
   const char *sock = argc > 1 ? argv[1] : NULL;
+  int async = argc > 2 && strcmp(argv[2], "async") == 0;
   opd_client_t *a, *b;
   if (opd_connect(sock, &a) != 0 || opd_connect(sock, &b) != 0) {
     fprintf(stderr, "%s\n", opd_last_error());
@@ -53,10 +56,24 @@ int main(int argc, char **argv) {
   rc = opd_run(a, "relu", &dx, 1, &dy, 1, NULL, 0);
   CHECK(rc == 0, "a CUDA run before the fault: %s", rc ? opd_last_error() : "ok");
 
-  rc = opd_run_on(a, "cuda", "fault", NULL, 0, NULL, 0, NULL, 0);
-  CHECK(rc == OPD_EBACKEND && strstr(opd_last_error(), "illegal") != NULL,
-        "the faulting run fails clearly: %s (%s)", opd_errname(rc),
-        opd_last_error());
+  if (async) {
+    /* enqueued fine; the fault is told at the next synchronization */
+    rc = opd_run_async(a, "cuda", "fault", NULL, 0, NULL, 0, NULL, 0);
+    CHECK(rc == 0, "the faulting run, asynchronous, is enqueued: %s",
+          rc ? opd_last_error() : "ok");
+    rc = opd_synchronize(a);
+    CHECK(rc == OPD_EBACKEND &&
+              strstr(opd_last_error(), "an earlier asynchronous run failed: "
+                                       "fault (request") != NULL &&
+              strstr(opd_last_error(), "illegal") != NULL,
+          "opd_synchronize reports it clearly: %s (%s)", opd_errname(rc),
+          opd_last_error());
+  } else {
+    rc = opd_run_on(a, "cuda", "fault", NULL, 0, NULL, 0, NULL, 0);
+    CHECK(rc == OPD_EBACKEND && strstr(opd_last_error(), "illegal") != NULL,
+          "the faulting run fails clearly: %s (%s)", opd_errname(rc),
+          opd_last_error());
+  }
   CHECK(healthy(a) == 0, "stats report unhealthy");
   rc = opd_run(a, "relu", &dx, 1, &dy, 1, NULL, 0);
   CHECK(rc == OPD_EBACKEND && strstr(opd_last_error(), "poisoned") != NULL,

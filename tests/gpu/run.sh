@@ -17,7 +17,7 @@ status=0
 echo "== machine"; nvidia-smi -L; nvcc --version | tail -n 1; gcc --version | head -n 1
 echo "== build"
 make -j"$(nproc)" CUDA=1 BLAS=0 $deps build/opd build/opctl build/tests/daemon_gpu \
-  build/tests/poison_gpu build/tests/ipc_gpu build/tests/gpu_kernels build/libopd.so \
+  build/tests/poison_gpu build/tests/ipc_gpu build/tests/async_gpu build/tests/gpu_kernels build/libopd.so \
   build/bench/bench_launch build/bench/bench_pingpong \
   >"$out/build.log" 2>&1 &&
 make -j"$(nproc)" CUDA=1 BLAS=0 TEST_OPS=1 B=build-test $deps build-test/opd \
@@ -43,6 +43,8 @@ echo "== transports: opd noop over spin / adaptive / socket next to raw ping-pon
 timeout 120 build/bench/bench_pingpong -n 100000 -s "$sock" 2>&1 | tee "$out/transports.txt" | grep -E "^(latency|error|# placement)"
 echo "== CUDA IPC import"
 timeout 60 build/tests/ipc_gpu "$sock" 2>&1 | tee "$out/ipc_gpu.txt" || status=1
+echo "== asynchronous, stream-ordered runs from a CUDA client (issue 13)"
+timeout 120 build/tests/async_gpu "$sock" 2>&1 | tee "$out/async_gpu.txt" || status=1
 if [ -n "${PYTEST_GPU:-}" ]; then
   echo "== python GPU tests (torch)"
   OPD_BIN=$PWD/build/opd OPD_LIB=$PWD/build/libopd.so PYTHONPATH=$PWD/python \
@@ -80,6 +82,13 @@ timeout 60 build/tests/poison_gpu "$sock" 2>&1 | tee "$out/poison_gpu.txt" || st
 wait "$pid"; st=$?
 echo "opd exit status $st (3 expected: restart me)"; [ $st = 3 ] || status=1
 grep -E "poison|illegal|exit" "$out/opd-poison.log" | tail -n 5
+echo "== the same drill with the fault in an asynchronous run (issue 13)"
+build-test/opd --socket "$sock" >"$out/opd-poison-async.log" 2>&1 &
+pid=$!
+for _ in $(seq 1 100); do build/opctl --socket "$sock" ping -c 1 >/dev/null 2>&1 && break; sleep 0.1; done
+timeout 60 build/tests/poison_gpu "$sock" async 2>&1 | tee "$out/poison_gpu_async.txt" || status=1
+wait "$pid"; st=$?
+echo "opd exit status $st (3 expected: restart me)"; [ $st = 3 ] || status=1
 
 if [ $bench = 1 ]; then
   echo "== the floor of a tiny op: in-process launch + sync"

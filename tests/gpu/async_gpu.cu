@@ -1,0 +1,260 @@
+/* GPU machine: asynchronous, stream-ordered runs from a CUDA client
+ * (issue 13) through libopd's C interface: opd_run_stream, opd_tensor_cuda,
+ * opd_run_async / opd_submit_async, opd_synchronize.
+ *   build/tests/async_gpu SOCKET    (prints checks and "N passed, N failed")
+ * Checked: GPU-side order both ways with the client's own stream (a slow
+ * kernel of the client writes the input, opd reads it with no host wait,
+ * the client's next kernel reads opd's output, and the client overwrites
+ * the input at once); the call returns before a long kernel finishes;
+ * memory freed right after the call; the default streams; the import
+ * cache and its errors; validation errors still at the call; the bound on
+ * incomplete runs (stats from a second connection); a client that exits
+ * with runs in flight. */
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "opd/opd.h"
+
+static int passed, failed;
+
+#define CHECK(cond, ...)                                  \
+  do {                                                    \
+    if (cond) passed++, printf("PASS ");                  \
+    else failed++, printf("FAIL ");                       \
+    printf(__VA_ARGS__);                                  \
+    printf("\n");                                         \
+    fflush(stdout);                                       \
+  } while (0)
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+/* spins about `cycles` clocks, then writes x[i] = base - i */
+__global__ void slow_fill(float *x, int n, float base, long long cycles) {
+  long long t0 = clock64();
+  while (clock64() - t0 < cycles) {
+  }
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += gridDim.x * blockDim.x)
+    x[i] = base - (float)i;
+}
+
+__global__ void twice(const float *y, float *z, int n) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += gridDim.x * blockDim.x)
+    z[i] = 2.0f * y[i];
+}
+
+static int64_t stat_of(opd_client_t *c, const char *key) {
+  char *json, pat[64];
+  size_t len;
+  if (opd_stats_json(c, &json, &len) != 0) return -1;
+  snprintf(pat, sizeof pat, "\"%s\":", key);
+  char *p = strstr(json, pat);
+  int64_t v = p ? strtoll(p + strlen(pat), NULL, 10) : -1;
+  opd_free(json);
+  return v;
+}
+
+static opd_tensor_t vec(int64_t n) {
+  opd_tensor_t t;
+  opd_tensor_init(&t, 0, 0, OPD_DTYPE_FLOAT32, 1, &n);
+  return t;
+}
+
+int main(int argc, char **argv) {
+  const char *sock = argc > 1 ? argv[1] : NULL;
+  opd_client_t *c, *watch;
+  if (opd_connect(sock, &c) != 0 || opd_connect(sock, &watch) != 0) {
+    fprintf(stderr, "%s\n", opd_last_error());
+    return 1;
+  }
+  enum { N = 1 << 20 };
+  float *x, *y, *z;
+  cudaMalloc((void **)&x, N * sizeof(float));
+  cudaMalloc((void **)&y, N * sizeof(float));
+  cudaMalloc((void **)&z, N * sizeof(float));
+  cudaStream_t s;
+  cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  int rate = 0;
+  cudaDeviceGetAttribute(&rate, cudaDevAttrClockRate, 0); /* kHz */
+  long long ms20 = (long long)rate * 20;                  /* ~20 ms */
+
+  /* ---- order both ways, no host wait ---- */
+  opd_tensor_t tx = vec(N), ty = vec(N);
+  int rc = opd_tensor_cuda(c, "cuda:0", x, &tx);
+  rc |= opd_tensor_cuda(c, "cuda:0", y, &ty);
+  CHECK(rc == 0, "opd_tensor_cuda on cudaMalloc memory: %s",
+        rc ? opd_last_error() : "ok");
+  opd_tensor_t tx2 = vec(N);
+  opd_tensor_cuda(c, "cuda:0", x, &tx2);
+  CHECK(tx2.arena == tx.arena && tx2.offset == 0,
+        "the same allocation again: the cached import");
+  slow_fill<<<64, 256, 0, s>>>(x, N, 1000.0f, ms20); /* the client's work */
+  double t0 = now_ms();
+  rc = opd_run_stream(c, "cuda:0", s, "relu", &tx, 1, &ty, 1, NULL, 0);
+  double t_call = now_ms() - t0;
+  CHECK(rc == 0, "opd_run_stream after a slow kernel of the client: %s",
+        rc ? opd_last_error() : "ok");
+  /* the client overwrites x at once and reads y: both after opd's run */
+  slow_fill<<<64, 256, 0, s>>>(x, N, -5.0f, 0);
+  twice<<<64, 256, 0, s>>>(y, z, N);
+  cudaStreamSynchronize(s);
+  double t_all = now_ms() - t0;
+  float *h = (float *)malloc(N * sizeof(float));
+  cudaMemcpy(h, z, N * sizeof(float), cudaMemcpyDeviceToHost);
+  int bad = 0;
+  for (int i = 0; i < N; i++) {
+    float v = 1000.0f - (float)i;
+    bad += h[i] != 2.0f * (v > 0 ? v : 0.0f);
+  }
+  CHECK(bad == 0, "opd read the slow kernel's x and the next kernel read "
+        "opd's y: %d wrong of %d", bad, N);
+  CHECK(t_call < t_all / 4, "the call returned at enqueue: %.2f ms, the "
+        "stream done after %.2f ms", t_call, t_all);
+
+  /* ---- reuse at once, in a loop, and the legacy default stream ---- */
+  bad = 0;
+  for (int k = 0; k < 50; k++) {
+    cudaStream_t st = (k & 1) ? s : cudaStreamLegacy;
+    slow_fill<<<64, 256, 0, st>>>(x, N, (float)(k * 10), k == 0 ? ms20 / 10 : 0);
+    rc |= opd_run_stream(c, "cuda", st, "relu", &tx, 1, &ty, 1, NULL, 0);
+    twice<<<64, 256, 0, st>>>(y, z, N);
+    slow_fill<<<64, 256, 0, st>>>(x, N, -1e6f, 0); /* reused at once */
+    cudaMemcpyAsync(h, z, 64 * sizeof(float), cudaMemcpyDeviceToHost, st);
+    cudaStreamSynchronize(st);
+    for (int i = 0; i < 64; i++) {
+      float v = (float)(k * 10) - (float)i;
+      bad += h[i] != 2.0f * (v > 0 ? v : 0.0f);
+    }
+  }
+  CHECK(rc == 0 && bad == 0, "50 rounds over two streams, the input "
+        "overwritten right after each call: %d wrong (%s)", bad,
+        rc ? opd_last_error() : "ok");
+
+  /* ---- freed right after the call ---- */
+  float *tmp;
+  cudaMalloc((void **)&tmp, 64 << 20);
+  opd_tensor_t tt = vec(16 << 20), tt2 = vec(16 << 20);
+  rc = opd_tensor_cuda(c, "cuda:0", tmp, &tt);
+  tt2 = tt;
+  rc |= opd_run_stream(c, "cuda:0", s, "relu", &tt, 1, &tt2, 1, NULL, 0);
+  cudaFree(tmp); /* waits for the device: the stream waited for the run */
+  float *tmp2;
+  cudaMalloc((void **)&tmp2, 64 << 20); /* likely the same addresses */
+  cudaMemset(tmp2, 0, 64 << 20);
+  opd_tensor_t tn = vec(16 << 20);
+  rc |= opd_tensor_cuda(c, "cuda:0", tmp2, &tn);
+  CHECK(rc == 0 && tn.arena != tt.arena, "memory freed after the call and "
+        "made again: a new import (arena %llu, was %llu): %s",
+        (unsigned long long)tn.arena, (unsigned long long)tt.arena,
+        rc ? opd_last_error() : "ok");
+  opd_tensor_t tn2 = tn;
+  tn2.offset = 32 << 20;
+  tn2.shape[0] = 1 << 20;
+  opd_tensor_t tn1 = tn;
+  tn1.shape[0] = 1 << 20;
+  rc = opd_run_stream(c, "cuda:0", s, "relu", &tn1, 1, &tn2, 1, NULL, 0);
+  cudaStreamSynchronize(s);
+  CHECK(rc == 0 && opd_synchronize(c) == 0 && opd_ping(c) == 0,
+        "runs on the new allocation, the daemon healthy: %s",
+        rc ? opd_last_error() : "ok");
+  cudaFree(tmp2);
+
+  /* ---- errors at the call ---- */
+  opd_tensor_t small = vec(10);
+  small.arena = ty.arena;
+  rc = opd_run_stream(c, "cuda:0", s, "relu", &tx, 1, &small, 1, NULL, 0);
+  CHECK(rc == OPD_ESHAPE, "a shape error is the call's: %s (%s)",
+        opd_errname(rc), opd_last_error());
+  opd_tensor_t big = vec(N + 1);
+  rc = opd_tensor_cuda(c, "cuda:0", x, &big);
+  CHECK(rc == OPD_EBOUNDS, "past the allocation: %s (%s)", opd_errname(rc),
+        opd_last_error());
+  opd_tensor_t hostp = vec(4);
+  rc = opd_tensor_cuda(c, "cuda:0", h, &hostp);
+  CHECK(rc == OPD_EINVAL, "a host pointer: %s (%s)", opd_errname(rc),
+        opd_last_error());
+  rc = opd_run_stream(c, "cuda:0", (void *)0x1234, "relu", &tx, 1, &ty, 1,
+                      NULL, 0);
+  CHECK(rc == OPD_EINVAL, "not a stream: %s (%s)", opd_errname(rc),
+        opd_last_error());
+
+  /* ---- the bound on incomplete runs, daemon memory ---- */
+  enum { M = 2048, RUNS = 600 };
+  uint64_t da;
+  rc = opd_alloc(c, "cuda:0", 3ull * M * M * 4, &da);
+  int64_t mm[2] = {M, M};
+  opd_tensor_t A, B, C;
+  opd_tensor_init(&A, da, 0, OPD_DTYPE_FLOAT32, 2, mm);
+  opd_tensor_init(&B, da, (uint64_t)M * M * 4, OPD_DTYPE_FLOAT32, 2, mm);
+  opd_tensor_init(&C, da, 2ull * M * M * 4, OPD_DTYPE_FLOAT32, 2, mm);
+  opd_tensor_t AB[2] = {A, B};
+  uint64_t *req = (uint64_t *)calloc(RUNS, sizeof *req);
+  int64_t seen = 0;
+  t0 = now_ms();
+  for (int k = 0; k < RUNS && rc == 0; k++) {
+    rc = opd_submit_async(c, "cuda:0", "matmul", AB, 2, &C, 1, NULL, 0, &req[k]);
+    if (k % 50 == 49) {
+      int64_t a = stat_of(watch, "async");
+      if (a > seen) seen = a;
+    }
+  }
+  int64_t peak = stat_of(watch, "async_peak");
+  for (int k = 0; k < RUNS && rc == 0; k++) rc = opd_wait(c, req[k], 60000);
+  double t_enq = now_ms() - t0;
+  rc |= opd_synchronize(c);
+  double t_done = now_ms() - t0;
+  CHECK(rc == 0, "%d matmuls %dx%d submitted asynchronously, all enqueued "
+        "in %.0f ms, complete in %.0f ms: %s", RUNS, M, M, t_enq, t_done,
+        rc ? opd_last_error() : "ok");
+  CHECK(seen > 0 && peak <= 256, "the bound held: at most %lld incomplete "
+        "seen, peak %lld, max_async 256", (long long)seen, (long long)peak);
+  CHECK(stat_of(watch, "async") == 0, "none incomplete after synchronize");
+
+  /* ---- a client that exits with runs in flight ---- */
+  int64_t arenas0 = stat_of(watch, "arenas"), sessions0 = stat_of(watch, "sessions");
+  pid_t pid = fork();
+  if (pid == 0) {
+    opd_client_t *k;
+    if (opd_connect(sock, &k) != 0) _exit(2);
+    uint64_t kd;
+    if (opd_alloc(k, "cuda:0", 3ull * M * M * 4, &kd) != 0) _exit(3);
+    opd_tensor_t a = A, b = B, o = C;
+    a.arena = b.arena = o.arena = kd;
+    opd_tensor_t ab[2] = {a, b};
+    for (int i = 0; i < 200; i++)
+      if (opd_run_async(k, "cuda:0", "matmul", ab, 2, &o, 1, NULL, 0) != 0)
+        _exit(4);
+    _exit(0); /* runs in flight, nothing closed */
+  }
+  int st = 0;
+  waitpid(pid, &st, 0);
+  int64_t ar = -1, se = -1;
+  for (int i = 0; i < 200; i++) {
+    ar = stat_of(watch, "arenas");
+    se = stat_of(watch, "sessions");
+    if (ar == arenas0 && se == sessions0) break;
+    usleep(50000);
+  }
+  CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0 && ar == arenas0 &&
+        se == sessions0 && stat_of(watch, "async") == 0,
+        "a client that exited with 200 runs in flight: its session and "
+        "arenas gone (arenas %lld -> %lld, sessions %lld -> %lld), exit %d",
+        (long long)arenas0, (long long)ar, (long long)sessions0,
+        (long long)se, WEXITSTATUS(st));
+  CHECK(opd_ping(c) == 0, "the daemon serves on");
+
+  opd_close(c);
+  opd_close(watch);
+  printf("%d passed, %d failed\n", passed, failed);
+  return failed != 0;
+}

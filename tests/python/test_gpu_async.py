@@ -1,0 +1,199 @@
+"""Asynchronous, stream-ordered runs on the GPU machine (issue 13), from
+Python: torch.ops.opd and Client.run on torch CUDA tensors return without
+a CPU sync and are ordered with torch's current stream both ways; inputs
+and outputs dropped and their memory reused right after a call (torch's
+caching allocator), in loops, against torch; a side stream; empty_cache
+right after calls; runs on daemon-owned device tensors return at enqueue
+and are settled by a host read, synchronize(), a new torch view or
+publish(); a client that exits with runs in flight. Skips without torch,
+CUDA, a daemon with a device, or opd.torch (torch < 2.4).
+"""
+import multiprocessing as mp
+import os
+
+import numpy as np
+import pytest
+
+import opd
+
+torch = pytest.importorskip("torch", reason="torch is not installed")
+if not torch.cuda.is_available():
+    pytest.skip("torch sees no CUDA device", allow_module_level=True)
+
+DEV = "cuda:0"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def gpu_daemon(daemon):
+    with opd.connect(daemon.socket) as c:
+        if not c.devices():
+            pytest.skip("the daemon under test reports no CUDA device")
+
+
+@pytest.fixture(scope="module")
+def ops(daemon):
+    try:
+        import opd.torch as ot
+    except ImportError as e:
+        pytest.skip(str(e))
+    c = opd.connect(daemon.socket)
+    ot.register(c)
+    yield torch.ops.opd
+    c.close()
+
+
+def slow(n=4096):
+    """A torch result that takes a few ms to compute (a long matmul)."""
+    a = torch.randn(n, n, device=DEV)
+    return a @ a
+
+
+def test_torch_ops_ordered_both_ways_without_sync(ops):
+    for _ in range(3):
+        x = slow()[:64]                 # still being computed
+        ref = torch.softmax(x, -1)      # torch's own, same stream
+        y = ops.softmax(x)              # opd waits for the matmul, on the GPU
+        z = y * 2                       # torch waits for opd, on the GPU
+        torch.testing.assert_close(z, ref * 2, rtol=1e-5, atol=1e-6)
+
+
+def test_drop_and_reuse_in_a_loop(ops):
+    refs, outs = [], []
+    for k in range(200):
+        x = torch.randn(64, 1000 + k % 7, device=DEV)
+        refs.append(torch.softmax(x, -1))
+        outs.append(ops.softmax(x))
+        del x                           # freed at once ...
+        torch.full((64, 1007), float("nan"), device=DEV)  # ... and reused
+        w = torch.randn(256, device=DEV)
+        b = torch.randn(256, device=DEV)
+        h = torch.randn(32, 256, device=DEV)
+        refs.append(torch.nn.functional.layer_norm(h, (256,), w, b, 1e-5))
+        outs.append(ops.layernorm(h, w, b, eps=1e-5))
+        del h, w, b
+        torch.empty(32 * 256 * 3, device=DEV).fill_(1e30)
+    for r, o in zip(refs, outs):
+        torch.testing.assert_close(o, r, rtol=1e-4, atol=1e-5)
+
+
+def test_in_place_and_out_forms_reused_at_once(ops):
+    for k in range(100):
+        x = torch.randn(4096, device=DEV) - 0.5
+        ref = torch.relu(x)
+        ops.relu_(x)                    # torch's memory, written in place
+        got = x.clone()                 # read on torch's stream after it
+        del x
+        torch.full((4096,), -7.0, device=DEV)
+        torch.testing.assert_close(got, ref)
+        o = torch.empty(4096, device=DEV)
+        a = torch.randn(4096, device=DEV)
+        ops.relu_out(a, out=o)
+        torch.testing.assert_close(o, torch.relu(a))
+
+
+def test_side_stream(ops):
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        x = slow()[:32]
+        y = ops.gelu(x, approximate="tanh")
+        ref = torch.nn.functional.gelu(x, approximate="tanh")
+        d = (y - ref).abs().max()
+    s.synchronize()
+    assert float(d) < 1e-4
+
+
+def test_empty_cache_right_after_calls(ops, daemon):
+    for _ in range(5):
+        x = torch.randn(1 << 20, device=DEV)
+        y = ops.relu(x)
+        ref = torch.relu(x)
+        del x
+        torch.cuda.empty_cache()        # cudaFree of the segment now
+        z = torch.randn(1 << 20, device=DEV)
+        torch.testing.assert_close(y, ref)
+        ops.relu_(z)
+    torch.cuda.synchronize()
+    with opd.connect(daemon.socket) as c:
+        assert c.stats()["healthy"]
+
+
+def test_chain_of_dependent_tiny_ops(ops):
+    x = torch.randn(1, 1024, device=DEV)
+    ref = x
+    y = x
+    for _ in range(4):
+        y = ops.softmax(y)
+        y = ops.gelu(y, approximate="tanh")
+        ref = torch.nn.functional.gelu(torch.softmax(ref, -1), approximate="tanh")
+    torch.cuda.synchronize()
+    torch.testing.assert_close(y, ref, rtol=1e-5, atol=1e-6)
+
+
+def test_client_run_on_torch_tensors_is_ordered(c):
+    x = slow()[:128]
+    out = torch.empty_like(x)
+    c.run("softmax", x, out=out)
+    torch.testing.assert_close(out, torch.softmax(x, -1), rtol=1e-5, atol=1e-6)
+    c.run("relu", out, out=out)         # in place, torch's memory
+    torch.testing.assert_close(out, torch.softmax(x, -1), rtol=1e-5, atol=1e-6)
+
+
+def test_device_tensors_return_at_enqueue_and_settle(c):
+    a = np.random.default_rng(3).standard_normal((2048, 2048)).astype(np.float32)
+    d = c.from_numpy(a, device=DEV)
+    y = c.empty((2048, 2048), device=DEV)
+    for _ in range(20):
+        c.run("matmul", d, d, out=y)    # answered at enqueue
+    assert c._unsynced
+    got = y.numpy()                     # a host read: after the runs
+    ref = a.astype(np.float64) @ a.astype(np.float64)
+    assert np.abs(got - ref).max() < 1e-2 * np.abs(ref).max()
+    c.run("relu", y, out=y)
+    v = y.torch()                       # a new view settles first
+    torch.testing.assert_close(v, torch.relu(torch.from_numpy(got).to(DEV)))
+    c.synchronize()
+    assert not c._unsynced
+
+
+def test_publish_settles_first(c, daemon):
+    a = np.arange(1 << 20, dtype=np.float32) - 1000
+    d = c.from_numpy(a, device=DEV)
+    y = c.relu(d)                       # asynchronous
+    name = "async-pub-%d" % os.getpid()
+    c.publish(name, y)
+    with opd.connect(daemon.socket) as b:
+        got = b.attach(name).numpy()
+    c.unpublish(name)
+    np.testing.assert_array_equal(got, np.maximum(a, 0))
+
+
+def _exit_with_runs(sock, q):
+    c = opd.connect(sock)
+    d = c.empty((2048, 2048), device=DEV)
+    y = c.empty((2048, 2048), device=DEV)
+    for _ in range(200):
+        c.run("matmul", d, d, out=y)
+    q.put("enqueued")
+    os._exit(0)
+
+
+def test_client_exits_with_runs_in_flight(daemon):
+    with opd.connect(daemon.socket) as w:
+        base = w.stats()
+        ctx = mp.get_context("spawn")
+        q = ctx.Queue()
+        p = ctx.Process(target=_exit_with_runs, args=(daemon.socket, q))
+        p.start()
+        assert q.get(timeout=60) == "enqueued"
+        p.join(60)
+        assert p.exitcode == 0
+        import time
+        for _ in range(200):
+            s = w.stats()
+            if s["sessions"] == base["sessions"] and s["arenas"] == base["arenas"] \
+                    and s["async"] == 0:
+                break
+            time.sleep(0.05)
+        assert (s["sessions"], s["arenas"], s["async"]) == \
+            (base["sessions"], base["arenas"], 0)
+        assert s["healthy"]
