@@ -90,8 +90,7 @@ def connect(prog, socket, need_ops):
         devices = c.devices()
         have = set(opd.torch.ops())
     except opd.OpdError as e:
-        fail(prog, "no opd daemon answers at %s: %s (start one, e.g. build/opd "
-             "--socket PATH, and pass --socket PATH or set OPD_SOCKET)" % (where, e))
+        fail(prog, "no opd daemon answers at %s: %s" % (where, e))
     if not devices:
         fail(prog, "the opd daemon at %s has no CUDA device (was it built with "
              "CUDA=1?); its devices: %r" % (where, devices))
