@@ -102,17 +102,21 @@ def connect(prog, socket, need_ops):
 
 
 def header(prog, torch, opd, c, extra=()):
-    """Prints the '#' header lines: command, date, versions, GPU, the TF32
-    settings and how the client orders runs with torch."""
+    """Prints the '#' header lines: command, date, versions, GPU, whether
+    opd's runs on torch tensors are stream-ordered, and `extra`."""
     info = c.server_info()
     print("# %s: %s" % (prog, datetime.datetime.now(datetime.timezone.utc)
                         .strftime("%Y-%m-%dT%H:%M:%SZ")))
     print("# command: %s" % command_line())
     print("# torch %s, cuda %s, gpu %s" % (torch.__version__, torch.version.cuda,
                                           torch.cuda.get_device_name()))
-    print("# opd daemon %s at %s, devices %s; python client sync_torch=%s"
+    lib = getattr(c, "_lib", None)
+    ordered = lib is not None and getattr(lib, "opd_run_stream", None) is not None
+    print("# opd daemon %s at %s, devices %s; runs on torch CUDA tensors %s"
           % (info.get("version"), c.socket, c.devices(),
-             getattr(type(c), "sync_torch", "n/a")))
+             "ordered with torch's stream (libopd opd_run_stream)" if ordered else
+             "synchronous (this libopd has no opd_run_stream; torch synchronized "
+             "before each)"))
     for line in extra:
         print("# " + line)
     sys.stdout.flush()
