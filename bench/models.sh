@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# models.sh: the GPU machine's real-model run (issue 13, item 6): builds the
+# daemon and libopd with CUDA, starts a private daemon, runs
+# bench/bench_models.py (GPT-2 and ResNet-18 through torch.ops.opd against
+# torch's own forward) and bench/bench_chain.py (8 dependent tiny ops, one
+# sync), and keeps what they print and their --json figures in OUTDIR.
+#   bash bench/models.sh [OUTDIR] [-- BENCH_MODELS_ARGS...]
+# OUTDIR defaults to $OUT or /tmp/opd-models; NVCC_ARCH to sm_90 (the H200);
+# BUILD=0 skips the build (build/opd, build/opctl, build/libopd.so must be
+# there). Exit status: 1 when the build, the daemon or either benchmark
+# failed (a benchmark fails on a result that differs from torch's).
+set -uo pipefail
+out=${OUT:-/tmp/opd-models}
+if [ $# -gt 0 ] && [ "$1" != "--" ]; then out=$1; shift; fi
+[ "${1:-}" = "--" ] && shift
+mkdir -p "$out"
+deps=
+[ -f /usr/include/uv.h ] || deps=DEPS=$PWD/.deps/gpu
+arch=${NVCC_ARCH:--gencode arch=compute_90,code=sm_90}
+status=0
+
+echo "== machine"; nvidia-smi -L; python3 -c 'import torch; print("torch", torch.__version__)'
+python3 -c 'import transformers; print("transformers", transformers.__version__)' 2>&1 | tail -n 1
+python3 -c 'import torchvision; print("torchvision", torchvision.__version__)' 2>&1 | tail -n 1
+if [ "${BUILD:-1}" != 0 ]; then
+  echo "== build"
+  t0=$(date +%s)
+  make -j"$(nproc)" CUDA=1 BLAS=0 $deps NVCC_ARCH="$arch" build/opd build/opctl \
+    build/libopd.so >"$out/build.log" 2>&1 ||
+    { tail -n 40 "$out/build.log"; exit 1; }
+  echo "built in $(( $(date +%s) - t0 )) s"
+fi
+
+sock=$(mktemp -u /tmp/opd-models.XXXXXX.sock)
+build/opd --socket "$sock" >"$out/opd.log" 2>&1 &
+pid=$!
+up=0
+for _ in $(seq 1 100); do
+  build/opctl --socket "$sock" ping -c 1 >/dev/null 2>&1 && { up=1; break; }
+  kill -0 "$pid" 2>/dev/null || break
+  sleep 0.1
+done
+if [ "$up" != 1 ]; then
+  echo "models.sh: opd did not answer on $sock; its log:"; cat "$out/opd.log"
+  kill -TERM "$pid" 2>/dev/null; exit 1
+fi
+run() {
+  OPD_SOCKET=$sock OPD_LIB=$PWD/build/libopd.so PYTHONUNBUFFERED=1 "$@"
+}
+echo "== bench_models (GPT-2, ResNet-18 through torch.ops.opd vs torch)"
+run timeout 400 python3 bench/bench_models.py --json "$out/models.json" "$@" \
+  2>&1 | tee "$out/models.txt"
+[ "${PIPESTATUS[0]}" = 0 ] || status=1
+echo "== bench_chain (8 dependent tiny ops, one sync)"
+run timeout 120 python3 bench/bench_chain.py --json "$out/chain.json" \
+  2>&1 | tee "$out/chain.txt"
+[ "${PIPESTATUS[0]}" = 0 ] || status=1
+kill -TERM "$pid"; wait "$pid"; st=$?
+echo "opd exit status $st"
+[ "$st" = 0 ] || { status=1; tail -n 20 "$out/opd.log"; }
+grep -iE "error|fault" "$out/opd.log" | head -n 5
+exit $status
