@@ -299,6 +299,11 @@ $(B)/tests/ipc_gpu: tests/gpu/ipc_gpu.cu $(B)/libopd.a
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) $(if $(DEPS),-I$(DEPS)/include) $< -o $@ $(B)/libopd.a $(CLIENT_LIBS) -lcuda
 
+# GPU machine: where a stream-ordered run's time goes, from a CUDA client
+$(B)/bench/bench_stream: bench/bench_stream.cu $(B)/libopd.a
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) $(if $(DEPS),-I$(DEPS)/include) $< -o $@ $(B)/libopd.a $(CLIENT_LIBS) -ldl
+
 # GPU machine: a CUDA client's asynchronous, stream-ordered runs
 $(B)/tests/async_gpu: tests/gpu/async_gpu.cu $(B)/libopd.a
 	@mkdir -p $(dir $@)

@@ -183,10 +183,8 @@ int main(int argc, char **argv) {
   rc = opd_tensor_cuda(c, "cuda:0", h, &hostp);
   CHECK(rc == OPD_EINVAL, "a host pointer: %s (%s)", opd_errname(rc),
         opd_last_error());
-  rc = opd_run_stream(c, "cuda:0", (void *)0x1234, "relu", &tx, 1, &ty, 1,
-                      NULL, 0);
-  CHECK(rc == OPD_EINVAL, "not a stream: %s (%s)", opd_errname(rc),
-        opd_last_error());
+  /* (a pointer that is not a stream is not checked: the driver, like
+   * cudaStreamWaitEvent, takes the caller's word; it may crash) */
 
   /* ---- the bound on incomplete runs, daemon memory ---- */
   enum { M = 2048, RUNS = 600 };

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# async.sh: the GPU machine's run for issue 13's figures: builds with CUDA,
+# then with and without MPS (a private MPS control daemon, its pipes in
+# OUTDIR) starts a daemon and runs bench_stream (a CUDA client in C),
+# bench_async_ops.py, and bench_models.py + bench_chain.py (GPT-2 and
+# ResNet-18 through torch.ops.opd against torch). Everything they print
+# goes to OUTDIR/<mode>/.
+#   bash bench/async.sh [OUTDIR] [MODES]    (MODES: "nomps mps", the default)
+set -uo pipefail
+out=${1:-${OUT:-/tmp/opd-async}}
+modes=${2:-nomps mps}
+mkdir -p "$out"
+deps=
+[ -f /usr/include/uv.h ] || deps=DEPS=$PWD/.deps/gpu
+status=0
+if [ "${BUILD:-1}" != 0 ]; then
+  make -j"$(nproc)" CUDA=1 BLAS=0 $deps build/opd build/opctl build/libopd.so \
+    build/bench/bench_stream >"$out/build.log" 2>&1 || { tail -n 30 "$out/build.log"; exit 1; }
+fi
+for mode in $modes; do
+  o=$out/$mode; mkdir -p "$o"
+  echo "== $mode"
+  if [ "$mode" = mps ]; then
+    export CUDA_MPS_PIPE_DIRECTORY=$o/mps-pipe CUDA_MPS_LOG_DIRECTORY=$o/mps-log
+    mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+    nvidia-cuda-mps-control -d || { echo "no MPS"; status=1; continue; }
+  else
+    unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+  fi
+  sock=/tmp/opd-async-$mode.sock
+  build/opd --socket "$sock" >"$o/opd.log" 2>&1 &
+  pid=$!
+  for _ in $(seq 1 100); do build/opctl --socket "$sock" ping -c 1 >/dev/null 2>&1 && break; sleep 0.1; done
+  timeout 60 build/bench/bench_stream "$sock" 500 2>&1 | tee "$o/bench_stream.txt"
+  export OPD_SOCKET=$sock OPD_LIB=$PWD/build/libopd.so PYTHONUNBUFFERED=1
+  timeout 90 python3 bench/bench_async_ops.py 2>&1 | tee "$o/bench_async_ops.txt"
+  if [ -z "${NO_MODELS:-}" ]; then
+    timeout 240 python3 bench/bench_models.py ${MODELS_ARGS:---rounds 5 --iters 10} \
+      --json "$o/models.json" 2>&1 | tee "$o/models.txt" || status=1
+    timeout 90 python3 bench/bench_chain.py --json "$o/chain.json" 2>&1 | tee "$o/chain.txt" || status=1
+  fi
+  unset OPD_SOCKET
+  kill -TERM "$pid"; wait "$pid"
+  grep -E "cuda: .* jobs" "$o/opd.log" | tail -n 1
+  [ "$mode" = mps ] && echo quit | nvidia-cuda-mps-control
+done
+exit $status
