@@ -149,8 +149,10 @@ def measure(torch, variants, rounds, iters, warmup):
             t0 = time.perf_counter()
             for _ in range(iters):
                 fn()
+            t1 = time.perf_counter()   # all queued: the host's part
             torch.cuda.synchronize()
             per[name].append((time.perf_counter() - t0) * 1e3 / iters)
+            per.setdefault(name + "@host", []).append((t1 - t0) * 1e3 / iters)
     return per
 
 

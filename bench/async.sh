@@ -34,6 +34,9 @@ for mode in $modes; do
   timeout 60 build/bench/bench_stream "$sock" 500 2>&1 | tee "$o/bench_stream.txt"
   export OPD_SOCKET=$sock OPD_LIB=$PWD/build/libopd.so PYTHONUNBUFFERED=1
   timeout 90 python3 bench/bench_async_ops.py 2>&1 | tee "$o/bench_async_ops.txt"
+  if [ -n "${PROFILE:-}" ]; then
+    timeout 120 python3 bench/profile_torch_ops.py -n 2000 --top 25 2>&1 | tee "$o/profile.txt" | tail -n 60
+  fi
   if [ -z "${NO_MODELS:-}" ]; then
     timeout 240 python3 bench/bench_models.py ${MODELS_ARGS:---rounds 5 --iters 10} \
       --json "$o/models.json" 2>&1 | tee "$o/models.txt" || status=1

@@ -353,6 +353,8 @@ def bench_model(name, args, dev):
     r["torch_ms"] = tb.median(per["torch"])
     r["opd_ms"] = tb.median(per["opd"])
     r["ratio"] = r["opd_ms"] / r["torch_ms"]
+    r["torch_host_ms"] = tb.median(per["torch@host"])   # until all is queued
+    r["opd_host_ms"] = tb.median(per["opd@host"])
     r["delta_us_per_opd_call"] = ((r["opd_ms"] - r["torch_ms"]) * 1e3 /
                                   max(1, r["opd_calls_total"]))
     if bad:
@@ -369,7 +371,8 @@ def line(r):
     calls = " ".join("%s=%d" % kv for kv in sorted(r.get("opd_calls", {}).items()))
     parts = ["model %s" % r["model"]]
     for k, fmt in (("torch_ms", "%.3f"), ("opd_ms", "%.3f"), ("ratio", "%.3f"),
-                   ("delta_us_per_opd_call", "%.1f"), ("max_abs", "%.3g"),
+                   ("delta_us_per_opd_call", "%.1f"), ("torch_host_ms", "%.3f"),
+                   ("opd_host_ms", "%.3f"), ("max_abs", "%.3g"),
                    ("rel", "%.3g"), ("tol", "%.3g")):
         if k in r:
             parts.append(("%s=" + fmt) % (k, r[k]))

@@ -18,7 +18,12 @@
  * record at the time it is queued, so one pair serves every run, provided
  * the calls of one connection and device do not interleave: they are
  * serialized (cuda_t.mu), which costs nothing the GPU would not serialize
- * anyway (a session has one stream per device).
+ * anyway (a session has one stream per device). Those GPU waits are cheap
+ * only when both processes' contexts are shared through MPS: otherwise
+ * the GPU time-slices the two contexts and each wait costs a context
+ * switch (about 140 us each way on an H200, bench/results). Without MPS
+ * the order is kept on the host instead (gpu_order): the caller's stream
+ * is synchronized, the run is answered when done.
  *
  * Device pointers (opd_tensor_cuda): the allocation a pointer lies in (the
  * driver's buffer id, base and size: one cuPointerGetAttributes) is
@@ -62,7 +67,11 @@ static struct {
   cu_result (*ipc_get_mem)(cu_ipc_t *, cu_ptr_t);
   cu_result (*pointer_attrs)(unsigned, int *, void **, cu_ptr_t);
   cu_result (*error_string)(cu_result, const char **);
+  cu_result (*ctx_get_device)(int *);
+  cu_result (*device_attr)(int *, int, int);
+  cu_result (*stream_sync)(void *);
 } cu;
+enum { CU_ATTR_MPS_ENABLED = 133 }; /* CU_DEVICE_ATTRIBUTE_MPS_ENABLED */
 static pthread_once_t cu_once = PTHREAD_ONCE_INIT;
 
 static void cu_load(void) {
@@ -86,6 +95,9 @@ static void cu_load(void) {
       {(void **)&cu.ipc_get_mem, "cuIpcGetMemHandle"},
       {(void **)&cu.pointer_attrs, "cuPointerGetAttributes"},
       {(void **)&cu.error_string, "cuGetErrorString"},
+      {(void **)&cu.ctx_get_device, "cuCtxGetDevice"},
+      {(void **)&cu.device_attr, "cuDeviceGetAttribute"},
+      {(void **)&cu.stream_sync, "cuStreamSynchronize"},
   };
   for (size_t i = 0; i < sizeof sym / sizeof sym[0]; i++) {
     if ((*sym[i].fn = dlsym(h, sym[i].name)) == NULL) {
@@ -120,6 +132,7 @@ typedef struct {
                                     NULL: not made yet */
   void *mine;                    /* recorded on the caller's stream */
   void *theirs;                  /* the daemon's, recorded after runs */
+  int gpu;                       /* order on the GPU (else on the host) */
 } cevents_t;
 
 typedef struct {
@@ -215,6 +228,29 @@ static void pack_stream(msgpack_packer *pk, const void *arg) {
   msgpack_pack_bin_body(pk, a->event->bytes, 64);
 }
 
+/* Whether device dev's runs are ordered on the GPU (events) or on the host
+ * (the stream synchronized, the run answered when done). A GPU wait
+ * across two processes costs a context switch each way (about 140 us on
+ * an H200) unless both share their contexts through MPS, so GPU order is
+ * used when this process's context and the daemon's device are both
+ * under MPS; OPD_STREAM_ORDER=gpu or =host decides instead. */
+static int gpu_order(opd_client_t *c, int dev) {
+  const char *env = getenv("OPD_STREAM_ORDER");
+  if (env != NULL && strcmp(env, "gpu") == 0) return 1;
+  if (env != NULL && strcmp(env, "host") == 0) return 0;
+  int cdev = -1, mps = 0;
+  if (cu.ctx_get_device(&cdev) != 0 ||
+      cu.device_attr(&mps, CU_ATTR_MPS_ENABLED, cdev) != 0 || !mps)
+    return 0;
+  /* the daemon's hello: {"device":"cuda:N",...,"mps":true} */
+  char key[32];
+  snprintf(key, sizeof key, "\"device\":\"cuda:%d\"", dev);
+  const char *p = c->hello_json ? strstr(c->hello_json, key) : NULL;
+  const char *end = p ? strchr(p, '}') : NULL;
+  const char *m = p ? strstr(p, "\"mps\":true") : NULL;
+  return m != NULL && end != NULL && m < end;
+}
+
 /* The event pair of device dev in context ctx (k->mu held, ctx current):
  * made, and exchanged with the daemon (STREAM), the first time. */
 static int events_for(opd_client_t *c, struct opd_cuda *k, int dev, void *ctx,
@@ -263,12 +299,14 @@ static int events_for(opd_client_t *c, struct opd_cuda *k, int dev, void *ctx,
   e->ctx = ctx;
   e->mine = mine;
   e->theirs = theirs;
+  e->gpu = gpu_order(c, dev);
   return 0;
 }
 
 /* What opd_run_stream and opd_run_prepared_stream share: the events
- * around `send` (which submits the run, waits for its answer). */
-typedef int (*send_fn)(opd_client_t *c, const void *arg);
+ * around `send` (which submits the run and waits for its answer: at
+ * enqueue when gpu, at completion when not). */
+typedef int (*send_fn)(opd_client_t *c, const void *arg, int gpu);
 
 static int ordered(opd_client_t *c, const char *who, const char *device,
                    void *stream, send_fn send, const void *arg) {
@@ -287,14 +325,21 @@ static int ordered(opd_client_t *c, const char *who, const char *device,
   int pushed = ctx_enter(ctx);
   cevents_t *e;
   rc = events_for(c, k, dev, ctx, &e);
-  if (rc == 0 && (r = cu.event_record(e->mine, stream)) != 0)
-    rc = opd__fail(OPD_EBACKEND, "%s: cuEventRecord on the caller's stream: "
-                   "%s", who, cu_str(r));
-  if (rc == 0) rc = send(c, arg);
-  /* only a run the daemon took has recorded its event */
-  if (rc == 0 && (r = cu.stream_wait_event(stream, e->theirs, 0)) != 0)
-    rc = opd__fail(OPD_EBACKEND, "%s: cuStreamWaitEvent on the caller's "
-                   "stream: %s", who, cu_str(r));
+  if (rc == 0 && e->gpu) {
+    if ((r = cu.event_record(e->mine, stream)) != 0)
+      rc = opd__fail(OPD_EBACKEND, "%s: cuEventRecord on the caller's "
+                     "stream: %s", who, cu_str(r));
+    if (rc == 0) rc = send(c, arg, 1);
+    /* only a run the daemon took has recorded its event */
+    if (rc == 0 && (r = cu.stream_wait_event(stream, e->theirs, 0)) != 0)
+      rc = opd__fail(OPD_EBACKEND, "%s: cuStreamWaitEvent on the caller's "
+                     "stream: %s", who, cu_str(r));
+  } else if (rc == 0) { /* host order: the stream's work done first */
+    if ((r = cu.stream_sync(stream)) != 0)
+      rc = opd__fail(OPD_EBACKEND, "%s: cuStreamSynchronize: %s", who,
+                     cu_str(r));
+    if (rc == 0) rc = send(c, arg, 0);
+  }
   ctx_leave(pushed);
   pthread_mutex_unlock(&k->mu);
   return rc;
@@ -307,10 +352,10 @@ typedef struct {
   const opd_attr_t *attrs;
 } run_args_t;
 
-static int send_run(opd_client_t *c, const void *arg) {
+static int send_run(opd_client_t *c, const void *arg, int gpu) {
   const run_args_t *a = arg;
-  return opd__run_flags(c, a->device, OPD_RUN_F_ASYNC | OPD_RUN_F_WAIT |
-                        OPD_RUN_F_SIGNAL, a->op, a->in, a->n_in, a->out,
+  return opd__run_flags(c, a->device, gpu ? OPD_RUN_F_ASYNC | OPD_RUN_F_WAIT |
+                        OPD_RUN_F_SIGNAL : 0, a->op, a->in, a->n_in, a->out,
                         a->n_out, a->attrs, a->n_attrs);
 }
 
@@ -322,8 +367,9 @@ int opd_run_stream(opd_client_t *c, const char *device, void *stream,
   return ordered(c, "opd_run_stream", device, stream, send_run, &a);
 }
 
-static int send_prepared(opd_client_t *c, const void *arg) {
-  return opd_run_prepared(c, arg);
+static int send_prepared(opd_client_t *c, const void *arg, int gpu) {
+  int rc = opd_run_prepared(c, arg); /* answered at enqueue */
+  return rc == 0 && !gpu ? opd_synchronize(c) : rc;
 }
 
 int opd_run_prepared_stream(opd_client_t *c, const opd_prepared_t *p,

@@ -66,7 +66,8 @@ class Arenas:
                 if a is None:
                     a = memory.Allocator(
                         lambda size, d=device: self._new_device_arena(d, size, True),
-                        self._drop_arena, self._gen, owner=weakref.ref(self))
+                        self._drop_arena, self._gen, owner=weakref.ref(self),
+                        min_arena=64 << 20, spare=512 << 20, grow_max=1 << 30)
                     self._dallocs[device] = a
         return a
 

@@ -176,25 +176,6 @@ class TorchInterop:
             return a
 
     # ---- runs on torch's memory, in torch's stream order ---------------------
-    def _cuda_desc(self, h, devb, t, keep):
-        """The descriptor of contiguous torch CUDA tensor t on this
-        connection (opd_tensor_cuda; a tensor whose memory has no legacy
-        IPC handle goes the from_torch way, which names the problem)."""
-        from ._torchops import _desc
-        fn = getattr(self._lib, "opd_tensor_cuda", None)
-        if fn is not None:
-            shape = tuple(t.shape)
-            if len(shape) > protocol.MAX_RANK:
-                raise errors.error(protocol.ELIMIT, "rank %d out of 0..%d"
-                                   % (len(shape), protocol.MAX_RANK))
-            d = _desc(0, 0, protocol.DTYPE_CODES[dtype_name(t.dtype)], shape)
-            if t.numel() == 0 or fn(h, devb, t.data_ptr(), ctypes.byref(d)) == 0:
-                keep.append(t)
-                return d
-        v = self._from_torch_cuda(t)
-        keep.append(v)
-        return self._desc(v)
-
     def _run_ordered(self, h, devb, index, ob, in_arr, n_in, out_arr, n_out,
                      attr_arr, n_attrs):
         """Runs in order with torch's current stream of cuda:index and

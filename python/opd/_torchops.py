@@ -18,7 +18,7 @@ A call then takes, per input:
   CUDA    a zero-copy view of the daemon's device memory (an earlier op's
           output) is used in place; torch's own memory is used in place
           too, its allocation imported once per connection (libopd's
-          opd_tensor_cuda, Client._cuda_desc); the run is ordered with
+          opd_tensor_cuda, cuda_desc below); the run is ordered with
           torch's current stream on the GPU (Client._run_ordered: no
           synchronize, the call returns once the daemon enqueued it)
 and carves the outputs from the client's allocators (host: a new block of
@@ -141,6 +141,40 @@ def in_device_view(c, t):
                 return Tensor(v.tensor.arena, p - m.ptr, dtype_name(t.dtype),
                               tuple(t.shape), None, t)
     return None
+
+
+_TCODES = {}                 # torch dtype -> OPD_DTYPE code
+
+
+def torch_code(dt):
+    code = _TCODES.get(dt)
+    if code is None:
+        code = _TCODES[dt] = _DT[dtype_name(dt)]
+    return code
+
+
+def cuda_desc(c, h, devb, t, keep):
+    """The descriptor of contiguous torch CUDA tensor t in torch's own
+    memory: libopd's opd_tensor_cuda (the allocation imported once per
+    connection); one without a legacy IPC handle goes the from_torch way,
+    which names the problem."""
+    fn = c._tensor_cuda
+    if fn is None:
+        fn = c._tensor_cuda = getattr(c._lib, "opd_tensor_cuda", False)
+    if fn:
+        shape = t.shape
+        if len(shape) > protocol.MAX_RANK:
+            raise errors.error(protocol.ELIMIT, "rank %d out of 0..%d"
+                               % (len(shape), protocol.MAX_RANK))
+        d = _lib.TensorDesc()
+        d.dtype, d.rank = torch_code(t.dtype), len(shape)
+        d.shape[:len(shape)] = shape
+        if t.numel() == 0 or fn(h, devb, t.data_ptr(), ctypes.byref(d)) == 0:
+            keep.append(t)
+            return d
+    v = c._from_torch_cuda(t)
+    keep.append(v)
+    return c._desc(v)
 
 
 def _desc(aid, offset, code, shape):
@@ -275,7 +309,7 @@ class OpRunner:
                 t = t.contiguous()
             v = in_device_view(c, t)
             if v is None:
-                return c._cuda_desc(h, p.devb, t, keep)
+                return cuda_desc(c, h, p.devb, t, keep)
             keep.append(v)
             return c._desc(v)
         loc = in_arena(c, t)
@@ -386,7 +420,7 @@ class OpRunner:
             if p.cuda:
                 v = in_device_view(c, o) if o.is_contiguous() else None
                 if v is None and o.is_contiguous():
-                    odescs.append(c._cuda_desc(h, p.devb, o, keep))
+                    odescs.append(cuda_desc(c, h, p.devb, o, keep))
                     continue
                 if v is None:
                     v = c.empty(shape, dt, device=p.dev)

@@ -275,6 +275,7 @@ class Client(OpMethods, Runner, Arenas, TorchInterop, Publishing):
         self._run_memo = {}           # (op, id(out)) -> a run's arguments
         self._op_bytes = {}           # op name -> its bytes
         self._unsynced = False        # async runs sent since synchronize()
+        self._tensor_cuda = None      # libopd's opd_tensor_cuda (False: none)
         self._serial = next(_serials)
         _clients.add(self)
         if connect:

@@ -21,7 +21,11 @@ blocks, first fit over a per-arena free list sorted by offset (freed
 blocks coalesce with their neighbours). When nothing fits it adds an arena
 of max(16 MiB, request rounded up to 2 MiB); when an arena becomes empty
 and another empty one exists, the smaller is released, so one spare stays
-mapped. A block is freed when its Block object dies (the last Tensor or
+mapped. Device allocators (Client._dalloc) add arenas of at least 64 MiB,
+as large as all their arenas so far (up to 1 GiB), and keep up to 512 MiB
+of empty arenas besides the spare: a device arena costs an allocation in
+the daemon, an export and a mapping here (milliseconds), which a model
+whose activations come and go every forward must not pay per call. A block is freed when its Block object dies (the last Tensor or
 view using it): Block.__del__ only appends to a deque, and the allocator
 drains that deque at its next call, under its lock. Freeing never runs
 allocator code from inside the garbage collector, so a collection that
@@ -266,8 +270,12 @@ class Allocator:
     -> Arena`; gives empty arenas beyond one spare back with
     `release(arena)`."""
 
-    def __init__(self, create, release, gen, owner=None):
+    def __init__(self, create, release, gen, owner=None, min_arena=None,
+                 spare=0, grow_max=0):
         self._create, self._release = create, release
+        self.min_arena = min_arena or MIN_ARENA
+        self.spare = spare       # empty bytes kept mapped besides one arena
+        self.grow_max = grow_max  # new arenas as large as all so far, to this
         self.owner = owner       # weakref to the Client it allocates for
         self._states = []
         self._pending = collections.deque()
@@ -284,7 +292,11 @@ class Allocator:
                 for i, s in enumerate(st.sizes):
                     if s >= size:
                         return self._take(st, i, size)
-            asize = max(MIN_ARENA, (size + ARENA_ROUND - 1) & ~(ARENA_ROUND - 1))
+            asize = max(self.min_arena,
+                        (size + ARENA_ROUND - 1) & ~(ARENA_ROUND - 1))
+            if self.grow_max:     # geometric: few arenas for a big working set
+                have = sum(st.arena.size for st in self._states)
+                asize = max(asize, min(have, self.grow_max))
             st = _ArenaState(self._create(asize))
             self._states.append(st)
             return self._take(st, 0, size)
@@ -319,7 +331,11 @@ class Allocator:
             empty = [s for s in self._states if s.used == 0]
             if len(empty) > 1:
                 empty.sort(key=lambda s: s.arena.size)
-                for st in empty[:-1]:
+                kept = sum(st.arena.size for st in empty[:-1])
+                for st in empty[:-1]:     # the smallest first
+                    if kept <= self.spare:
+                        break
+                    kept -= st.arena.size
                     self._states.remove(st)
                     self._release(st.arena)
 

@@ -70,6 +70,13 @@ static int dev_init(cuda_dev_t *d, int index, opd_err_t *err) {
   CU(cudaGetDeviceProperties(&prop, index), err);
   snprintf(d->name, sizeof d->name, "%s", prop.name);
   d->total_mem = prop.totalGlobalMem;
+  int mps = 0; /* contexts shared through MPS: GPU-side stream order is
+                  cheap across processes (docs/async.md) */
+  if (cudaDeviceGetAttribute(&mps, cudaDevAttrMpsEnabled, index) != cudaSuccess) {
+    (void)cudaGetLastError();
+    mps = 0;
+  }
+  d->mps = mps != 0;
   d->cc_major = prop.major;
   d->cc_minor = prop.minor;
   CU(cudaDeviceGetStreamPriorityRange(&d->prio_low, &d->prio_high), err);
@@ -167,7 +174,7 @@ static void cuda_describe(opd_server_t *srv, msgpack_packer *pk) {
     cuda_dev_t *d = &st->dev[i];
     char cc[16];
     snprintf(cc, sizeof cc, "%d.%d", d->cc_major, d->cc_minor);
-    msgpack_pack_map(pk, 4);
+    msgpack_pack_map(pk, 5);
     msgpack_pack_str_with_body(pk, "device", 6);
     char name[16];
     int n = snprintf(name, sizeof name, "cuda:%d", i);
@@ -178,6 +185,9 @@ static void cuda_describe(opd_server_t *srv, msgpack_packer *pk) {
     msgpack_pack_uint64(pk, d->total_mem);
     msgpack_pack_str_with_body(pk, "compute", 7);
     msgpack_pack_str_with_body(pk, cc, strlen(cc));
+    msgpack_pack_str_with_body(pk, "mps", 3);
+    if (d->mps) msgpack_pack_true(pk);
+    else msgpack_pack_false(pk);
   }
 }
 

@@ -25,6 +25,7 @@ typedef struct cuda_dev {
   cudaStream_t util;             /* allocations, frees */
   void *lt;                      /* cublasLtHandle_t */
   int prio_low, prio_high;       /* stream priority range */
+  int mps;                       /* its contexts are shared through MPS */
 } cuda_dev_t;
 
 /* A client's IPC handle opened for one session. */
