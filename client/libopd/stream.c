@@ -308,8 +308,19 @@ static int events_for(opd_client_t *c, struct opd_cuda *k, int dev, void *ctx,
  * enqueue when gpu, at completion when not). */
 typedef int (*send_fn)(opd_client_t *c, const void *arg, int gpu);
 
+static int tensor_at(opd_client_t *c, struct opd_cuda *k, int dev,
+                     const char *device, const void *ptr, opd_tensor_t *t);
+
+/* Device pointers to point descriptors at, inside ordered (k->mu held). */
+typedef struct {
+  void *const *ptrs;
+  opd_tensor_t *t;
+  uint32_t n;
+} ptrs_t;
+
 static int ordered(opd_client_t *c, const char *who, const char *device,
-                   void *stream, send_fn send, const void *arg) {
+                   void *stream, send_fn send, const void *arg,
+                   const ptrs_t *at) {
   int dev, rc = opd__check_usable(c);
   if (rc == 0) rc = cuda_index(who, device, &dev);
   if (rc == 0) rc = cu_ready(who);
@@ -325,6 +336,9 @@ static int ordered(opd_client_t *c, const char *who, const char *device,
   int pushed = ctx_enter(ctx);
   cevents_t *e;
   rc = events_for(c, k, dev, ctx, &e);
+  for (uint32_t i = 0; at != NULL && rc == 0 && i < at->n; i++)
+    if (at->ptrs[i] != NULL)
+      rc = tensor_at(c, k, dev, device, at->ptrs[i], &at->t[i]);
   if (rc == 0 && e->gpu) {
     if ((r = cu.event_record(e->mine, stream)) != 0)
       rc = opd__fail(OPD_EBACKEND, "%s: cuEventRecord on the caller's "
@@ -364,7 +378,19 @@ int opd_run_stream(opd_client_t *c, const char *device, void *stream,
                    const opd_tensor_t *out, uint32_t n_out,
                    const opd_attr_t *attrs, uint32_t n_attrs) {
   run_args_t a = {device, op, in, out, n_in, n_out, n_attrs, attrs};
-  return ordered(c, "opd_run_stream", device, stream, send_run, &a);
+  return ordered(c, "opd_run_stream", device, stream, send_run, &a, NULL);
+}
+
+int opd_run_stream_ptrs(opd_client_t *c, const char *device, void *stream,
+                        const char *op, void *const *ptrs, opd_tensor_t *t,
+                        uint32_t n_in, uint32_t n_out, const opd_attr_t *attrs,
+                        uint32_t n_attrs) {
+  if (n_in + n_out > 0 && (ptrs == NULL || t == NULL))
+    return opd__fail(OPD_EINVAL, "opd_run_stream_ptrs: NULL ptrs or tensors "
+                     "with %u of them", n_in + n_out);
+  run_args_t a = {device, op, t, t + n_in, n_in, n_out, n_attrs, attrs};
+  ptrs_t at = {ptrs, t, n_in + n_out};
+  return ordered(c, "opd_run_stream_ptrs", device, stream, send_run, &a, &at);
 }
 
 static int send_prepared(opd_client_t *c, const void *arg, int gpu) {
@@ -379,7 +405,7 @@ int opd_run_prepared_stream(opd_client_t *c, const opd_prepared_t *p,
     return opd__fail(OPD_EINVAL, "opd_run_prepared_stream: the run was not "
                      "prepared with OPD_RUN_STREAM");
   return ordered(c, "opd_run_prepared_stream", device, stream, send_prepared,
-                 p);
+                 p, NULL);
 }
 
 int opd_synchronize(opd_client_t *c) {
@@ -471,18 +497,12 @@ static int imp_add(opd_client_t *c, struct opd_cuda *k, int dev,
   return 0;
 }
 
-int opd_tensor_cuda(opd_client_t *c, const char *device, const void *ptr,
-                    opd_tensor_t *t) {
-  int dev, rc = opd__check_usable(c);
-  if (rc == 0 && t == NULL)
-    rc = opd__fail(OPD_EINVAL, "opd_tensor_cuda: t is NULL");
-  if (rc == 0) rc = cuda_index("opd_tensor_cuda", device, &dev);
-  if (rc == 0) rc = cu_ready("opd_tensor_cuda");
+/* Points t at ptr (k->mu held; dev parsed, the driver loaded). */
+static int tensor_at(opd_client_t *c, struct opd_cuda *k, int dev,
+                     const char *device, const void *ptr, opd_tensor_t *t) {
   uint64_t bytes = 0;
-  if (rc == 0) rc = tensor_extent(t, &bytes);
-  struct opd_cuda *k = rc == 0 ? cuda_of(c) : NULL;
-  if (rc != 0 || k == NULL) return rc ? rc : OPD_ENOMEM;
-
+  int rc = tensor_extent(t, &bytes);
+  if (rc != 0) return rc;
   unsigned long long buffer = 0;
   cu_ptr_t base = 0;
   size_t size = 0;
@@ -499,7 +519,6 @@ int opd_tensor_cuda(opd_client_t *c, const char *device, const void *ptr,
                      "at %p run past its allocation (%zu bytes at 0x%llx)",
                      (unsigned long long)bytes, ptr, size,
                      (unsigned long long)base);
-  pthread_mutex_lock(&k->mu);
   cimport_t *e = NULL;
   for (int i = 0; i < k->n_imp && e == NULL; i++)
     if (k->imp[i].buffer == buffer && k->imp[i].dev == dev) e = &k->imp[i];
@@ -509,6 +528,20 @@ int opd_tensor_cuda(opd_client_t *c, const char *device, const void *ptr,
     t->arena = e->arena;
     t->offset = off;
   }
+  return rc;
+}
+
+int opd_tensor_cuda(opd_client_t *c, const char *device, const void *ptr,
+                    opd_tensor_t *t) {
+  int dev, rc = opd__check_usable(c);
+  if (rc == 0 && t == NULL)
+    rc = opd__fail(OPD_EINVAL, "opd_tensor_cuda: t is NULL");
+  if (rc == 0) rc = cuda_index("opd_tensor_cuda", device, &dev);
+  if (rc == 0) rc = cu_ready("opd_tensor_cuda");
+  struct opd_cuda *k = rc == 0 ? cuda_of(c) : NULL;
+  if (rc != 0 || k == NULL) return rc ? rc : OPD_ENOMEM;
+  pthread_mutex_lock(&k->mu);
+  rc = tensor_at(c, k, dev, device, ptr, t);
   pthread_mutex_unlock(&k->mu);
   return rc;
 }

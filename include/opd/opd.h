@@ -330,11 +330,28 @@ int opd_submit_async(opd_client_t *c, const char *device, const char *op,
  * and connection also exchanges interprocess events with the daemon. A
  * connection's stream-ordered calls on one device are serialized. Memory
  * the run uses may be freed right after the call in stream order (work
- * queued on `stream` later, or cudaFree, which waits for the device). */
+ * queued on `stream` later, or cudaFree, which waits for the device).
+ * The order is kept on the GPU when this process's context and the
+ * daemon's device are both under MPS (the hello's "mps"); otherwise each
+ * GPU wait across the two processes would cost a context switch (about
+ * 140 us each way on an H200), so the call synchronizes `stream` instead
+ * and returns when the run is done. OPD_STREAM_ORDER=gpu or =host in the
+ * environment decides instead (docs/async.md). */
 int opd_run_stream(opd_client_t *c, const char *device, void *stream,
                    const char *op, const opd_tensor_t *in, uint32_t n_in,
                    const opd_tensor_t *out, uint32_t n_out,
                    const opd_attr_t *attrs, uint32_t n_attrs);
+
+/* opd_run_stream on this process's device memory, in one call: t holds
+ * the n_in inputs then the n_out outputs with dtype, rank and shape set;
+ * each one whose ptrs[i] is not NULL is pointed at ptrs[i] first, as
+ * opd_tensor_cuda does (the others are used as they are: daemon device
+ * arenas). The lowest-cost way to run on a caching allocator's tensors
+ * (what opd's torch.ops.opd does). */
+int opd_run_stream_ptrs(opd_client_t *c, const char *device, void *stream,
+                        const char *op, void *const *ptrs, opd_tensor_t *t,
+                        uint32_t n_in, uint32_t n_out, const opd_attr_t *attrs,
+                        uint32_t n_attrs);
 
 /* Waits until every run this connection sent before it has completed.
  * Returns 0, or the error of the first asynchronous run that failed

@@ -139,6 +139,8 @@ def _declare(lib):
         "opd_run_stream": (c_int, [vp, cp, vp, cp, T, c_uint32, T, c_uint32,
                                    A, c_uint32]),
         "opd_synchronize": (c_int, [vp]),
+        "opd_run_stream_ptrs": (c_int, [vp, cp, vp, cp, P(vp), T, c_uint32,
+                                        c_uint32, A, c_uint32]),
         "opd_prepare_flags": (c_int, [vp, cp, cp, T, c_uint32, T, c_uint32, A,
                                       c_uint32, c_uint32, P(vp)]),
         "opd_run_prepared_stream": (c_int, [vp, vp, vp]),

@@ -22,10 +22,16 @@ A call then takes, per input:
           torch's current stream on the GPU (Client._run_ordered: no
           synchronize, the call returns once the daemon enqueued it)
 and carves the outputs from the client's allocators (host: a new block of
-a reused arena; device: a block of a per-device arena), sends one opd_run_on
-and returns the outputs as zero-copy torch views (host: numpy's array
-interface and torch.from_numpy, a few microseconds where torch.from_dlpack
-through ctypes costs several times that; device: Tensor.torch()'s mapping).
+a reused arena), sends one opd_run_on and returns the outputs as zero-copy
+torch views (numpy's array interface and torch.from_numpy, a few
+microseconds where torch.from_dlpack through ctypes costs several times
+that). On CUDA tensors one libopd call does it all (_call_cuda,
+opd_run_stream_ptrs): inputs and outputs are torch's own memory by
+pointer (new outputs from torch.empty: torch's caching allocator, on the
+current stream), libopd points the descriptors at the allocations it
+imported once, and the run is ordered with torch's current stream; the
+Python cost of a call is then the arguments, one torch.empty per output
+and one ctypes call.
 The plan's staging tensors and descriptor templates are used by one call at
 a time (plan.lock, taken without blocking); a concurrent call of the same
 signature builds its own.
@@ -42,6 +48,7 @@ import threading
 import torch
 
 from . import _lib, errors, protocol
+from ._torch import current_stream
 from .tensor import Tensor, dtype_name
 
 try:
@@ -177,6 +184,19 @@ def cuda_desc(c, h, devb, t, keep):
     return c._desc(v)
 
 
+_SLOW = object()             # _call_cuda: take the general path
+
+
+def _ptr_arrays(tmpl):
+    """(opd_tensor_t[n] with dtype, rank and shape set, void *[n]) for
+    opd_run_stream_ptrs."""
+    tarr = (_lib.TensorDesc * max(1, len(tmpl)))()
+    for d, (code, shape) in zip(tarr, tmpl):
+        d.dtype, d.rank = code, len(shape)
+        d.shape[:len(shape)] = shape
+    return tarr, (ctypes.c_void_p * max(1, len(tmpl)))()
+
+
 def _desc(aid, offset, code, shape):
     d = _lib.TensorDesc()
     d.arena, d.offset, d.dtype, d.rank = aid, offset, code, len(shape)
@@ -187,6 +207,7 @@ def _desc(aid, offset, code, shape):
 class _Plan:
     """What every call of one signature shares (see DESIGN)."""
     __slots__ = ("specs", "cuda", "dev", "index", "devb", "attr_arr", "attr_keep",
+                 "tmpl", "tarr", "parr",
                  "n_attrs", "stage", "otmpl", "lock", "staged", "__weakref__")
 
     def __init__(self):
@@ -277,6 +298,10 @@ class OpRunner:
             p.attr_arr, p.attr_keep, p.n_attrs = None, (), 0
         p.stage = [None] * len(ins)
         p.otmpl = [_desc(0, 0, code, shape) for _, shape, _, _, code in p.specs]
+        if p.cuda:   # the fast path's descriptors: inputs, then outputs
+            p.tmpl = [(torch_code(t.dtype), tuple(t.shape)) for t in ins] + \
+                [(code, shape) for _, shape, _, _, code in p.specs]
+            p.tarr, p.parr = _ptr_arrays(p.tmpl)
         with self.lock:
             plans = self.plans
             plans[sig] = p
@@ -349,10 +374,80 @@ class OpRunner:
                 pass
         shared = p.lock.acquire(False)
         try:
+            if p.cuda:
+                fast = c._run_ptrs
+                if fast is None:
+                    fast = c._run_ptrs = getattr(c._lib, "opd_run_stream_ptrs", False)
+                if fast:
+                    r = self._call_cuda(c, h, p, ins, outs, shared, label, fast)
+                    if r is not _SLOW:
+                        return r
             return self._call(c, h, p, ins, outs, shared, label)
         finally:
             if shared:
                 p.lock.release()
+
+    def _call_cuda(self, c, h, p, ins, outs, shared, label, fast):
+        """A run on CUDA tensors in one libopd call (opd_run_stream_ptrs):
+        torch's memory by pointer, new outputs allocated by torch itself
+        (its caching allocator, on the current stream), the run ordered
+        with torch's current stream. _SLOW for what it does not take (an
+        empty tensor, an output in the daemon's memory)."""
+        n_in = len(ins)
+        tarr, parr = (p.tarr, p.parr) if shared else _ptr_arrays(p.tmpl)
+        maps = c._maps
+        for i, t in enumerate(ins):
+            if not t.is_contiguous():
+                t = t.contiguous()
+            ptr = t.data_ptr()
+            if not ptr:
+                return _SLOW
+            v = in_device_view(c, t) if maps else None
+            if v is None:
+                parr[i] = ptr
+            else:                  # the daemon's own memory, in place
+                d = c._desc(v)
+                parr[i] = None
+                tarr[i].arena, tarr[i].offset = d.arena, d.offset
+        copies = ()
+        if outs is None:
+            res = []
+            for k, (dt, shape, tdt, nbytes, code) in enumerate(p.specs):
+                o = torch.empty(shape, dtype=tdt, device=p.dev)
+                ptr = o.data_ptr()
+                if not ptr:
+                    return _SLOW
+                parr[n_in + k] = ptr
+                res.append(o)
+        else:
+            label = label or self.name
+            if len(outs) != len(p.specs):
+                raise errors.error(protocol.EINVAL, "%s: %d outputs given, the "
+                                   "op has %d" % (label, len(outs), len(p.specs)))
+            res, copies = None, []
+            for k, (o, (dt, shape, tdt, nbytes, code)) in enumerate(zip(outs, p.specs)):
+                if o.dtype != tdt or tuple(o.shape) != shape:
+                    raise errors.error(protocol.EINVAL, "%s: output %d has dtype "
+                                       "%s and shape %s; the op's output here is "
+                                       "%s %s" % (label, k, dtype_name(o.dtype),
+                                                  tuple(o.shape), dt, shape))
+                if not o.is_cuda or o.device != torch.device(p.dev):
+                    raise errors.error(protocol.EINVAL, "%s: output %d is on %s, "
+                                       "the run on %s" % (label, k, o.device, p.dev))
+                if (maps and in_device_view(c, o) is not None) or not o.data_ptr():
+                    return _SLOW
+                if not o.is_contiguous():
+                    tmp = torch.empty(shape, dtype=tdt, device=p.dev)
+                    copies.append((o, tmp))
+                    o = tmp
+                parr[n_in + k] = o.data_ptr()
+        rc = fast(h, p.devb, current_stream(p.index), self.ob, parr, tarr, n_in,
+                  len(p.specs), p.attr_arr, p.n_attrs)
+        if rc:
+            errors.check(rc)
+        for dst, src in copies:
+            dst.copy_(src)
+        return tuple(res) if res is not None else None
 
     def _call(self, c, h, p, ins, outs, shared, label):
         keep = []

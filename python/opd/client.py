@@ -276,6 +276,7 @@ class Client(OpMethods, Runner, Arenas, TorchInterop, Publishing):
         self._op_bytes = {}           # op name -> its bytes
         self._unsynced = False        # async runs sent since synchronize()
         self._tensor_cuda = None      # libopd's opd_tensor_cuda (False: none)
+        self._run_ptrs = None         # ... opd_run_stream_ptrs (False: none)
         self._serial = next(_serials)
         _clients.add(self)
         if connect:

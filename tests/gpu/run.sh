@@ -44,12 +44,22 @@ timeout 120 build/bench/bench_pingpong -n 100000 -s "$sock" 2>&1 | tee "$out/tra
 echo "== CUDA IPC import"
 timeout 60 build/tests/ipc_gpu "$sock" 2>&1 | tee "$out/ipc_gpu.txt" || status=1
 echo "== asynchronous, stream-ordered runs from a CUDA client (issue 13)"
-timeout 120 build/tests/async_gpu "$sock" 2>&1 | tee "$out/async_gpu.txt" || status=1
+for order in gpu host; do
+  echo "-- order kept on the $order (OPD_STREAM_ORDER=$order)"
+  OPD_STREAM_ORDER=$order timeout 120 build/tests/async_gpu "$sock" 2>&1 |
+    tee "$out/async_gpu_$order.txt" | grep -E "FAIL|passed"
+  [ "${PIPESTATUS[0]}" = 0 ] || status=1
+done
 if [ -n "${PYTEST_GPU:-}" ]; then
   echo "== python GPU tests (torch)"
   OPD_BIN=$PWD/build/opd OPD_LIB=$PWD/build/libopd.so PYTHONPATH=$PWD/python \
     timeout 400 python3 -m pytest -q -p no:cacheprovider -rs tests/python >"$out/pytest_gpu.txt" 2>&1 || status=1
   tail -n 40 "$out/pytest_gpu.txt"
+  echo "== python asynchronous runs with the order kept on the GPU (OPD_STREAM_ORDER=gpu)"
+  OPD_STREAM_ORDER=gpu OPD_BIN=$PWD/build/opd OPD_LIB=$PWD/build/libopd.so PYTHONPATH=$PWD/python \
+    timeout 200 python3 -m pytest -q -p no:cacheprovider -rs tests/python/test_gpu_async.py \
+    >"$out/pytest_gpu_order.txt" 2>&1 || status=1
+  tail -n 5 "$out/pytest_gpu_order.txt"
 fi
 if [ -n "${BENCH_GPU_PY:-}" ]; then
   echo "== python GPU benchmark"

@@ -20,6 +20,8 @@ torch = pytest.importorskip("torch", reason="torch is not installed")
 if not torch.cuda.is_available():
     pytest.skip("torch sees no CUDA device", allow_module_level=True)
 
+import _gpu_workers  # noqa: E402
+
 DEV = "cuda:0"
 
 
@@ -167,22 +169,13 @@ def test_publish_settles_first(c, daemon):
     np.testing.assert_array_equal(got, np.maximum(a, 0))
 
 
-def _exit_with_runs(sock, q):
-    c = opd.connect(sock)
-    d = c.empty((2048, 2048), device=DEV)
-    y = c.empty((2048, 2048), device=DEV)
-    for _ in range(200):
-        c.run("matmul", d, d, out=y)
-    q.put("enqueued")
-    os._exit(0)
-
-
 def test_client_exits_with_runs_in_flight(daemon):
     with opd.connect(daemon.socket) as w:
         base = w.stats()
         ctx = mp.get_context("spawn")
         q = ctx.Queue()
-        p = ctx.Process(target=_exit_with_runs, args=(daemon.socket, q))
+        p = ctx.Process(target=_gpu_workers.exit_with_runs,
+                        args=(daemon.socket, q))
         p.start()
         assert q.get(timeout=60) == "enqueued"
         p.join(60)
