@@ -18,7 +18,7 @@ echo "== machine"; nvidia-smi -L; nvcc --version | tail -n 1; gcc --version | he
 echo "== build"
 make -j"$(nproc)" CUDA=1 BLAS=0 $deps build/opd build/opctl build/tests/daemon_gpu \
   build/tests/poison_gpu build/tests/ipc_gpu build/tests/async_gpu build/tests/gpu_kernels build/libopd.so \
-  build/bench/bench_launch build/bench/bench_pingpong \
+  build/bench/bench_launch build/bench/bench_pingpong plugins \
   >"$out/build.log" 2>&1 &&
 make -j"$(nproc)" CUDA=1 BLAS=0 TEST_OPS=1 B=build-test $deps build-test/opd \
   >>"$out/build.log" 2>&1 || { tail -n 40 "$out/build.log"; exit 1; }

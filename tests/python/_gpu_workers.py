@@ -45,15 +45,3 @@ def device_softmax(sock, seed, n, q):
     except BaseException as e:
         q.put(("error", repr(e)))
 
-
-def exit_with_runs(sock, q):
-    """Enqueues 200 matmuls on device tensors (answered at enqueue) and
-    exits at once, the runs in flight (test_gpu_async)."""
-    import opd
-    c = opd.connect(sock)
-    d = c.empty((2048, 2048), device="cuda:0")
-    y = c.empty((2048, 2048), device="cuda:0")
-    for _ in range(200):
-        c.run("matmul", d, d, out=y)
-    q.put("enqueued")
-    os._exit(0)

@@ -98,6 +98,12 @@ static int cuda_init(opd_server_t *srv) {
   int avail = 0, use[OPD_MAX_DEVICES];
   opd_err_t err;
   srv->healthy = 1;
+  /* every kernel loaded at start: CUDA's default lazy loading loads a
+   * module at its first launch, which waits for the context's work, and
+   * an asynchronous run would then wait there for whatever its session's
+   * stream is waiting for (a client's kernel); a resident daemon pays the
+   * load once, up front. The environment may still say otherwise. */
+  setenv("CUDA_MODULE_LOADING", "EAGER", 0);
   cudaError_t e = cudaGetDeviceCount(&avail);
   if (e != cudaSuccess) avail = 0;
   int n = parse_devices(srv->cfg.devices, avail, use, &err);
