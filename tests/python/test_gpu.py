@@ -310,32 +310,25 @@ def test_torch_view_shares_memory(c):
     assert torch.equal(w.torch(), v)
 
 
-def test_torch_view_ordering(c, monkeypatch):
+def test_torch_view_ordering(c):
     # torch's pending writes into a view are finished before the next run
-    # that touches the tensor: the package synchronizes torch first
-    calls = []
-    sync = torch.cuda.synchronize
-    monkeypatch.setattr(torch.cuda, "synchronize",
-                        lambda *a: (calls.append(a), sync(*a))[1])
+    # that touches the tensor: such runs are ordered with torch's current
+    # stream (docs/async.md), with no explicit synchronize here
     t = c.zeros((1 << 20,), "float32", device="cuda")
     plain = c.zeros((4,), "float32", device="cuda")
     c.relu(t, out=t)
-    assert not calls                             # no view yet: no sync
     v = t.torch()
     torch.cuda._sleep(100_000_000)               # keep torch's stream busy
     v.fill_(-3.0)
     y = c.relu(c.add(t, t))                      # no explicit synchronize
-    assert calls                                 # ... the package did it
     assert (t.numpy() == -3).all() and (y.numpy() == 0).all()
     assert (c.mul(t, t).numpy() == 9).all()
-    n = len(calls)
     if plain.arena is t.arena:                   # same arena: torch may
         c.relu(plain, out=plain)                 # write it through a view
-        assert len(calls) == n + 1
-        n += 1
+        assert (plain.numpy() == 0).all()
     del v
-    c.relu(t, out=t)                             # no live view: no sync
-    assert len(calls) == n
+    c.relu(t, out=t)                             # no live view
+    assert (t.numpy() == 0).all()
 
 
 @pytest.mark.parametrize("dt", ["float16", "bfloat16", "float32", "int64",
@@ -364,8 +357,10 @@ def test_torch_view_dtypes(c, dt):
 
 def test_torch_view_release_and_close(daemon):
     c = opd.connect(daemon.socket)
-    # a released arena's mapping is dropped: a full 16 MiB arena with a
-    # view, a 64 MiB one after it; both freed, the smaller is given back
+    # a released arena's mapping is dropped: an arena with a view, another
+    # after it; both freed, one is given back (spare 0: the device
+    # allocator keeps no empty arenas besides one)
+    c._dalloc("cuda:0").spare = 0
     small = c.empty((4 << 20,), "float32", device="cuda")
     big = c.empty((16 << 20,), "float32", device="cuda")
     assert small.arena is not big.arena
