@@ -348,6 +348,16 @@ def bench_model(name, args, dev):
         r["timing_tf32"] = tb.tf32_str(torch)
         per = tb.measure(torch, [("torch", lambda: run(mt)), ("opd", lambda: run(mo))],
                          args.rounds, args.iters, args.warmup)
+        # what one opd forward asks of the daemon: requests and CUDA IPC
+        # imports (an import per call would mean the import cache misses)
+        st = STATS_CLIENT[0].stats() if STATS_CLIENT else None
+        if st is not None:
+            for _ in range(5):
+                run(mo)
+            torch.cuda.synchronize()
+            st2 = STATS_CLIENT[0].stats()
+            r["requests_per_forward"] = (st2["requests"] - st["requests"] - 1) / 5
+            r["imports_per_forward"] = (st2.get("imports", 0) - st.get("imports", 0)) / 5
         tb.set_tf32(torch, False)
     r["rounds_ms"] = per
     r["torch_ms"] = tb.median(per["torch"])
@@ -372,7 +382,8 @@ def line(r):
     parts = ["model %s" % r["model"]]
     for k, fmt in (("torch_ms", "%.3f"), ("opd_ms", "%.3f"), ("ratio", "%.3f"),
                    ("delta_us_per_opd_call", "%.1f"), ("torch_host_ms", "%.3f"),
-                   ("opd_host_ms", "%.3f"), ("max_abs", "%.3g"),
+                   ("opd_host_ms", "%.3f"), ("requests_per_forward", "%.1f"),
+                   ("imports_per_forward", "%.1f"), ("max_abs", "%.3g"),
                    ("rel", "%.3g"), ("tol", "%.3g")):
         if k in r:
             parts.append(("%s=" + fmt) % (k, r[k]))
@@ -397,6 +408,9 @@ def table(results):
     for row in rows:
         print("  ".join(c.ljust(w[i]) if i == 0 else c.rjust(w[i])
                         for i, c in enumerate(row)))
+
+
+STATS_CLIENT = []   # a second connection, for the daemon's counters
 
 
 def main():
@@ -449,6 +463,7 @@ def main():
                 % ", ".join(sorted({NEED[m] for m in skipped})))
     opd, c = tb.connect(PROG, args.socket, OPD_OPS)
     OPS = torch.ops.opd
+    STATS_CLIENT.append(opd.connect(args.socket) if args.socket else opd.connect())
     extra = ["models %s; skipped %s" % (",".join(runnable), ",".join(skipped) or "none"),
              "timing: warmup %d, %d rounds x %d forwards, one sync per round, "
              "torch/opd alternating; correctness with TF32 off; timing %s"

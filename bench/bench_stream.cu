@@ -20,6 +20,12 @@ static double now_us(void) {
   return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
 }
 
+__global__ void spin(long long cycles) {
+  long long t0 = clock64();
+  while (clock64() - t0 < cycles) {
+  }
+}
+
 __global__ void bump(float *x, int n) {
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n;
        i += gridDim.x * blockDim.x)
@@ -86,6 +92,15 @@ int main(int argc, char **argv) {
   MEDIAN(own2, { double t0 = now_us(); for (int i = 0; i < n; i++) {
              bump<<<4, 256, 0, s>>>(x, E); bump<<<4, 256, 0, s>>>(x + E, E); }
            cudaStreamSynchronize(s); t_ = (now_us() - t0) / n; });
+  /* a call right after a slow kernel of the client (about 2 ms): does the
+   * call wait for it (a host-side wait somewhere) or return at enqueue? */
+  int rate = 0;
+  cudaDeviceGetAttribute(&rate, cudaDevAttrClockRate, 0);
+  double after_slow;
+  MEDIAN(after_slow, { cudaStreamSynchronize(s); spin<<<1, 32, 0, s>>>((long long)rate * 2);
+           double t0 = now_us();
+           opd_run_stream(c, "cuda:0", s, "relu", &tx, 1, &ty, 1, NULL, 0);
+           t_ = now_us() - t0; cudaStreamSynchronize(s); });
   /* the client-side event calls */
   cudaEvent_t ev;
   cudaEventCreateWithFlags(&ev, cudaEventInterprocess | cudaEventDisableTiming);
@@ -102,6 +117,8 @@ int main(int argc, char **argv) {
   printf("opd_run_stream, to completion:    %8.2f us/op\n", done);
   printf("own kernel + opd_run_stream:      %8.2f us/pair (own + own %.2f, ratio %.2f)\n",
          mixed, own2, mixed / own2);
+  printf("the call after a 2 ms kernel:     %8.2f us (about 2000: it waited)\n",
+         after_slow);
   printf("cudaEventRecord (interprocess):   %8.2f us\n", rec);
   printf("cudaStreamWaitEvent:              %8.2f us\n", wait);
   opd_close(c);

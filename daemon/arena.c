@@ -149,6 +149,7 @@ int opd__arena_import(opd_session_t *s, int dev, const void *handle,
   s->arenas[s->n_arenas++] = a;
   opd__acct_arena(s, 1, 0);
   s->srv->arenas++;
+  s->srv->imports_total++;
   *id = a->id;
   return 0;
 }

@@ -75,7 +75,7 @@
  *                   plugins the daemon loaded at start (include/opd/op.h)
  *   STATS           {} -> {"sessions", "sessions_total", "requests", "errors",
  *                   "arenas", "bytes_mapped", "mappings", "mapped_bytes",
- *                   "inflight", "async", "async_peak", "uids", "uptime_ns",
+ *                   "inflight", "async", "async_peak", "imports", "uids", "uptime_ns",
  *                   "healthy",
  *                   "ops": {name: {"calls", "errors", "ns"}}}: what the
  *                   daemon holds (mappings: host mmaps of client memory)
