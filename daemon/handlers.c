@@ -504,11 +504,19 @@ static void handle_stream(opd_req_t *r, int type,
   reply_scratch(r);
 }
 
-/* SYNC: answered by the session once its runs before it completed
- * (opd__session_sync, session.c). */
+/* SYNC: noted here; the session answers it once its runs before it
+ * completed (start_jobs, session.c, which on_payload calls next). */
 static void handle_sync(opd_req_t *r, int type, const msgpack_object *body) {
+  opd_session_t *s = r->s;
   (void)type, (void)body;
-  opd__session_sync(r);
+  if (s->n_sync >= OPD_MAX_SYNCS) {
+    opd__reply_error(r, OPD_ELIMIT, "sync: %d SYNCs of this session are "
+                     "waiting already, the limit", OPD_MAX_SYNCS);
+    return;
+  }
+  s->sync[s->n_sync].via = r->via;
+  s->sync[s->n_sync].id = r->id;
+  s->n_sync++;
 }
 
 /* The requests a client may send: X(message, handler, flags), one row

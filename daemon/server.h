@@ -385,8 +385,6 @@ void opd__session_shutdown(opd_session_t *s); /* graceful: drain, goodbye */
 void opd__session_close(opd_session_t *s);    /* now: drop the socket */
 /* The session moves on: runs, frames left unread, a close it is due. */
 void opd__session_pump(opd_session_t *s);
-/* SYNC: answered once every run of the session before it completed */
-void opd__session_sync(const opd_req_t *r);
 
 /* sock.c: the socket transport. */
 /* Queues a frame (header and body) and sends what the socket takes. */

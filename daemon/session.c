@@ -164,18 +164,6 @@ static void answer_syncs(opd_session_t *s) {
   s->n_sync = 0;
 }
 
-void opd__session_sync(const opd_req_t *r) {
-  opd_session_t *s = r->s;
-  if (s->n_sync >= OPD_MAX_SYNCS) {
-    opd__reply_error(r, OPD_ELIMIT, "sync: %d SYNCs of this session are "
-                     "waiting already, the limit", OPD_MAX_SYNCS);
-    return;
-  }
-  s->sync[s->n_sync].via = r->via;
-  s->sync[s->n_sync].id = r->id;
-  s->n_sync++; /* answered by start_jobs, which on_payload calls next */
-}
-
 /* Starts the session's queued runs, one at a time and in order: one its
  * backend finished at once (a tiny CPU run) is answered here and the next
  * starts; one it launched ends in job_done; an asynchronous one enqueued
