@@ -71,6 +71,7 @@ def mp(v):
 # protocol.h
 HELLO, REGISTER, RELEASE, RUN, INFER, OPS, STATS, PING = 1, 2, 3, 4, 5, 6, 7, 8
 ALLOC, PUBLISH, ATTACH, UNPUBLISH, IMPORT, EXPORT, RING_SETUP = 10, 11, 12, 13, 14, 15, 16
+STREAM, SYNC = 18, 19
 F32, I64, U8 = 1, 8, 6
 
 
@@ -232,6 +233,14 @@ def session_seeds():
     s["ring_setup_by_hand"] = session(hello, cmd(FDS, b"\x00" + req(RING_SETUP, 61, {
         "size": 4096, "sq_slots": 2, "sq_slot_size": 16, "cq_slots": 2,
         "cq_slot_size": 16, "wait": "spin"})))
+    # issue 13: asynchronous runs (answered at completion on the cpu), SYNC
+    # (waits for the runs before it), STREAM without a device, bad flags
+    s["async_runs_and_syncs"] = session(ab, *[frame(req(RUN, 80 + k, {
+        "op": "relu", "in": [t(A, 0, [64])], "out": [t(B, 0, [64])],
+        "async": k % 8})) for k in range(9)],
+        *[frame(req(SYNC, 90 + k, {})) for k in range(10)], cmd(READ))
+    s["stream_no_device"] = session(hello, frame(req(STREAM, 100, {
+        "device": "cuda:0", "event": b"\x00" * 64})), frame(req(SYNC, 101, {})))
     s["unread_replies"] = session(hello, *[frame(req(OPS, 70 + k, {})) for k in range(6)],
                                   cmd(TURNS, b"\x08"))
     s["inflight_limit_pool"] = session(P_HELLO | P_ARENA_A | P_POOL,
