@@ -19,17 +19,8 @@
 #include <unistd.h>
 
 #include "opd/opd.h"
+#include "tests/gpu/check.h"
 
-static int passed, failed;
-
-#define CHECK(cond, ...)                                  \
-  do {                                                    \
-    if (cond) passed++, printf("PASS ");                  \
-    else failed++, printf("FAIL ");                       \
-    printf(__VA_ARGS__);                                  \
-    printf("\n");                                         \
-    fflush(stdout);                                       \
-  } while (0)
 
 static double now_ms(void) {
   struct timespec ts;

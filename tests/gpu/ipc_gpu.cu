@@ -12,17 +12,8 @@
 #include <unistd.h>
 
 #include "opd/opd.h"
+#include "tests/gpu/check.h"
 
-static int passed, failed;
-
-#define CHECK(cond, ...)                                  \
-  do {                                                    \
-    if (cond) passed++, printf("PASS ");                  \
-    else failed++, printf("FAIL ");                       \
-    printf(__VA_ARGS__);                                  \
-    printf("\n");                                         \
-    fflush(stdout);                                       \
-  } while (0)
 
 int main(int argc, char **argv) {
   const char *sock = argc > 1 ? argv[1] : NULL;

@@ -12,17 +12,8 @@
 #include <time.h>
 
 #include "opd/opd.h"
+#include "tests/gpu/check.h"
 
-static int passed, failed;
-
-#define CHECK(cond, ...)                                  \
-  do {                                                    \
-    if (cond) passed++, printf("PASS ");                  \
-    else failed++, printf("FAIL ");                       \
-    printf(__VA_ARGS__);                                  \
-    printf("\n");                                         \
-    fflush(stdout);                                       \
-  } while (0)
 
 static int healthy(opd_client_t *c) {
   char *json;
