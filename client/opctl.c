@@ -321,6 +321,9 @@ static int cmd_stats(opd_client_t *c, int json) {
   print_num("host mappings", jget(root, "mappings"));
   print_num("mapped bytes", jget(root, "mapped_bytes"));
   print_num("runs in flight", jget(root, "inflight"));
+  print_num("async runs", jget(root, "async"));   /* answered at enqueue */
+  print_num("async peak", jget(root, "async_peak"));
+  print_num("cuda imports", jget(root, "imports"));
   print_num("users", jget(root, "uids"));
   const jv_t *up = jget(root, "uptime_ns");
   printf("  %-16s %.1f s\n", "uptime", up ? up->num / 1e9 : 0.0);

@@ -580,7 +580,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   CHECK(srv.mappings == 0 && srv.host_bytes == 0,
         "%llu host mappings, %llu bytes left", (unsigned long long)srv.mappings,
         (unsigned long long)srv.host_bytes);
-  CHECK(srv.inflight == 0, "%u runs in flight left", srv.inflight);
+  CHECK(srv.inflight == 0 && srv.async_now == 0,
+        "%u runs in flight, %u answered at enqueue, left", srv.inflight,
+        srv.async_now);
   CHECK(srv.n_ring == 0 && srv.n_spin == 0 && srv.n_pubs == 0,
         "%d ring sessions, %d spinning, %u published names left", srv.n_ring,
         srv.n_spin, srv.n_pubs);

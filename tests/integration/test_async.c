@@ -145,6 +145,27 @@ Test(async, raw_requests_get_clear_errors) {
   th_assert_alive();
 }
 
+/* A SYNC is answered after the runs sent before it: their answers are in
+ * by the time it returns. */
+Test(async, sync_waits_for_the_runs_before_it) {
+  opd_client_t *c = th_connect();
+  void *base;
+  enum { M = 512 };
+  uint64_t a = th_arena(c, 3ull * M * M * 4, &base);
+  opd_tensor_t t[3];
+  for (int i = 0; i < 3; i++)
+    t[i] = th_f32(a, (uint64_t)i * M * M * 4, 2, (int64_t)M, (int64_t)M);
+  uint64_t run[4];
+  for (int k = 0; k < 4; k++)
+    cr_assert_eq(opd_submit(c, "matmul", t, 2, &t[2], 1, NULL, 0, &run[k]), 0,
+                 "%s", opd_last_error());
+  cr_assert_eq(opd_synchronize(c), 0, "%s", opd_last_error());
+  for (int k = 0; k < 4; k++)
+    cr_assert_eq(opd_wait(c, run[k], 0), 0, "run %d answered before the SYNC",
+                 k);
+  opd_close(c);
+}
+
 Test(async, hello_reports_max_async, .init = NULL) {
   const char *args[] = {"--max-async", "7", NULL};
   th_start(args);
