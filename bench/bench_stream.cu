@@ -101,6 +101,25 @@ int main(int argc, char **argv) {
            double t0 = now_us();
            opd_run_stream(c, "cuda:0", s, "relu", &tx, 1, &ty, 1, NULL, 0);
            t_ = now_us() - t0; cudaStreamSynchronize(s); });
+  /* the same calls on their own, in this process, right after the 2 ms
+   * kernel: which of them pays when the stream is busy (next session's
+   * question: docs/async.md) */
+  cudaEvent_t iev, lev;
+  cudaEventCreateWithFlags(&iev, cudaEventInterprocess | cudaEventDisableTiming);
+  cudaEventCreateWithFlags(&lev, cudaEventDisableTiming);
+  double rec_busy, recl_busy, wait_busy;
+  MEDIAN(rec_busy, { cudaStreamSynchronize(s); spin<<<1, 32, 0, s>>>((long long)rate * 2);
+           double t0 = now_us(); cudaEventRecord(iev, s); t_ = now_us() - t0;
+           cudaStreamSynchronize(s); });
+  MEDIAN(recl_busy, { cudaStreamSynchronize(s); spin<<<1, 32, 0, s>>>((long long)rate * 2);
+           double t0 = now_us(); cudaEventRecord(lev, s); t_ = now_us() - t0;
+           cudaStreamSynchronize(s); });
+  cudaStream_t s2;
+  cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking);
+  MEDIAN(wait_busy, { cudaStreamSynchronize(s); spin<<<1, 32, 0, s>>>((long long)rate * 2);
+           cudaEventRecord(iev, s);
+           double t0 = now_us(); cudaStreamWaitEvent(s2, iev, 0); t_ = now_us() - t0;
+           cudaStreamSynchronize(s2); cudaStreamSynchronize(s); });
   /* the client-side event calls */
   cudaEvent_t ev;
   cudaEventCreateWithFlags(&ev, cudaEventInterprocess | cudaEventDisableTiming);
@@ -119,6 +138,9 @@ int main(int argc, char **argv) {
          mixed, own2, mixed / own2);
   printf("the call after a 2 ms kernel:     %8.2f us (about 2000: it waited)\n",
          after_slow);
+  printf("after a 2 ms kernel, in-process: record interprocess %.2f us, record "
+         "plain %.2f us, another stream waits on the interprocess one %.2f us\n",
+         rec_busy, recl_busy, wait_busy);
   printf("cudaEventRecord (interprocess):   %8.2f us\n", rec);
   printf("cudaStreamWaitEvent:              %8.2f us\n", wait);
   opd_close(c);
