@@ -303,6 +303,27 @@ static void print_num(const char *label, const jv_t *v) {
   printf("  %-16s %s\n", label, jstr(v));
 }
 
+/* One line per CUDA device of the hello: index, UUID, name, memory. */
+static void print_devices(opd_client_t *c) {
+  char *info;
+  size_t len;
+  if (opd_server_info(c, &info, &len) != 0) return;
+  const char *saved = jp;
+  jp = info;
+  jv_t *root = jparse();
+  const jv_t *devs = jget(root, "devices");
+  for (int i = 0; devs && i < devs->n; i++) {
+    const jv_t *d = devs->vals[i], *mem = jget(d, "memory"), *mps = jget(d, "mps");
+    printf("    %-8s %s  %s, %.1f GiB, compute %s%s\n", jstr(jget(d, "device")),
+           jstr(jget(d, "uuid")), jstr(jget(d, "name")),
+           mem ? mem->num / 1073741824.0 : 0.0, jstr(jget(d, "compute")),
+           mps && mps->boolean ? ", MPS" : "");
+  }
+  jfree(root);
+  jp = saved;
+  opd_free(info);
+}
+
 static int cmd_stats(opd_client_t *c, int json) {
   char *text;
   int got = fetch_json(c, opd_stats_json, "stats", json, &text);
@@ -312,6 +333,7 @@ static int cmd_stats(opd_client_t *c, int json) {
   const jv_t *h = jget(root, "healthy");
   printf("opd daemon: %s\n", h && h->boolean ? "healthy" : "UNHEALTHY");
   print_num("cuda devices", jget(root, "devices"));
+  print_devices(c);
   print_num("sessions", jget(root, "sessions"));
   print_num("sessions total", jget(root, "sessions_total"));
   print_num("requests", jget(root, "requests"));

@@ -234,6 +234,8 @@ typedef struct opd_server {
   uint32_t async_now;            /* runs answered at enqueue, incomplete */
   uint32_t async_peak;           /* the most one session had at once */
   uint64_t imports_total;        /* CUDA IPC imports made (IMPORT) */
+  char dev_uuid[OPD_MAX_DEVICES][48]; /* each device's UUID ("GPU-..."),
+                                    set by the device backend at init */
   uint64_t mappings;             /* host mappings held: arenas + rings */
   uint64_t host_bytes;           /* bytes of those mappings */
   uid_t self_uid;                /* the daemon's own uid */

@@ -13,9 +13,11 @@
  * fills is queued on its session by daemon/jobs.c, which runs it.
  */
 #include <stdarg.h>
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "common/wire.h"
 #include "daemon/log.h"
@@ -396,6 +398,19 @@ static int prepare(opd_session_t *s, const opd_op_def_t *op,
 
 /* ---- the request ------------------------------------------------------ */
 
+/* A device UUID as nvidia-smi and CUDA print it: "GPU-" (optional), then
+ * 8-4-4-4-12 hex digits. */
+static int is_uuid(const char *s) {
+  if (strncasecmp(s, "GPU-", 4) == 0) s += 4;
+  static const int group[5] = {8, 4, 4, 4, 12};
+  for (int g = 0; g < 5; g++) {
+    for (int k = 0; k < group[g]; k++, s++)
+      if (!isxdigit((unsigned char)*s)) return 0;
+    if (g < 4 && *s++ != '-') return 0;
+  }
+  return *s == '\0';
+}
+
 int opd__device_parse(opd_server_t *srv, const char *dev, int *req, opd_err_t *err) {
   *req = OPD_DEV_AUTO;
   if (strcmp(dev, "auto") == 0) return 0;
@@ -421,9 +436,29 @@ int opd__device_parse(opd_server_t *srv, const char *dev, int *req, opd_err_t *e
     *req = (int)n;
     return 0;
   }
+  if (is_uuid(dev)) { /* the device's UUID, with or without "GPU-" */
+    const char *want = strncasecmp(dev, "GPU-", 4) == 0 ? dev + 4 : dev;
+    for (int i = 0; i < srv->n_devices; i++) {
+      if (strcasecmp(srv->dev_uuid[i] + 4, want) == 0) {
+        *req = i;
+        return 0;
+      }
+    }
+    if (srv->n_devices == 0)
+      return opd__errf(err, OPD_EDEVICE, "no CUDA device with UUID %s: this "
+                       "daemon has no CUDA device (backends: cpu)", dev);
+    char have[OPD_MAX_DEVICES * 50];
+    size_t o = 0;
+    have[0] = '\0';
+    for (int i = 0; i < srv->n_devices && o < sizeof have; i++)
+      o += (size_t)snprintf(have + o, sizeof have - o, "%s%s", i ? ", " : "",
+                            srv->dev_uuid[i]);
+    return opd__errf(err, OPD_EDEVICE, "no CUDA device with UUID %s here "
+                     "(this daemon's: %s)", dev, have);
+  }
   return opd__errf(err, OPD_EDEVICE,
-                   "unknown device \"%s\" (use cpu, cuda, cuda:N or auto)",
-                   dev);
+                   "unknown device \"%s\" (use cpu, cuda, cuda:N, a device "
+                   "UUID or auto)", dev);
 }
 
 static int parse_device(opd_server_t *srv, const msgpack_object *o, int *req,

@@ -50,7 +50,10 @@
  *                             shape:[int], strides:[int] | nil]
  *                   strides are in elements; nil means C-contiguous.
  *                   attribute values: int, float, bool, str, or [int].
- *                   device: "cpu", "cuda", "cuda:N" or "auto" (default:
+ *                   device: "cpu", "cuda", "cuda:N", a device's UUID
+ *                   ("GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", as
+ *                   nvidia-smi -L prints it, "GPU-" optional; any request
+ *                   that names a device takes it) or "auto" (default:
  *                   the device of its device tensors, else the cpu).
  *                   async: OPD_RUN_F_* flags. ASYNC: a run on a cuda device
  *                   whose tensors are all device memory is answered when

@@ -22,6 +22,16 @@ Test(devices, cuda_requests_without_a_gpu_are_refused_clearly) {
              OPD_EDEVICE, "is not cuda, cuda:N, cpu or auto");
   EXPECT_ERR(opd_run_on(c, "tpu", "relu", &x, 1, &y, 1, NULL, 0), OPD_EDEVICE,
              "unknown device \"tpu\"");
+  /* a device by UUID (issue 15), with or without "GPU-": named, refused */
+  EXPECT_ERR(opd_run_on(c, "GPU-cf2acb7f-3742-2fd9-e71f-713aa12e33e3", "relu",
+                        &x, 1, &y, 1, NULL, 0), OPD_EDEVICE,
+             "no CUDA device with UUID GPU-cf2acb7f-3742-2fd9-e71f-713aa12e33e3: "
+             "this daemon has no CUDA device");
+  EXPECT_ERR(opd_run_on(c, "CF2ACB7F-3742-2FD9-E71F-713AA12E33E3", "relu", &x, 1,
+                        &y, 1, NULL, 0), OPD_EDEVICE, "no CUDA device with UUID");
+  EXPECT_ERR(opd_run_on(c, "GPU-cf2acb7f-3742", "relu", &x, 1, &y, 1, NULL, 0),
+             OPD_EDEVICE, "unknown device \"GPU-cf2acb7f-3742\" (use cpu, cuda, "
+             "cuda:N, a device UUID or auto)");
   /* cpu and auto run */
   cr_assert_eq(opd_run_on(c, "cpu", "relu", &x, 1, &y, 1, NULL, 0), 0);
   cr_assert_eq(opd_run_on(c, "auto", "relu", &x, 1, &y, 1, NULL, 0), 0);

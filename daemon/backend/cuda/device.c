@@ -77,6 +77,12 @@ static int dev_init(cuda_dev_t *d, int index, opd_err_t *err) {
     mps = 0;
   }
   d->mps = mps != 0;
+  const unsigned char *u = (const unsigned char *)prop.uuid.bytes;
+  snprintf(d->uuid, sizeof d->uuid,
+           "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-"
+           "%02x%02x%02x%02x%02x%02x",
+           u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10],
+           u[11], u[12], u[13], u[14], u[15]);
   d->cc_major = prop.major;
   d->cc_minor = prop.minor;
   CU(cudaDeviceGetStreamPriorityRange(&d->prio_low, &d->prio_high), err);
@@ -126,9 +132,11 @@ static int cuda_init(opd_server_t *srv) {
       free(st);
       return OPD_EBACKEND;
     }
-    LOG_INFO("cuda:%d: %s, %.1f GiB, compute %d.%d", use[i], st->dev[i].name,
+    LOG_INFO("cuda:%d: %s, %s, %.1f GiB, compute %d.%d%s", use[i],
+             st->dev[i].name, st->dev[i].uuid,
              st->dev[i].total_mem / 1073741824.0, st->dev[i].cc_major,
-             st->dev[i].cc_minor);
+             st->dev[i].cc_minor, st->dev[i].mps ? ", MPS" : "");
+    snprintf(srv->dev_uuid[i], sizeof srv->dev_uuid[i], "%s", st->dev[i].uuid);
   }
   /* the driver's calls we need, without linking libcuda */
   st->get_range = (get_range_fn)driver_fn("cuMemGetAddressRange");
@@ -180,7 +188,7 @@ static void cuda_describe(opd_server_t *srv, msgpack_packer *pk) {
     cuda_dev_t *d = &st->dev[i];
     char cc[16];
     snprintf(cc, sizeof cc, "%d.%d", d->cc_major, d->cc_minor);
-    msgpack_pack_map(pk, 5);
+    msgpack_pack_map(pk, 6);
     msgpack_pack_str_with_body(pk, "device", 6);
     char name[16];
     int n = snprintf(name, sizeof name, "cuda:%d", i);
@@ -191,6 +199,8 @@ static void cuda_describe(opd_server_t *srv, msgpack_packer *pk) {
     msgpack_pack_uint64(pk, d->total_mem);
     msgpack_pack_str_with_body(pk, "compute", 7);
     msgpack_pack_str_with_body(pk, cc, strlen(cc));
+    msgpack_pack_str_with_body(pk, "uuid", 4);
+    msgpack_pack_str_with_body(pk, d->uuid, strlen(d->uuid));
     msgpack_pack_str_with_body(pk, "mps", 3);
     if (d->mps) msgpack_pack_true(pk);
     else msgpack_pack_false(pk);

@@ -26,6 +26,7 @@ typedef struct cuda_dev {
   void *lt;                      /* cublasLtHandle_t */
   int prio_low, prio_high;       /* stream priority range */
   int mps;                       /* its contexts are shared through MPS */
+  char uuid[48];                 /* "GPU-xxxxxxxx-xxxx-...", as nvidia-smi */
 } cuda_dev_t;
 
 /* A client's IPC handle opened for one session. */
