@@ -221,8 +221,10 @@ class Runner:
             return self._run_ordered(args[0], ("cuda:%d" % idx).encode(), idx,
                                      *args[1:8])
         if on_dev:
-            fn = getattr(self._lib, "opd_run_async", None)
-            if fn is not None:
+            fn = self._run_async
+            if fn is None:
+                fn = self._run_async = getattr(self._lib, "opd_run_async", False)
+            if fn:
                 self._unsynced = True
                 return fn(args[0], devb, *args[1:8])
         if devb is None:

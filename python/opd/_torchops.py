@@ -420,20 +420,9 @@ class OpRunner:
                 parr[n_in + k] = ptr
                 res.append(o)
         else:
-            label = label or self.name
-            if len(outs) != len(p.specs):
-                raise errors.error(protocol.EINVAL, "%s: %d outputs given, the "
-                                   "op has %d" % (label, len(outs), len(p.specs)))
+            _check_outs(p, outs, label or self.name)
             res, copies = None, []
             for k, (o, (dt, shape, tdt, nbytes, code)) in enumerate(zip(outs, p.specs)):
-                if o.dtype != tdt or tuple(o.shape) != shape:
-                    raise errors.error(protocol.EINVAL, "%s: output %d has dtype "
-                                       "%s and shape %s; the op's output here is "
-                                       "%s %s" % (label, k, dtype_name(o.dtype),
-                                                  tuple(o.shape), dt, shape))
-                if not o.is_cuda or o.device != torch.device(p.dev):
-                    raise errors.error(protocol.EINVAL, "%s: output %d is on %s, "
-                                       "the run on %s" % (label, k, o.device, p.dev))
                 if (maps and in_device_view(c, o) is not None) or not o.data_ptr():
                     return _SLOW
                 if not o.is_contiguous():
@@ -499,19 +488,9 @@ class OpRunner:
     def _given_outputs(self, c, h, p, outs, keep, label):
         """Descriptors for out= tensors `outs`; a tensor the daemon cannot
         write in place gets a temporary, copied into it after the run."""
-        if len(outs) != len(p.specs):
-            raise errors.error(protocol.EINVAL, "%s: %d outputs given, the op "
-                               "has %d" % (label, len(outs), len(p.specs)))
+        _check_outs(p, outs, label)
         odescs, copies = [], []
         for k, (o, (dt, shape, tdt, nbytes, code)) in enumerate(zip(outs, p.specs)):
-            if o.dtype != tdt or tuple(o.shape) != shape:
-                raise errors.error(protocol.EINVAL, "%s: output %d has dtype %s "
-                                   "and shape %s; the op's output here is %s %s"
-                                   % (label, k, dtype_name(o.dtype),
-                                      tuple(o.shape), dt, shape))
-            if o.is_cuda != p.cuda or (p.cuda and o.device != torch.device(p.dev)):
-                raise errors.error(protocol.EINVAL, "%s: output %d is on %s, the "
-                                   "run on %s" % (label, k, o.device, p.dev))
             if p.cuda:
                 v = in_device_view(c, o) if o.is_contiguous() else None
                 if v is None and o.is_contiguous():
@@ -532,6 +511,23 @@ class OpRunner:
             copies.append((o, host_view(v)))
             odescs.append(c._desc(v))
         return outs, odescs, copies
+
+
+def _check_outs(p, outs, label):
+    """out= tensors `outs` have the op's output count, dtypes and shapes,
+    on the run's device; else BadArgumentError naming the difference."""
+    if len(outs) != len(p.specs):
+        raise errors.error(protocol.EINVAL, "%s: %d outputs given, the op "
+                           "has %d" % (label, len(outs), len(p.specs)))
+    for k, (o, (dt, shape, tdt, nbytes, code)) in enumerate(zip(outs, p.specs)):
+        if o.dtype != tdt or tuple(o.shape) != shape:
+            raise errors.error(protocol.EINVAL, "%s: output %d has dtype %s "
+                               "and shape %s; the op's output here is %s %s"
+                               % (label, k, dtype_name(o.dtype),
+                                  tuple(o.shape), dt, shape))
+        if o.is_cuda != p.cuda or (p.cuda and o.device != torch.device(p.dev)):
+            raise errors.error(protocol.EINVAL, "%s: output %d is on %s, the "
+                               "run on %s" % (label, k, o.device, p.dev))
 
 
 def _device_view(t):

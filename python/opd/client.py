@@ -277,6 +277,7 @@ class Client(OpMethods, Runner, Arenas, TorchInterop, Publishing):
         self._unsynced = False        # async runs sent since synchronize()
         self._tensor_cuda = None      # libopd's opd_tensor_cuda (False: none)
         self._run_ptrs = None         # ... opd_run_stream_ptrs (False: none)
+        self._run_async = None        # ... opd_run_async (False: none)
         self._serial = next(_serials)
         _clients.add(self)
         if connect:

@@ -6,6 +6,7 @@
  * stream-ordered run) is a clear error. tests/gpu/ covers the GPU side:
  * return at enqueue, stream order, lifetimes, the bound. */
 #include <criterion/criterion.h>
+#include <pthread.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -163,6 +164,56 @@ Test(async, sync_waits_for_the_runs_before_it) {
   for (int k = 0; k < 4; k++)
     cr_assert_eq(opd_wait(c, run[k], 0), 0, "run %d answered before the SYNC",
                  k);
+  opd_close(c);
+}
+
+typedef struct {
+  opd_client_t *c;
+  int rc;
+  char msg[256];
+} sync_arg_t;
+
+static void *sync_thread(void *p) {
+  sync_arg_t *a = p;
+  a->rc = opd_synchronize(a->c);
+  snprintf(a->msg, sizeof a->msg, "%s", a->rc ? opd_last_error() : "");
+  return NULL;
+}
+
+/* Nine SYNCs while long runs execute: eight wait, the ninth is refused at
+ * once (at most 8 wait per session), and the eight return after the runs. */
+Test(async, at_most_eight_syncs_wait) {
+  opd_client_t *c = th_connect();
+  void *base;
+  enum { M = 1536, RUNS = 6, SYNCS = 9 };
+  uint64_t a = th_arena(c, 3ull * M * M * 4, &base);
+  opd_tensor_t t[3];
+  for (int i = 0; i < 3; i++)
+    t[i] = th_f32(a, (uint64_t)i * M * M * 4, 2, (int64_t)M, (int64_t)M);
+  uint64_t run[RUNS];
+  for (int k = 0; k < RUNS; k++)
+    cr_assert_eq(opd_submit(c, "matmul", t, 2, &t[2], 1, NULL, 0, &run[k]), 0,
+                 "%s", opd_last_error());
+  pthread_t th[SYNCS];
+  sync_arg_t arg[SYNCS];
+  for (int k = 0; k < SYNCS; k++) {
+    arg[k].c = c;
+    pthread_create(&th[k], NULL, sync_thread, &arg[k]);
+  }
+  int ok = 0, refused = 0;
+  for (int k = 0; k < SYNCS; k++) {
+    pthread_join(th[k], NULL);
+    if (arg[k].rc == 0) ok++;
+    else if (arg[k].rc == OPD_ELIMIT &&
+             strstr(arg[k].msg, "8 SYNCs of this session are waiting") != NULL)
+      refused++;
+    else
+      cr_assert_fail("sync %d: %s (%s)", k, opd_errname(arg[k].rc), arg[k].msg);
+  }
+  cr_assert_eq(refused, 1, "%d refused, %d answered", refused, ok);
+  cr_assert_eq(ok, 8);
+  for (int k = 0; k < RUNS; k++) cr_assert_eq(opd_wait(c, run[k], 0), 0);
+  cr_assert_eq(opd_cuda_forget(c), 0, "nothing imported: nothing to forget");
   opd_close(c);
 }
 
