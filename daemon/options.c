@@ -234,6 +234,11 @@ static const opt_row_t rows[] = {
      "while a client spins, how long the loop serves rings between looks at "
      "sockets, timers and signals (default: 20 while a socket-only client is "
      "connected, else 200)"},
+    {"linger-us", 0, "US", p_us, OFF(linger_ns), 0, 1000000, 1000000, 0,
+     "after an asynchronous GPU run of an adaptive client, how long the loop "
+     "keeps serving the rings by spinning, for its next run (default 1000; "
+     "0: off; only while a quarter of the CPUs stays free, not with --spin "
+     "never)"},
     {"loop-cpu", 0, "N", p_int, OFF(loop_cpu), 0, CPU_SETSIZE - 1, 0, 0,
      "pin the event loop thread to CPU N (kernel and completion threads stay "
      "unpinned)"},

@@ -107,9 +107,11 @@ static void ring_check(opd_server_t *srv) {
   }
 }
 
+/* now 0: without reading the clock (a linger that has passed counts until
+ * the loop's next clock read) */
 static int ring_wants_spin(const opd_server_t *srv, uint64_t now) {
-  (void)now;
-  return srv->n_spin > 0;
+  return srv->n_spin > 0 ||
+         (srv->linger_until != 0 && (now == 0 || now < srv->linger_until));
 }
 
 /* Before the loop blocks: adaptive rings must ring the doorbell. */
@@ -134,6 +136,10 @@ void opd__ring_report(opd_server_t *srv) {
              "p50 %.0f ns, p99 %.0f ns",
              (unsigned long long)srv->svc_seen, SVC_SAMPLE, svc_pct(srv, 0.5),
              svc_pct(srv, 0.99));
+  if (srv->lingers > 0)
+    LOG_INFO("spin: %llu asynchronous GPU runs of adaptive clients kept the "
+             "loop serving the rings for %u us after them (--linger-us)",
+             (unsigned long long)srv->lingers, srv->cfg.linger_ns / 1000);
   free(srv->svc_hist);
   srv->svc_hist = NULL;
 }
@@ -168,6 +174,23 @@ int opd__spin_grant(const opd_server_t *srv, char *why, size_t cap) {
            "leave %d for the kernels, under the %d kept free (--spin auto)",
            srv->n_cpus, srv->n_spin + 1, left > 0 ? left : 0, need);
   return 0;
+}
+
+/* Lingering spins the loop's core only, and only while that leaves a
+ * quarter of the CPUs (at least one) to the rest, as for spin rings; not
+ * under --spin never. A model's forward through torch.ops.opd makes a
+ * run every 50-500 us: without the linger each of them waits for the
+ * loop to wake (some 40 us on the H200, bench/probe_calls.py). */
+void opd__ring_linger(opd_session_t *s) {
+  opd_server_t *srv = s->srv;
+  if (s->ring != OPD_RING_ADAPTIVE || srv->cfg.linger_ns == 0 ||
+      srv->cfg.spin == OPD_SPIN_NEVER)
+    return;
+  int need = srv->n_cpus / 4 > 1 ? srv->n_cpus / 4 : 1;
+  if (srv->cfg.spin != OPD_SPIN_ALWAYS && srv->n_cpus - 1 - srv->n_spin < need)
+    return;
+  srv->linger_until = opd__now_ns() + srv->cfg.linger_ns;
+  srv->lingers++;
 }
 
 int opd__ring_setup(opd_req_t *r, const msgpack_object *body, int *granted,

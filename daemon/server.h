@@ -82,6 +82,9 @@ typedef struct opd_config {
                                     serves spinning rings between looks at
                                     sockets and timers */
   int spin;                      /* --spin: OPD_SPIN_AUTO / _ALWAYS / _NEVER */
+  uint32_t linger_ns;            /* --linger-us: how long the loop keeps
+                                    serving rings after an asynchronous
+                                    GPU run of an adaptive client (0: no) */
   char allow_users[512];         /* --allow-users: names or uids, commas;
                                     "" = anyone who can open the socket */
   char allow_groups[512];        /* --allow-groups: names or gids, commas */
@@ -224,6 +227,9 @@ typedef struct opd_server {
   /* spin windows (loop.c on_idle): the gaps between them, for the
    * shutdown report */
   uint64_t win_left_at, win_gaps, win_gap_ns, win_gap_max, win_gaps_long;
+  uint64_t linger_until;         /* the loop spins on the rings until then
+                                    (ns; 0: not lingering), see --linger-us */
+  uint64_t lingers;              /* asynchronous runs that extended it */
   uint32_t *svc_hist;            /* ring services in a window: 10 ns buckets
                                     (ringsvc.c), for the shutdown report */
   uint64_t svc_n, svc_seen;
@@ -513,6 +519,10 @@ int opd__ring_setup(opd_req_t *r, const msgpack_object *body, int *mode,
 /* 1 when one more spinning session would still leave cores for the work
  * (--spin); else 0 with why[] saying so. */
 int opd__spin_grant(const opd_server_t *srv, char *why, size_t cap);
+/* An asynchronous GPU run of session s was enqueued: an adaptive session
+ * keeps the loop serving the rings for --linger-us (its next run comes
+ * within microseconds, and would otherwise wait for a wake-up). */
+void opd__ring_linger(opd_session_t *s);
 /* 1 when the reply went to (or waits for) the completion ring, 0 when it
  * must go to the socket. */
 int opd__ring_reply(opd_session_t *s, const void *head, size_t hlen,

@@ -185,6 +185,7 @@ static void start_jobs(opd_session_t *s) {
     if (rc == OPD_LAUNCH_ENQUEUED) {
       j->done = async_done;
       opd__job_enqueued(j);
+      opd__ring_linger(s);
       continue;
     }
     opd__job_finish(j);

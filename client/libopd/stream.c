@@ -38,10 +38,12 @@
  * the driver may give the new allocation the same handle bytes.
  */
 #include <dlfcn.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "client/libopd/internal.h"
+#include "common/clock.h"
 
 /* ---- the driver ------------------------------------------------------- */
 
@@ -150,7 +152,23 @@ struct opd_cuda {
   cimport_t imp[IMPORTS];
   int n_imp;
   uint64_t clock;
+  /* OPD_STREAM_TRACE: where ordered calls spend their time (tensors,
+   * record, the run's round trip, the wait), printed at close */
+  int trace;
+  uint64_t n_traced, t_sum[4], t_max[4], t_slow[4];
 };
+
+static const char *const trace_step[4] = {"tensors", "cuEventRecord",
+                                          "the run", "cuStreamWaitEvent"};
+
+/* OPD_STREAM_TRACE's lines (at close, and every 2000 calls) */
+static void trace_print(const struct opd_cuda *k) {
+  for (int i = 0; k->n_traced > 0 && i < 4; i++)
+    fprintf(stderr, "opd: %llu ordered calls, %s: mean %.2f us, max %.1f "
+            "us, %llu over 20 us\n", (unsigned long long)k->n_traced,
+            trace_step[i], k->t_sum[i] / 1000.0 / (double)k->n_traced,
+            k->t_max[i] / 1000.0, (unsigned long long)k->t_slow[i]);
+}
 
 static pthread_mutex_t make_mu = PTHREAD_MUTEX_INITIALIZER;
 
@@ -160,6 +178,8 @@ static struct opd_cuda *cuda_of(opd_client_t *c) {
   pthread_mutex_lock(&make_mu);
   if ((k = c->cuda) == NULL && (k = calloc(1, sizeof *k)) != NULL) {
     pthread_mutex_init(&k->mu, NULL);
+    const char *tr = getenv("OPD_STREAM_TRACE");
+    k->trace = tr != NULL && *tr && strcmp(tr, "0") != 0;
     __atomic_store_n(&c->cuda, k, __ATOMIC_RELEASE);
   }
   pthread_mutex_unlock(&make_mu);
@@ -170,6 +190,7 @@ static struct opd_cuda *cuda_of(opd_client_t *c) {
 void opd__cuda_free(opd_client_t *c) {
   struct opd_cuda *k = c->cuda;
   if (k == NULL) return;
+  if (k->trace) trace_print(k);
   /* the events are this process's: after a fork the child leaves them */
   if (cu.ok && c->fork_gen == __atomic_load_n(&opd__fork_gen, __ATOMIC_RELAXED)) {
     for (int d = 0; d < DEVICES; d++) {
@@ -335,19 +356,34 @@ static int ordered(opd_client_t *c, const char *who, const char *device,
   pthread_mutex_lock(&k->mu);
   int pushed = ctx_enter(ctx);
   cevents_t *e;
+  uint64_t t[5] = {k->trace ? opd__now_ns() : 0};
   rc = events_for(c, k, dev, ctx, &e);
   for (uint32_t i = 0; at != NULL && rc == 0 && i < at->n; i++)
     if (at->ptrs[i] != NULL)
       rc = tensor_at(c, k, dev, device, at->ptrs[i], &at->t[i]);
   if (rc == 0 && e->gpu) {
+    if (k->trace) t[1] = opd__now_ns();
     if ((r = cu.event_record(e->mine, stream)) != 0)
       rc = opd__fail(OPD_EBACKEND, "%s: cuEventRecord on the caller's "
                      "stream: %s", who, cu_str(r));
+    if (k->trace) t[2] = opd__now_ns();
     if (rc == 0) rc = send(c, arg, 1);
+    if (k->trace) t[3] = opd__now_ns();
     /* only a run the daemon took has recorded its event */
     if (rc == 0 && (r = cu.stream_wait_event(stream, e->theirs, 0)) != 0)
       rc = opd__fail(OPD_EBACKEND, "%s: cuStreamWaitEvent on the caller's "
                      "stream: %s", who, cu_str(r));
+    if (k->trace && rc == 0) {
+      t[4] = opd__now_ns();
+      k->n_traced++;
+      for (int i = 0; i < 4; i++) {
+        uint64_t ns = t[i + 1] - t[i];
+        k->t_sum[i] += ns;
+        if (ns > k->t_max[i]) k->t_max[i] = ns;
+        if (ns > 20000) k->t_slow[i]++;
+      }
+      if (k->n_traced % 2000 == 0) trace_print(k);
+    }
   } else if (rc == 0) { /* host order: the stream's work done first */
     if ((r = cu.stream_sync(stream)) != 0)
       rc = opd__fail(OPD_EBACKEND, "%s: cuStreamSynchronize: %s", who,

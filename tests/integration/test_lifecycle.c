@@ -149,6 +149,10 @@ Test(lifecycle, command_line, .init = NULL, .fini = NULL) {
   cr_assert_eq(run_opd(win, out, sizeof out), 1);
   cr_assert(strstr(out, "--spin-window-us expects a number from 1") != NULL,
             "%s", out);
+  const char *lin[] = {"opd", "--linger-us", "1000001", NULL};
+  cr_assert_eq(run_opd(lin, out, sizeof out), 1);
+  cr_assert(strstr(out, "--linger-us expects a number from 0") != NULL, "%s",
+            out);
   /* a CPU this process may not run on: refused, and the socket is freed */
   const char *cpu[] = {"opd", "--socket", "/tmp/opd-cputest.sock",
                        "--devices", "none", "--loop-cpu", "1023", NULL};
@@ -159,7 +163,8 @@ Test(lifecycle, command_line, .init = NULL, .fini = NULL) {
 
 /* --loop-cpu pins the loop thread and the daemon serves as usual */
 Test(lifecycle, loop_cpu_pins_and_serves, .init = NULL, .fini = NULL) {
-  const char *args[] = {"--loop-cpu", "0", "--spin-window-us", "50", NULL};
+  const char *args[] = {"--loop-cpu", "0", "--spin-window-us", "50",
+                        "--linger-us", "0", NULL};
   th_start(args);
   opd_client_t *c = th_connect();
   cr_assert_eq(opd_run(c, "noop", NULL, 0, NULL, 0, NULL, 0), 0, "%s",

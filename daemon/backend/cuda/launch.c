@@ -202,8 +202,10 @@ int opd__cu_launch(opd_job_t *job) {
     }                                                                \
   } while (0)
 
+  uint64_t t_step[5] = {job->t_start}; /* the ordered steps' ends */
   /* the client's work queued before the run, on the GPU */
   if (job->flags & OPD_RUN_F_WAIT) STEP(cudaStreamWaitEvent(stream, cs->wait_ev, 0));
+  t_step[1] = opd__now_ns();
   int host = 0; /* host tensors: answered at completion */
   for (int i = 0; i < call->n_in; i++) {
     if (cj->host_in[i] == NULL || cj->in_bytes[i] == 0) continue;
@@ -238,6 +240,7 @@ int opd__cu_launch(opd_job_t *job) {
   /* its message, if any, in call->err; a plugin's result checked */
   rc = opd__kernel_rc(call, op->cuda(call, &ctx));
   if (rc != 0) goto fail;
+  t_step[2] = opd__now_ns();
   for (int i = 0; i < call->n_out; i++) {
     if (cj->host_out[i] == NULL || cj->out_bytes[i] == 0) continue;
     STEP(cudaMemcpyAsync(cj->host_out[i], call->out[i].data,
@@ -247,6 +250,7 @@ int opd__cu_launch(opd_job_t *job) {
   n_scratch = 0;
   /* the client's later work waits for this, on the GPU */
   if (job->flags & OPD_RUN_F_SIGNAL) STEP(cudaEventRecord(cs->signal_ev, stream));
+  t_step[3] = opd__now_ns();
   cudaEvent_t ev;
   if (opd__cu_event_take(st, dev, &ev) != 0) {
     rc = opd__errf(&err, OPD_EBACKEND, "cuda:%d: cudaEventCreate: %s", dev,
@@ -261,7 +265,16 @@ int opd__cu_launch(opd_job_t *job) {
     goto fail;
   }
   cj->event = ev;
-  cj->t_launched = opd__now_ns();
+  cj->t_launched = t_step[4] = opd__now_ns();
+  if (job->flags & OPD_RUN_F_WAIT) {
+    st->n_ordered++;
+    for (int k = 0; k < 4; k++) {
+      uint64_t ns = t_step[k + 1] - t_step[k];
+      st->step_sum[k] += ns;
+      if (ns > st->step_max[k]) st->step_max[k] = ns;
+      if (ns > 20000) st->step_slow[k]++;
+    }
+  }
   opd__cu_pending_add(s->srv, job);
   return (job->flags & OPD_RUN_F_ASYNC) && !host ? OPD_LAUNCH_ENQUEUED
                                                  : OPD_LAUNCH_QUEUED;

@@ -95,6 +95,11 @@ typedef struct cuda_state {
    * buckets for the medians: logged at shutdown (docs/gpu.md) */
   uint64_t n_short, ns_sum[4]; /* to launch, launch, to seen, to reply */
   uint32_t hist[4][HIST_BUCKETS];
+  /* the steps of launching an ordered run (OPD_RUN_F_WAIT), on the loop's
+   * thread: the wait for the client's event, the kernel's launch, the
+   * record of the session's event, the completion event's record; ns
+   * summed, the longest, how many over 20 us: logged at shutdown */
+  uint64_t n_ordered, step_sum[4], step_max[4], step_slow[4];
   uint64_t spin_until;            /* after a launch the loop spins (no
                                     epoll) for its completion until then */
 } cuda_state_t;
