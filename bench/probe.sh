@@ -22,7 +22,8 @@ pid=$!
 for _ in $(seq 1 100); do build/opctl --socket "$sock" ping -c 1 >/dev/null 2>&1 && break; sleep 0.1; done
 export OPD_SOCKET=$sock OPD_LIB=$PWD/build/libopd.so PYTHONUNBUFFERED=1
 echo "== probe_calls (opd $*)"
-timeout 150 python3 bench/probe_calls.py ${PROBE_ARGS:-} 2>&1 | grep -v "^opd: " | tee "$out/probe.txt"
+timeout 150 python3 bench/probe_calls.py ${PROBE_ARGS:-} 2>&1 | tee "$out/probe-full.txt" |
+  grep -v "^opd: " | tee "$out/probe.txt"
 if [ -n "${PROFILE:-}" ]; then
   PYTHONPATH=$PWD/python timeout 120 python3 bench/profile_torch_ops.py -n 2000 --top 30 >"$out/profile.txt" 2>&1
 fi

@@ -18,6 +18,7 @@ alongside, so "rest" can be set against it minus what torch spends on the
 ops opd took over (torch's <op> timed the same ways, in the model).
 
 Usage: python3 bench/probe_calls.py [--models gpt2,resnet18] [--iters 20]
+         [--no-loop]   (OPD_STREAM_TRACE=1: libopd's steps, every 2000 calls)
 Needs what bench_models needs; OPD_SOCKET, OPD_LIB as there.
 """
 import argparse
@@ -83,6 +84,8 @@ def main():
     ap.add_argument("--models", default="gpt2,resnet18")
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--socket")
+    ap.add_argument("--no-loop", action="store_true",
+                    help="only the model's calls (for OPD_STREAM_TRACE's lines)")
     args = ap.parse_args()
     torch = bm.torch = tb.require_cuda_torch("probe_calls")
     opd, c = tb.connect("probe_calls", args.socket, bm.OPD_OPS)
@@ -120,7 +123,7 @@ def main():
                                                            calls[k] * 1e6 / ncalls[k]))
             # the same calls in a loop
             ops = torch.ops.opd
-            for op, (a, k) in sorted(LAST.items()):
+            for op, (a, k) in [] if args.no_loop else sorted(LAST.items()):
                 f = getattr(ops, op)
                 for _ in range(20):
                     f(*a, **k)
@@ -131,7 +134,7 @@ def main():
                 dt = (time.perf_counter() - t0) / 200
                 torch.cuda.synchronize()
                 print("  loop %-13s mean %7.2f us per call" % (op, dt * 1e6))
-            if name == "gpt2" and "layernorm" in LAST:
+            if name == "gpt2" and "layernorm" in LAST and not args.no_loop:
                 micro(torch, c, _torchops, *LAST["layernorm"])
             LAST.clear()
     return 0
