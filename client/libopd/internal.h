@@ -172,6 +172,9 @@ int opd__run_flags(opd_client_t *c, const char *device, uint32_t flags,
                    const opd_attr_t *attrs, uint32_t n_attrs);
 /* A prepared run's device (NULL: auto) and OPD_RUN_F_* flags. */
 const char *opd__prepared_device(const opd_prepared_t *p);
+/* stream.c: the device string a stream-ordered run sends for `device`
+ * (this process's device by UUID where the driver can tell) */
+void opd__cuda_wire(const char *device, char *out, size_t cap);
 uint32_t opd__prepared_flags(const opd_prepared_t *p);
 
 /* ---- stream.c ---------------------------------------------------------- */

@@ -116,7 +116,8 @@ int opd_run_async(opd_client_t *c, const char *device, const char *op,
 struct opd_prepared {
   const opd_client_t *c;  /* whose arena ids the request names */
   uint32_t flags;         /* OPD_RUN_F_* it was encoded with */
-  char device[16];        /* "cuda:N" of a stream-ordered one, else "" */
+  char device[48];        /* "cuda:N" or a UUID of a stream-ordered one
+                             (this process's device), else "" */
   size_t len;             /* bytes of frame */
   char frame[];           /* length header + [4, id, body] */
 };
@@ -151,12 +152,16 @@ int opd_prepare_flags(opd_client_t *c, const char *device, const char *op,
     wire |= OPD_RUN_F_ASYNC | OPD_RUN_F_WAIT | OPD_RUN_F_SIGNAL;
   if ((flags & OPD_RUN_STREAM) &&
       (device == NULL || strlen(device) >= sizeof((opd_prepared_t *)0)->device ||
-       strncmp(device, "cuda", 4) != 0))
+       (strncmp(device, "cuda", 4) != 0 && strlen(device) < 32)))
     return opd__fail(OPD_EINVAL, "opd_prepare_flags: OPD_RUN_STREAM needs "
-                     "device \"cuda\" or \"cuda:N\"");
+                     "device \"cuda\", \"cuda:N\" or a UUID");
+  /* a stream-ordered run names this process's device: sent by its UUID */
+  char dname[48];
+  if (flags & OPD_RUN_STREAM) opd__cuda_wire(device, dname, sizeof dname);
   /* UINT64_MAX packs as 0xcf + 8 bytes: the slot new ids go into */
-  rc = opd__build_run(&b, OPD_MSG_RUN, UINT64_MAX, device, wire, op, in, n_in,
-                      out, n_out, attrs, n_attrs);
+  rc = opd__build_run(&b, OPD_MSG_RUN, UINT64_MAX,
+                      (flags & OPD_RUN_STREAM) ? dname : device, wire, op, in,
+                      n_in, out, n_out, attrs, n_attrs);
   if (rc != 0) return rc;
   opd_prepared_t *q = NULL;
   if (b.oom || (unsigned char)b.data[PREP_ID_AT] != 0xcf ||

@@ -38,6 +38,7 @@
  * the driver may give the new allocation the same handle bytes.
  */
 #include <dlfcn.h>
+#include <strings.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,7 +52,8 @@ typedef int cu_result;                      /* CUresult */
 typedef struct { char bytes[64]; } cu_ipc_t; /* CUipc{Event,Mem}Handle */
 typedef unsigned long long cu_ptr_t;        /* CUdeviceptr */
 enum { CU_EV_FLAGS = 0x2 | 0x4 };           /* DISABLE_TIMING | INTERPROCESS */
-enum { CU_ATTR_BUFFER_ID = 7, CU_ATTR_RANGE_START = 11, CU_ATTR_RANGE_SIZE = 12 };
+enum { CU_ATTR_DEVICE_ORDINAL = 9, CU_ATTR_BUFFER_ID = 7, CU_ATTR_RANGE_START = 11,
+       CU_ATTR_RANGE_SIZE = 12 };
 
 static struct {
   int ok;
@@ -72,6 +74,10 @@ static struct {
   cu_result (*ctx_get_device)(int *);
   cu_result (*device_attr)(int *, int, int);
   cu_result (*stream_sync)(void *);
+  /* optional (the UUID of a device; without them "cuda:N" is sent) */
+  cu_result (*device_get)(int *, int);
+  cu_result (*device_uuid)(unsigned char *, int); /* CUuuid: 16 bytes */
+  cu_result (*device_count)(int *);
 } cu;
 enum { CU_ATTR_MPS_ENABLED = 133 }; /* CU_DEVICE_ATTRIBUTE_MPS_ENABLED */
 static pthread_once_t cu_once = PTHREAD_ONCE_INIT;
@@ -108,6 +114,11 @@ static void cu_load(void) {
       return;
     }
   }
+  cu.device_get = (cu_result(*)(int *, int))dlsym(h, "cuDeviceGet");
+  cu.device_count = (cu_result(*)(int *))dlsym(h, "cuDeviceGetCount");
+  void *uu = dlsym(h, "cuDeviceGetUuid_v2"); /* MIG instances their own */
+  if (uu == NULL) uu = dlsym(h, "cuDeviceGetUuid");
+  cu.device_uuid = (cu_result(*)(unsigned char *, int))uu;
   cu.ok = 1;
 }
 
@@ -203,19 +214,93 @@ void opd__cuda_free(opd_client_t *c) {
   c->cuda = NULL;
 }
 
-/* The index N of "cuda" (0) or "cuda:N". */
+/* ---- this process's devices, by UUID on the wire ---------------------- */
+
+/* The daemon's cuda:N is not this process's cuda:N as soon as the two see
+ * different CUDA_VISIBLE_DEVICES, so a device of this process is sent by
+ * its UUID ("GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", as nvidia-smi -L
+ * prints it), which the daemon maps to its own device or refuses naming
+ * it. Looked up once per device (the driver must be initialized: a
+ * process with a context or device memory is); "cuda:N" is sent where the
+ * driver cannot tell (no cuDeviceGetUuid, not initialized). */
+static char uuid_name[DEVICES][48];
+static pthread_mutex_t uuid_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static const char *local_uuid(int dev) {
+  if (dev < 0 || dev >= DEVICES || !cu.ok || cu.device_get == NULL ||
+      cu.device_uuid == NULL)
+    return NULL;
+  pthread_mutex_lock(&uuid_mu);
+  char *name = uuid_name[dev];
+  int d;
+  unsigned char u[16];
+  if (name[0] == '\0' && cu.device_get(&d, dev) == 0 && cu.device_uuid(u, d) == 0)
+    snprintf(name, sizeof uuid_name[0],
+             "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-"
+             "%02x%02x%02x%02x%02x%02x",
+             u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10],
+             u[11], u[12], u[13], u[14], u[15]);
+  pthread_mutex_unlock(&uuid_mu);
+  return name[0] ? name : NULL;
+}
+
+/* What the daemon is sent for this process's device dev: its UUID, else
+ * "cuda:N" (in buf, 16 bytes). */
+static const char *wire_name(int dev, char *buf) {
+  const char *u = local_uuid(dev);
+  if (u != NULL) return u;
+  snprintf(buf, 16, "cuda:%d", dev);
+  return buf;
+}
+
+int opd_cuda_device_name(int dev, char *buf, size_t cap) {
+  if (buf == NULL || cap == 0 || dev < 0 || dev >= DEVICES)
+    return opd__fail(OPD_EINVAL, "opd_cuda_device_name: device %d out of "
+                     "0..%d or no buffer", dev, DEVICES - 1);
+  pthread_once(&cu_once, cu_load);
+  char tmp[16];
+  const char *n = wire_name(dev, tmp);
+  if (strlen(n) >= cap)
+    return opd__fail(OPD_ELIMIT, "opd_cuda_device_name: %zu bytes of room "
+                     "for \"%s\"", cap, n);
+  strcpy(buf, n);
+  return 0;
+}
+
+/* This process's index of the device with UUID `uuid` ("GPU-" optional,
+ * any case), or -1. */
+static int uuid_index(const char *uuid) {
+  const char *want = strncasecmp(uuid, "GPU-", 4) == 0 ? uuid + 4 : uuid;
+  int n = 0;
+  if (cu.device_count == NULL || cu.device_count(&n) != 0) return -1;
+  for (int i = 0; i < n && i < DEVICES; i++) {
+    const char *u = local_uuid(i);
+    if (u != NULL && strcasecmp(u + 4, want) == 0) return i;
+  }
+  return -1;
+}
+
+/* The index N of "cuda" (0), "cuda:N" or a UUID of this process's device
+ * (the driver loaded). */
 static int cuda_index(const char *who, const char *device, int *dev) {
   if (device != NULL && strcmp(device, "cuda") == 0) {
     *dev = 0;
     return 0;
   }
+  if (device != NULL && strncmp(device, "cuda", 4) != 0 && strlen(device) >= 32) {
+    int rc = cu_ready(who);
+    if (rc != 0) return rc;
+    if ((*dev = uuid_index(device)) >= 0) return 0;
+    return opd__fail(OPD_EDEVICE, "%s: no CUDA device of this process has UUID "
+                     "%s", who, device);
+  }
   char *end;
   long n = device != NULL && strncmp(device, "cuda:", 5) == 0 && device[5]
                ? strtol(device + 5, &end, 10) : -1;
   if (n < 0 || n >= DEVICES || *end != '\0')
-    return opd__fail(OPD_EINVAL, "%s: device \"%s\" is not \"cuda\" or "
-                     "\"cuda:N\" (N < %d)", who, device ? device : "(null)",
-                     DEVICES);
+    return opd__fail(OPD_EINVAL, "%s: device \"%s\" is not \"cuda\", "
+                     "\"cuda:N\" (N < %d) or a UUID", who,
+                     device ? device : "(null)", DEVICES);
   *dev = (int)n;
   return 0;
 }
@@ -263,9 +348,11 @@ static int gpu_order(opd_client_t *c, int dev) {
   if (cu.ctx_get_device(&cdev) != 0 ||
       cu.device_attr(&mps, CU_ATTR_MPS_ENABLED, cdev) != 0 || !mps)
     return 0;
-  /* the daemon's hello: {"device":"cuda:N",...,"mps":true} */
-  char key[32];
-  snprintf(key, sizeof key, "\"device\":\"cuda:%d\"", dev);
+  /* the daemon's hello: {"device":"cuda:N",...,"uuid":"GPU-...","mps":true} */
+  char key[80];
+  const char *u = local_uuid(dev);
+  if (u != NULL) snprintf(key, sizeof key, "\"uuid\":\"%s\"", u);
+  else snprintf(key, sizeof key, "\"device\":\"cuda:%d\"", dev);
   const char *p = c->hello_json ? strstr(c->hello_json, key) : NULL;
   const char *end = p ? strchr(p, '}') : NULL;
   const char *m = p ? strstr(p, "\"mps\":true") : NULL;
@@ -293,9 +380,8 @@ static int events_for(opd_client_t *c, struct opd_cuda *k, int dev, void *ctx,
     return opd__fail(OPD_EBACKEND, "opd_run_stream: an interprocess event "
                      "(cuEventCreate, cuIpcGetEventHandle): %s", cu_str(r));
   }
-  char name[16];
-  snprintf(name, sizeof name, "cuda:%d", dev);
-  stream_args_t a = {name, &h};
+  char buf[16];
+  stream_args_t a = {wire_name(dev, buf), &h};
   reply_t rep = {.payload = NULL};
   int rc = opd__call(c, OPD_MSG_STREAM, pack_stream, &a, -1, &rep.payload,
                      &rep.len);
@@ -327,7 +413,8 @@ static int events_for(opd_client_t *c, struct opd_cuda *k, int dev, void *ctx,
 /* What opd_run_stream and opd_run_prepared_stream share: the events
  * around `send` (which submits the run and waits for its answer: at
  * enqueue when gpu, at completion when not). */
-typedef int (*send_fn)(opd_client_t *c, const void *arg, int gpu);
+typedef int (*send_fn)(opd_client_t *c, const void *arg, int gpu,
+                       const char *wire);
 
 static int tensor_at(opd_client_t *c, struct opd_cuda *k, int dev,
                      const char *device, const void *ptr, opd_tensor_t *t);
@@ -355,6 +442,18 @@ static int ordered(opd_client_t *c, const char *who, const char *device,
                      stream, r ? cu_str(r) : "no context");
   pthread_mutex_lock(&k->mu);
   int pushed = ctx_enter(ctx);
+  int sdev = -1;
+  if (cu.ctx_get_device(&sdev) == 0 && strcmp(device, "cuda") == 0)
+    dev = sdev; /* "cuda": the stream's */
+  else if (sdev >= 0 && sdev != dev) {
+    ctx_leave(pushed);
+    pthread_mutex_unlock(&k->mu);
+    return opd__fail(OPD_EINVAL, "%s: the stream is on cuda:%d of this "
+                     "process, the run names cuda:%d (\"%s\")", who, sdev,
+                     dev, device);
+  }
+  char buf[16];
+  const char *wire = wire_name(dev, buf);
   cevents_t *e;
   uint64_t t[5] = {k->trace ? opd__now_ns() : 0};
   rc = events_for(c, k, dev, ctx, &e);
@@ -367,7 +466,7 @@ static int ordered(opd_client_t *c, const char *who, const char *device,
       rc = opd__fail(OPD_EBACKEND, "%s: cuEventRecord on the caller's "
                      "stream: %s", who, cu_str(r));
     if (k->trace) t[2] = opd__now_ns();
-    if (rc == 0) rc = send(c, arg, 1);
+    if (rc == 0) rc = send(c, arg, 1, wire);
     if (k->trace) t[3] = opd__now_ns();
     /* only a run the daemon took has recorded its event */
     if (rc == 0 && (r = cu.stream_wait_event(stream, e->theirs, 0)) != 0)
@@ -388,7 +487,7 @@ static int ordered(opd_client_t *c, const char *who, const char *device,
     if ((r = cu.stream_sync(stream)) != 0)
       rc = opd__fail(OPD_EBACKEND, "%s: cuStreamSynchronize: %s", who,
                      cu_str(r));
-    if (rc == 0) rc = send(c, arg, 0);
+    if (rc == 0) rc = send(c, arg, 0, wire);
   }
   ctx_leave(pushed);
   pthread_mutex_unlock(&k->mu);
@@ -402,9 +501,10 @@ typedef struct {
   const opd_attr_t *attrs;
 } run_args_t;
 
-static int send_run(opd_client_t *c, const void *arg, int gpu) {
+static int send_run(opd_client_t *c, const void *arg, int gpu,
+                    const char *wire) {
   const run_args_t *a = arg;
-  return opd__run_flags(c, a->device, gpu ? OPD_RUN_F_ASYNC | OPD_RUN_F_WAIT |
+  return opd__run_flags(c, wire, gpu ? OPD_RUN_F_ASYNC | OPD_RUN_F_WAIT |
                         OPD_RUN_F_SIGNAL : 0, a->op, a->in, a->n_in, a->out,
                         a->n_out, a->attrs, a->n_attrs);
 }
@@ -429,7 +529,9 @@ int opd_run_stream_ptrs(opd_client_t *c, const char *device, void *stream,
   return ordered(c, "opd_run_stream_ptrs", device, stream, send_run, &a, &at);
 }
 
-static int send_prepared(opd_client_t *c, const void *arg, int gpu) {
+static int send_prepared(opd_client_t *c, const void *arg, int gpu,
+                         const char *wire) {
+  (void)wire; /* the prepared frame names it (opd__cuda_wire) */
   int rc = opd_run_prepared(c, arg); /* answered at enqueue */
   return rc == 0 && !gpu ? opd_synchronize(c) : rc;
 }
@@ -521,10 +623,13 @@ static int imp_add(opd_client_t *c, struct opd_cuda *k, int dev,
                      "memory such as torch's expandable_segments, managed or "
                      "host memory)", cu_str(r));
   uint64_t arena;
-  rc = opd_import_cuda(c, h.bytes, 64, 0, size, device, &arena);
+  char buf[16];
+  const char *wire = wire_name(dev, buf); /* the daemon's device by UUID */
+  (void)device;
+  rc = opd_import_cuda(c, h.bytes, 64, 0, size, wire, &arena);
   if (rc == OPD_ELIMIT && k->n_imp > 0) { /* the session's arenas: make room */
     while (k->n_imp > 0) imp_drop(c, k, 0);
-    rc = opd_import_cuda(c, h.bytes, 64, 0, size, device, &arena);
+    rc = opd_import_cuda(c, h.bytes, 64, 0, size, wire, &arena);
   }
   if (rc != 0) return rc;
   cimport_t *e = &k->imp[k->n_imp++];
@@ -542,13 +647,21 @@ static int tensor_at(opd_client_t *c, struct opd_cuda *k, int dev,
   unsigned long long buffer = 0;
   cu_ptr_t base = 0;
   size_t size = 0;
-  int attr[3] = {CU_ATTR_BUFFER_ID, CU_ATTR_RANGE_START, CU_ATTR_RANGE_SIZE};
-  void *val[3] = {&buffer, &base, &size};
-  cu_result r = cu.pointer_attrs(3, attr, val, (cu_ptr_t)(uintptr_t)ptr);
+  int ord = -1;
+  int attr[4] = {CU_ATTR_BUFFER_ID, CU_ATTR_RANGE_START, CU_ATTR_RANGE_SIZE,
+                 CU_ATTR_DEVICE_ORDINAL};
+  void *val[4] = {&buffer, &base, &size, &ord};
+  cu_result r = cu.pointer_attrs(4, attr, val, (cu_ptr_t)(uintptr_t)ptr);
   if (r != 0 || size == 0)
     return opd__fail(OPD_EINVAL, "opd_tensor_cuda: %p is not CUDA device "
                      "memory of this process (cuPointerGetAttributes: %s)",
                      ptr, r ? cu_str(r) : "no allocation there");
+  if (ord >= 0 && device != NULL && strcmp(device, "cuda") == 0)
+    dev = ord; /* "cuda": the memory's */
+  else if (ord >= 0 && ord != dev)
+    return opd__fail(OPD_EINVAL, "opd_tensor_cuda: %p is memory of cuda:%d of "
+                     "this process, not of cuda:%d (\"%s\")", ptr, ord, dev,
+                     device);
   uint64_t off = (uint64_t)(uintptr_t)ptr - base;
   if (bytes > size - off)
     return opd__fail(OPD_EBOUNDS, "opd_tensor_cuda: the tensor's %llu bytes "
@@ -591,4 +704,22 @@ int opd_cuda_forget(opd_client_t *c) {
   while (k->n_imp > 0) imp_drop(c, k, 0);
   pthread_mutex_unlock(&k->mu);
   return 0;
+}
+
+/* The device string a prepared stream-ordered run sends for the caller's
+ * `device` (run.c): this process's device by UUID where the driver is
+ * loaded and can tell, else `device` itself (into out, cap bytes). */
+void opd__cuda_wire(const char *device, char *out, size_t cap) {
+  snprintf(out, cap, "%s", device);
+  pthread_once(&cu_once, cu_load);
+  if (!cu.ok || device == NULL || strncmp(device, "cuda", 4) != 0) return;
+  int dev = 0;
+  if (strcmp(device, "cuda") != 0) {
+    char *end;
+    long n = device[4] == ':' && device[5] ? strtol(device + 5, &end, 10) : -1;
+    if (n < 0 || n >= DEVICES || *end != '\0') return;
+    dev = (int)n;
+  }
+  const char *u = local_uuid(dev);
+  if (u != NULL) snprintf(out, cap, "%s", u);
 }

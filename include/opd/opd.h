@@ -210,7 +210,10 @@ int opd_attach(opd_client_t *c, const char *name, uint64_t *arena,
 /* Imports the caller's own device memory (e.g. a torch CUDA tensor's
  * storage) by its legacy CUDA IPC handle (a cudaIpcMemHandle_t, 64 bytes):
  * *arena then names bytes [offset, offset+size) of that allocation,
- * writable, on `device` ("cuda:N"). The daemon opens each handle once per
+ * writable, on `device` (the daemon's name: "cuda:N" of the daemon, or
+ * the UUID of the memory's GPU, opd_cuda_device_name, which stays right
+ * when the two processes see different CUDA_VISIBLE_DEVICES). The daemon
+ * opens each handle once per
  * connection, checks the range against the real allocation, and closes the
  * handle when its last arena is released or the connection ends. Returns
  * 0, OPD_EINVAL (the handle does not open), OPD_EBOUNDS (the range exceeds
@@ -322,7 +325,10 @@ int opd_submit_async(opd_client_t *c, const char *device, const char *op,
 /* Runs op asynchronously, ORDERED WITH the caller's CUDA stream `stream`
  * (a cudaStream_t / CUstream of this process; cudaStreamLegacy (0x1) or
  * cudaStreamPerThread (0x2) for the default streams) on device "cuda" or
- * "cuda:N" (the daemon's numbering): the run waits, on the GPU, for the
+ * "cuda:N" (THIS PROCESS's numbering, as cudaSetDevice and torch count;
+ * or the device's UUID: libopd sends the daemon the UUID, see
+ * opd_cuda_device_name; a stream of another device is OPD_EINVAL): the
+ * run waits, on the GPU, for the
  * work queued on `stream` before this call, and work queued on `stream`
  * after it waits, on the GPU, for the run. No thread waits for a kernel:
  * the call returns once the daemon enqueued the run. Needs the CUDA
@@ -367,12 +373,24 @@ int opd_synchronize(opd_client_t *c);
  * buffer id, so a freed and re-made allocation is imported again) and
  * nothing of it is held alive. Returns OPD_EINVAL for a pointer that is
  * not device memory of this process or memory without a legacy IPC
- * handle (cudaMallocAsync pools, VMM, managed), OPD_EBOUNDS for a tensor
- * past its allocation's end, OPD_EBACKEND without the CUDA driver. */
+ * handle (cudaMallocAsync pools, VMM, managed) or memory of another device
+ * than `device` ("cuda", "cuda:N" in this process's numbering, or a
+ * UUID; imported on the daemon's device of that UUID), OPD_EBOUNDS for a
+ * tensor past its allocation's end, OPD_EBACKEND without the CUDA
+ * driver. */
 int opd_tensor_cuda(opd_client_t *c, const char *device, const void *ptr,
                     opd_tensor_t *t);
 /* Releases every allocation opd_tensor_cuda imported on c. */
 int opd_cuda_forget(opd_client_t *c);
+
+/* The device string libopd sends the daemon for this process's CUDA
+ * device dev: its UUID, "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" as
+ * nvidia-smi -L prints it, where the driver is loaded and initialized in
+ * this process, else "cuda:N". Any request that names a device takes
+ * it; the daemon maps a UUID to its own device or refuses it (OPD_EDEVICE,
+ * naming it), so a client whose CUDA_VISIBLE_DEVICES differs from the
+ * daemon's still names the right GPU. buf: at least 41 bytes. */
+int opd_cuda_device_name(int dev, char *buf, size_t cap);
 
 /* Asks which outputs `op` would write for these inputs (only dtype, rank
  * and shape of the inputs are used). Fills out[0..*n_out) (dtype, rank,

@@ -148,6 +148,7 @@ def _declare(lib):
         "opd_cuda_forget": (c_int, [vp]),
         "opd_transport": (cp, [vp]),
         "opd_transport_why": (cp, [vp]),
+        "opd_cuda_device_name": (c_int, [c_int, cp, sz]),
     }
     for name, (res, args) in sigs.items():
         f = getattr(lib, name)

@@ -132,7 +132,7 @@ class TorchInterop:
         key = (idx, st.data_ptr(), st.nbytes())
         a = self._imports.get(key)
         if a is None:
-            a = self._import_storage(st, dev, key)
+            a = self._import_storage(st, dev, key, self.wire_device(idx))
         else:
             try:
                 self._imports.move_to_end(key)
@@ -142,7 +142,19 @@ class TorchInterop:
         return Tensor(a, x.storage_offset() * x.element_size(), dt,
                       tuple(x.shape), strides, a)
 
-    def _import_storage(self, st, dev, key):
+    def wire_device(self, idx):
+        """The name the daemon is sent for this process's CUDA device idx
+        (torch's index): its UUID ("GPU-..."), so that a daemon whose
+        CUDA_VISIBLE_DEVICES differs from this process's opens the memory on
+        the right GPU; "cuda:idx" where libopd cannot tell."""
+        fn = getattr(self._lib, "opd_cuda_device_name", None)
+        if fn is not None:
+            buf = ctypes.create_string_buffer(48)
+            if fn(idx, buf, 48) == 0:
+                return buf.value.decode()
+        return "cuda:%d" % idx
+
+    def _import_storage(self, st, dev, key, wire=None):
         h = self._handle()
         fn = self._need("opd_import_cuda")
         try:
@@ -163,11 +175,12 @@ class TorchInterop:
             if a is not None:
                 return a
             aid = ctypes.c_uint64()
-            rc = fn(h, raw, 64, offset, size, dev.encode(), ctypes.byref(aid))
+            wb = (wire or dev).encode()
+            rc = fn(h, raw, 64, offset, size, wb, ctypes.byref(aid))
             if rc == protocol.ELIMIT and self._imports:
                 self._imports.clear()            # arena ids back, try again
                 self._drain_releases(h)
-                rc = fn(h, raw, 64, offset, size, dev.encode(), ctypes.byref(aid))
+                rc = fn(h, raw, 64, offset, size, wb, ctypes.byref(aid))
             check(rc)
             a = self._remote(aid.value, size, dev, "import", keep=st)
             self._imports[key] = a

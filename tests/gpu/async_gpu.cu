@@ -188,6 +188,36 @@ int main(int argc, char **argv) {
   rc = opd_tensor_cuda(c, "cuda:0", h, &hostp);
   CHECK(rc == OPD_EINVAL, "a host pointer: %s (%s)", opd_errname(rc),
         opd_last_error());
+  /* ---- this process's device by UUID (issue 15) ---- */
+  char uuid[48] = "";
+  rc = opd_cuda_device_name(0, uuid, sizeof uuid);
+  char *info = NULL;
+  size_t ilen = 0;
+  opd_server_info(c, &info, &ilen);
+  CHECK(rc == 0 && strncmp(uuid, "GPU-", 4) == 0 && info != NULL &&
+            strstr(info, uuid) != NULL,
+        "cuda:0 goes to the daemon as its UUID %s, one of the hello's", uuid);
+  opd_free(info);
+  rc = opd_run_stream(c, uuid, s, "relu", &tx, 1, &ty, 1, NULL, 0);
+  CHECK(rc == 0 && cudaStreamSynchronize(s) == cudaSuccess,
+        "a run naming the device by UUID: %s", rc ? opd_last_error() : "ok");
+  rc = opd_run_stream(c, "cuda", s, "relu", &tx, 1, &ty, 1, NULL, 0);
+  CHECK(rc == 0 && cudaStreamSynchronize(s) == cudaSuccess,
+        "\"cuda\": the stream's device: %s", rc ? opd_last_error() : "ok");
+  int ndev = 0;
+  cudaGetDeviceCount(&ndev);
+  if (ndev == 1) {
+    rc = opd_run_stream(c, "cuda:1", s, "relu", &tx, 1, &ty, 1, NULL, 0);
+    CHECK(rc == OPD_EINVAL && strstr(opd_last_error(), "the stream is on cuda:0"),
+          "a run naming another device than its stream's: %s (%s)",
+          opd_errname(rc), opd_last_error());
+  }
+  opd_tensor_t tu = vec(N);
+  rc = opd_tensor_cuda(c, "GPU-00000000-0000-0000-0000-000000000000", x, &tu);
+  CHECK(rc == OPD_EDEVICE && strstr(opd_last_error(), "no CUDA device of this "
+                                    "process has UUID"),
+        "a UUID no device of this process has: %s (%s)", opd_errname(rc),
+        opd_last_error());
   /* (a pointer that is not a stream is not checked: the driver, like
    * cudaStreamWaitEvent, takes the caller's word; it may crash) */
 

@@ -67,7 +67,7 @@ Test(async, misuse_is_named) {
   EXPECT_ERR(opd_prepare_flags(c, NULL, "relu", &x, 1, &y, 1, NULL, 0, 0x80, &p),
              OPD_EINVAL, "only OPD_RUN_ASYNC and OPD_RUN_STREAM");
   EXPECT_ERR(opd_run_stream(c, "cpu", NULL, "relu", &x, 1, &y, 1, NULL, 0),
-             OPD_EINVAL, "device \"cpu\" is not \"cuda\" or \"cuda:N\"");
+             OPD_EINVAL, "device \"cpu\" is not \"cuda\", \"cuda:N\"");
   EXPECT_ERR(opd_run_stream(c, "cuda:99", NULL, "relu", &x, 1, &y, 1, NULL, 0),
              OPD_EINVAL, "cuda:99");
   /* no driver (CI), or a driver without this pointer: either way named */
@@ -79,6 +79,20 @@ Test(async, misuse_is_named) {
   rc = opd_run_stream(c, "cuda:0", NULL, "relu", &x, 1, &y, 1, NULL, 0);
   cr_assert(rc == OPD_EBACKEND || rc == OPD_EINVAL || rc == OPD_EDEVICE, "%s",
             opd_errname(rc));
+  /* this process's device as the daemon is sent it: its UUID where the
+   * driver can tell, "cuda:N" here without one */
+  char name[48];
+  cr_assert_eq(opd_cuda_device_name(0, name, sizeof name), 0, "%s",
+               opd_last_error());
+  cr_assert(strcmp(name, "cuda:0") == 0 || strncmp(name, "GPU-", 4) == 0, "%s",
+            name);
+  EXPECT_ERR(opd_cuda_device_name(-1, name, sizeof name), OPD_EINVAL,
+             "device -1 out of 0..15");
+  EXPECT_ERR(opd_cuda_device_name(0, name, 3), OPD_ELIMIT, "3 bytes of room");
+  /* a UUID: without a driver EBACKEND, with one EDEVICE naming it */
+  rc = opd_run_stream(c, "GPU-00000000-0000-0000-0000-000000000000", NULL,
+                      "relu", &x, 1, &y, 1, NULL, 0);
+  cr_assert(rc == OPD_EBACKEND || rc == OPD_EDEVICE, "%s", opd_errname(rc));
   th_assert_alive();
   opd_close(c);
 }

@@ -193,3 +193,23 @@ def test_client_exits_with_runs_in_flight(daemon):
         assert (s["sessions"], s["arenas"], s["async"]) == \
             (base["sessions"], base["arenas"], 0)
         assert s["healthy"]
+
+
+def test_torch_devices_go_to_the_daemon_by_uuid(c, daemon):
+    """Issue 15: the daemon is sent the UUID of the torch tensor's GPU, so a
+    daemon with other CUDA_VISIBLE_DEVICES still opens the right one; the
+    hello lists it; an import by it computes in place."""
+    name = c.wire_device(0)
+    assert name.startswith("GPU-"), name
+    props = torch.cuda.get_device_properties(0)
+    if hasattr(props, "uuid"):
+        assert name[4:] == str(props.uuid), (name, props.uuid)
+    uuids = [d.get("uuid") for d in c.server_info().get("devices", [])]
+    assert name in uuids, (name, uuids)
+    x = torch.randn(1000, device=DEV)
+    want = torch.relu(x)
+    t = c.from_torch(x)                 # imported by UUID
+    c.run("relu", [t], [t])
+    c.synchronize()
+    torch.cuda.synchronize()
+    torch.testing.assert_close(x, want)
