@@ -209,7 +209,7 @@ def test_torch_devices_go_to_the_daemon_by_uuid(c, daemon):
     x = torch.randn(1000, device=DEV)
     want = torch.relu(x)
     t = c.from_torch(x)                 # imported by UUID
-    c.run("relu", [t], [t])
+    c.run("relu", t, out=t)
     c.synchronize()
     torch.cuda.synchronize()
     torch.testing.assert_close(x, want)
