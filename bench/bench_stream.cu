@@ -101,6 +101,14 @@ int main(int argc, char **argv) {
            double t0 = now_us();
            opd_run_stream(c, "cuda:0", s, "relu", &tx, 1, &ty, 1, NULL, 0);
            t_ = now_us() - t0; cudaStreamSynchronize(s); });
+  /* two calls after the slow kernel: the second records our event again
+   * while the first record is pending and the daemon's stream waits on it */
+  double second_busy;
+  MEDIAN(second_busy, { cudaStreamSynchronize(s); spin<<<1, 32, 0, s>>>((long long)rate * 2);
+           opd_run_stream(c, "cuda:0", s, "relu", &tx, 1, &ty, 1, NULL, 0);
+           double t0 = now_us();
+           opd_run_stream(c, "cuda:0", s, "relu", &tx, 1, &ty, 1, NULL, 0);
+           t_ = now_us() - t0; cudaStreamSynchronize(s); });
   /* the same calls on their own, in this process, right after the 2 ms
    * kernel: which of them pays when the stream is busy (next session's
    * question: docs/async.md) */
@@ -120,6 +128,17 @@ int main(int argc, char **argv) {
            cudaEventRecord(iev, s);
            double t0 = now_us(); cudaStreamWaitEvent(s2, iev, 0); t_ = now_us() - t0;
            cudaStreamSynchronize(s2); cudaStreamSynchronize(s); });
+  /* an interprocess event recorded again while its last record is still
+   * pending (a busy stream): does the driver wait for the first? */
+  double rerec_busy, rerec_plain;
+  MEDIAN(rerec_busy, { cudaStreamSynchronize(s); spin<<<1, 32, 0, s>>>((long long)rate * 2);
+           cudaEventRecord(iev, s);
+           double t0 = now_us(); cudaEventRecord(iev, s); t_ = now_us() - t0;
+           cudaStreamSynchronize(s); });
+  MEDIAN(rerec_plain, { cudaStreamSynchronize(s); spin<<<1, 32, 0, s>>>((long long)rate * 2);
+           cudaEventRecord(lev, s);
+           double t0 = now_us(); cudaEventRecord(lev, s); t_ = now_us() - t0;
+           cudaStreamSynchronize(s); });
   /* the client-side event calls */
   cudaEvent_t ev;
   cudaEventCreateWithFlags(&ev, cudaEventInterprocess | cudaEventDisableTiming);
@@ -138,9 +157,13 @@ int main(int argc, char **argv) {
          mixed, own2, mixed / own2);
   printf("the call after a 2 ms kernel:     %8.2f us (about 2000: it waited)\n",
          after_slow);
+  printf("the second call after a 2 ms kernel: %6.2f us (its event's last record "
+         "pending)\n", second_busy);
   printf("after a 2 ms kernel, in-process: record interprocess %.2f us, record "
          "plain %.2f us, another stream waits on the interprocess one %.2f us\n",
          rec_busy, recl_busy, wait_busy);
+  printf("after a 2 ms kernel, recorded again while pending: interprocess %.2f us, "
+         "plain %.2f us\n", rerec_busy, rerec_plain);
   printf("cudaEventRecord (interprocess):   %8.2f us\n", rec);
   printf("cudaStreamWaitEvent:              %8.2f us\n", wait);
   opd_close(c);
