@@ -156,6 +156,20 @@ def measure(torch, variants, rounds, iters, warmup):
     return per
 
 
+def per_call(fn, n):
+    """The best of 3 rounds of n calls of fn(), in us per call (after one
+    call to warm it)."""
+    fn()
+    best = None
+    for _ in range(3):
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        dt = (time.perf_counter() - t0) / n * 1e6
+        best = dt if best is None else min(best, dt)
+    return best
+
+
 def median(v):
     return statistics.median(v)
 

@@ -141,15 +141,7 @@ def main():
 
 
 def per(fn, n=2000):
-    fn()
-    best = None
-    for _ in range(3):
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
-        dt = (time.perf_counter() - t0) / n * 1e6
-        best = dt if best is None else min(best, dt)
-    return best
+    return tb.per_call(fn, n)
 
 
 def micro(torch, c, tops, a, k):

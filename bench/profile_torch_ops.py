@@ -17,8 +17,9 @@ Usage: python3 bench/profile_torch_ops.py [-n CALLS] [--top N]
 import argparse
 import cProfile
 import io
+import os
 import pstats
-import time
+import sys
 
 import torch
 
@@ -26,16 +27,8 @@ import opd
 import opd.torch  # noqa: F401  (registers torch.ops.opd.*)
 
 
-def per_call(fn, n):
-    fn()
-    best = None
-    for _ in range(3):
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
-        dt = (time.perf_counter() - t0) / n * 1e6
-        best = dt if best is None else min(best, dt)
-    return best
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _torchbench import per_call  # noqa: E402
 
 
 def floor(n):

@@ -27,4 +27,22 @@ static inline int64_t opd__now_ms(void) {
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* Where the time of four steps in a row goes, summed over n runs of them:
+ * per step the ns, the longest, how many took over 20 us (libopd's
+ * OPD_STREAM_TRACE, the daemon's ordered-run lines at shutdown). */
+typedef struct {
+  uint64_t n, sum[4], max[4], slow[4];
+} opd_steps_t;
+
+/* Adds one run: t[0] its start, t[i + 1] the end of step i. */
+static inline void opd__steps_add(opd_steps_t *s, const uint64_t t[5]) {
+  s->n++;
+  for (int i = 0; i < 4; i++) {
+    uint64_t ns = t[i + 1] - t[i];
+    s->sum[i] += ns;
+    if (ns > s->max[i]) s->max[i] = ns;
+    if (ns > 20000) s->slow[i]++;
+  }
+}
+
 #endif

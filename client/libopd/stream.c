@@ -166,7 +166,7 @@ struct opd_cuda {
   /* OPD_STREAM_TRACE: where ordered calls spend their time (tensors,
    * record, the run's round trip, the wait), printed at close */
   int trace;
-  uint64_t n_traced, t_sum[4], t_max[4], t_slow[4];
+  opd_steps_t steps;
 };
 
 static const char *const trace_step[4] = {"tensors", "cuEventRecord",
@@ -174,11 +174,12 @@ static const char *const trace_step[4] = {"tensors", "cuEventRecord",
 
 /* OPD_STREAM_TRACE's lines (at close, and every 2000 calls) */
 static void trace_print(const struct opd_cuda *k) {
-  for (int i = 0; k->n_traced > 0 && i < 4; i++)
+  const opd_steps_t *s = &k->steps;
+  for (int i = 0; s->n > 0 && i < 4; i++)
     fprintf(stderr, "opd: %llu ordered calls, %s: mean %.2f us, max %.1f "
-            "us, %llu over 20 us\n", (unsigned long long)k->n_traced,
-            trace_step[i], k->t_sum[i] / 1000.0 / (double)k->n_traced,
-            k->t_max[i] / 1000.0, (unsigned long long)k->t_slow[i]);
+            "us, %llu over 20 us\n", (unsigned long long)s->n, trace_step[i],
+            s->sum[i] / 1000.0 / (double)s->n, s->max[i] / 1000.0,
+            (unsigned long long)s->slow[i]);
 }
 
 static pthread_mutex_t make_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -474,14 +475,8 @@ static int ordered(opd_client_t *c, const char *who, const char *device,
                      "stream: %s", who, cu_str(r));
     if (k->trace && rc == 0) {
       t[4] = opd__now_ns();
-      k->n_traced++;
-      for (int i = 0; i < 4; i++) {
-        uint64_t ns = t[i + 1] - t[i];
-        k->t_sum[i] += ns;
-        if (ns > k->t_max[i]) k->t_max[i] = ns;
-        if (ns > 20000) k->t_slow[i]++;
-      }
-      if (k->n_traced % 2000 == 0) trace_print(k);
+      opd__steps_add(&k->steps, t);
+      if (k->steps.n % 2000 == 0) trace_print(k);
     }
   } else if (rc == 0) { /* host order: the stream's work done first */
     if ((r = cu.stream_sync(stream)) != 0)

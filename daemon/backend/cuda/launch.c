@@ -266,15 +266,7 @@ int opd__cu_launch(opd_job_t *job) {
   }
   cj->event = ev;
   cj->t_launched = t_step[4] = opd__now_ns();
-  if (job->flags & OPD_RUN_F_WAIT) {
-    st->n_ordered++;
-    for (int k = 0; k < 4; k++) {
-      uint64_t ns = t_step[k + 1] - t_step[k];
-      st->step_sum[k] += ns;
-      if (ns > st->step_max[k]) st->step_max[k] = ns;
-      if (ns > 20000) st->step_slow[k]++;
-    }
-  }
+  if (job->flags & OPD_RUN_F_WAIT) opd__steps_add(&st->ordered, t_step);
   opd__cu_pending_add(s->srv, job);
   return (job->flags & OPD_RUN_F_ASYNC) && !host ? OPD_LAUNCH_ENQUEUED
                                                  : OPD_LAUNCH_QUEUED;

@@ -284,13 +284,14 @@ void opd__cu_poller_stop(opd_server_t *srv) {
              st->ns_sum[1] / n, st->ns_sum[2] / n, st->ns_sum[3] / n, med[0],
              med[1], med[2], med[3]);
   }
-  if (st->n_ordered > 0) {
+  const opd_steps_t *o = &st->ordered;
+  if (o->n > 0) {
     const char *name[4] = {"wait for the client", "kernel", "signal",
                            "completion event"};
     for (int k = 0; k < 4; k++)
       LOG_INFO("cuda: %llu ordered runs, %s: mean %.2f us, max %.1f us, "
-               "%llu over 20 us", (unsigned long long)st->n_ordered, name[k],
-               st->step_sum[k] / 1000.0 / (double)st->n_ordered,
-               st->step_max[k] / 1000.0, (unsigned long long)st->step_slow[k]);
+               "%llu over 20 us", (unsigned long long)o->n, name[k],
+               o->sum[k] / 1000.0 / (double)o->n, o->max[k] / 1000.0,
+               (unsigned long long)o->slow[k]);
   }
 }

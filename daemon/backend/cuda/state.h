@@ -99,7 +99,7 @@ typedef struct cuda_state {
    * thread: the wait for the client's event, the kernel's launch, the
    * record of the session's event, the completion event's record; ns
    * summed, the longest, how many over 20 us: logged at shutdown */
-  uint64_t n_ordered, step_sum[4], step_max[4], step_slow[4];
+  opd_steps_t ordered;
   uint64_t spin_until;            /* after a launch the loop spins (no
                                     epoll) for its completion until then */
 } cuda_state_t;
