@@ -33,7 +33,9 @@ whole run bounded (about 4 minutes at the defaults):
             absolute figure (gpu_mem_total_mib).
 
 Usage: bench_gpu.py [--socket PATH] [--calls 5000] [--workers 16]
-                    [--seconds 5] [--skip tiny,workers16,mps]
+                    [--seconds 5] [--skip tiny,workers16,mps] [--gpus 2]
+  --gpus N  after the one-GPU runs, the same workers spread over N GPUs
+            (worker i on cuda:i%N), and each impl's ratio against one GPU
 Needs a daemon with a CUDA device ($OPD_SOCKET or --socket), numpy and
 torch; PYTHONPATH=python and OPD_LIB=build/libopd.so in a checkout.
 """
@@ -142,20 +144,23 @@ def bench_tiny(sock, calls):
 ROWS, COLS = 8192, 1024
 
 
-def worker(impl, sock, seconds, ready, start, results, idx):
-    """One worker: set up, say ready, wait for start, loop, report."""
+def worker(impl, sock, seconds, ready, start, results, idx, gpus=1):
+    """One worker: set up, say ready, wait for start, loop, report. With
+    gpus > 1, worker idx uses GPU idx % gpus (the daemon's cuda:N for opd,
+    torch's for torch: the same cards when both see the same devices)."""
+    dev = "cuda:%d" % (idx % gpus)
     try:
         if impl == "opd":
             c = opd.connect(sock)
             a = np.random.default_rng(idx).standard_normal((ROWS, COLS)).astype(np.float32)
-            x = c.from_numpy(a, device="cuda")
-            y = c.empty((ROWS, COLS), "float32", device="cuda")
+            x = c.from_numpy(a, device=dev)
+            y = c.empty((ROWS, COLS), "float32", device=dev)
 
             def step():
                 c.softmax(x, out=y)
         else:
             import torch
-            x = torch.randn((ROWS, COLS), device="cuda")
+            x = torch.randn((ROWS, COLS), device=dev)
 
             def step():
                 torch.softmax(x, -1)
@@ -182,14 +187,16 @@ def worker(impl, sock, seconds, ready, start, results, idx):
             pass
 
 
-def run_workers(impl, label, sock, n, seconds):
+def run_workers(impl, label, sock, n, seconds, gpus=1):
+    """Runs n workers of impl on `gpus` GPUs; prints their line and returns
+    the aggregate ops/s."""
     import multiprocessing as mp
     ctx = mp.get_context("spawn")
     ready, results = ctx.Queue(), ctx.Queue()
     start = ctx.Event()
     before = gpu_mem_mib()
     procs = [ctx.Process(target=worker, args=(impl, sock, seconds, ready, start,
-                                              results, i), daemon=True)
+                                              results, i, gpus), daemon=True)
              for i in range(n)]
     try:
         for p in procs:
@@ -224,9 +231,11 @@ def run_workers(impl, label, sock, n, seconds):
         mem = "gpu_mem_mib=%.0f gpu_mem_total_mib=%.0f" % (
             during - before, during) if during is not None and before is not None \
             else "gpu_mem_mib=na"
-        out("bench=workers%d impl=%s op=softmax shape=%dx%d seconds=%g "
+        out("bench=workers%d impl=%s%s op=softmax shape=%dx%d seconds=%g "
             "ops_per_s=%.0f per_worker_ops_per_s=%.0f %s%s"
-            % (n, label, ROWS, COLS, seconds, ops, ops / n, mem, mapped))
+            % (n, label, " gpus=%d" % gpus if gpus > 1 else "", ROWS, COLS,
+               seconds, ops, ops / n, mem, mapped))
+        return ops
     finally:
         for p in procs:
             p.join(10)
@@ -273,6 +282,10 @@ def main():
     ap.add_argument("--workers", type=int, default=16)
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--skip", default="", help="comma list: tiny,workers16,mps")
+    ap.add_argument("--gpus", type=int, default=1,
+                    help="also spread the workers over this many GPUs (the "
+                    "daemon's cuda:0..N-1; worker i on i %% N) and print the "
+                    "ratio against one GPU (issue 15: >= 1.8 on two)")
     args = ap.parse_args()
     skip = set(filter(None, args.skip.split(",")))
     if args.socket:
@@ -296,11 +309,29 @@ def main():
         except Exception as e:
             err("tiny", e)
     if "workers16" not in skip:
+        one = {}
         for impl in ("opd", "torch"):
             try:
-                run_workers(impl, impl, args.socket, args.workers, args.seconds)
+                one[impl] = run_workers(impl, impl, args.socket, args.workers,
+                                        args.seconds)
             except Exception as e:
                 err("workers%d impl=%s" % (args.workers, impl), e)
+        if args.gpus > 1:
+            have = len(info.get("devices") or [])
+            if have < args.gpus:
+                out("bench=info skipped='workers over %d GPUs: the daemon has %d'"
+                    % (args.gpus, have))
+            else:
+                for impl in ("opd", "torch"):
+                    try:
+                        many = run_workers(impl, impl, args.socket, args.workers,
+                                           args.seconds, args.gpus)
+                        if one.get(impl):
+                            out("bench=workers%d impl=%s gpus=%d ratio_vs_one_gpu=%.2f"
+                                % (args.workers, impl, args.gpus, many / one[impl]))
+                    except Exception as e:
+                        err("workers%d impl=%s gpus=%d" % (args.workers, impl,
+                                                           args.gpus), e)
         if "mps" not in skip and time.monotonic() - T0 < 170:
             env = None
             saved = {k: os.environ.get(k) for k in

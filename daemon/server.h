@@ -230,6 +230,7 @@ typedef struct opd_server {
   uint64_t linger_until;         /* the loop spins on the rings until then
                                     (ns; 0: not lingering), see --linger-us */
   uint64_t lingers;              /* asynchronous runs that extended it */
+  int auto_last;                 /* the GPU "auto" placement picked last */
   uint32_t *svc_hist;            /* ring services in a window: 10 ns buckets
                                     (ringsvc.c), for the shutdown report */
   uint64_t svc_n, svc_seen;
@@ -272,6 +273,8 @@ struct opd_job {
   uint64_t ns;                   /* kernel time */
   uint64_t bytes;                /* bytes of all its tensors */
   int device;                    /* -1: cpu; else the device backend's */
+  int by_load;                   /* placed on a GPU by its load ("auto"):
+                                    not kept by the run cache */
   uint32_t flags;                /* the request's OPD_RUN_F_* */
   uint64_t t_recv;               /* when its request was taken */
   uint64_t t_start;              /* when it was launched */
@@ -546,10 +549,12 @@ int opd__plugins_start(const opd_config_t *cfg);
 void opd__plugins_pack(msgpack_packer *pk);
 
 /* validate.c: the request */
+#define OPD_DEV_ANY (-3)  /* "auto": as no device, but a run of host
+                             tensors goes to the least-loaded GPU */
 #define OPD_DEV_CPU (-2)
-#define OPD_DEV_AUTO (-1)
-/* Parses a device name ("cpu", "auto", "cuda", "cuda:N") into *req:
- * OPD_DEV_CPU, OPD_DEV_AUTO or a CUDA device index of this daemon.
+#define OPD_DEV_AUTO (-1) /* none given: where the tensors are, else cpu */
+/* Parses a device name ("cpu", "auto", "cuda", "cuda:N", a UUID) into
+ * *req: OPD_DEV_CPU, OPD_DEV_ANY or a CUDA device index of this daemon.
  * Returns 0 or OPD_EDEVICE with err set. */
 int opd__device_parse(opd_server_t *srv, const char *dev, int *req, opd_err_t *err);
 void opd__run_request(const opd_req_t *r, const msgpack_object *body,

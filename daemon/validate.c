@@ -413,7 +413,10 @@ static int is_uuid(const char *s) {
 
 int opd__device_parse(opd_server_t *srv, const char *dev, int *req, opd_err_t *err) {
   *req = OPD_DEV_AUTO;
-  if (strcmp(dev, "auto") == 0) return 0;
+  if (strcmp(dev, "auto") == 0) {
+    *req = OPD_DEV_ANY;
+    return 0;
+  }
   if (strcmp(dev, "cpu") == 0) {
     *req = OPD_DEV_CPU;
     return 0;
@@ -471,6 +474,20 @@ static int parse_device(opd_server_t *srv, const msgpack_object *o, int *req,
   return opd__device_parse(srv, dev, req, err);
 }
 
+/* The GPU with the fewest runs launched and not yet complete; among equal
+ * ones the next after the last pick, so that runs placed while the GPUs
+ * are idle spread over them too. */
+static int least_loaded(opd_server_t *srv) {
+  int best = -1, best_load = 0;
+  for (int k = 1; k <= srv->n_devices; k++) {
+    int d = (srv->auto_last + k) % srv->n_devices;
+    int load = opd__backend_dev.load(srv, d);
+    if (best < 0 || load < best_load) best = d, best_load = load;
+  }
+  srv->auto_last = best;
+  return best;
+}
+
 /* Picks where the job runs from the request and where its tensors live;
  * that backend then checks the op runs there and plans the run (staging:
  * daemon/backend/). */
@@ -504,6 +521,7 @@ static int place(opd_job_t *job, int req, tref_t *in, tref_t *out, opd_err_t *er
                      who < call->n_in ? who : who - call->n_in, dev);
   if (req >= 0) dev = req;
   job->device = dev;
+  job->by_load = 0;
 
   /* the backend checks the op can run there and plans the staging */
   opd_tplace_t pin[OPD_MAX_TENSORS], pout[OPD_MAX_TENSORS];
@@ -513,6 +531,17 @@ static int place(opd_job_t *job, int req, tref_t *in, tref_t *out, opd_err_t *er
   for (int i = 0; i < call->n_out; i++)
     pout[i] = (opd_tplace_t){out[i].arena != NULL && out[i].arena->device < 0,
                              out[i].extent};
+  if (dev < 0 && req == OPD_DEV_ANY && job->s->srv->n_devices > 0) {
+    /* "auto" with host tensors only: the least-loaded GPU that takes the
+     * run, else the cpu as with no device */
+    job->device = least_loaded(job->s->srv);
+    opd_err_t gpu_err;
+    if (opd__backend_dev.plan(job, pin, pout, &gpu_err) == 0) {
+      job->by_load = 1;
+      return 0;
+    }
+    job->device = -1;
+  }
   return opd__backend_for(dev)->plan(job, pin, pout, err);
 }
 
@@ -577,7 +606,7 @@ void opd__run_request(const opd_req_t *r, const msgpack_object *body,
     opd__job_recycle(srv, job);
     return;
   }
-  opd__run_cache_store(r, job);
+  if (!job->by_load) opd__run_cache_store(r, job); /* a load is not the body's */
   opd__job_enqueue(s, job);
 }
 

@@ -91,6 +91,9 @@ typedef struct opd_backend {
   void (*pin)(opd_server_t *srv, opd_arena_t *a);
   /* what the backend holds for an arena (pin, memory, import) goes */
   void (*release)(opd_arena_t *a);
+  /* the runs launched on device dev and not yet seen complete: its queue
+   * depth, for "auto" placement (the loop's thread) */
+  int (*load)(const opd_server_t *srv, int dev);
 } opd_backend_t;
 
 extern const opd_backend_t opd__backend_cpu;

@@ -76,6 +76,11 @@ static int none_export(opd_server_t *srv, void *token, int *fd,
 static void none_pin(opd_server_t *srv, opd_arena_t *a) { (void)srv, (void)a; }
 static void none_release(opd_arena_t *a) { (void)a; }
 
+static int none_load(const opd_server_t *srv, int dev) {
+  (void)srv, (void)dev;
+  return 0;
+}
+
 const opd_backend_t opd__backend_dev = {
     .name = "none",
     .init = none_init,
@@ -90,4 +95,5 @@ const opd_backend_t opd__backend_dev = {
     .export = none_export,
     .pin = none_pin,
     .release = none_release,
+    .load = none_load,
 };

@@ -243,9 +243,11 @@ int opd_submit(opd_client_t *c, const char *op, const opd_tensor_t *in,
                const opd_attr_t *attrs, uint32_t n_attrs, uint64_t *req);
 
 /* The same on a named device: "cpu", "cuda", "cuda:N", a device UUID
- * ("GPU-xxxxxxxx-...", the daemon's card with that UUID) or "auto" (NULL:
- * auto, which runs where the device tensors are, else on the cpu). Host
- * tensors used on a cuda device are staged through device memory. */
+ * ("GPU-xxxxxxxx-...", the daemon's card with that UUID) or "auto" (where
+ * the device tensors are; with host tensors only, the least-loaded GPU
+ * that takes the run, else the cpu). NULL: where the device tensors are,
+ * else on the cpu. Host tensors used on a cuda device are staged through
+ * device memory. */
 int opd_run_on(opd_client_t *c, const char *device, const char *op,
                const opd_tensor_t *in, uint32_t n_in, const opd_tensor_t *out,
                uint32_t n_out, const opd_attr_t *attrs, uint32_t n_attrs);

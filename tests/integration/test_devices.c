@@ -32,7 +32,7 @@ Test(devices, cuda_requests_without_a_gpu_are_refused_clearly) {
   EXPECT_ERR(opd_run_on(c, "GPU-cf2acb7f-3742", "relu", &x, 1, &y, 1, NULL, 0),
              OPD_EDEVICE, "unknown device \"GPU-cf2acb7f-3742\" (use cpu, cuda, "
              "cuda:N, a device UUID or auto)");
-  /* cpu and auto run */
+  /* cpu and auto run (auto: host tensors on the cpu, as there is no GPU) */
   cr_assert_eq(opd_run_on(c, "cpu", "relu", &x, 1, &y, 1, NULL, 0), 0);
   cr_assert_eq(opd_run_on(c, "auto", "relu", &x, 1, &y, 1, NULL, 0), 0);
   uint64_t dev;
@@ -40,6 +40,8 @@ Test(devices, cuda_requests_without_a_gpu_are_refused_clearly) {
              "alloc: device \"cuda\" is not available");
   EXPECT_ERR(opd_alloc(c, "cpu", 1024, &dev), OPD_EDEVICE,
              "is not a cuda device");
+  EXPECT_ERR(opd_alloc(c, "auto", 1024, &dev), OPD_EDEVICE,
+             "alloc: device \"auto\" is not a cuda device");
   unsigned char handle[64] = {0};
   EXPECT_ERR(opd_import_cuda(c, handle, 64, 0, 4096, "cuda:0", &dev), OPD_EDEVICE,
              "import: device \"cuda:0\" is not available");

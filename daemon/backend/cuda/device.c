@@ -188,7 +188,7 @@ static void cuda_describe(opd_server_t *srv, msgpack_packer *pk) {
     cuda_dev_t *d = &st->dev[i];
     char cc[16];
     snprintf(cc, sizeof cc, "%d.%d", d->cc_major, d->cc_minor);
-    msgpack_pack_map(pk, 6);
+    msgpack_pack_map(pk, 7);
     msgpack_pack_str_with_body(pk, "device", 6);
     char name[16];
     int n = snprintf(name, sizeof name, "cuda:%d", i);
@@ -204,6 +204,8 @@ static void cuda_describe(opd_server_t *srv, msgpack_packer *pk) {
     msgpack_pack_str_with_body(pk, "mps", 3);
     if (d->mps) msgpack_pack_true(pk);
     else msgpack_pack_false(pk);
+    msgpack_pack_str_with_body(pk, "runs", 4); /* launched there so far */
+    msgpack_pack_uint64(pk, st->dev_runs[i]);
   }
 }
 
@@ -221,4 +223,5 @@ const opd_backend_t opd__backend_dev = {
     .export = opd__cu_export,
     .pin = opd__cu_pin,
     .release = opd__cu_release,
+    .load = opd__cu_load,
 };

@@ -151,6 +151,7 @@ static void reply_done(opd_server_t *srv, opd_job_t *list) {
                job->device, cudaGetErrorString(e));
       if (is_sticky(e)) srv->poisoned(srv, cudaGetErrorString(e));
     }
+    st->dev_inflight[job->device]--;
     if (--st->inflight == 0) uv_unref((uv_handle_t *)&st->async);
     if (e == cudaSuccess) /* an event of a failed stream is not reused */
       opd__cu_event_give(st, job->device, cuda_job(job)->event);
@@ -210,6 +211,12 @@ static void on_async(uv_async_t *h) {
   cuda_reap((opd_server_t *)h->data);
 }
 
+int opd__cu_load(const opd_server_t *srv, int dev) {
+  const cuda_state_t *st = cuda_state(srv);
+  return st != NULL && dev >= 0 && dev < OPD_MAX_DEVICES ? st->dev_inflight[dev]
+                                                         : 0;
+}
+
 void opd__cu_pending_add(opd_server_t *srv, opd_job_t *job) {
   cuda_state_t *st = cuda_state(srv);
   job->next = NULL;
@@ -220,6 +227,8 @@ void opd__cu_pending_add(opd_server_t *srv, opd_job_t *job) {
   /* no signal: the loop polls it first (its spin window), and wakes the
    * poller if it is still pending when the loop stops */
   pthread_mutex_unlock(&st->mu);
+  st->dev_inflight[job->device]++;
+  st->dev_runs[job->device]++;
   if (st->inflight++ == 0) uv_ref((uv_handle_t *)&st->async);
   /* a tiny op finishes within microseconds: the loop watches for it
    * without blocking for a while */

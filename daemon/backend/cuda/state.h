@@ -86,6 +86,8 @@ typedef struct cuda_state {
   cudaEvent_t free_ev[OPD_MAX_DEVICES][64]; /* recycled completion events */
   int n_free_ev[OPD_MAX_DEVICES];
   opd_job_t *done;               /* completed jobs, pushed by CUDA's thread */
+  int dev_inflight[OPD_MAX_DEVICES]; /* ... per device ("auto" placement) */
+  uint64_t dev_runs[OPD_MAX_DEVICES]; /* runs launched per device (stats) */
   int inflight;                  /* launched, not yet done: keeps the loop
                                     alive (the async handle is ref'd) */
   int loop_polls;                /* the loop is polling the events itself
@@ -203,5 +205,6 @@ void opd__cu_event_give(cuda_state_t *st, int dev, cudaEvent_t ev);
 void opd__cu_events_free(opd_server_t *srv);
 /* a launched job (its event recorded): polled until it completes */
 void opd__cu_pending_add(opd_server_t *srv, opd_job_t *job);
+int opd__cu_load(const opd_server_t *srv, int dev);
 
 #endif /* OPD_BACKEND_CUDA_STATE_H */
