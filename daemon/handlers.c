@@ -386,7 +386,9 @@ static void handle_stats(opd_req_t *r, int type,
   (void)type, (void)body;
   opd_server_t *srv = s->srv;
   msgpack_packer *pk = scratch(srv);
-  msgpack_pack_map(pk, 20);
+  msgpack_pack_map(pk, 21);
+  PACK_STR(pk, "gpus"); /* the devices as the hello lists them, counters now */
+  opd__backend_dev.describe(srv, pk);
   PACK_STR(pk, "imports"); /* CUDA IPC imports made since start */
   msgpack_pack_uint64(pk, srv->imports_total);
   PACK_STR(pk, "async"); /* runs answered at enqueue, not yet complete */

@@ -260,10 +260,10 @@ def test_staged_host_run_on_cuda(c):
         check(y, torch.softmax(xt.double(), -1), dt)
         # "auto": host tensors go to the least-loaded GPU (the cpu takes
         # float32 only, so float16 shows where it ran); none given: the cpu
-        runs0 = c.stats()["devices"][0]["runs"]
+        runs0 = c.stats()["gpus"][0]["runs"]
         ya = c.softmax(hx, device="auto")
         assert ya.device == "cpu"                        # a host result
-        assert c.stats()["devices"][0]["runs"] > runs0   # run on cuda:0
+        assert c.stats()["gpus"][0]["runs"] > runs0      # run on cuda:0
         check(ya, torch.softmax(xt.double(), -1), dt)
         if dt != "float32":
             with pytest.raises(opd.OpdError, match="float16|bfloat16"):

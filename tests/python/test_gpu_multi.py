@@ -93,7 +93,7 @@ def test_client_with_other_visible_devices(daemon, c):
 
 
 def runs_per_device(c):
-    return [d.get("runs", 0) for d in c.stats()["devices"]]
+    return [d.get("runs", 0) for d in c.stats()["gpus"]]
 
 
 def test_auto_places_host_runs_on_both_gpus(c):

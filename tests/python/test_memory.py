@@ -70,3 +70,12 @@ def test_allocator_coalesces():
     del big
     al.drain()
     assert len(made) == 1 and made[0].size > memory.MIN_ARENA   # the bigger spare stays
+
+
+def test_stats_list_the_gpus(c):
+    """stats: "devices" counts the CUDA devices, "gpus" lists them as the
+    hello does (with each one's runs so far): none on a daemon without."""
+    st = c.stats()
+    assert isinstance(st["gpus"], list) and len(st["gpus"]) == st["devices"]
+    assert [g["uuid"] for g in st["gpus"]] == \
+        [d["uuid"] for d in c.server_info().get("devices") or []]
