@@ -112,6 +112,21 @@ def plugin_daemon():
             assert rc == 0, "opd exited %d after SIGTERM; log:\n%s" % (rc, dm.read_log())
 
 
+@pytest.fixture(scope="module")
+def ops(daemon):
+    """torch.ops.opd registered with a connection of its own to the daemon
+    under test (the GPU modules); skips where opd.torch cannot be used."""
+    try:
+        import torch
+        import opd.torch as ot
+    except ImportError as e:
+        pytest.skip(str(e))
+    cl = opd.connect(daemon.socket)
+    ot.register(cl)
+    yield torch.ops.opd
+    cl.close()
+
+
 @pytest.fixture
 def c(daemon):
     cl = opd.connect(daemon.socket)

@@ -30,18 +30,6 @@ def gpu_daemon(daemon):
             pytest.skip("the daemon under test reports no CUDA device")
 
 
-@pytest.fixture(scope="module")
-def ops(daemon):
-    try:
-        import opd.torch as ot
-    except ImportError as e:
-        pytest.skip(str(e))
-    c = opd.connect(daemon.socket)
-    ot.register(c)
-    yield torch.ops.opd
-    c.close()
-
-
 def slow(n=4096):
     """A torch result that takes a few ms to compute (a long matmul)."""
     a = torch.randn(n, n, device=DEV)

@@ -33,18 +33,6 @@ def two_gpu_daemon(daemon):
         pytest.skip("the daemon under test has %d CUDA device(s), not two" % n)
 
 
-@pytest.fixture(scope="module")
-def ops(daemon):
-    try:
-        import opd.torch as ot
-    except ImportError as e:
-        pytest.skip(str(e))
-    c = opd.connect(daemon.socket)
-    ot.register(c)
-    yield torch.ops.opd
-    c.close()
-
-
 @pytest.mark.parametrize("i", [0, 1])
 def test_torch_tensors_on_each_gpu(ops, c, i):
     dev = "cuda:%d" % i
