@@ -283,11 +283,17 @@ static int uuid_index(const char *uuid) {
 
 /* The index N of "cuda" (0), "cuda:N" or a UUID of this process's device
  * (the driver loaded). */
+/* N of "cuda" (0) or "cuda:N" (N < DEVICES), else -1. */
+static int cuda_n(const char *device) {
+  if (device == NULL || strncmp(device, "cuda", 4) != 0) return -1;
+  if (device[4] == '\0') return 0;
+  char *end;
+  long n = device[4] == ':' && device[5] ? strtol(device + 5, &end, 10) : -1;
+  return n >= 0 && n < DEVICES && *end == '\0' ? (int)n : -1;
+}
+
 static int cuda_index(const char *who, const char *device, int *dev) {
-  if (device != NULL && strcmp(device, "cuda") == 0) {
-    *dev = 0;
-    return 0;
-  }
+  if ((*dev = cuda_n(device)) >= 0) return 0;
   if (device != NULL && strncmp(device, "cuda", 4) != 0 && strlen(device) >= 32) {
     int rc = cu_ready(who);
     if (rc != 0) return rc;
@@ -295,15 +301,9 @@ static int cuda_index(const char *who, const char *device, int *dev) {
     return opd__fail(OPD_EDEVICE, "%s: no CUDA device of this process has UUID "
                      "%s", who, device);
   }
-  char *end;
-  long n = device != NULL && strncmp(device, "cuda:", 5) == 0 && device[5]
-               ? strtol(device + 5, &end, 10) : -1;
-  if (n < 0 || n >= DEVICES || *end != '\0')
-    return opd__fail(OPD_EINVAL, "%s: device \"%s\" is not \"cuda\", "
-                     "\"cuda:N\" (N < %d) or a UUID", who,
-                     device ? device : "(null)", DEVICES);
-  *dev = (int)n;
-  return 0;
+  return opd__fail(OPD_EINVAL, "%s: device \"%s\" is not \"cuda\", "
+                   "\"cuda:N\" (N < %d) or a UUID", who,
+                   device ? device : "(null)", DEVICES);
 }
 
 /* Makes ctx current on this thread when it is not: 1 if pushed. */
@@ -590,8 +590,8 @@ static void imp_drop(opd_client_t *c, struct opd_cuda *k, int i) {
  * held): dead entries it overlaps and, when full, the least recently used
  * go first. */
 static int imp_add(opd_client_t *c, struct opd_cuda *k, int dev,
-                   const char *device, unsigned long long buffer, cu_ptr_t base,
-                   size_t size, cimport_t **out) {
+                   unsigned long long buffer, cu_ptr_t base, size_t size,
+                   cimport_t **out) {
   int stale = 0;
   for (int i = k->n_imp - 1; i >= 0; i--) {
     cimport_t *e = &k->imp[i];
@@ -620,7 +620,6 @@ static int imp_add(opd_client_t *c, struct opd_cuda *k, int dev,
   uint64_t arena;
   char buf[16];
   const char *wire = wire_name(dev, buf); /* the daemon's device by UUID */
-  (void)device;
   rc = opd_import_cuda(c, h.bytes, 64, 0, size, wire, &arena);
   if (rc == OPD_ELIMIT && k->n_imp > 0) { /* the session's arenas: make room */
     while (k->n_imp > 0) imp_drop(c, k, 0);
@@ -667,7 +666,7 @@ static int tensor_at(opd_client_t *c, struct opd_cuda *k, int dev,
   for (int i = 0; i < k->n_imp && e == NULL; i++)
     if (k->imp[i].buffer == buffer && k->imp[i].dev == dev) e = &k->imp[i];
   if (e != NULL) e->used = ++k->clock;
-  else rc = imp_add(c, k, dev, device, buffer, base, size, &e);
+  else rc = imp_add(c, k, dev, buffer, base, size, &e);
   if (rc == 0) {
     t->arena = e->arena;
     t->offset = off;
@@ -707,14 +706,7 @@ int opd_cuda_forget(opd_client_t *c) {
 void opd__cuda_wire(const char *device, char *out, size_t cap) {
   snprintf(out, cap, "%s", device);
   pthread_once(&cu_once, cu_load);
-  if (!cu.ok || device == NULL || strncmp(device, "cuda", 4) != 0) return;
-  int dev = 0;
-  if (strcmp(device, "cuda") != 0) {
-    char *end;
-    long n = device[4] == ':' && device[5] ? strtol(device + 5, &end, 10) : -1;
-    if (n < 0 || n >= DEVICES || *end != '\0') return;
-    dev = (int)n;
-  }
-  const char *u = local_uuid(dev);
+  int dev = cuda_n(device);
+  const char *u = dev >= 0 ? local_uuid(dev) : NULL;
   if (u != NULL) snprintf(out, cap, "%s", u);
 }

@@ -64,6 +64,15 @@ Test(async, misuse_is_named) {
   EXPECT_ERR(opd_prepare_flags(c, "cpu", "relu", &x, 1, &y, 1, NULL, 0,
                                OPD_RUN_STREAM, &p), OPD_EINVAL,
              "OPD_RUN_STREAM needs device \"cuda\"");
+  EXPECT_ERR(opd_prepare_flags(c, "GPU-0000", "relu", &x, 1, &y, 1, NULL, 0,
+                               OPD_RUN_STREAM, &p), OPD_EINVAL,
+             "\"cuda:N\" or a UUID");
+  /* a UUID is taken (sent as it is without a driver) */
+  cr_assert_eq(opd_prepare_flags(c, "GPU-00000000-0000-0000-0000-000000000000",
+                                 "relu", &x, 1, &y, 1, NULL, 0, OPD_RUN_STREAM,
+                                 &p), 0, "%s", opd_last_error());
+  opd_prepared_free(p);
+  p = NULL;
   EXPECT_ERR(opd_prepare_flags(c, NULL, "relu", &x, 1, &y, 1, NULL, 0, 0x80, &p),
              OPD_EINVAL, "only OPD_RUN_ASYNC and OPD_RUN_STREAM");
   EXPECT_ERR(opd_run_stream(c, "cpu", NULL, "relu", &x, 1, &y, 1, NULL, 0),
