@@ -117,6 +117,14 @@ def header(prog, torch, opd, c, extra=()):
              "ordered with torch's stream (libopd opd_run_stream)" if ordered else
              "synchronous (this libopd has no opd_run_stream; torch synchronized "
              "before each)"))
+    try:
+        import opd.torch as ot
+        why = ot.c_kernels_why()
+        print("# torch.ops.opd on CUDA tensors: %s" % (
+            "libopd's C kernels (%d registered; OPD_TORCH_C=0 for the Python path)"
+            % len(ot.c_kernels()) if not why else "the Python path (%s)" % why))
+    except ImportError:
+        pass
     for line in extra:
         print("# " + line)
     sys.stdout.flush()

@@ -394,6 +394,28 @@ int opd_cuda_forget(opd_client_t *c);
  * daemon's still names the right GPU. buf: at least 41 bytes. */
 int opd_cuda_device_name(int dev, char *buf, size_t cap);
 
+/* ---- torch's dispatcher (used by the Python package's opd.torch) -------- */
+/* C kernels for torch's CUDA dispatch key, so that torch.ops.opd.<op> on
+ * CUDA tensors runs with no Python in the call (client/libopd/torchops.c;
+ * docs/python.md). They use torch's stable C ABI (torch >= 2.10), looked up
+ * in this process: nothing links against torch.
+ * opd_torch_available: 1 when torch's shims are here, else 0 with the
+ *   reason in why[cap].
+ * opd_torch_kernel: registers the kernel of ns::op (ns::op_ with inplace:
+ *   the output written over input 0) whose torch schema (already defined)
+ *   has n_in Tensor inputs (those from min_in on `Tensor?`), then the
+ *   attributes in order (types OPD_ATTR_*), and n_out Tensor returns.
+ * opd_torch_bind: the connection the kernels run on, and a function they
+ *   call (no arguments) to have one bound again when there is none or it
+ *   is the parent's after fork(); opd_torch_unbind(c): c is closing. */
+int opd_torch_available(char *why, size_t cap);
+int opd_torch_kernel(const char *ns, const char *op, int inplace,
+                     uint32_t n_in, uint32_t min_in, uint32_t n_out,
+                     uint32_t n_attrs, const char *const *attr_names,
+                     const int32_t *attr_types);
+void opd_torch_bind(opd_client_t *c, void *(*again)(void));
+void opd_torch_unbind(opd_client_t *c);
+
 /* Asks which outputs `op` would write for these inputs (only dtype, rank
  * and shape of the inputs are used). Fills out[0..*n_out) (dtype, rank,
  * shape; arena and offset 0). cap is the room in out. */

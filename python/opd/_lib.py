@@ -149,6 +149,12 @@ def _declare(lib):
         "opd_transport": (cp, [vp]),
         "opd_transport_why": (cp, [vp]),
         "opd_cuda_device_name": (c_int, [c_int, cp, sz]),
+        # libopd's C kernels for torch's dispatcher (opd.torch)
+        "opd_torch_available": (c_int, [cp, sz]),
+        "opd_torch_kernel": (c_int, [cp, cp, c_int, c_uint32, c_uint32,
+                                     c_uint32, c_uint32, P(cp), P(ctypes.c_int32)]),
+        "opd_torch_bind": (None, [vp, vp]),
+        "opd_torch_unbind": (None, [vp]),
     }
     for name, (res, args) in sigs.items():
         f = getattr(lib, name)

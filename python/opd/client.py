@@ -329,6 +329,9 @@ class Client(OpMethods, Runner, Arenas, TorchInterop, Publishing):
             h, self._h = self._h, None
             self._closed = True
             if h is not None and self._gen == memory._fork_gen[0]:
+                unbind = getattr(self._lib, "opd_torch_unbind", None)
+                if unbind is not None:   # opd.torch's C kernels drop it
+                    unbind(h)
                 self._lib.opd_close(h)
             self._reg = {}
             self._dallocs, self._pubs = {}, {}

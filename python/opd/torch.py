@@ -76,6 +76,9 @@ _daemon_names = set()   # the ops of the daemons registered from
 _infer_cache = {}
 _library = None         # the torch.library.Library fragment of the ops
 
+_ckernels = {}          # torch name -> 1: its CUDA kernel is libopd's C one
+_cstate = {}            # "lib", "why", "cb": the C kernels' state (_c_lib)
+
 _TORCH_TYPES = {"int": "int", "float": "float", "bool": "bool", "str": "str",
                 "ints": "int[]"}
 
@@ -248,6 +251,7 @@ def _make(name, schema):
                          for dt, shape in _infer(client(), name, schema, ins, attrs))
 
     made[name] = _define(name, real, fake, torch_schema(schema))
+    _c_kernel(name, schema, False)
 
     if onames and name + "_out" not in _daemon_names:
         def real_out(*args, **kwargs):
@@ -275,7 +279,95 @@ def _make(name, schema):
                         _infer(client(), name, schema, ins, attrs), [x])
 
         made[name + "_"] = _define(name + "_", real_, fake_, inplace_schema(schema))
+        _c_kernel(name, schema, True)
     return made
+
+
+_ATTR_CODES = {"int": 1, "float": 2, "bool": 3, "str": 4, "ints": 5}
+
+
+def _c_lib():
+    """libopd when its C kernels can serve torch's CUDA dispatch key here
+    (client/libopd/torchops.c: torch >= 2.10 exports the C shims they use;
+    OPD_TORCH_C=0 turns them off), else None; the reason is kept in
+    c_kernels_why()."""
+    if "lib" in _cstate:
+        return _cstate["lib"]
+    import ctypes
+    import os
+    from . import _lib
+    lib, why = None, ""
+    if os.environ.get("OPD_TORCH_C", "1") == "0":
+        why = "OPD_TORCH_C=0"
+    else:
+        try:
+            cand = _lib.load()
+        except Exception as e:          # no libopd: the Python path says so
+            cand, why = None, str(e)
+        f = getattr(cand, "opd_torch_available", None) if cand else None
+        if cand is not None and f is None:
+            why = "this libopd has no torch kernels"
+        elif f is not None:
+            buf = ctypes.create_string_buffer(200)
+            if f(buf, len(buf)):
+                lib = cand
+                # a call after fork() or with no connection bound asks for one
+                cb = ctypes.CFUNCTYPE(ctypes.c_void_p)(_c_rebind)
+                _cstate["cb"] = cb
+            else:
+                why = buf.value.decode(errors="replace")
+    _cstate["lib"], _cstate["why"] = lib, why
+    return lib
+
+
+def c_kernels_why():
+    """Why torch.ops.opd.* on CUDA tensors run through Python here ("" when
+    libopd's C kernels serve them)."""
+    _c_lib()
+    return _cstate["why"]
+
+
+def _c_bind(c):
+    lib = _c_lib()
+    if lib is not None and c is not None and not c.closed:
+        import ctypes
+        lib.opd_torch_bind(c._handle(), ctypes.cast(_cstate["cb"], ctypes.c_void_p))
+
+
+def _c_rebind():
+    try:
+        _c_bind(_bound())
+    except Exception:                   # the C kernel names the problem
+        pass
+    return None
+
+
+def _c_kernel(name, schema, inplace):
+    """Registers libopd's C kernel as the CUDA kernel of opd::<name> (or
+    of <name>_ with inplace) when it can read the op's arguments."""
+    lib = _c_lib()
+    if lib is None or _variadic(schema) or not schema["inputs"]:
+        return
+    import ctypes
+    attrs = schema["attrs"]
+    if any(a["type"] not in _ATTR_CODES for a in attrs):
+        return
+    names = (ctypes.c_char_p * max(1, len(attrs)))(*[a["name"].encode() for a in attrs])
+    types = (ctypes.c_int32 * max(1, len(attrs)))(*[_ATTR_CODES[a["type"]] for a in attrs])
+    rc = lib.opd_torch_kernel(NAMESPACE.encode(), name.encode(), int(inplace),
+                              len(schema["inputs"]), schema["min_inputs"],
+                              len(schema["outputs"]), len(attrs), names, types)
+    if rc == 0:
+        _ckernels[name + ("_" if inplace else "")] = 1
+    elif not _cstate["why"]:
+        msg = lib.opd_last_error()
+        _cstate["why"] = "opd_torch_kernel(%s): %s" % (
+            name, msg.decode(errors="replace") if msg else rc)
+
+
+def c_kernels():
+    """The torch names whose CUDA kernel is libopd's C one."""
+    return sorted(_ckernels)
 
 
 def client():
@@ -285,6 +377,7 @@ def client():
     with _lock:
         if _client is None or _client.closed:
             _client = connect()
+            _c_bind(_client)
         return _client
 
 
@@ -298,6 +391,7 @@ def register(c=None, socket=None):
         if c is None:
             c = connect(socket)
         _client = c
+        _c_bind(c)
         _infer_cache.clear()
         for r in _runners.values():
             r.clear()

@@ -117,6 +117,69 @@ def test_chain_of_dependent_tiny_ops(ops):
     torch.testing.assert_close(y, ref, rtol=1e-5, atol=1e-6)
 
 
+def _c_kernels():
+    import opd.torch as ot
+    return ot.c_kernels_why() == ""
+
+
+def test_c_kernels_serve_cuda_calls(ops):
+    """torch >= 2.10: libopd's C kernels are the CUDA kernels of the ops
+    (client/libopd/torchops.c), torch's dispatcher calls them directly."""
+    import opd.torch as ot
+    if not _c_kernels():
+        pytest.skip("torch.ops.opd on CUDA goes through Python here: %s"
+                    % ot.c_kernels_why())
+    names = ot.c_kernels()
+    for n in ("softmax", "layernorm", "gelu", "relu", "relu_", "conv2d"):
+        assert n in names, (n, names)
+    # the same signature twice (a plan hit), then a new one (a miss)
+    for shape in ((8, 300), (8, 300), (3, 5, 7)):
+        x = torch.randn(*shape, device=DEV)
+        torch.testing.assert_close(ops.softmax(x), torch.softmax(x, -1),
+                                   rtol=1e-5, atol=1e-6)
+    x = torch.randn(2, 8, 16, 16, device=DEV)
+    w = torch.randn(4, 8, 3, 3, device=DEV)
+    b = torch.randn(4, device=DEV)
+    ref = torch.nn.functional.conv2d(x, w, b, stride=2, padding=1)
+    got = ops.conv2d(x, w, b, stride=[2, 2], padding=[1, 1])
+    torch.testing.assert_close(got, ref, rtol=1e-3, atol=1e-3)
+    got = ops.conv2d(x, w, stride=[1, 1], padding=[1, 1])   # bias None
+    torch.testing.assert_close(
+        got, torch.nn.functional.conv2d(x, w, None, padding=1), rtol=1e-3, atol=1e-3)
+
+
+def test_non_contiguous_inputs_and_in_place(ops):
+    x = torch.randn(300, 64, device=DEV).t()          # not contiguous
+    torch.testing.assert_close(ops.softmax(x), torch.softmax(x, -1),
+                               rtol=1e-5, atol=1e-6)
+    y = torch.randn(128, 64, device=DEV).t() - 0.5
+    ref = torch.relu(y)
+    ops.relu_(y)                                        # written back
+    torch.testing.assert_close(y, ref)
+    h = torch.randn(4, 96, device=DEV)
+    w, b = torch.randn(96, device=DEV), torch.randn(96, device=DEV)
+    torch.testing.assert_close(
+        ops.layernorm(h, w, b, eps=1e-5),
+        torch.nn.functional.layer_norm(h, (96,), w, b, 1e-5), rtol=1e-4, atol=1e-5)
+
+
+def test_bad_input_is_raised_at_the_call(ops):
+    """Through the C kernels as through Python: an error naming the op and
+    what was wrong, raised by the call itself (RuntimeError from torch's
+    dispatcher for the C kernels, opd.BadArgumentError through Python)."""
+    h = torch.randn(4, 96, device=DEV)
+    w, b = torch.randn(32, device=DEV), torch.randn(32, device=DEV)
+    with pytest.raises((RuntimeError, opd.OpdError), match="layernorm") as e:
+        ops.layernorm(h, w, b, eps=1e-5)
+    assert "32" in str(e.value) or "96" in str(e.value), str(e.value)
+    with pytest.raises((RuntimeError, opd.OpdError), match="layernorm"):
+        ops.layernorm(h, w.cpu(), b.cpu(), eps=1e-5)    # not all on CUDA
+    with pytest.raises((RuntimeError, opd.OpdError)):
+        ops.softmax(torch.zeros(4, 4, dtype=torch.complex64, device=DEV))
+    # the connection goes on serving
+    torch.testing.assert_close(ops.relu(h), torch.relu(h))
+
+
 def test_client_run_on_torch_tensors_is_ordered(c):
     x = slow()[:128]
     out = torch.empty_like(x)

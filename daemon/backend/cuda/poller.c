@@ -122,15 +122,22 @@ static void *poller_main(void *arg) {
 }
 
 /* on: the loop polls (the poller sleeps); off: the poller takes over the
- * pending jobs, woken only if there are any. */
+ * pending jobs, woken only if there are any. Off always looks at them:
+ * a job launched while the poller slept (nothing pending then) is left to
+ * the loop's spin window, and the loop may stop wanting to spin before
+ * that window ever ran (its GPU_SPIN_NS over by the next opd__loop_update,
+ * loop_polls still 0): skipping the look then left the job unpolled and
+ * its client waiting for good (seen once in six daemon_gpu runs). */
 static void cuda_spinning(opd_server_t *srv, int on) {
   cuda_state_t *st = cuda_state(srv);
-  if (st == NULL || __atomic_load_n(&st->loop_polls, __ATOMIC_RELAXED) == on)
-    return;
+  if (st == NULL) return;
   if (on) {
     __atomic_store_n(&st->loop_polls, 1, __ATOMIC_RELAXED);
     return;
   }
+  if (__atomic_load_n(&st->loop_polls, __ATOMIC_RELAXED) == 0 &&
+      __atomic_load_n(&st->pending, __ATOMIC_RELAXED) == NULL)
+    return; /* nothing pending: nothing to hand over */
   pthread_mutex_lock(&st->mu);
   __atomic_store_n(&st->loop_polls, 0, __ATOMIC_RELAXED);
   if (st->pending != NULL) pthread_cond_signal(&st->cv);
