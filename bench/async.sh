@@ -3,7 +3,8 @@
 # then with and without MPS (a private MPS control daemon, its pipes in
 # OUTDIR) starts a daemon and runs bench_stream (a CUDA client in C),
 # bench_async_ops.py, and bench_models.py + bench_chain.py (GPT-2 and
-# ResNet-18 through torch.ops.opd against torch). Everything they print
+# ResNet-18 through torch.ops.opd against torch; both again with
+# OPD_TORCH_C=0, opd.torch's Python path). Everything they print
 # goes to OUTDIR/<mode>/.
 #   bash bench/async.sh [OUTDIR] [MODES]    (MODES: "nomps mps", the default)
 set -uo pipefail
@@ -41,6 +42,12 @@ for mode in $modes; do
     timeout 240 python3 bench/bench_models.py ${MODELS_ARGS:---rounds 5 --iters 10} \
       --json "$o/models.json" 2>&1 | tee "$o/models.txt" || status=1
     timeout 90 python3 bench/bench_chain.py --json "$o/chain.json" 2>&1 | tee "$o/chain.txt" || status=1
+    # the same through opd.torch's Python path (no C kernels): their gain
+    echo "-- the same, OPD_TORCH_C=0 (torch.ops.opd through Python)"
+    OPD_TORCH_C=0 timeout 240 python3 bench/bench_models.py ${MODELS_ARGS:---rounds 5 --iters 10} \
+      --json "$o/models_py.json" 2>&1 | tee "$o/models_py.txt" | grep -E "^# torch.ops|^(gpt2|resnet|model  )" || status=1
+    OPD_TORCH_C=0 timeout 90 python3 bench/bench_chain.py --json "$o/chain_py.json" 2>&1 |
+      tee "$o/chain_py.txt" | grep -E "ratio" || status=1
   fi
   unset OPD_SOCKET
   kill -TERM "$pid"; wait "$pid"

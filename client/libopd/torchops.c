@@ -305,6 +305,16 @@ static int fail(call_t *k, const top_t *o, const char *fmt, const char *arg) {
   return -1;
 }
 
+/* t's shape as Python prints a tuple: "()", "(4,)", "(3, 4)" */
+static const char *shape_str(const opd_tensor_t *t, char *buf, size_t cap) {
+  size_t n = (size_t)snprintf(buf, cap, "(");
+  for (int r = 0; r < t->rank && n < cap; r++)
+    n += (size_t)snprintf(buf + n, cap - n, r ? ", %lld" : "%lld",
+                          (long long)t->shape[r]);
+  if (n < cap) snprintf(buf + n, cap - n, t->rank == 1 ? ",)" : ")");
+  return buf;
+}
+
 static int dtype_of(int32_t tdt) {
   for (int d = 1; d < 10; d++)
     if (T.tdt[d] == tdt) return d;
@@ -545,8 +555,12 @@ static void kernel(int idx, siv_t *stack, uint64_t n_args, uint64_t n_ret) {
       const opd_tensor_t *x = &t[0];
       if (d->dtype != x->dtype || d->rank != x->rank ||
           memcmp(d->shape, x->shape, sizeof d->shape[0] * (size_t)x->rank) != 0) {
-        rc = fail(&k, o, "%s", "the output's dtype or shape is not the first "
-                  "input's: the op cannot run in place here");
+        char got[160], want[160]; /* worded as opd.torch's Python path */
+        snprintf(k.msg, sizeof k.msg, "opd: %s: output 0 has dtype %s and "
+                 "shape %s; the op's output here is %s %s", o->tname,
+                 opd_dtype_name(x->dtype), shape_str(x, got, sizeof got),
+                 opd_dtype_name(d->dtype), shape_str(d, want, sizeof want));
+        rc = -1;
         goto out;
       }
       ptrs[k.n_in + j] = ptrs[0];
