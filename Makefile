@@ -323,7 +323,15 @@ $(B)/tests/chaos: $(CHAOS_OBJ) $(B)/obj/tests/integration/harness.o $(B)/libopd.
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $^ -o $@ -lcriterion $(CLIENT_LIBS) -lm
 
-test: all plugins $(B)/tests/unit $(B)/tests/ops $(B)/tests/integration $(B)/tests/chaos
+# libopd's C kernels for torch's dispatcher against toy shims of torch's
+# stable C ABI (tests/torch/fake_torch.c; run by tests/python): -rdynamic so
+# that libopd's dlsym finds the shims in the program itself
+$(B)/tests/fake_torch: tests/torch/fake_torch.c $(B)/libopd.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -rdynamic $< -o $@ $(B)/libopd.a $(CLIENT_LIBS) -ldl
+
+test: all plugins $(B)/tests/unit $(B)/tests/ops $(B)/tests/integration $(B)/tests/chaos \
+      $(B)/tests/fake_torch
 	@OPD_BIN=$(abspath $(B)/opd) OPD_BUILD=$(abspath $(B)) \
 	  OPD_DAEMON_OBJ="$(DAEMON_OBJ) $(B)/obj/daemon/main.o" bash tests/run.sh
 

@@ -315,6 +315,18 @@ static const char *shape_str(const opd_tensor_t *t, char *buf, size_t cap) {
   return buf;
 }
 
+/* libopd's last error as the call's message, its op named once (the
+ * daemon's messages start with it) */
+static int fail_opd(call_t *k, const top_t *o) {
+  const char *m = opd_last_error();
+  size_t n = strlen(o->op);
+  if (strncmp(m, o->op, n) == 0 && m[n] == ':')
+    snprintf(k->msg, sizeof k->msg, "opd: %s", m);
+  else
+    snprintf(k->msg, sizeof k->msg, "opd: %s: %s", o->tname, m);
+  return -1;
+}
+
 static int dtype_of(int32_t tdt) {
   for (int d = 1; d < 10; d++)
     if (T.tdt[d] == tdt) return d;
@@ -518,7 +530,7 @@ static void kernel(int idx, siv_t *stack, uint64_t n_args, uint64_t n_ret) {
     memset(&pl, 0, sizeof pl);
     if (opd_infer(c, o->op, t, k.n_in, k.attr, o->n_attrs, pl.out,
                   OPD_MAX_TENSORS, &pl.n_out) != 0) {
-      rc = fail(&k, o, "%s", opd_last_error());
+      rc = fail_opd(&k, o);
       goto out;
     }
     if (!over) {
@@ -588,7 +600,7 @@ static void kernel(int idx, siv_t *stack, uint64_t n_args, uint64_t n_ret) {
   }
   if (opd_run_stream_ptrs(c, device, stream, o->op, ptrs, t, k.n_in, k.n_out,
                           k.attr, o->n_attrs) != 0) {
-    rc = fail(&k, o, "%s", opd_last_error());
+    rc = fail_opd(&k, o);
     goto out;
   }
   if (back != NULL && copy_into(k.in[0], back) != 0) {

@@ -1,0 +1,406 @@
+/* libopd's C kernels for torch's dispatcher (client/libopd/torchops.c)
+ * without torch: this program defines the stable-ABI shims they look up
+ * (aoti_torch_*, torch_*, and libstdc++'s throw, which here jumps back to
+ * the test) over a toy tensor, registers the kernels and calls them as
+ * torch's boxed dispatcher would, against a real daemon.
+ *   fake_torch SOCKET      (exit 0 when every check passed)
+ * Run by tests/python/test_torch_c_kernels.py (CI: no GPU and a torch
+ * without these shims). What it checks: the stack is read as torch lays it
+ * out (Tensor, Tensor? boxed or null, int, float, bool, str and int[]
+ * handles), the daemon's shape rule is asked once per signature, the
+ * outputs are allocated with the shapes it gives, every handle the kernel
+ * was given or made is released (also when it throws), and each error
+ * names the op and the problem. Without a CUDA driver the run itself then
+ * fails in libopd: that error is thrown too, and checked for.
+ * Linked with -rdynamic so that dlsym(RTLD_DEFAULT) finds the shims.
+ */
+#include <setjmp.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "opd/opd.h"
+
+typedef uint64_t siv_t;
+typedef void (*boxed_fn)(siv_t *, uint64_t, uint64_t);
+
+/* ---- the toy tensor and the shims --------------------------------------- */
+
+typedef struct ft {
+  int refs;
+  int32_t dev_type, dev_index, dtype;
+  int64_t dim, sizes[8];
+  bool contig;
+  char data[64];
+} ft_t;
+
+static int live;                 /* tensor objects alive */
+static int64_t last_sizes[8], last_dim = -1; /* the last empty_strided */
+static char thrown[512];
+static jmp_buf back;
+
+static ft_t *tensor(int32_t dev_type, int32_t dtype, int64_t dim,
+                    const int64_t *sizes) {
+  ft_t *t = calloc(1, sizeof *t);
+  t->refs = 1, t->dev_type = dev_type, t->dtype = dtype, t->dim = dim;
+  t->contig = true;
+  for (int64_t i = 0; i < dim; i++) t->sizes[i] = sizes[i];
+  live++;
+  return t;
+}
+static void unref(ft_t *t) {
+  if (--t->refs == 0) {
+    free(t);
+    live--;
+  }
+}
+
+int32_t aoti_torch_device_type_cuda(void) { return 1; }
+int32_t aoti_torch_dtype_float32(void) { return 6; }
+int32_t aoti_torch_dtype_float16(void) { return 5; }
+int32_t aoti_torch_dtype_bfloat16(void) { return 15; }
+int32_t aoti_torch_dtype_float64(void) { return 7; }
+int32_t aoti_torch_dtype_int8(void) { return 1; }
+int32_t aoti_torch_dtype_uint8(void) { return 0; }
+int32_t aoti_torch_dtype_int32(void) { return 3; }
+int32_t aoti_torch_dtype_int64(void) { return 4; }
+int32_t aoti_torch_dtype_bool(void) { return 11; }
+
+static boxed_fn registered[64];
+static char reg_names[64][80];
+static int n_registered;
+
+int32_t aoti_torch_library_init_impl(const char *ns, const char *k,
+                                     const char *file, uint32_t line, void **ret) {
+  (void)ns, (void)file, (void)line;
+  *ret = strcmp(k, "CUDA") == 0 ? (void *)&registered : NULL;
+  return *ret ? 0 : 1;
+}
+int32_t aoti_torch_library_impl(void *lib, const char *name, boxed_fn fn) {
+  (void)lib;
+  snprintf(reg_names[n_registered], sizeof reg_names[0], "%s", name);
+  registered[n_registered++] = fn;
+  return 0;
+}
+int32_t aoti_torch_get_data_ptr(void *h, void **p) {
+  *p = ((ft_t *)h)->data;
+  return 0;
+}
+int32_t aoti_torch_get_dim(void *h, int64_t *d) {
+  *d = ((ft_t *)h)->dim;
+  return 0;
+}
+int32_t aoti_torch_get_sizes(void *h, int64_t **s) {
+  *s = ((ft_t *)h)->sizes;
+  return 0;
+}
+int32_t aoti_torch_get_dtype(void *h, int32_t *d) {
+  *d = ((ft_t *)h)->dtype;
+  return 0;
+}
+int32_t aoti_torch_get_device_type(void *h, int32_t *d) {
+  *d = ((ft_t *)h)->dev_type;
+  return 0;
+}
+int32_t aoti_torch_get_device_index(void *h, int32_t *d) {
+  *d = ((ft_t *)h)->dev_index;
+  return 0;
+}
+int32_t aoti_torch_is_contiguous(void *h, bool *c) {
+  *c = ((ft_t *)h)->contig;
+  return 0;
+}
+int32_t aoti_torch_empty_strided(int64_t dim, const int64_t *sizes,
+                                 const int64_t *strides, int32_t dtype,
+                                 int32_t dev_type, int32_t dev_index, void **ret) {
+  (void)strides;
+  ft_t *t = tensor(dev_type, dtype, dim, sizes);
+  t->dev_index = dev_index;
+  last_dim = dim;
+  memcpy(last_sizes, sizes, sizeof sizes[0] * (size_t)dim);
+  *ret = t;
+  return 0;
+}
+int32_t aoti_torch_new_tensor_handle(void *h, void **ret) {
+  ((ft_t *)h)->refs++;
+  *ret = h;
+  return 0;
+}
+int32_t aoti_torch_delete_tensor_object(void *h) {
+  unref(h);
+  return 0;
+}
+int32_t aoti_torch_call_dispatcher(const char *op, const char *overload, siv_t *st) {
+  (void)overload;
+  ft_t *t = (ft_t *)(uintptr_t)st[0];
+  if (strcmp(op, "aten::contiguous") == 0) {
+    ft_t *c = tensor(t->dev_type, t->dtype, t->dim, t->sizes);
+    unref(t); /* the stack's handle is consumed */
+    st[0] = (siv_t)(uintptr_t)c;
+    return 0;
+  }
+  if (strcmp(op, "aten::copy_") == 0) {
+    unref((ft_t *)(uintptr_t)st[1]);
+    return 0; /* st[0]: self, returned */
+  }
+  return 1;
+}
+int32_t aoti_torch_get_current_cuda_stream(int32_t dev, void **s) {
+  (void)dev;
+  *s = (void *)0x5157; /* never a real stream: the run fails in libopd */
+  return 0;
+}
+typedef struct { char s[64]; } fstr_t;
+int32_t torch_string_c_str(void *h, const char **s) {
+  *s = ((fstr_t *)h)->s;
+  return 0;
+}
+int32_t torch_delete_string(void *h) {
+  free(h);
+  live--;
+  return 0;
+}
+typedef struct { size_t n; siv_t v[8]; } flist_t;
+int32_t torch_list_size(void *h, size_t *n) {
+  *n = ((flist_t *)h)->n;
+  return 0;
+}
+int32_t torch_list_get_item(void *h, size_t i, siv_t *v) {
+  *v = ((flist_t *)h)->v[i];
+  return 0;
+}
+int32_t torch_delete_list(void *h) {
+  free(h);
+  live--;
+  return 0;
+}
+/* ::operator delete of a Tensor? box */
+void _ZdlPv(void *p) {
+  free(p);
+  live--;
+}
+/* libstdc++'s throw: the message goes back to the test */
+char _ZTISt13runtime_error[16];
+static char exc_buf[16];
+void *__cxa_allocate_exception(size_t n) {
+  (void)n;
+  return exc_buf;
+}
+void _ZNSt13runtime_errorC1EPKc(void *self, const char *msg) {
+  (void)self;
+  snprintf(thrown, sizeof thrown, "%s", msg);
+}
+void _ZNSt13runtime_errorD1Ev(void *self) { (void)self; }
+void __cxa_throw(void *e, void *ti, void (*d)(void *)) {
+  (void)e, (void)ti, (void)d;
+  longjmp(back, 1);
+}
+
+/* ---- the stack's values --------------------------------------------------- */
+
+static siv_t T(ft_t *t) { return (siv_t)(uintptr_t)t; }
+static siv_t OPT(ft_t *t) { /* Tensor?: a heap box, or 0 for None */
+  if (t == NULL) return 0;
+  siv_t *box = malloc(sizeof *box);
+  *box = T(t);
+  live++;
+  return (siv_t)(uintptr_t)box;
+}
+static siv_t F(double f) {
+  siv_t v;
+  memcpy(&v, &f, sizeof v);
+  return v;
+}
+static siv_t S(const char *s) {
+  fstr_t *h = calloc(1, sizeof *h);
+  snprintf(h->s, sizeof h->s, "%s", s);
+  live++;
+  return (siv_t)(uintptr_t)h;
+}
+static siv_t L2(int64_t a, int64_t b) {
+  flist_t *h = calloc(1, sizeof *h);
+  h->n = 2, h->v[0] = (siv_t)a, h->v[1] = (siv_t)b;
+  live++;
+  return (siv_t)(uintptr_t)h;
+}
+static ft_t *cuda(int64_t d0, int64_t d1, int64_t d2, int64_t d3) {
+  int64_t s[4] = {d0, d1, d2, d3};
+  int dim = d3 ? 4 : d2 ? 3 : d1 ? 2 : 1;
+  ft_t *t = tensor(1, 6, dim, s);
+  t->refs++; /* the caller's own reference; the stack's is given away */
+  return t;
+}
+
+static int passed, failed;
+#define CHECK(cond, ...)                  \
+  do {                                    \
+    if (cond) {                           \
+      passed++;                           \
+      printf("PASS ");                    \
+    } else {                              \
+      failed++;                           \
+      printf("FAIL ");                    \
+    }                                     \
+    printf(__VA_ARGS__);                  \
+    printf("\n");                         \
+  } while (0)
+
+static boxed_fn kernel_of(const char *name) {
+  for (int i = 0; i < n_registered; i++)
+    if (strcmp(reg_names[i], name) == 0) return registered[i];
+  return NULL;
+}
+
+/* Calls kernel `name` on stack st; returns 1 if it threw (message in
+ * thrown), 0 if it returned. */
+static int call(const char *name, siv_t *st, uint64_t n_args, uint64_t n_ret) {
+  boxed_fn fn = kernel_of(name);
+  thrown[0] = '\0';
+  if (fn == NULL) {
+    snprintf(thrown, sizeof thrown, "no kernel %s", name);
+    return 1;
+  }
+  if (setjmp(back) != 0) return 1;
+  fn(st, n_args, n_ret);
+  return 0;
+}
+
+static uint64_t requests(opd_client_t *c) {
+  char *json = NULL;
+  size_t len = 0;
+  uint64_t n = 0;
+  if (opd_stats_json(c, &json, &len) == 0) {
+    const char *p = strstr(json, "\"requests\":");
+    if (p) n = strtoull(p + 11, NULL, 10);
+    opd_free(json);
+  }
+  return n;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    fprintf(stderr, "usage: fake_torch SOCKET\n");
+    return 2;
+  }
+  char why[200];
+  CHECK(opd_torch_available(why, sizeof why) == 1, "the shims are found: %s",
+        opd_torch_available(why, sizeof why) ? "yes" : why);
+  opd_client_t *c = NULL;
+  if (opd_connect(argv[1], &c) != 0) {
+    printf("FAIL connect: %s\n", opd_last_error());
+    return 1;
+  }
+  opd_torch_bind(c, NULL);
+  const char *eps[] = {"eps"}, *dim[] = {"dim"}, *appr[] = {"approximate"};
+  const char *conv[] = {"stride", "padding", "dilation"};
+  const int32_t f1[] = {2}, i1[] = {1}, s1[] = {4}, ints3[] = {5, 5, 5};
+  int rc = opd_torch_kernel("opd", "softmax", 0, 1, 1, 1, 1, dim, i1) |
+           opd_torch_kernel("opd", "layernorm", 0, 3, 1, 1, 1, eps, f1) |
+           opd_torch_kernel("opd", "gelu", 0, 1, 1, 1, 1, appr, s1) |
+           opd_torch_kernel("opd", "conv2d", 0, 3, 2, 1, 3, conv, ints3) |
+           opd_torch_kernel("opd", "relu", 1, 1, 1, 1, 0, NULL, NULL) |
+           opd_torch_kernel("opd", "add", 1, 2, 2, 1, 0, NULL, NULL);
+  CHECK(rc == 0 && n_registered == 6, "6 kernels registered (%s)",
+        rc ? opd_last_error() : "ok");
+  CHECK(opd_torch_kernel("opd", "bad", 1, 0, 0, 1, 0, NULL, NULL) == OPD_EINVAL,
+        "an in-place form with no input is refused: %s", opd_last_error());
+
+  /* softmax: the shape rule once per signature, then the run fails here
+   * (no CUDA driver, or the toy pointers are not device memory) */
+  ft_t *x = cuda(8, 300, 0, 0);
+  uint64_t r0 = requests(c);
+  siv_t st[8] = {T(x), (siv_t)-1};
+  int threw = call("softmax", st, 2, 1);
+  uint64_t r1 = requests(c);
+  CHECK(threw && strstr(thrown, "opd: softmax: ") == thrown,
+        "softmax: the run's failure is thrown, naming the op: %s", thrown);
+  CHECK(last_dim == 2 && last_sizes[0] == 8 && last_sizes[1] == 300,
+        "softmax: the output allocated as the shape rule says (8, 300)");
+  siv_t st2[8] = {T(x), (siv_t)-1};
+  x->refs++;
+  call("softmax", st2, 2, 1);
+  uint64_t r2 = requests(c);
+  CHECK(r2 - r1 < r1 - r0, "softmax: the second call of the signature asks "
+        "no shape rule (%llu requests, first call %llu)",
+        (unsigned long long)(r2 - r1), (unsigned long long)(r1 - r0));
+  unref(x);
+  CHECK(live == 0, "softmax: every handle released (%d alive)", live);
+
+  /* layernorm: Tensor? boxed, a float attribute; a bad weight is the
+   * daemon's shape rule's error */
+  ft_t *h = cuda(4, 96, 0, 0), *w = cuda(32, 0, 0, 0), *b = cuda(32, 0, 0, 0);
+  siv_t ln[4] = {T(h), OPT(w), OPT(b), F(1e-5)};
+  threw = call("layernorm", ln, 4, 1);
+  CHECK(threw && strstr(thrown, "layernorm") && strstr(thrown, "32"),
+        "layernorm: a weight of 32 for 96 columns: %s", thrown);
+  h->refs++;
+  siv_t ln2[4] = {T(h), OPT(NULL), OPT(b), F(1e-5)};
+  b->refs++;
+  threw = call("layernorm", ln2, 4, 1);
+  CHECK(threw && strstr(thrown, "input 1 is None but a later input is given"),
+        "layernorm: None before a given input: %s", thrown);
+  ft_t *wc = cuda(96, 0, 0, 0);
+  wc->dev_type = 0; /* a CPU tensor */
+  h->refs++;
+  siv_t ln3[4] = {T(h), OPT(wc), OPT(NULL), F(1e-5)};
+  threw = call("layernorm", ln3, 4, 1);
+  CHECK(threw && strstr(thrown, "input 1 is not a CUDA tensor"),
+        "layernorm: a CPU weight: %s", thrown);
+  unref(h), unref(w), unref(b), unref(wc);
+  CHECK(live == 0, "layernorm: every handle and box released (%d alive)", live);
+
+  /* gelu: a str attribute; conv2d: int[] attributes and bias None */
+  x = cuda(8, 300, 0, 0);
+  siv_t ge[2] = {T(x), S("tanh")};
+  threw = call("gelu", ge, 2, 1);
+  CHECK(threw && last_dim == 2, "gelu approximate=\"tanh\": planned, "
+        "output allocated (%s)", thrown);
+  x->refs++;
+  siv_t ge2[2] = {T(x), S("bogus")};
+  threw = call("gelu", ge2, 2, 1);
+  CHECK(threw && strstr(thrown, "bogus"), "gelu approximate=\"bogus\": %s", thrown);
+  unref(x);
+  ft_t *cx = cuda(2, 8, 16, 16), *cw = cuda(4, 8, 3, 3);
+  siv_t cv[6] = {T(cx), T(cw), OPT(NULL), L2(2, 2), L2(1, 1), L2(1, 1)};
+  last_dim = -1;
+  threw = call("conv2d", cv, 6, 1);
+  CHECK(threw && last_dim == 4 && last_sizes[0] == 2 && last_sizes[1] == 4 &&
+            last_sizes[2] == 8 && last_sizes[3] == 8,
+        "conv2d stride [2, 2] padding [1, 1]: output (2, 4, 8, 8) allocated");
+  unref(cx), unref(cw);
+  CHECK(live == 0, "gelu, conv2d: every handle, string and list released "
+        "(%d alive)", live);
+
+  /* in place: the output must be the first input's; a non-contiguous one
+   * goes through a contiguous copy */
+  ft_t *a = cuda(3, 4, 0, 0), *bb = cuda(4, 0, 0, 0);
+  siv_t ad[2] = {T(bb), T(a)};
+  threw = call("add_", ad, 2, 0);
+  CHECK(threw && strstr(thrown, "add_: output 0 has dtype float32 and shape "
+                        "(4,); the op's output here is float32 (3, 4)"),
+        "add_ broadcasting into the smaller one: %s", thrown);
+  a->contig = false;
+  a->refs++;
+  siv_t re[1] = {T(a)};
+  int before = live;
+  threw = call("relu_", re, 1, 0);
+  CHECK(threw && live == before, "relu_ on a non-contiguous tensor: its "
+        "contiguous copy released (%s)", thrown);
+  unref(a), unref(bb);
+  CHECK(live == 0, "in place: every handle released (%d alive)", live);
+
+  /* the connection: unbound, with no way to bind one, says so */
+  opd_torch_unbind(c);
+  x = cuda(8, 300, 0, 0);
+  siv_t st3[2] = {T(x), (siv_t)-1};
+  threw = call("softmax", st3, 2, 1);
+  CHECK(threw && strstr(thrown, "no connection to a daemon is bound"),
+        "no connection bound: %s", thrown);
+  unref(x);
+  CHECK(live == 0, "every handle released (%d alive)", live);
+  opd_close(c);
+  printf("%d passed, %d failed\n", passed, failed);
+  return failed != 0;
+}
