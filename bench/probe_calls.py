@@ -17,6 +17,11 @@ forward (the in-loop cost). torch's own forward's host time is measured
 alongside, so "rest" can be set against it minus what torch spends on the
 ops opd took over (torch's <op> timed the same ways, in the model).
 
+It probes opd.torch's Python path: OPD_TORCH_C=0 unless the environment
+says otherwise (libopd's C kernels, the default on torch >= 2.10, have no
+Python runner to time; with OPD_TORCH_C=1 only `call` and `rest` mean
+anything).
+
 Usage: python3 bench/probe_calls.py [--models gpt2,resnet18] [--iters 20]
          [--no-loop]   (OPD_STREAM_TRACE=1: libopd's steps, every 2000 calls)
 Needs what bench_models needs; OPD_SOCKET, OPD_LIB as there.
@@ -28,6 +33,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+os.environ.setdefault("OPD_TORCH_C", "0")   # the Python path (see DESIGN)
 import _torchbench as tb  # noqa: E402
 import bench_models as bm  # noqa: E402
 
