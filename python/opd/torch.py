@@ -77,7 +77,7 @@ _infer_cache = {}
 _library = None         # the torch.library.Library fragment of the ops
 
 _ckernels = {}          # torch name -> 1: its CUDA kernel is libopd's C one
-_cstate = {}            # "lib", "why", "cb": the C kernels' state (_c_lib)
+_cstate = {}            # "lib", "why", "cb", "failed": the C kernels' state
 
 _TORCH_TYPES = {"int": "int", "float": "float", "bool": "bool", "str": "str",
                 "ints": "int[]"}
@@ -357,17 +357,24 @@ def _c_kernel(name, schema, inplace):
     rc = lib.opd_torch_kernel(NAMESPACE.encode(), name.encode(), int(inplace),
                               len(schema["inputs"]), schema["min_inputs"],
                               len(schema["outputs"]), len(attrs), names, types)
+    tname = name + ("_" if inplace else "")
     if rc == 0:
-        _ckernels[name + ("_" if inplace else "")] = 1
-    elif not _cstate["why"]:
+        _ckernels[tname] = 1
+    else:                               # that form stays in Python
         msg = lib.opd_last_error()
-        _cstate["why"] = "opd_torch_kernel(%s): %s" % (
-            name, msg.decode(errors="replace") if msg else rc)
+        _cstate.setdefault("failed", {})[tname] = (
+            msg.decode(errors="replace") if msg else str(rc))
 
 
 def c_kernels():
-    """The torch names whose CUDA kernel is libopd's C one."""
+    """The torch names whose CUDA kernel is libopd's C one (a form whose
+    registration failed stays in Python: c_kernels_failed() says why)."""
     return sorted(_ckernels)
+
+
+def c_kernels_failed():
+    """{torch name: why} of the forms whose C kernel torch refused."""
+    return dict(_cstate.get("failed", {}))
 
 
 def client():
