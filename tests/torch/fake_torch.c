@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "opd/opd.h"
+#include "tests/gpu/check.h" /* CHECK: PASS/FAIL lines, counted */
 
 typedef uint64_t siv_t;
 typedef void (*boxed_fn)(siv_t *, uint64_t, uint64_t);
@@ -233,19 +234,6 @@ static ft_t *cuda(int64_t d0, int64_t d1, int64_t d2, int64_t d3) {
   return t;
 }
 
-static int passed, failed;
-#define CHECK(cond, ...)                  \
-  do {                                    \
-    if (cond) {                           \
-      passed++;                           \
-      printf("PASS ");                    \
-    } else {                              \
-      failed++;                           \
-      printf("FAIL ");                    \
-    }                                     \
-    printf(__VA_ARGS__);                  \
-    printf("\n");                         \
-  } while (0)
 
 static boxed_fn kernel_of(const char *name) {
   for (int i = 0; i < n_registered; i++)
