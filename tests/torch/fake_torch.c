@@ -379,6 +379,29 @@ int main(int argc, char **argv) {
   unref(a), unref(bb);
   CHECK(live == 0, "in place: every handle released (%d alive)", live);
 
+  /* hostile stacks: a schema other than the one registered is refused
+   * before the stack is read; an int[] over the rank limit is named, and
+   * everything still released */
+  x = cuda(8, 300, 0, 0);
+  siv_t st4[2] = {T(x), (siv_t)-1};
+  threw = call("softmax", st4, 1, 1);
+  CHECK(threw && strstr(thrown, "not the one registered"),
+        "softmax called with 1 argument: %s", thrown);
+  unref(x); /* the kernel left the stack alone: both references are ours */
+  unref(x);
+  cx = cuda(2, 8, 16, 16), cw = cuda(4, 8, 3, 3);
+  flist_t *big = calloc(1, sizeof *big);
+  big->n = 9;
+  for (int i = 0; i < 9; i++) big->v[i % 8] = 1;
+  live++;
+  siv_t cv2[6] = {T(cx), T(cw), OPT(NULL), (siv_t)(uintptr_t)big, L2(0, 0),
+                  L2(1, 1)};
+  threw = call("conv2d", cv2, 6, 1);
+  CHECK(threw && strstr(thrown, "attribute stride has more than 8 values"),
+        "conv2d with 9 strides: %s", thrown);
+  unref(cx), unref(cw);
+  CHECK(live == 0, "hostile stacks: every handle released (%d alive)", live);
+
   /* the connection: unbound, with no way to bind one, says so */
   opd_torch_unbind(c);
   x = cuda(8, 300, 0, 0);
