@@ -341,6 +341,8 @@ test: all plugins $(B)/tests/unit $(B)/tests/ops $(B)/tests/integration $(B)/tes
 # A leak, a memory error or undefined behaviour fails the run: the daemon
 # aborts (its exit status fails the test that stops it) and so does a test
 # binary; leaks inside libcriterion itself (not ours) are suppressed.
+# fake_torch (libopd's C kernels for torch, toy shims) runs too, against
+# an ASAN daemon, where no CUDA driver is installed.
 # TEST_ASAN_WAITS: the transports of the integration suite.
 ASAN_B ?= $(B)/asan
 TEST_ASAN_WAITS ?= adaptive socket spin
@@ -348,7 +350,7 @@ TEST_ASAN_WAITS ?= adaptive socket spin
 test-asan: check-deps
 	@$(MAKE) --no-print-directory ASAN=1 CUDA=0 B=$(ASAN_B) $(ASAN_B)/opd \
 	  $(ASAN_B)/opctl $(ASAN_B)/tests/unit $(ASAN_B)/tests/integration \
-	  $(ASAN_B)/tests/chaos plugins
+	  $(ASAN_B)/tests/chaos $(ASAN_B)/tests/fake_torch plugins
 	@echo 'leak:libcriterion.so' > $(ASAN_B)/lsan.supp
 	@export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 	   UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
@@ -361,6 +363,18 @@ test-asan: check-deps
 	   OPD_WAIT=$$w $(ASAN_B)/tests/integration --jobs 2 || status=1; \
 	 done; \
 	 echo "== asan: chaos"; $(ASAN_B)/tests/chaos --jobs 2 || status=1; \
+	 if ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1'; then \
+	   echo "== asan: fake_torch skipped (a CUDA driver is here: its toy stream would reach it)"; \
+	 else \
+	   echo "== asan: torch's C kernels against toy shims (fake_torch)"; \
+	   s=$$(mktemp -u /tmp/opd-asan-ft.XXXXXX.sock); \
+	   $(ASAN_B)/opd --socket $$s >$(ASAN_B)/fake_torch-opd.log 2>&1 & dp=$$!; \
+	   for i in $$(seq 1 100); do [ -S $$s ] && break; sleep 0.1; done; \
+	   $(ASAN_B)/tests/fake_torch $$s >$(ASAN_B)/fake_torch.txt 2>&1 || \
+	     { status=1; cat $(ASAN_B)/fake_torch.txt; }; \
+	   tail -n 1 $(ASAN_B)/fake_torch.txt; \
+	   kill -TERM $$dp; wait $$dp || { status=1; tail -n 20 $(ASAN_B)/fake_torch-opd.log; }; \
+	 fi; \
 	 [ $$status = 0 ] && r=passed || r=FAILED; \
 	 echo "test-asan: $$r ($$(( $$(date +%s) - t0 )) s of tests)"; \
 	 exit $$status
