@@ -512,30 +512,30 @@ static void kernel(int idx, siv_t *stack, uint64_t n_args, uint64_t n_ret) {
   char device[16];
   snprintf(device, sizeof device, "cuda:%d", dev);
 
-  /* the plan of this signature: the outputs' dtypes and shapes */
-  plan_t pl;
+  /* the plan of this signature: the outputs' dtypes and shapes, into
+   * t[n_in..] (a hit copies those, not the plan) */
+  opd_tensor_t *outs = t + k.n_in;
+  uint32_t n_out = 0;
   int hit = 0;
   pthread_mutex_lock(&o->mu);
   for (uint32_t p = 0; p < o->n_plans && !over; p++) {
-    if (o->plans[p].key_len == key_len &&
-        memcmp(o->plans[p].key, key, key_len) == 0) {
-      o->plans[p].used = ++o->tick;
-      pl = o->plans[p];
+    plan_t *pl = &o->plans[p];
+    if (pl->key_len == key_len && memcmp(pl->key, key, key_len) == 0) {
+      pl->used = ++o->tick;
+      n_out = pl->n_out;
+      memcpy(outs, pl->out, sizeof outs[0] * n_out);
       hit = 1;
       break;
     }
   }
   pthread_mutex_unlock(&o->mu);
   if (!hit) {
-    memset(&pl, 0, sizeof pl);
-    if (opd_infer(c, o->op, t, k.n_in, k.attr, o->n_attrs, pl.out,
-                  OPD_MAX_TENSORS, &pl.n_out) != 0) {
+    if (opd_infer(c, o->op, t, k.n_in, k.attr, o->n_attrs, outs,
+                  OPD_MAX_TENSORS, &n_out) != 0) {
       rc = fail_opd(&k, o);
       goto out;
     }
     if (!over) {
-      memcpy(pl.key, key, key_len);
-      pl.key_len = key_len;
       pthread_mutex_lock(&o->mu);
       uint32_t slot = o->n_plans;
       if (slot == PLANS) { /* the least recently used goes */
@@ -545,12 +545,16 @@ static void kernel(int idx, siv_t *stack, uint64_t n_args, uint64_t n_ret) {
       } else {
         o->n_plans++;
       }
-      pl.used = ++o->tick;
-      o->plans[slot] = pl;
+      plan_t *pl = &o->plans[slot];
+      memcpy(pl->key, key, key_len);
+      pl->key_len = key_len;
+      pl->n_out = n_out;
+      memcpy(pl->out, outs, sizeof outs[0] * n_out);
+      pl->used = ++o->tick;
       pthread_mutex_unlock(&o->mu);
     }
   }
-  if (pl.n_out != o->n_out) {
+  if (n_out != o->n_out) {
     rc = fail(&k, o, "the daemon's shape rule gave another number of outputs "
               "than the schema (%s)", "restart the program after a daemon "
               "upgrade");
@@ -559,9 +563,8 @@ static void kernel(int idx, siv_t *stack, uint64_t n_args, uint64_t n_ret) {
 
   /* the outputs: torch's caching allocator, or the first input (in place) */
   ath_t back = NULL; /* in place on a non-contiguous tensor: copied back */
-  for (uint32_t j = 0; j < pl.n_out; j++) {
-    opd_tensor_t *d = &t[k.n_in + j];
-    *d = pl.out[j];
+  for (uint32_t j = 0; j < n_out; j++) {
+    opd_tensor_t *d = &outs[j];
     d->arena = d->offset = 0;
     if (o->inplace) {
       const opd_tensor_t *x = &t[0];
@@ -591,7 +594,7 @@ static void kernel(int idx, siv_t *stack, uint64_t n_args, uint64_t n_ret) {
       goto out;
     }
   }
-  k.n_out = pl.n_out;
+  k.n_out = n_out;
 
   void *stream = NULL;
   if (T.stream(dev, &stream) != 0) {

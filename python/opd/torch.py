@@ -46,6 +46,8 @@ the import, when a daemon answers at the default socket) binds every op
 to one Client; register(client) later rebinds them to another daemon and
 adds the ops that are new there.
 """
+import ctypes
+import os
 import re
 import threading
 
@@ -63,7 +65,7 @@ if _version(_torch.__version__) < NEEDED or not hasattr(_torch.library, "registe
     raise ImportError("opd.torch needs torch >= %d.%d (torch.library.register_fake); "
                       "this is torch %s" % (NEEDED + (_torch.__version__,)))
 
-from . import _torchops, errors, protocol  # noqa: E402
+from . import _lib, _torchops, errors, protocol  # noqa: E402
 from .client import connect  # noqa: E402
 from .tensor import Tensor, dtype_name  # noqa: E402
 
@@ -293,9 +295,6 @@ def _c_lib():
     c_kernels_why()."""
     if "lib" in _cstate:
         return _cstate["lib"]
-    import ctypes
-    import os
-    from . import _lib
     lib, why = None, ""
     if os.environ.get("OPD_TORCH_C", "1") == "0":
         why = "OPD_TORCH_C=0"
@@ -330,7 +329,6 @@ def c_kernels_why():
 def _c_bind(c):
     lib = _c_lib()
     if lib is not None and c is not None and not c.closed:
-        import ctypes
         lib.opd_torch_bind(c._handle(), ctypes.cast(_cstate["cb"], ctypes.c_void_p))
 
 
@@ -348,7 +346,6 @@ def _c_kernel(name, schema, inplace):
     lib = _c_lib()
     if lib is None or _variadic(schema) or not schema["inputs"]:
         return
-    import ctypes
     attrs = schema["attrs"]
     if any(a["type"] not in _ATTR_CODES for a in attrs):
         return

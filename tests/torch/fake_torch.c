@@ -69,8 +69,8 @@ int32_t aoti_torch_dtype_int32(void) { return 3; }
 int32_t aoti_torch_dtype_int64(void) { return 4; }
 int32_t aoti_torch_dtype_bool(void) { return 11; }
 
-static boxed_fn registered[64];
-static char reg_names[64][80];
+static boxed_fn registered[256];
+static char reg_names[256][80];
 static int n_registered;
 
 int32_t aoti_torch_library_init_impl(const char *ns, const char *k,
@@ -81,6 +81,7 @@ int32_t aoti_torch_library_init_impl(const char *ns, const char *k,
 }
 int32_t aoti_torch_library_impl(void *lib, const char *name, boxed_fn fn) {
   (void)lib;
+  if (n_registered == 256) return 1;
   snprintf(reg_names[n_registered], sizeof reg_names[0], "%s", name);
   registered[n_registered++] = fn;
   return 0;
@@ -234,6 +235,14 @@ static ft_t *cuda(int64_t d0, int64_t d1, int64_t d2, int64_t d3) {
   return t;
 }
 
+
+static opd_client_t *the_client;
+static int rebinds;
+static void *bind_again(void) { /* opd.torch's _c_rebind */
+  rebinds++;
+  opd_torch_bind(the_client, NULL);
+  return NULL;
+}
 
 static boxed_fn kernel_of(const char *name) {
   for (int i = 0; i < n_registered; i++)
@@ -410,6 +419,25 @@ int main(int argc, char **argv) {
   CHECK(threw && strstr(thrown, "no connection to a daemon is bound"),
         "no connection bound: %s", thrown);
   unref(x);
+  CHECK(live == 0, "every handle released (%d alive)", live);
+
+  /* with the callback opd.torch gives: the call asks it for a connection
+   * (as after fork() or a close) and goes on with the one it binds */
+  the_client = c;
+  opd_torch_bind(NULL, bind_again);
+  x = cuda(8, 300, 0, 0);
+  siv_t st5[2] = {T(x), (siv_t)-1};
+  threw = call("softmax", st5, 2, 1);
+  CHECK(rebinds == 1 && threw && !strstr(thrown, "no connection"),
+        "unbound, the callback binds one and the call goes on: %s", thrown);
+  unref(x);
+
+  /* the kernel table's bound */
+  int n = 0;
+  while ((rc = opd_torch_kernel("opd", "relu", 0, 1, 1, 1, 0, NULL, NULL)) == 0)
+    n++;
+  CHECK(rc == OPD_ELIMIT && strstr(opd_last_error(), "more than"),
+        "after %d more kernels: %s", n, opd_last_error());
   CHECK(live == 0, "every handle released (%d alive)", live);
   opd_close(c);
   printf("%d passed, %d failed\n", passed, failed);
