@@ -306,6 +306,11 @@ $(B)/bench/bench_stream: bench/bench_stream.cu $(B)/libopd.a
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) $(if $(DEPS),-I$(DEPS)/include) $< -o $@ $(B)/libopd.a $(CLIENT_LIBS) -ldl
 
+# GPU machine: GPU time of handing work between two processes' streams
+$(B)/bench/bench_handoff: bench/bench_handoff.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) $< -o $@
+
 # GPU machine: a CUDA client's asynchronous, stream-ordered runs
 $(B)/tests/async_gpu: tests/gpu/async_gpu.cu $(B)/libopd.a
 	@mkdir -p $(dir $@)

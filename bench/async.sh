@@ -43,6 +43,8 @@ for mode in $modes; do
       --json "$o/models.json" 2>&1 | tee "$o/models.txt" || status=1
     timeout 90 python3 bench/bench_chain.py --json "$o/chain.json" 2>&1 | tee "$o/chain.txt" || status=1
     # the same through opd.torch's Python path (no C kernels): their gain
+    [ -n "${NO_PYTHON_PATH:-}" ] && { unset OPD_SOCKET; kill -TERM "$pid"; wait "$pid"
+      [ "$mode" = mps ] && echo quit | nvidia-cuda-mps-control; continue; }
     echo "-- the same, OPD_TORCH_C=0 (torch.ops.opd through Python)"
     OPD_TORCH_C=0 timeout 240 python3 bench/bench_models.py ${MODELS_ARGS:---rounds 5 --iters 10} \
       --json "$o/models_py.json" 2>&1 | tee "$o/models_py.txt" | grep -E "^# torch.ops|^(gpt2|resnet|model  )" || status=1

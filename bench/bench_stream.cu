@@ -84,6 +84,19 @@ int main(int argc, char **argv) {
   MEDIAN(done, { double t0 = now_us(); for (int i = 0; i < n; i++)
              opd_run_stream(c, "cuda:0", s, "relu", &tx, 1, &ty, 1, NULL, 0);
            cudaStreamSynchronize(s); t_ = (now_us() - t0) / n; });
+  /* opd_enqueue_stream: the answer not waited for (a poll kernel) */
+  double enq_l, done_l, mixed_l;
+  MEDIAN(enq_l, { double t0 = now_us(); for (int i = 0; i < n; i++)
+             opd_enqueue_stream(c, "cuda:0", s, "relu", &tx, 1, &ty, 1, NULL, 0);
+           t_ = (now_us() - t0) / n; cudaStreamSynchronize(s); });
+  MEDIAN(done_l, { double t0 = now_us(); for (int i = 0; i < n; i++)
+             opd_enqueue_stream(c, "cuda:0", s, "relu", &tx, 1, &ty, 1, NULL, 0);
+           cudaStreamSynchronize(s); t_ = (now_us() - t0) / n; });
+  MEDIAN(mixed_l, { double t0 = now_us(); for (int i = 0; i < n; i++) {
+             bump<<<4, 256, 0, s>>>(x, E);
+             opd_enqueue_stream(c, "cuda:0", s, "relu", &tx, 1, &ty, 1, NULL, 0); }
+           cudaStreamSynchronize(s); t_ = (now_us() - t0) / n; });
+  if (opd_synchronize(c) != 0) fprintf(stderr, "enqueued: %s\n", opd_last_error());
   /* alternating with the client's kernel, each waiting for the other */
   MEDIAN(mixed, { double t0 = now_us(); for (int i = 0; i < n; i++) {
              bump<<<4, 256, 0, s>>>(x, E);
@@ -153,6 +166,10 @@ int main(int argc, char **argv) {
   printf("opd_run (answered when done):     %8.2f us/op\n", sync_run);
   printf("opd_run_stream, the call:         %8.2f us/op\n", enq);
   printf("opd_run_stream, to completion:    %8.2f us/op\n", done);
+  printf("opd_enqueue_stream, the call:     %8.2f us/op\n", enq_l);
+  printf("opd_enqueue_stream, to completion: %7.2f us/op\n", done_l);
+  printf("own kernel + opd_enqueue_stream:  %8.2f us/pair (own + own %.2f, ratio %.2f)\n",
+         mixed_l, own2, mixed_l / own2);
   printf("own kernel + opd_run_stream:      %8.2f us/pair (own + own %.2f, ratio %.2f)\n",
          mixed, own2, mixed / own2);
   printf("the call after a 2 ms kernel:     %8.2f us (about 2000: it waited)\n",

@@ -46,6 +46,7 @@ opd_job_t *opd__job_alloc(opd_server_t *srv) {
   j->ns = 0;
   j->device = -1;
   j->flags = 0;
+  j->flag_after = 0;
   return j;
 }
 

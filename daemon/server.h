@@ -276,6 +276,8 @@ struct opd_job {
   int by_load;                   /* placed on a GPU by its load ("auto"):
                                     not kept by the run cache */
   uint32_t flags;                /* the request's OPD_RUN_F_* */
+  uint64_t flag_after;           /* FLAG: a later refused FLAG run's id to
+                                    write after this one's (0: none) */
   uint64_t t_recv;               /* when its request was taken */
   uint64_t t_start;              /* when it was launched */
   int n_arenas;

@@ -285,7 +285,7 @@ static int prepare(opd_session_t *s, const opd_op_def_t *op,
   if (o_async != NULL && (opd__mp_uint(o_async, &flags) != 0 ||
                           (flags & ~(uint64_t)OPD_RUN_F_ALL) != 0))
     return opd__errf(err, OPD_EPROTO, "\"async\" must be an unsigned of "
-                     "OPD_RUN_F_* flags (ASYNC 1, WAIT 2, SIGNAL 4)");
+                     "OPD_RUN_F_* flags (ASYNC 1, WAIT 2, SIGNAL 4, FLAG 8)");
   job->flags = (uint32_t)flags;
   if (o_in != NULL && o_in->type != MSGPACK_OBJECT_NIL) {
     if (o_in->type != MSGPACK_OBJECT_ARRAY)
@@ -545,6 +545,29 @@ static int place(opd_job_t *job, int req, tref_t *in, tref_t *out, opd_err_t *er
   return opd__backend_for(dev)->plan(job, pin, pout, err);
 }
 
+/* A refused RUN that asked for FLAG (OPD_RUN_F_FLAG) on a cuda device:
+ * the client's stream polls the session's flag word for its id, so the
+ * word is written all the same, in order: after the last FLAG run of that
+ * device still queued in the session (which then writes this id), else
+ * now on the session's stream (after everything launched). A body too
+ * broken to say either is the client's own stall: its poll times out. */
+static void flag_refused(const opd_req_t *r, const msgpack_object *body) {
+  opd_session_t *s = r->s;
+  uint64_t flags = 0;
+  int dev;
+  opd_err_t err;
+  const msgpack_object *o = opd__mp_get(body, "async");
+  if (o == NULL || opd__mp_uint(o, &flags) != 0 || !(flags & OPD_RUN_F_FLAG) ||
+      parse_device(s->srv, opd__mp_get(body, "device"), &dev, &err) != 0 ||
+      dev < 0)
+    return;
+  opd_job_t *last = NULL;
+  for (opd_job_t *j = s->q_head; j != NULL; j = j->next)
+    if ((j->flags & OPD_RUN_F_FLAG) && j->device == dev) last = j;
+  if (last != NULL) last->flag_after = r->id;
+  else opd__backend_dev.signal(s, dev, (uint32_t)r->id);
+}
+
 void opd__run_request(const opd_req_t *r, const msgpack_object *body,
                       int infer) {
   opd_session_t *s = r->s;
@@ -558,6 +581,7 @@ void opd__run_request(const opd_req_t *r, const msgpack_object *body,
   if (opd__mp_str(opd__mp_get(body, "op"), name, sizeof name) != 0) {
     opd__reply_error(r, OPD_EPROTO, "%s: \"op\" (a string) is required",
                      what);
+    if (!infer) flag_refused(r, body);
     return;
   }
   int idx = opd__op_index(name);
@@ -565,6 +589,7 @@ void opd__run_request(const opd_req_t *r, const msgpack_object *body,
     opd__reply_error(r, OPD_ENOOP,
                      "%s: unknown operator \"%s\" (`opctl ops` lists them)",
                      what, name);
+    if (!infer) flag_refused(r, body);
     return;
   }
   const opd_op_def_t *op = opd__ops[idx];
@@ -586,6 +611,7 @@ void opd__run_request(const opd_req_t *r, const msgpack_object *body,
     if (opd__metrics_on) opd__metrics_rejected(idx, rc);
     opd__reply_error(r, rc, "%s: %s", op->name, err.msg);
     if (job) opd__job_recycle(srv, job);
+    if (!infer) flag_refused(r, body);
     return;
   }
   if (infer) {

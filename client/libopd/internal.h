@@ -168,6 +168,16 @@ void opd__reply_free(reply_t *r);
 
 /* ---- run.c ------------------------------------------------------------- */
 
+/* A RUN with OPD_RUN_F_* flags submitted, not waited for: *req its id;
+ * _id: with the id given (opd__new_id). */
+int opd__submit_flags(opd_client_t *c, const char *device, uint32_t flags,
+                      const char *op, const opd_tensor_t *in, uint32_t n_in,
+                      const opd_tensor_t *out, uint32_t n_out,
+                      const opd_attr_t *attrs, uint32_t n_attrs, uint64_t *req);
+int opd__submit_flags_id(opd_client_t *c, const char *device, uint32_t flags,
+                         const char *op, const opd_tensor_t *in, uint32_t n_in,
+                         const opd_tensor_t *out, uint32_t n_out,
+                         const opd_attr_t *attrs, uint32_t n_attrs, uint64_t id);
 /* A run with OPD_RUN_F_* flags, submitted and waited for. */
 int opd__run_flags(opd_client_t *c, const char *device, uint32_t flags,
                    const char *op, const opd_tensor_t *in, uint32_t n_in,

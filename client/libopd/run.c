@@ -39,22 +39,33 @@ int opd_submit(opd_client_t *c, const char *op, const opd_tensor_t *in,
 }
 
 /* Submits a RUN with flags; *req its id. */
-static int submit_flags(opd_client_t *c, const char *device, uint32_t flags,
-                        const char *op, const opd_tensor_t *in, uint32_t n_in,
-                        const opd_tensor_t *out, uint32_t n_out,
-                        const opd_attr_t *attrs, uint32_t n_attrs,
-                        uint64_t *req) {
-  fbuf_t b;
+int opd__submit_flags(opd_client_t *c, const char *device, uint32_t flags,
+                      const char *op, const opd_tensor_t *in, uint32_t n_in,
+                      const opd_tensor_t *out, uint32_t n_out,
+                      const opd_attr_t *attrs, uint32_t n_attrs,
+                      uint64_t *req) {
   int rc = opd__check_usable(c);
   if (rc) return rc;
   if (req == NULL) return opd__fail(OPD_EINVAL, "req is NULL");
   uint64_t id = opd__new_id(c);
-  rc = opd__build_run(&b, OPD_MSG_RUN, id, device, flags, op, in, n_in, out,
-                      n_out, attrs, n_attrs);
+  rc = opd__submit_flags_id(c, device, flags, op, in, n_in, out, n_out, attrs,
+                            n_attrs, id);
+  if (rc == 0) *req = id;
+  return rc;
+}
+
+/* ... with the id given (opd__new_id), for a caller that needs it first. */
+int opd__submit_flags_id(opd_client_t *c, const char *device, uint32_t flags,
+                         const char *op, const opd_tensor_t *in, uint32_t n_in,
+                         const opd_tensor_t *out, uint32_t n_out,
+                         const opd_attr_t *attrs, uint32_t n_attrs,
+                         uint64_t id) {
+  fbuf_t b;
+  int rc = opd__build_run(&b, OPD_MSG_RUN, id, device, flags, op, in, n_in,
+                          out, n_out, attrs, n_attrs);
   if (rc != 0) return rc;
   rc = opd__submit_frame(c, &b, id, 0, -1);
   opd__fbuf_free(&b);
-  if (rc == 0) *req = id;
   return rc;
 }
 
@@ -62,16 +73,16 @@ int opd_submit_on(opd_client_t *c, const char *device, const char *op,
                   const opd_tensor_t *in, uint32_t n_in,
                   const opd_tensor_t *out, uint32_t n_out,
                   const opd_attr_t *attrs, uint32_t n_attrs, uint64_t *req) {
-  return submit_flags(c, device, 0, op, in, n_in, out, n_out, attrs, n_attrs,
-                      req);
+  return opd__submit_flags(c, device, 0, op, in, n_in, out, n_out, attrs,
+                           n_attrs, req);
 }
 
 int opd_submit_async(opd_client_t *c, const char *device, const char *op,
                      const opd_tensor_t *in, uint32_t n_in,
                      const opd_tensor_t *out, uint32_t n_out,
                      const opd_attr_t *attrs, uint32_t n_attrs, uint64_t *req) {
-  return submit_flags(c, device, OPD_RUN_F_ASYNC, op, in, n_in, out, n_out,
-                      attrs, n_attrs, req);
+  return opd__submit_flags(c, device, OPD_RUN_F_ASYNC, op, in, n_in, out,
+                           n_out, attrs, n_attrs, req);
 }
 
 int opd_wait(opd_client_t *c, uint64_t req, int timeout_ms) {
@@ -91,7 +102,7 @@ int opd__run_flags(opd_client_t *c, const char *device, uint32_t flags,
                    const opd_tensor_t *out, uint32_t n_out,
                    const opd_attr_t *attrs, uint32_t n_attrs) {
   uint64_t req;
-  int rc = submit_flags(c, device, flags, op, in, n_in, out, n_out, attrs,
+  int rc = opd__submit_flags(c, device, flags, op, in, n_in, out, n_out, attrs,
                         n_attrs, &req);
   if (rc != 0) return rc;
   return opd__wait_reply(c, req, -1, NULL, NULL, NULL);

@@ -78,6 +78,21 @@ static struct {
   cu_result (*device_get)(int *, int);
   cu_result (*device_uuid)(unsigned char *, int); /* CUuuid: 16 bytes */
   cu_result (*device_count)(int *);
+  /* optional (opd_enqueue_stream*: the poll kernel and the flag word;
+   * without them those calls wait for the daemon's answer) */
+  int poll_ok;
+  cu_result (*ipc_open_mem)(cu_ptr_t *, cu_ipc_t, unsigned);
+  cu_result (*ipc_close_mem)(cu_ptr_t);
+  cu_result (*module_load_data)(void **, const void *);
+  cu_result (*module_get_function)(void **, void *, const char *);
+  cu_result (*module_unload)(void *);
+  cu_result (*launch_kernel)(void *, unsigned, unsigned, unsigned, unsigned,
+                             unsigned, unsigned, unsigned, void *, void **,
+                             void **);
+  cu_result (*mem_host_alloc)(void **, size_t, unsigned);
+  cu_result (*mem_host_device_ptr)(cu_ptr_t *, void *, unsigned);
+  cu_result (*mem_free_host)(void *);
+  cu_result (*ctx_synchronize)(void);
 } cu;
 enum { CU_ATTR_MPS_ENABLED = 133 }; /* CU_DEVICE_ATTRIBUTE_MPS_ENABLED */
 static pthread_once_t cu_once = PTHREAD_ONCE_INIT;
@@ -119,8 +134,78 @@ static void cu_load(void) {
   void *uu = dlsym(h, "cuDeviceGetUuid_v2"); /* MIG instances their own */
   if (uu == NULL) uu = dlsym(h, "cuDeviceGetUuid");
   cu.device_uuid = (cu_result(*)(unsigned char *, int))uu;
+  struct { void **fn; const char *name, *alt; } poll[] = {
+      {(void **)&cu.ipc_open_mem, "cuIpcOpenMemHandle_v2", "cuIpcOpenMemHandle"},
+      {(void **)&cu.ipc_close_mem, "cuIpcCloseMemHandle", NULL},
+      {(void **)&cu.module_load_data, "cuModuleLoadData", NULL},
+      {(void **)&cu.module_get_function, "cuModuleGetFunction", NULL},
+      {(void **)&cu.module_unload, "cuModuleUnload", NULL},
+      {(void **)&cu.launch_kernel, "cuLaunchKernel", NULL},
+      {(void **)&cu.mem_host_alloc, "cuMemHostAlloc", NULL},
+      {(void **)&cu.mem_host_device_ptr, "cuMemHostGetDevicePointer_v2",
+       "cuMemHostGetDevicePointer"},
+      {(void **)&cu.mem_free_host, "cuMemFreeHost", NULL},
+      {(void **)&cu.ctx_synchronize, "cuCtxSynchronize", NULL},
+  };
+  cu.poll_ok = 1;
+  for (size_t i = 0; i < sizeof poll / sizeof poll[0]; i++) {
+    *poll[i].fn = dlsym(h, poll[i].name);
+    if (*poll[i].fn == NULL && poll[i].alt) *poll[i].fn = dlsym(h, poll[i].alt);
+    if (*poll[i].fn == NULL) cu.poll_ok = 0;
+  }
   cu.ok = 1;
 }
+
+/* The kernel an enqueued run (opd_enqueue_stream*) puts on the caller's
+ * stream: one thread polls the daemon's flag word (mapped here by IPC
+ * handle) until it reaches `want` (the run's request id, low 32 bits;
+ * signed difference, so it wraps), or until timeout_ns of %globaltimer
+ * have passed: then err[0] = 1, err[1] = want (pinned host memory that
+ * the next call reads) and the stream goes on. PTX 7.0 for sm_70 and
+ * later (ld.acquire.sys), loaded once per context (cuModuleLoadData: the
+ * driver JITs it for the device). Its source:
+ *   extern "C" __global__ void opd_poll(const unsigned *word, unsigned want,
+ *                                       unsigned *err, unsigned long long t) {
+ *     t0 = globaltimer;
+ *     for (;;) { x = ld.acquire.sys(word); if ((int)(x - want) >= 0) return;
+ *                if (globaltimer - t0 > t) { err[0] = 1; err[1] = want;
+ *                                            membar.sys; return; } } }
+ * Why a kernel: stream memory operations (cuStreamWaitValue32) are not
+ * supported on the H200 this was built on, and an event cannot be waited
+ * for before the daemon has recorded it, which is what made the call wait
+ * for the daemon's answer (bench/bench_handoff.cu measures both ways). */
+static const char poll_ptx[] =
+    ".version 7.0\n"
+    ".target sm_70\n"
+    ".address_size 64\n"
+    ".visible .entry opd_poll(.param .u64 p_word, .param .u32 p_want,\n"
+    "    .param .u64 p_err, .param .u64 p_timeout)\n"
+    "{\n"
+    "  .reg .pred %p<3>;\n"
+    "  .reg .b32 %r<5>;\n"
+    "  .reg .b64 %rd<10>;\n"
+    "  ld.param.u64 %rd3, [p_word];\n"
+    "  ld.param.u32 %r1, [p_want];\n"
+    "  ld.param.u64 %rd6, [p_err];\n"
+    "  ld.param.u64 %rd4, [p_timeout];\n"
+    "  cvta.to.global.u64 %rd1, %rd6;\n"
+    "  mov.u64 %rd5, %globaltimer;\n"
+    "LOOP:\n"
+    "  ld.acquire.sys.global.u32 %r2, [%rd3];\n"
+    "  sub.s32 %r3, %r2, %r1;\n"
+    "  setp.gt.s32 %p1, %r3, -1;\n"
+    "  @%p1 bra DONE;\n"
+    "  mov.u64 %rd8, %globaltimer;\n"
+    "  sub.s64 %rd9, %rd8, %rd5;\n"
+    "  setp.le.u64 %p2, %rd9, %rd4;\n"
+    "  @%p2 bra LOOP;\n"
+    "  st.global.u32 [%rd1+4], %r1;\n"
+    "  mov.u32 %r4, 1;\n"
+    "  st.global.u32 [%rd1], %r4;\n"
+    "  membar.sys;\n"
+    "DONE:\n"
+    "  ret;\n"
+    "}\n";
 
 static int cu_ready(const char *who) {
   pthread_once(&cu_once, cu_load);
@@ -146,7 +231,21 @@ typedef struct {
   void *mine;                    /* recorded on the caller's stream */
   void *theirs;                  /* the daemon's, recorded after runs */
   int gpu;                       /* order on the GPU (else on the host) */
+  /* enqueued runs (opd_enqueue_stream*): the session's flag word, mapped
+   * here (0: none, those calls wait for the answer), the poll kernel of
+   * ctx, the pinned words it sets when its wait times out */
+  cu_ptr_t flag;
+  void *pool[OPD_STREAM_EVENTS]; /* interprocess events: an enqueued run
+                                    with request id R records pool[R % n],
+                                    which the daemon waits for */
+  void *mod, *fn;
+  volatile uint32_t *err;        /* [0] 1: timed out, [1] the request */
+  cu_ptr_t err_dev;
+  int polled;                    /* a poll kernel queued (close syncs) */
 } cevents_t;
+
+#define LAZY 64      /* enqueued runs of a connection whose answers are
+                        read later: at this many the older half is read */
 
 typedef struct {
   unsigned long long buffer;     /* the driver's id of the allocation */
@@ -163,6 +262,15 @@ struct opd_cuda {
   cimport_t imp[IMPORTS];
   int n_imp;
   uint64_t clock;
+  uint64_t lazy[LAZY];           /* enqueued runs' ids, answers unread,
+                                    oldest first */
+  int n_lazy;
+  int lazy_rc;                   /* the first of them that failed, not yet
+                                    told: its code and message */
+  char lazy_msg[OPD_ERRMSG_CAP];
+  uint64_t poll_ns;              /* the poll kernel's timeout
+                                    (OPD_STREAM_POLL_TIMEOUT_MS) */
+  int no_poll;                   /* OPD_STREAM_POLL=0 */
   /* OPD_STREAM_TRACE: where ordered calls spend their time (tensors,
    * record, the run's round trip, the wait), printed at close */
   int trace;
@@ -184,6 +292,33 @@ static void trace_print(const struct opd_cuda *k) {
 
 static pthread_mutex_t make_mu = PTHREAD_MUTEX_INITIALIZER;
 
+/* What e holds of the poll path, in its context (best effort: at exit the
+ * context may be gone). A poll kernel still queued reads the flag word
+ * and writes the error words: the context finishes its work first. */
+static void poll_free(cevents_t *e) {
+  if (e->flag == 0 && e->mod == NULL && e->err == NULL && e->pool[0] == NULL)
+    return;
+  void *old;
+  int pushed = e->ctx != NULL && cu.ctx_push(e->ctx) == 0;
+  if (pushed) {
+    if (e->polled) cu.ctx_synchronize();
+    if (e->flag) cu.ipc_close_mem(e->flag);
+    if (e->mod) cu.module_unload(e->mod);
+    if (e->err) cu.mem_free_host((void *)e->err);
+    cu.ctx_pop(&old);
+  }
+  for (int i = 0; i < OPD_STREAM_EVENTS; i++)
+    if (e->pool[i] != NULL) {
+      cu.event_destroy(e->pool[i]);
+      e->pool[i] = NULL;
+    }
+  e->flag = 0;
+  e->mod = e->fn = NULL;
+  e->err = NULL;
+  e->err_dev = 0;
+  e->polled = 0;
+}
+
 static struct opd_cuda *cuda_of(opd_client_t *c) {
   struct opd_cuda *k = __atomic_load_n(&c->cuda, __ATOMIC_ACQUIRE);
   if (k != NULL) return k;
@@ -192,6 +327,11 @@ static struct opd_cuda *cuda_of(opd_client_t *c) {
     pthread_mutex_init(&k->mu, NULL);
     const char *tr = getenv("OPD_STREAM_TRACE");
     k->trace = tr != NULL && *tr && strcmp(tr, "0") != 0;
+    const char *pl = getenv("OPD_STREAM_POLL");
+    k->no_poll = pl != NULL && strcmp(pl, "0") == 0;
+    const char *to = getenv("OPD_STREAM_POLL_TIMEOUT_MS");
+    long ms = to != NULL ? strtol(to, NULL, 10) : 0;
+    k->poll_ns = (uint64_t)(ms > 0 ? ms : 10000) * 1000000u;
     __atomic_store_n(&c->cuda, k, __ATOMIC_RELEASE);
   }
   pthread_mutex_unlock(&make_mu);
@@ -206,6 +346,7 @@ void opd__cuda_free(opd_client_t *c) {
   /* the events are this process's: after a fork the child leaves them */
   if (cu.ok && c->fork_gen == __atomic_load_n(&opd__fork_gen, __ATOMIC_RELAXED)) {
     for (int d = 0; d < DEVICES; d++) {
+      poll_free(&k->ev[d]);
       if (k->ev[d].mine) cu.event_destroy(k->ev[d].mine);
       if (k->ev[d].theirs) cu.event_destroy(k->ev[d].theirs);
     }
@@ -323,16 +464,86 @@ static void ctx_leave(int pushed) {
 typedef struct {
   const char *device;
   const cu_ipc_t *event;
+  int flag;                      /* ask for the session's flag word */
+  const cu_ipc_t *pool;          /* ... and the pool's handles */
 } stream_args_t;
 
 static void pack_stream(msgpack_packer *pk, const void *arg) {
   const stream_args_t *a = arg;
-  msgpack_pack_map(pk, 2);
+  msgpack_pack_map(pk, a->flag ? 4 : 2);
   PACK_STR(pk, "device");
   PACK_STR(pk, a->device);
   PACK_STR(pk, "event");
   msgpack_pack_bin(pk, 64);
   msgpack_pack_bin_body(pk, a->event->bytes, 64);
+  if (a->flag) {
+    PACK_STR(pk, "flag");
+    msgpack_pack_true(pk);
+    PACK_STR(pk, "events");
+    msgpack_pack_bin(pk, 64 * OPD_STREAM_EVENTS);
+    msgpack_pack_bin_body(pk, a->pool, 64 * OPD_STREAM_EVENTS);
+  }
+}
+
+/* The pool of e (ctx current) and its handles into h: 0, or the driver's
+ * error (nothing kept). */
+static cu_result pool_make(cevents_t *e, cu_ipc_t *h) {
+  cu_result r = 0;
+  for (int i = 0; i < OPD_STREAM_EVENTS && r == 0; i++) {
+    r = cu.event_create(&e->pool[i], CU_EV_FLAGS);
+    if (r == 0) r = cu.ipc_get_event(&h[i], e->pool[i]);
+  }
+  for (int i = 0; r != 0 && i < OPD_STREAM_EVENTS; i++)
+    if (e->pool[i] != NULL) {
+      cu.event_destroy(e->pool[i]);
+      e->pool[i] = NULL;
+    }
+  return r;
+}
+
+/* The poll path of e (ctx current): the daemon's flag word by its IPC
+ * handle, the poll kernel, the pinned error words. Any failure leaves e
+ * without it (enqueued runs then wait for their answers) and says why
+ * under OPD_STREAM_TRACE. */
+static void poll_setup(struct opd_cuda *k, cevents_t *e, const msgpack_object *fh) {
+  cu_ipc_t h;
+  const char *step = "the reply has no 64-byte \"flag\"";
+  cu_result r = 0;
+  void *p = NULL;
+  if (fh != NULL && fh->type == MSGPACK_OBJECT_BIN && fh->via.bin.size == 64) {
+    memcpy(h.bytes, fh->via.bin.ptr, 64);
+    step = "cuIpcOpenMemHandle";
+    if ((r = cu.ipc_open_mem(&e->flag, h, 1 /* LAZY_ENABLE_PEER_ACCESS */)) == 0) {
+      step = "cuModuleLoadData";
+      if ((r = cu.module_load_data(&e->mod, poll_ptx)) == 0) {
+        step = "cuModuleGetFunction";
+        if ((r = cu.module_get_function(&e->fn, e->mod, "opd_poll")) == 0) {
+          step = "cuMemHostAlloc";
+          if ((r = cu.mem_host_alloc(&p, 64, 0x1 | 0x2 /* PORTABLE|DEVICEMAP */)) == 0) {
+            e->err = p;
+            e->err[0] = e->err[1] = 0;
+            step = "cuMemHostGetDevicePointer";
+            if ((r = cu.mem_host_device_ptr(&e->err_dev, p, 0)) == 0) return;
+          }
+        }
+      }
+    }
+  }
+  if (k->trace)
+    fprintf(stderr, "opd: no poll path, enqueued runs wait for their answers: "
+            "%s%s%s\n", step, r ? ": " : "", r ? cu_str(r) : "");
+  if (e->flag) cu.ipc_close_mem(e->flag);
+  if (e->mod) cu.module_unload(e->mod);
+  if (e->err) cu.mem_free_host((void *)e->err);
+  e->flag = 0;
+  e->mod = e->fn = NULL;
+  e->err = NULL;
+  e->err_dev = 0;
+  for (int i = 0; i < OPD_STREAM_EVENTS; i++)
+    if (e->pool[i] != NULL) {
+      cu.event_destroy(e->pool[i]);
+      e->pool[i] = NULL;
+    }
 }
 
 /* Whether device dev's runs are ordered on the GPU (events) or on the host
@@ -368,6 +579,7 @@ static int events_for(opd_client_t *c, struct opd_cuda *k, int dev, void *ctx,
   *out = e;
   if (e->ctx == ctx) return 0;
   if (e->ctx != NULL) { /* the caller's context changed: a new pair */
+    poll_free(e);
     cu.event_destroy(e->mine);
     cu.event_destroy(e->theirs);
     memset(e, 0, sizeof *e);
@@ -382,7 +594,15 @@ static int events_for(opd_client_t *c, struct opd_cuda *k, int dev, void *ctx,
                      "(cuEventCreate, cuIpcGetEventHandle): %s", cu_str(r));
   }
   char buf[16];
-  stream_args_t a = {wire_name(dev, buf), &h};
+  int gpu = gpu_order(c, dev);
+  static __thread cu_ipc_t ph[OPD_STREAM_EVENTS]; /* 4 KiB: not the stack */
+  stream_args_t a = {wire_name(dev, buf), &h, gpu && cu.poll_ok && !k->no_poll, ph};
+  if (a.flag && (r = pool_make(e, ph)) != 0) {
+    a.flag = 0;
+    if (k->trace)
+      fprintf(stderr, "opd: no poll path, enqueued runs wait for their "
+              "answers: the event pool: %s\n", cu_str(r));
+  }
   reply_t rep = {.payload = NULL};
   int rc = opd__call(c, OPD_MSG_STREAM, pack_stream, &a, -1, &rep.payload,
                      &rep.len);
@@ -398,24 +618,69 @@ static int events_for(opd_client_t *c, struct opd_cuda *k, int dev, void *ctx,
         rc = opd__fail(OPD_EBACKEND, "opd_run_stream: the daemon's event does "
                        "not open here (cuIpcOpenEventHandle: %s)", cu_str(r));
     }
+    if (rc == 0 && a.flag) poll_setup(k, e, opd__mp_get(body, "flag"));
   }
   opd__reply_free(&rep);
   if (rc != 0) {
     cu.event_destroy(mine);
+    poll_free(e); /* e->ctx is not ctx yet: only the pool goes */
     return rc;
   }
   e->ctx = ctx;
   e->mine = mine;
   e->theirs = theirs;
-  e->gpu = gpu_order(c, dev);
+  e->gpu = gpu;
   return 0;
 }
 
 /* What opd_run_stream and opd_run_prepared_stream share: the events
  * around `send` (which submits the run and waits for its answer: at
- * enqueue when gpu, at completion when not). */
+ * enqueue when gpu, at completion when not; with lazy not NULL it submits
+ * a FLAG run, *lazy its id, and does not wait). */
 typedef int (*send_fn)(opd_client_t *c, const void *arg, int gpu,
-                       const char *wire);
+                       const char *wire, uint64_t *lazy);
+
+/* Reads the answers of the oldest enqueued runs until at most `keep` are
+ * unread (k->mu held); the first error is kept for the next call. */
+static void lazy_reap(opd_client_t *c, struct opd_cuda *k, int keep) {
+  int i = 0;
+  for (; k->n_lazy - i > keep; i++) {
+    int rc = opd__wait_reply(c, k->lazy[i], -1, NULL, NULL, NULL);
+    if (rc != 0 && k->lazy_rc == 0) {
+      k->lazy_rc = rc;
+      snprintf(k->lazy_msg, sizeof k->lazy_msg, "an enqueued run (request "
+               "%llu) failed: %s", (unsigned long long)k->lazy[i],
+               opd_last_error());
+    }
+  }
+  memmove(k->lazy, k->lazy + i, sizeof k->lazy[0] * (size_t)(k->n_lazy - i));
+  k->n_lazy -= i;
+}
+
+/* The error an enqueued run left for the next call (k->mu held), told
+ * once: a refusal the daemon answered, or a poll kernel that timed out on
+ * any device of the connection. */
+static int lazy_error(struct opd_cuda *k) {
+  if (k->lazy_rc != 0) {
+    int rc = opd__fail(k->lazy_rc, "%s", k->lazy_msg);
+    k->lazy_rc = 0;
+    return rc;
+  }
+  for (int d = 0; d < DEVICES; d++) {
+    cevents_t *e = &k->ev[d];
+    if (e->err != NULL && e->err[0] != 0) {
+      e->err[0] = 0;
+      return opd__fail(OPD_ETIMEDOUT, "the GPU wait for enqueued run "
+                       "(request %u, cuda:%d) gave up after %llu ms: the "
+                       "daemon had not finished it (stopped, or its GPU "
+                       "failed; OPD_STREAM_POLL_TIMEOUT_MS), so work queued "
+                       "after it on the stream did not wait for it",
+                       e->err[1], d,
+                       (unsigned long long)(k->poll_ns / 1000000u));
+    }
+  }
+  return 0;
+}
 
 static int tensor_at(opd_client_t *c, struct opd_cuda *k, int dev,
                      const char *device, const void *ptr, opd_tensor_t *t);
@@ -429,7 +694,7 @@ typedef struct {
 
 static int ordered(opd_client_t *c, const char *who, const char *device,
                    void *stream, send_fn send, const void *arg,
-                   const ptrs_t *at) {
+                   const ptrs_t *at, int lazy) {
   int dev, rc = opd__check_usable(c);
   if (rc == 0) rc = cuda_index(who, device, &dev);
   if (rc == 0) rc = cu_ready(who);
@@ -457,17 +722,57 @@ static int ordered(opd_client_t *c, const char *who, const char *device,
   const char *wire = wire_name(dev, buf);
   cevents_t *e;
   uint64_t t[5] = {k->trace ? opd__now_ns() : 0};
-  rc = events_for(c, k, dev, ctx, &e);
+  rc = lazy_error(k);
+  if (rc == 0) rc = events_for(c, k, dev, ctx, &e);
   for (uint32_t i = 0; at != NULL && rc == 0 && i < at->n; i++)
     if (at->ptrs[i] != NULL)
       rc = tensor_at(c, k, dev, device, at->ptrs[i], &at->t[i]);
-  if (rc == 0 && e->gpu) {
+  if (rc == 0 && e->gpu && lazy && e->flag) {
+    /* enqueued: the stream polls the flag word the daemon writes after
+     * the run; its answer is read later */
+    if (k->n_lazy == LAZY) lazy_reap(c, k, LAZY / 2);
+    /* this id's pool event was last recorded for an id OPD_STREAM_EVENTS
+     * before: that run's answer says the daemon queued its wait on it */
+    uint64_t id = opd__new_id(c);
+    while (k->n_lazy > 0 && k->lazy[0] + OPD_STREAM_EVENTS <= id)
+      lazy_reap(c, k, k->n_lazy - 1);
+    if (k->trace) t[1] = opd__now_ns();
+    if ((r = cu.event_record(e->pool[id % OPD_STREAM_EVENTS], stream)) != 0)
+      rc = opd__fail(OPD_EBACKEND, "%s: cuEventRecord on the caller's "
+                     "stream: %s", who, cu_str(r));
+    if (k->trace) t[2] = opd__now_ns();
+    if (rc == 0) rc = send(c, arg, 1, wire, &id);
+    if (k->trace) t[3] = opd__now_ns();
+    if (rc == 0) {
+      uint32_t want = (uint32_t)id;
+      unsigned long long ns = k->poll_ns;
+      void *args[4] = {&e->flag, &want, &e->err_dev, &ns};
+      r = cu.launch_kernel(e->fn, 1, 1, 1, 1, 1, 1, 0, stream, args, NULL);
+      if (r == 0) {
+        e->polled = 1;
+        k->lazy[k->n_lazy++] = id;
+      } else { /* no GPU wait: the run's end on the host, then the stream */
+        rc = opd__wait_reply(c, id, -1, NULL, NULL, NULL);
+        if (rc == 0) rc = opd__call(c, OPD_MSG_SYNC, NULL, NULL, -1, NULL, NULL);
+        if (rc == 0)
+          rc = opd__fail(OPD_EBACKEND, "%s: the poll kernel did not launch on "
+                         "the caller's stream (cuLaunchKernel: %s); the run "
+                         "completed, the stream did not wait for it", who,
+                         cu_str(r));
+      }
+    }
+    if (k->trace && rc == 0) {
+      t[4] = opd__now_ns();
+      opd__steps_add(&k->steps, t);
+      if (k->steps.n % 2000 == 0) trace_print(k);
+    }
+  } else if (rc == 0 && e->gpu) {
     if (k->trace) t[1] = opd__now_ns();
     if ((r = cu.event_record(e->mine, stream)) != 0)
       rc = opd__fail(OPD_EBACKEND, "%s: cuEventRecord on the caller's "
                      "stream: %s", who, cu_str(r));
     if (k->trace) t[2] = opd__now_ns();
-    if (rc == 0) rc = send(c, arg, 1, wire);
+    if (rc == 0) rc = send(c, arg, 1, wire, NULL);
     if (k->trace) t[3] = opd__now_ns();
     /* only a run the daemon took has recorded its event */
     if (rc == 0 && (r = cu.stream_wait_event(stream, e->theirs, 0)) != 0)
@@ -482,7 +787,7 @@ static int ordered(opd_client_t *c, const char *who, const char *device,
     if ((r = cu.stream_sync(stream)) != 0)
       rc = opd__fail(OPD_EBACKEND, "%s: cuStreamSynchronize: %s", who,
                      cu_str(r));
-    if (rc == 0) rc = send(c, arg, 0, wire);
+    if (rc == 0) rc = send(c, arg, 0, wire, NULL);
   }
   ctx_leave(pushed);
   pthread_mutex_unlock(&k->mu);
@@ -497,8 +802,12 @@ typedef struct {
 } run_args_t;
 
 static int send_run(opd_client_t *c, const void *arg, int gpu,
-                    const char *wire) {
+                    const char *wire, uint64_t *lazy) {
   const run_args_t *a = arg;
+  if (lazy != NULL) /* *lazy: the id, given */
+    return opd__submit_flags_id(c, wire, OPD_RUN_F_ASYNC | OPD_RUN_F_WAIT |
+                                OPD_RUN_F_FLAG, a->op, a->in, a->n_in, a->out,
+                                a->n_out, a->attrs, a->n_attrs, *lazy);
   return opd__run_flags(c, wire, gpu ? OPD_RUN_F_ASYNC | OPD_RUN_F_WAIT |
                         OPD_RUN_F_SIGNAL : 0, a->op, a->in, a->n_in, a->out,
                         a->n_out, a->attrs, a->n_attrs);
@@ -509,24 +818,48 @@ int opd_run_stream(opd_client_t *c, const char *device, void *stream,
                    const opd_tensor_t *out, uint32_t n_out,
                    const opd_attr_t *attrs, uint32_t n_attrs) {
   run_args_t a = {device, op, in, out, n_in, n_out, n_attrs, attrs};
-  return ordered(c, "opd_run_stream", device, stream, send_run, &a, NULL);
+  return ordered(c, "opd_run_stream", device, stream, send_run, &a, NULL, 0);
+}
+
+int opd_enqueue_stream(opd_client_t *c, const char *device, void *stream,
+                       const char *op, const opd_tensor_t *in, uint32_t n_in,
+                       const opd_tensor_t *out, uint32_t n_out,
+                       const opd_attr_t *attrs, uint32_t n_attrs) {
+  run_args_t a = {device, op, in, out, n_in, n_out, n_attrs, attrs};
+  return ordered(c, "opd_enqueue_stream", device, stream, send_run, &a, NULL, 1);
+}
+
+static int stream_ptrs(opd_client_t *c, const char *who, const char *device,
+                       void *stream, const char *op, void *const *ptrs,
+                       opd_tensor_t *t, uint32_t n_in, uint32_t n_out,
+                       const opd_attr_t *attrs, uint32_t n_attrs, int lazy) {
+  if (n_in + n_out > 0 && (ptrs == NULL || t == NULL))
+    return opd__fail(OPD_EINVAL, "%s: NULL ptrs or tensors with %u of them",
+                     who, n_in + n_out);
+  run_args_t a = {device, op, t, t + n_in, n_in, n_out, n_attrs, attrs};
+  ptrs_t at = {ptrs, t, n_in + n_out};
+  return ordered(c, who, device, stream, send_run, &a, &at, lazy);
 }
 
 int opd_run_stream_ptrs(opd_client_t *c, const char *device, void *stream,
                         const char *op, void *const *ptrs, opd_tensor_t *t,
                         uint32_t n_in, uint32_t n_out, const opd_attr_t *attrs,
                         uint32_t n_attrs) {
-  if (n_in + n_out > 0 && (ptrs == NULL || t == NULL))
-    return opd__fail(OPD_EINVAL, "opd_run_stream_ptrs: NULL ptrs or tensors "
-                     "with %u of them", n_in + n_out);
-  run_args_t a = {device, op, t, t + n_in, n_in, n_out, n_attrs, attrs};
-  ptrs_t at = {ptrs, t, n_in + n_out};
-  return ordered(c, "opd_run_stream_ptrs", device, stream, send_run, &a, &at);
+  return stream_ptrs(c, "opd_run_stream_ptrs", device, stream, op, ptrs, t,
+                     n_in, n_out, attrs, n_attrs, 0);
+}
+
+int opd_enqueue_stream_ptrs(opd_client_t *c, const char *device, void *stream,
+                            const char *op, void *const *ptrs, opd_tensor_t *t,
+                            uint32_t n_in, uint32_t n_out,
+                            const opd_attr_t *attrs, uint32_t n_attrs) {
+  return stream_ptrs(c, "opd_enqueue_stream_ptrs", device, stream, op, ptrs, t,
+                     n_in, n_out, attrs, n_attrs, 1);
 }
 
 static int send_prepared(opd_client_t *c, const void *arg, int gpu,
-                         const char *wire) {
-  (void)wire; /* the prepared frame names it (opd__cuda_wire) */
+                         const char *wire, uint64_t *lazy) {
+  (void)wire, (void)lazy; /* the prepared frame names it (opd__cuda_wire) */
   int rc = opd_run_prepared(c, arg); /* answered at enqueue */
   return rc == 0 && !gpu ? opd_synchronize(c) : rc;
 }
@@ -538,13 +871,26 @@ int opd_run_prepared_stream(opd_client_t *c, const opd_prepared_t *p,
     return opd__fail(OPD_EINVAL, "opd_run_prepared_stream: the run was not "
                      "prepared with OPD_RUN_STREAM");
   return ordered(c, "opd_run_prepared_stream", device, stream, send_prepared,
-                 p, NULL);
+                 p, NULL, 0);
 }
 
 int opd_synchronize(opd_client_t *c) {
   int rc = opd__check_usable(c);
   if (rc) return rc;
-  return opd__call(c, OPD_MSG_SYNC, NULL, NULL, -1, NULL, NULL);
+  struct opd_cuda *k = __atomic_load_n(&c->cuda, __ATOMIC_ACQUIRE);
+  if (k != NULL) { /* the enqueued runs' answers first */
+    pthread_mutex_lock(&k->mu);
+    lazy_reap(c, k, 0);
+    pthread_mutex_unlock(&k->mu);
+  }
+  rc = opd__call(c, OPD_MSG_SYNC, NULL, NULL, -1, NULL, NULL);
+  if (k != NULL) {
+    pthread_mutex_lock(&k->mu);
+    int lr = lazy_error(k);
+    pthread_mutex_unlock(&k->mu);
+    if (rc == 0) rc = lr;
+  }
+  return rc;
 }
 
 /* ---- device pointers as tensors ---------------------------------------- */
@@ -608,7 +954,8 @@ static int imp_add(opd_client_t *c, struct opd_cuda *k, int dev,
   }
   int rc;
   /* the dead imports' handles closed before the same bytes may come again */
-  if (stale && (rc = opd_synchronize(c)) != 0) return rc;
+  if (stale && (rc = opd__call(c, OPD_MSG_SYNC, NULL, NULL, -1, NULL, NULL)) != 0)
+    return rc;
   cu_ipc_t h;
   cu_result r = cu.ipc_get_mem(&h, base);
   if (r != 0)

@@ -29,7 +29,11 @@
  * Python path does), allocates the outputs with torch's caching allocator
  * on the tensors' device (aoti_torch_empty_strided), takes torch's current
  * stream and makes one opd_run_stream_ptrs call: the run ordered with that
- * stream on the GPU, answered once the daemon enqueued it (docs/async.md).
+ * stream on the GPU, answered once the daemon enqueued it (docs/async.md);
+ * once a signature's run was answered, its later calls are
+ * opd_enqueue_stream_ptrs, which does not wait for the answer (under MPS:
+ * a poll kernel on torch's stream waits for the daemon's flag word), so
+ * a refusal of those is raised by a later call instead.
  * A non-contiguous input is made contiguous first (aten::contiguous through
  * the dispatcher); an in-place form on a non-contiguous tensor writes a
  * contiguous temporary and copies it back (aten::copy_), as the Python path
@@ -260,6 +264,8 @@ typedef struct plan {
   uint32_t n_out;
   opd_tensor_t out[OPD_MAX_TENSORS]; /* dtypes and shapes from opd_infer */
   uint64_t used;
+  int ran;                       /* a run of it was answered "enqueued":
+                                    later ones are not waited for */
 } plan_t;
 
 typedef struct top {
@@ -516,7 +522,7 @@ static void kernel(int idx, siv_t *stack, uint64_t n_args, uint64_t n_ret) {
    * t[n_in..] (a hit copies those, not the plan) */
   opd_tensor_t *outs = t + k.n_in;
   uint32_t n_out = 0;
-  int hit = 0;
+  int hit = 0, ran = 0;
   pthread_mutex_lock(&o->mu);
   for (uint32_t p = 0; p < o->n_plans && !over; p++) {
     plan_t *pl = &o->plans[p];
@@ -525,6 +531,7 @@ static void kernel(int idx, siv_t *stack, uint64_t n_args, uint64_t n_ret) {
       n_out = pl->n_out;
       memcpy(outs, pl->out, sizeof outs[0] * n_out);
       hit = 1;
+      ran = pl->ran;
       break;
     }
   }
@@ -551,6 +558,7 @@ static void kernel(int idx, siv_t *stack, uint64_t n_args, uint64_t n_ret) {
       pl->n_out = n_out;
       memcpy(pl->out, outs, sizeof outs[0] * n_out);
       pl->used = ++o->tick;
+      pl->ran = 0;
       pthread_mutex_unlock(&o->mu);
     }
   }
@@ -601,10 +609,22 @@ static void kernel(int idx, siv_t *stack, uint64_t n_args, uint64_t n_ret) {
     rc = fail(&k, o, "%s", "torch gave no current CUDA stream");
     goto out;
   }
-  if (opd_run_stream_ptrs(c, device, stream, o->op, ptrs, t, k.n_in, k.n_out,
-                          k.attr, o->n_attrs) != 0) {
+  /* a signature the daemon took before is enqueued without waiting for
+   * its answer (a refusal then fails a later call: opd_enqueue_stream*);
+   * a new one waits, so that its bad arguments are this call's error */
+  if ((ran ? opd_enqueue_stream_ptrs : opd_run_stream_ptrs)(
+          c, device, stream, o->op, ptrs, t, k.n_in, k.n_out, k.attr,
+          o->n_attrs) != 0) {
     rc = fail_opd(&k, o);
     goto out;
+  }
+  if (!ran && !over) {
+    pthread_mutex_lock(&o->mu);
+    for (uint32_t p = 0; p < o->n_plans; p++) {
+      plan_t *pl = &o->plans[p];
+      if (pl->key_len == key_len && memcmp(pl->key, key, key_len) == 0) pl->ran = 1;
+    }
+    pthread_mutex_unlock(&o->mu);
   }
   if (back != NULL && copy_into(k.in[0], back) != 0) {
     rc = fail(&k, o, "%s", "aten::copy_ back into the input failed");

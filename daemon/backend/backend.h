@@ -53,6 +53,24 @@ enum { OPD_LAUNCH_QUEUED = 0, OPD_LAUNCH_DONE = 1, OPD_LAUNCH_ENQUEUED = 2 };
  * is copied with memcpy by the run cache). */
 #define OPD_BACKEND_JOB_BYTES 576
 
+/* STREAM's request: the client's interprocess event (64-byte handle);
+ * with flag, the pool FLAG runs wait on (n_events handles back to back)
+ * and the session's flag word asked for */
+typedef struct opd_stream_req {
+  const void *event;
+  const void *events;
+  uint32_t n_events;
+  int flag;
+} opd_stream_req_t;
+
+/* ... and its reply: the daemon's event's handle; with flag, the flag
+ * word's allocation's IPC handle and the value written last */
+typedef struct opd_stream_rep {
+  unsigned char event[64];
+  unsigned char flag[64];
+  uint32_t flag_value;
+} opd_stream_rep_t;
+
 typedef struct opd_backend {
   const char *name;              /* "cpu", "cuda", "none" */
   /* at start, after the loop scheduler: 0, or a logged error */
@@ -69,10 +87,12 @@ typedef struct opd_backend {
    * (nothing started, job->call.err set). */
   int (*launch)(opd_job_t *job);
   /* the events that order a session's runs on device dev with a
-   * client's stream (STREAM): the client's interprocess event by its
-   * handle (64 bytes) in, the daemon's event's handle out (64 bytes) */
-  int (*stream)(opd_session_t *s, int dev, const void *handle,
-                unsigned char out[64], opd_err_t *err);
+   * client's stream (STREAM, include/opd/protocol.h) */
+  int (*stream)(opd_session_t *s, int dev, const opd_stream_req_t *rq,
+                opd_stream_rep_t *rp, opd_err_t *err);
+  /* writes value to the session's flag word of device dev on its stream,
+   * after its earlier work (a FLAG run refused; nothing if it has none) */
+  void (*signal)(opd_session_t *s, int dev, uint32_t value);
   /* a session's backend resources (streams), at its end */
   void (*session_end)(opd_session_t *s);
   /* device memory: zeroed, on device dev, exportable (an fd) or not;

@@ -47,10 +47,14 @@ static int none_launch(opd_job_t *job) {
 
 static void none_session_end(opd_session_t *s) { (void)s; }
 
-static int none_stream(opd_session_t *s, int dev, const void *handle,
-                       unsigned char out[64], opd_err_t *err) {
-  (void)s, (void)handle, (void)out;
+static int none_stream(opd_session_t *s, int dev, const opd_stream_req_t *rq,
+                       opd_stream_rep_t *rp, opd_err_t *err) {
+  (void)s, (void)rq, (void)rp;
   return opd__errf(err, OPD_EDEVICE, "no device cuda:%d: " NO_CUDA, dev);
+}
+
+static void none_signal(opd_session_t *s, int dev, uint32_t value) {
+  (void)s, (void)dev, (void)value;
 }
 
 static int none_alloc(opd_server_t *srv, int dev, uint64_t size,
@@ -89,6 +93,7 @@ const opd_backend_t opd__backend_dev = {
     .plan = none_plan,
     .launch = none_launch,
     .stream = none_stream,
+    .signal = none_signal,
     .session_end = none_session_end,
     .alloc = none_alloc,
     .import = none_import,

@@ -362,6 +362,38 @@ int opd_run_stream_ptrs(opd_client_t *c, const char *device, void *stream,
                         uint32_t n_in, uint32_t n_out, const opd_attr_t *attrs,
                         uint32_t n_attrs);
 
+/* opd_run_stream and opd_run_stream_ptrs WITHOUT WAITING FOR THE DAEMON'S
+ * ANSWER: the call records the event on `stream`, sends the run, and puts
+ * a one-thread kernel of libopd's on `stream` that waits, on the GPU, for
+ * the daemon's stream to write the run's request id to the session's flag
+ * word (device memory of the daemon, mapped here by IPC handle), so work
+ * queued on `stream` later still waits for the run. The call costs the
+ * caller about a kernel launch instead of a round trip to the daemon.
+ * What the daemon refuses (an unknown op, a bad shape) is then NOT this
+ * call's error: it is told by a later ordered call of the connection
+ * (that call then fails with "an enqueued run (request N) failed: ..."
+ * and does nothing) or by opd_synchronize; the flag word is written for a
+ * refused run too, so the stream does not stall. Use it for runs that
+ * were answered once before with the same op, shapes and attributes
+ * (what torch.ops.opd's C kernels do: their plan cache). If the daemon
+ * never writes the word (it stopped, its GPU failed) the kernel gives up
+ * after OPD_STREAM_POLL_TIMEOUT_MS (default 10000) and the next call
+ * fails with OPD_ETIMEDOUT. Only where runs are ordered on the GPU (MPS,
+ * or OPD_STREAM_ORDER=gpu) and the driver has what the kernel needs;
+ * elsewhere, or with OPD_STREAM_POLL=0, these calls are opd_run_stream /
+ * opd_run_stream_ptrs. Answers of up to 64 enqueued runs are left unread;
+ * at 64 the older half is read (the daemon's max_async bounds the runs
+ * in flight). A connection that enqueued runs synchronizes its contexts
+ * at opd_close (the kernels read the daemon's memory). */
+int opd_enqueue_stream(opd_client_t *c, const char *device, void *stream,
+                       const char *op, const opd_tensor_t *in, uint32_t n_in,
+                       const opd_tensor_t *out, uint32_t n_out,
+                       const opd_attr_t *attrs, uint32_t n_attrs);
+int opd_enqueue_stream_ptrs(opd_client_t *c, const char *device, void *stream,
+                            const char *op, void *const *ptrs, opd_tensor_t *t,
+                            uint32_t n_in, uint32_t n_out,
+                            const opd_attr_t *attrs, uint32_t n_attrs);
+
 /* Waits until every run this connection sent before it has completed.
  * Returns 0, or the error of the first asynchronous run that failed
  * since the last opd_synchronize (then cleared). */

@@ -68,6 +68,13 @@
  *                   session's event of the device (STREAM's reply), which
  *                   the client's stream waits for. WAIT and SIGNAL need a
  *                   STREAM on the run's device first (else OPD_ESTATE).
+ *                   FLAG: after its work the daemon's stream writes the
+ *                   request id's low 32 bits to the session's flag word of
+ *                   the device (STREAM with "flag"; else OPD_ESTATE), and
+ *                   a FLAG run the daemon refuses writes it too, in order
+ *                   after the session's earlier runs: the client's stream
+ *                   polls the word (a kernel of its own), so the client
+ *                   need not wait for the reply before its stream goes on.
  *   INFER           same body as RUN without "out" -> {"out": [[dtype,
  *                   [shape]]]}: the outputs RUN would expect. Tensors' arena
  *                   and offset are not checked.
@@ -134,6 +141,18 @@
  *                   the daemon's event for this session on the device (the
  *                   one SIGNAL records). Again on the same device replaces
  *                   the client's event; the daemon's stays the same.
+ *                   With "flag": true the reply also has "flag": the
+ *                   64-byte cudaIpcMemHandle_t of the session's flag word
+ *                   on the device (a 4-byte word at the start of a 2 MiB
+ *                   allocation of its own, zero at first), and "flag_value":
+ *                   the value FLAG runs wrote last; the request then also
+ *                   needs "events": 1..OPD_STREAM_EVENTS handles of the
+ *                   client's interprocess events back to back (bin), and a
+ *                   FLAG run with request id R waits (WAIT) for event
+ *                   R mod their number instead of "event": the client does
+ *                   not wait for a FLAG run's reply, so it records the next
+ *                   one's event before the daemon has queued this one's
+ *                   wait (which takes the event's latest record).
  *   SYNC            {} -> {} once every run this session sent before it has
  *                   completed; or the first error of an asynchronous run
  *                   since the last SYNC (its code, and a message naming the
@@ -210,7 +229,9 @@ typedef enum {
 #define OPD_RUN_F_ASYNC 0x1u   /* answered when enqueued (device runs) */
 #define OPD_RUN_F_WAIT 0x2u    /* wait for the client's STREAM event first */
 #define OPD_RUN_F_SIGNAL 0x4u  /* record the daemon's STREAM event after */
-#define OPD_RUN_F_ALL 0x7u
+#define OPD_RUN_F_FLAG 0x8u    /* write the request id to the STREAM flag */
+#define OPD_STREAM_EVENTS 64   /* STREAM "events": at most this many */
+#define OPD_RUN_F_ALL 0xfu
 
 /* Error codes: X(name, value, default message). 0 is success. */
 #define OPD_ERRNO_MAP(X)                                          \

@@ -38,6 +38,10 @@ enum { OPD_CONV_AUTO = 0, OPD_CONV_DIRECT3X3 = 1, OPD_CONV_IM2COL = 2, OPD_CONV_
 int opd__conv2d_cuda_variant(opd_kcall_t *call, const opd_cuda_ctx_t *ctx,
                              int variant);
 
+/* Stores value to *word (device memory) on stream after its earlier work
+ * (kernels/cuda/flag.cu): the cudaError_t of the launch. */
+int opd__cuda_set_flag(void *stream, unsigned *word, unsigned value);
+
 #ifdef __cplusplus
 }
 #endif

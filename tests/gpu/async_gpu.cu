@@ -253,6 +253,130 @@ int main(int argc, char **argv) {
         "seen, peak %lld, max_async 256", (long long)seen, (long long)peak);
   CHECK(stat_of(watch, "async") == 0, "none incomplete after synchronize");
 
+  /* ---- enqueued runs: the answer not waited for (opd_enqueue_stream*;
+   * gpu order: a poll kernel on s waits for the daemon's flag word; host
+   * order: the same as opd_run_stream) ---- */
+  /* the poll path: gpu order (OPD_STREAM_ORDER=gpu, or MPS when unset) */
+  int mps0 = 0;
+  cudaDeviceGetAttribute(&mps0, (cudaDeviceAttr)133 /* MPS_ENABLED */, 0);
+  int gpu = order != NULL ? strcmp(order, "gpu") == 0 : mps0;
+  bad = 0;
+  for (int k = 0; k < 50; k++) {
+    slow_fill<<<64, 256, 0, s>>>(x, N, (float)(k * 10 + 7), k == 0 ? ms20 / 10 : 0);
+    rc |= opd_enqueue_stream(c, "cuda:0", s, "relu", &tx, 1, &ty, 1, NULL, 0);
+    twice<<<64, 256, 0, s>>>(y, z, N);
+    slow_fill<<<64, 256, 0, s>>>(x, N, -1e6f, 0); /* reused at once */
+    cudaMemcpyAsync(h, z, 64 * sizeof(float), cudaMemcpyDeviceToHost, s);
+    cudaStreamSynchronize(s);
+    for (int i = 0; i < 64; i++) {
+      float v = (float)(k * 10 + 7) - (float)i;
+      bad += h[i] != 2.0f * (v > 0 ? v : 0.0f);
+    }
+  }
+  rc |= opd_synchronize(c);
+  CHECK(rc == 0 && bad == 0, "enqueued: 50 rounds, the input overwritten "
+        "right after each call, the output read by the next kernel: %d "
+        "wrong (%s)", bad, rc ? opd_last_error() : "ok");
+  /* many in flight: y = relu(y) then y = y * w (w = 1.0001) alternating */
+  {
+    /* without MPS each GPU wait across the processes is a time slice */
+    int mps = 0;
+    cudaDeviceGetAttribute(&mps, (cudaDeviceAttr)133 /* MPS_ENABLED */, 0);
+    enum { E = 4096 };
+    const int CH = mps ? 3000 : 200;
+    opd_tensor_t a = vec(E), w = vec(E);
+    float *hw = (float *)malloc(E * sizeof(float));
+    for (int i = 0; i < E; i++) hw[i] = 1.0001f;
+    cudaMemcpy(z, hw, E * sizeof(float), cudaMemcpyHostToDevice);
+    slow_fill<<<16, 256, 0, s>>>(y, E, 5000.0f, 0);
+    rc = opd_tensor_cuda(c, "cuda:0", y, &a);
+    rc |= opd_tensor_cuda(c, "cuda:0", z, &w);
+    opd_tensor_t aw[2] = {a, w};
+    t0 = now_ms();
+    for (int i = 0; i < CH && rc == 0; i++)
+      rc = i % 2 ? opd_enqueue_stream(c, "cuda:0", s, "mul", aw, 2, &a, 1, NULL, 0)
+                 : opd_enqueue_stream(c, "cuda:0", s, "relu", &a, 1, &a, 1, NULL, 0);
+    double t_enq = now_ms() - t0;
+    cudaMemcpyAsync(hw, y, E * sizeof(float), cudaMemcpyDeviceToHost, s);
+    cudaStreamSynchronize(s);
+    double t_all = now_ms() - t0;
+    int wrong = 0;
+    for (int i = 0; i < E; i++) {
+      float want = 5000.0f - (float)i; /* float products, as the kernel's */
+      for (int r = 0; r < CH / 2; r++) want *= 1.0001f;
+      wrong += hw[i] != want;
+    }
+    rc |= opd_synchronize(c);
+    CHECK(rc == 0 && wrong == 0, "enqueued: %d dependent runs (relu, mul "
+          "by 1.0001), the result read on the stream: %d wrong (%s)", CH, wrong,
+          rc ? opd_last_error() : "ok");
+    printf("note: %d enqueued runs: %.2f us per call, %.2f us per run to "
+           "the end\n", CH, t_enq * 1e3 / CH, t_all * 1e3 / CH);
+    free(hw);
+  }
+  /* a refusal: told by the next synchronization, the stream not stalled */
+  rc = opd_enqueue_stream(c, "cuda:0", s, "no_such_op", &tx, 1, &ty, 1, NULL, 0);
+  if (gpu) {
+    CHECK(rc == 0, "enqueued: an unknown op is not the call's error: %s",
+          rc ? opd_last_error() : "ok");
+    t0 = now_ms();
+    cudaError_t ce = cudaStreamSynchronize(s);
+    double dt = now_ms() - t0;
+    CHECK(ce == cudaSuccess && dt < 2000, "the stream went on: the daemon "
+          "wrote the flag word for the refused run (%.1f ms)", dt);
+    rc = opd_synchronize(c);
+    CHECK(rc == OPD_ENOOP && strstr(opd_last_error(), "an enqueued run (request") &&
+              strstr(opd_last_error(), "no_such_op"),
+          "opd_synchronize tells it: %s (%s)", opd_errname(rc), opd_last_error());
+    /* behind a queued run: the daemon writes it after that run's word */
+    slow_fill<<<64, 256, 0, s>>>(x, N, 3.0f, ms20 / 4);
+    rc = opd_enqueue_stream(c, "cuda:0", s, "relu", &tx, 1, &ty, 1, NULL, 0);
+    rc |= opd_enqueue_stream(c, "cuda:0", s, "relu", &tx, 1, &small, 1, NULL, 0);
+    twice<<<64, 256, 0, s>>>(y, z, N);
+    cudaMemcpyAsync(h, z, 64 * sizeof(float), cudaMemcpyDeviceToHost, s);
+    cudaStreamSynchronize(s);
+    bad = 0;
+    for (int i = 0; i < 64; i++) bad += h[i] != 2.0f * (3.0f - i > 0 ? 3.0f - i : 0.0f);
+    int r2 = opd_enqueue_stream(c, "cuda:0", s, "relu", &tx, 1, &ty, 1, NULL, 0);
+    int r3 = opd_synchronize(c);
+    CHECK(rc == 0 && bad == 0 && (r2 == OPD_ESHAPE || r3 == OPD_ESHAPE),
+          "a bad shape after a good run: the good one's result right (%d "
+          "wrong), the refusal told later: %s / %s", bad, opd_errname(r2),
+          opd_errname(r3));
+    rc = opd_enqueue_stream(c, "cuda:0", s, "relu", &tx, 1, &ty, 1, NULL, 0);
+    rc |= opd_synchronize(c);
+    CHECK(rc == 0, "the connection goes on after: %s", rc ? opd_last_error() : "ok");
+    /* the poll kernel gives up when the daemon takes longer than its
+     * timeout (1 ms here, behind 20 matmuls of its session) */
+    setenv("OPD_STREAM_POLL_TIMEOUT_MS", "1", 1);
+    opd_client_t *c2;
+    uint64_t d2;
+    rc = opd_connect(sock, &c2);
+    if (rc == 0) rc = opd_alloc(c2, "cuda:0", 3ull * M * M * 4, &d2);
+    opd_tensor_t a2 = A, b2 = B, o2 = C, x2 = vec(N), y2 = vec(N);
+    a2.arena = b2.arena = o2.arena = d2;
+    opd_tensor_t ab2[2] = {a2, b2};
+    if (rc == 0) rc = opd_tensor_cuda(c2, "cuda:0", x, &x2); /* reads it */
+    unsetenv("OPD_STREAM_POLL_TIMEOUT_MS");
+    if (rc == 0) rc = opd_tensor_cuda(c2, "cuda:0", y, &y2);
+    if (rc == 0) /* the first: events and flag word set up, answered */
+      rc = opd_run_stream(c2, "cuda:0", s, "relu", &x2, 1, &y2, 1, NULL, 0);
+    cudaStreamSynchronize(s);
+    for (int i = 0; i < 20 && rc == 0; i++)
+      rc = opd_run_async(c2, "cuda:0", "matmul", ab2, 2, &o2, 1, NULL, 0);
+    if (rc == 0) rc = opd_enqueue_stream(c2, "cuda:0", s, "relu", &x2, 1, &y2, 1, NULL, 0);
+    cudaStreamSynchronize(s);
+    int r4 = opd_synchronize(c2);
+    CHECK(rc == 0 && r4 == OPD_ETIMEDOUT && strstr(opd_last_error(), "gave up after 1 ms"),
+          "a poll past its timeout: the next synchronization says so: %s (%s)",
+          rc ? opd_last_error() : opd_errname(r4), r4 ? opd_last_error() : "");
+    CHECK(opd_synchronize(c2) == 0, "told once");
+    opd_close(c2);
+  } else {
+    CHECK(rc == OPD_ENOOP, "host order: enqueue is opd_run_stream, the unknown "
+          "op the call's error: %s", opd_errname(rc));
+  }
+
   /* ---- a client that exits with runs in flight ---- */
   int64_t arenas0 = stat_of(watch, "arenas"), sessions0 = stat_of(watch, "sessions");
   pid_t pid = fork();

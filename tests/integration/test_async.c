@@ -123,7 +123,7 @@ Test(async, raw_requests_get_clear_errors) {
   th_pack_str(&p, "out");
   msgpack_pack_array(&p.pk, 0);
   th_pack_str(&p, "async");
-  msgpack_pack_uint32(&p.pk, 8);
+  msgpack_pack_uint32(&p.pk, 16);
   th_raw_request(fd, OPD_MSG_RUN, 2, p.sb.data, p.sb.size, -1);
   th_pack_free(&p);
   cr_assert_eq(th_raw_reply(fd, &r, 2000), 0);
@@ -156,6 +156,40 @@ Test(async, raw_requests_get_clear_errors) {
   cr_assert_eq(r.code, OPD_EPROTO, "%d %s", r.code, r.message);
   cr_assert(strstr(r.message, "64 bytes of a cudaIpcEventHandle_t") != NULL,
             "%s", r.message);
+
+  /* a refused FLAG run (its stream would poll the flag word): the refusal
+   * is its answer, here with no GPU to write a word on */
+  const char *devs[2] = {NULL, "cuda:0"};
+  for (int k = 0; k < 2; k++) {
+    th_pack_init(&p);
+    msgpack_pack_map(&p.pk, devs[k] ? 3 : 2);
+    th_pack_str(&p, "op");
+    th_pack_str(&p, "no_such_op");
+    th_pack_str(&p, "async");
+    msgpack_pack_uint32(&p.pk, OPD_RUN_F_ASYNC | OPD_RUN_F_WAIT | OPD_RUN_F_FLAG);
+    if (devs[k]) {
+      th_pack_str(&p, "device");
+      th_pack_str(&p, devs[k]);
+    }
+    th_raw_request(fd, OPD_MSG_RUN, 5 + (uint64_t)k, p.sb.data, p.sb.size, -1);
+    th_pack_free(&p);
+    cr_assert_eq(th_raw_reply(fd, &r, 2000), 0);
+    cr_assert_eq(r.code, OPD_ENOOP, "%d %s", r.code, r.message);
+  }
+  /* STREAM asking for the flag word: still no GPU here */
+  th_pack_init(&p);
+  msgpack_pack_map(&p.pk, 3);
+  th_pack_str(&p, "device");
+  th_pack_str(&p, "cuda:0");
+  th_pack_str(&p, "event");
+  msgpack_pack_bin(&p.pk, 64);
+  msgpack_pack_bin_body(&p.pk, (const char[64]){0}, 64);
+  th_pack_str(&p, "flag");
+  msgpack_pack_true(&p.pk);
+  th_raw_request(fd, OPD_MSG_STREAM, 7, p.sb.data, p.sb.size, -1);
+  th_pack_free(&p);
+  cr_assert_eq(th_raw_reply(fd, &r, 2000), 0);
+  cr_assert_eq(r.code, OPD_EDEVICE, "%d %s", r.code, r.message);
 
   /* SYNCs: answered in order, each at once on an idle session */
   for (uint64_t id = 10; id < 20; id++)

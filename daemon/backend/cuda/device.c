@@ -166,6 +166,7 @@ static void cuda_shutdown(opd_server_t *srv) {
   cuda_state_t *st = cuda_state(srv);
   if (st == NULL) return;
   opd__cu_poller_stop(srv);
+  opd__cu_flags_free(srv);
   for (int i = 0; i < srv->n_devices; i++) {
     cuda_dev_t *d = &st->dev[i];
     set_device(d->index);
@@ -217,6 +218,7 @@ const opd_backend_t opd__backend_dev = {
     .plan = opd__cu_plan,
     .launch = opd__cu_launch,
     .stream = opd__cu_stream,
+    .signal = opd__cu_signal,
     .session_end = opd__cu_session_end,
     .alloc = opd__cu_alloc,
     .import = opd__cu_import,

@@ -86,12 +86,76 @@ static int session_dev(opd_session_t *s, int dev, cuda_sess_t **out,
   return 0;
 }
 
+/* Opens n interprocess events by their handles (64 bytes each) into ev:
+ * 0, or the client's error naming the kind of event needed. */
+static int open_events(int dev, const unsigned char *h, uint32_t n,
+                       cudaEvent_t *ev, opd_err_t *err) {
+  for (uint32_t i = 0; i < n; i++) {
+    cudaIpcEventHandle_t eh;
+    memcpy(&eh, h + 64 * (size_t)i, sizeof eh);
+    cudaError_t e = cudaIpcOpenEventHandle(&ev[i], eh);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError(); /* not sticky: the handle was bad */
+      while (i > 0) cudaEventDestroy(ev[--i]);
+      return opd__errf(err, OPD_EINVAL, "cuda:%d: the event handle does not "
+                       "open (cudaIpcOpenEventHandle: %s): it must be a "
+                       "cudaIpcGetEventHandle of an event created with "
+                       "cudaEventInterprocess | cudaEventDisableTiming, in a "
+                       "live process, on this device", dev,
+                       cudaGetErrorString(e));
+    }
+  }
+  return 0;
+}
+
+/* The session's flag word on dev: an ended session's of the same uid
+ * whose stream is done, zeroed, else a new 2 MiB allocation (the driver's
+ * granule: its handle maps this word and nothing of another allocation). */
+static int flag_make(opd_session_t *s, int dev, cuda_sess_t *cs, opd_err_t *err) {
+  cuda_state_t *st = cuda_state(s->srv);
+  for (cuda_spare_flag_t **pp = &st->spare_flags; *pp != NULL; pp = &(*pp)->next) {
+    cuda_spare_flag_t *f = *pp;
+    if (f->uid != s->uid || f->dev != dev || cudaEventQuery(f->done) != cudaSuccess)
+      continue;
+    (void)cudaGetLastError(); /* a query's cudaErrorNotReady */
+    /* zero before the client can read it: its poll kernels are not
+     * ordered with this stream (a new, idle one: the wait is short) */
+    cudaError_t e = cudaMemsetAsync(f->p, 0, 64, cs->stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(cs->stream);
+    if (e != cudaSuccess)
+      return opd__errf(err, cuda_code(e), "cuda:%d: the session's flag word "
+                       "(cudaMemsetAsync): %s", dev, cudaGetErrorString(e));
+    *pp = f->next;
+    cs->flag = f->p;
+    memcpy(cs->flag_handle, f->handle, 64);
+    cudaEventDestroy(f->done);
+    free(f);
+    return 0;
+  }
+  (void)cudaGetLastError();
+  void *p = NULL;
+  cudaIpcMemHandle_t fh;
+  cudaError_t e = cudaMalloc(&p, (size_t)2 << 20);
+  if (e == cudaSuccess) e = cudaMemset(p, 0, 64);
+  if (e == cudaSuccess) e = cudaIpcGetMemHandle(&fh, p);
+  if (e != cudaSuccess) {
+    if (p != NULL) cudaFree(p);
+    return opd__errf(err, cuda_code(e), "cuda:%d: the session's flag word "
+                     "(cudaMalloc, cudaIpcGetMemHandle): %s", dev,
+                     cudaGetErrorString(e));
+  }
+  cs->flag = p;
+  memcpy(cs->flag_handle, &fh, sizeof fh);
+  return 0;
+}
+
 /* STREAM: opens the client's interprocess event (WAIT waits for it) and
  * makes, once, the session's own (SIGNAL records it; its handle goes
- * back). A handle that does not open is the client's error: it names the
- * kind of event needed. */
-int opd__cu_stream(opd_session_t *s, int dev, const void *handle,
-                   unsigned char out[64], opd_err_t *err) {
+ * back); with flag, the pool of the client's events FLAG runs wait on and
+ * the session's flag word (FLAG writes it). A handle that does not open is
+ * the client's error: it names the kind of event needed. */
+int opd__cu_stream(opd_session_t *s, int dev, const opd_stream_req_t *rq,
+                   opd_stream_rep_t *rp, opd_err_t *err) {
   cuda_state_t *st = cuda_state(s->srv);
   if (dev < 0 || dev >= s->srv->n_devices)
     return opd__errf(err, OPD_EDEVICE, "no device cuda:%d (%d here)", dev,
@@ -99,6 +163,10 @@ int opd__cu_stream(opd_session_t *s, int dev, const void *handle,
   if (!s->srv->healthy)
     return opd__errf(err, OPD_EBACKEND, "cuda:%d: %s", dev,
                      s->srv->goodbye_why);
+  if (rq->flag && (rq->n_events == 0 || rq->n_events > OPD_STREAM_EVENTS))
+    return opd__errf(err, OPD_EPROTO, "cuda:%d: \"flag\" needs \"events\": "
+                     "1..%d event handles of 64 bytes, back to back", dev,
+                     OPD_STREAM_EVENTS);
   cudaError_t e = set_device(st->dev[dev].index);
   if (e != cudaSuccess)
     return opd__errf(err, cuda_code(e), "cuda:%d: cudaSetDevice: %s", dev,
@@ -106,39 +174,110 @@ int opd__cu_stream(opd_session_t *s, int dev, const void *handle,
   cuda_sess_t *cs;
   int rc = session_dev(s, dev, &cs, err);
   if (rc != 0) return rc;
-  cudaIpcEventHandle_t h;
-  memcpy(&h, handle, sizeof h);
-  cudaEvent_t ev;
-  e = cudaIpcOpenEventHandle(&ev, h);
-  if (e != cudaSuccess) {
-    (void)cudaGetLastError(); /* not sticky: the handle was bad */
-    return opd__errf(err, OPD_EINVAL, "cuda:%d: the event handle does not "
-                     "open (cudaIpcOpenEventHandle: %s): it must be a "
-                     "cudaIpcGetEventHandle of an event created with "
-                     "cudaEventInterprocess | cudaEventDisableTiming, in a "
-                     "live process, on this device", dev,
-                     cudaGetErrorString(e));
+  cudaEvent_t ev, pool[OPD_STREAM_EVENTS];
+  if ((rc = open_events(dev, rq->event, 1, &ev, err)) != 0) return rc;
+  if (rq->flag && (rc = open_events(dev, rq->events, rq->n_events, pool, err)) != 0) {
+    cudaEventDestroy(ev);
+    return rc;
   }
   if (cs->signal_ev == NULL) {
     cudaEvent_t mine;
-    CU(cudaEventCreateWithFlags(&mine, cudaEventInterprocess |
-                                           cudaEventDisableTiming), err);
     cudaIpcEventHandle_t mh;
-    e = cudaIpcGetEventHandle(&mh, mine);
-    if (e != cudaSuccess) {
+    e = cudaEventCreateWithFlags(&mine, cudaEventInterprocess | cudaEventDisableTiming);
+    if (e == cudaSuccess && (e = cudaIpcGetEventHandle(&mh, mine)) != cudaSuccess)
       cudaEventDestroy(mine);
-      cudaEventDestroy(ev);
-      return opd__errf(err, cuda_code(e), "cuda:%d: cudaIpcGetEventHandle: %s",
-                       dev, cudaGetErrorString(e));
+    if (e == cudaSuccess) {
+      cs->signal_ev = mine;
+      memcpy(cs->signal_handle, &mh, sizeof mh);
     }
-    cs->signal_ev = mine;
-    memcpy(cs->signal_handle, &mh, sizeof mh);
   }
-  /* a wait already queued on the old one stays as it was */
+  if (e == cudaSuccess && rq->flag && cs->flag == NULL) {
+    rc = flag_make(s, dev, cs, err);
+    if (rc != 0) e = cudaErrorUnknown; /* err set */
+  }
+  if (e != cudaSuccess) {
+    cudaEventDestroy(ev);
+    for (uint32_t i = 0; rq->flag && i < rq->n_events; i++) cudaEventDestroy(pool[i]);
+    return rc != 0 ? rc : opd__errf(err, cuda_code(e), "cuda:%d: the session's "
+                                    "event (cudaIpcGetEventHandle): %s", dev,
+                                    cudaGetErrorString(e));
+  }
+  /* a wait already queued on the old ones stays as it was */
   if (cs->wait_ev != NULL) cudaEventDestroy(cs->wait_ev);
   cs->wait_ev = ev;
-  memcpy(out, cs->signal_handle, 64);
+  if (rq->flag) {
+    for (int i = 0; i < cs->n_pool; i++) cudaEventDestroy(cs->pool[i]);
+    memcpy(cs->pool, pool, sizeof pool[0] * rq->n_events);
+    cs->n_pool = (int)rq->n_events;
+  }
+  memcpy(rp->event, cs->signal_handle, 64);
+  if (rq->flag) {
+    memcpy(rp->flag, cs->flag_handle, 64);
+    rp->flag_value = cs->flag_value;
+  }
   return 0;
+}
+
+/* Writes value to cs's flag word on its stream (set_device done): 0, or
+ * the launch's error. The word only grows (mod 2^32) as the client polls
+ * it with a signed difference: request ids come in order. */
+static cudaError_t flag_write(cuda_sess_t *cs, uint32_t value) {
+  cs->flag_value = value;
+  return (cudaError_t)opd__cuda_set_flag(cs->stream, cs->flag, value);
+}
+
+/* What a FLAG run writes: its request id, or that of a later FLAG run
+ * refused while this one was queued (validate.c), which covers both. */
+static uint32_t flag_of(const opd_job_t *job) {
+  return (uint32_t)(job->flag_after ? job->flag_after : job->req_id);
+}
+
+void opd__cu_signal(opd_session_t *s, int dev, uint32_t value) {
+  cuda_state_t *st = cuda_state(s->srv);
+  if (st == NULL || dev < 0 || dev >= s->srv->n_devices || !s->srv->healthy)
+    return;
+  cuda_sess_t *cs = cuda_sess(s, dev);
+  if (cs == NULL || cs->flag == NULL) return;
+  if (set_device(st->dev[dev].index) != cudaSuccess) return;
+  cudaError_t e = flag_write(cs, value);
+  if (e != cudaSuccess) {
+    LOG_WARN("cuda:%d: the flag word's write failed: %s", dev,
+             cudaGetErrorString(e));
+    if (is_sticky(e)) s->srv->poisoned(s->srv, cudaGetErrorString(e));
+  }
+}
+
+/* An ended session's flag word goes to the spares (cuda_spare_flag_t),
+ * its stream's end recorded (before the stream is destroyed); without
+ * the event it is simply kept. */
+static void flag_keep(cuda_state_t *st, opd_session_t *s, int dev, cuda_sess_t *cs) {
+  cuda_spare_flag_t *f = calloc(1, sizeof *f);
+  if (f == NULL) return; /* 2 MiB stay mapped until the daemon exits */
+  f->p = cs->flag;
+  memcpy(f->handle, cs->flag_handle, 64);
+  f->uid = s->uid;
+  f->dev = dev;
+  if (cudaEventCreateWithFlags(&f->done, cudaEventDisableTiming) != cudaSuccess ||
+      cudaEventRecord(f->done, cs->stream) != cudaSuccess) {
+    (void)cudaGetLastError();
+    if (f->done != NULL) cudaEventDestroy(f->done);
+    free(f); /* never reused */
+    return;
+  }
+  f->next = st->spare_flags;
+  st->spare_flags = f;
+}
+
+void opd__cu_flags_free(opd_server_t *srv) {
+  cuda_state_t *st = cuda_state(srv);
+  while (st->spare_flags != NULL) {
+    cuda_spare_flag_t *f = st->spare_flags;
+    st->spare_flags = f->next;
+    set_device(st->dev[f->dev].index);
+    cudaEventDestroy(f->done); /* the memory goes with the process: a
+                                  cudaFree would wait for every stream */
+    free(f);
+  }
 }
 
 void opd__cu_session_end(opd_session_t *s) {
@@ -148,9 +287,11 @@ void opd__cu_session_end(opd_session_t *s) {
     cuda_sess_t *cs = s->backend_session[i];
     if (cs == NULL) continue;
     set_device(st->dev[i].index);
+    if (cs->flag != NULL) flag_keep(st, s, i, cs); /* records on the stream */
     cudaStreamDestroy(cs->stream); /* returns at once; work drains */
     if (cs->wait_ev != NULL) cudaEventDestroy(cs->wait_ev);
     if (cs->signal_ev != NULL) cudaEventDestroy(cs->signal_ev);
+    for (int k = 0; k < cs->n_pool; k++) cudaEventDestroy(cs->pool[k]);
     free(cs);
     s->backend_session[i] = NULL;
   }
@@ -184,10 +325,17 @@ int opd__cu_launch(opd_job_t *job) {
   cuda_sess_t *cs;
   if ((rc = session_dev(s, dev, &cs, &err)) != 0) goto out;
   stream = cs->stream;
-  if ((job->flags & (OPD_RUN_F_WAIT | OPD_RUN_F_SIGNAL)) && cs->wait_ev == NULL) {
+  if ((job->flags & (OPD_RUN_F_WAIT | OPD_RUN_F_SIGNAL | OPD_RUN_F_FLAG)) &&
+      cs->wait_ev == NULL) {
     rc = opd__errf(&err, OPD_ESTATE, "cuda:%d: the run asks to be ordered "
-                   "with the client's stream (async WAIT/SIGNAL), but this "
-                   "session sent no STREAM for cuda:%d", dev, dev);
+                   "with the client's stream (async WAIT/SIGNAL/FLAG), but "
+                   "this session sent no STREAM for cuda:%d", dev, dev);
+    goto out;
+  }
+  if ((job->flags & OPD_RUN_F_FLAG) && (cs->flag == NULL || cs->n_pool == 0)) {
+    rc = opd__errf(&err, OPD_ESTATE, "cuda:%d: the run asks for the flag "
+                   "word (async FLAG), but this session's STREAM for cuda:%d "
+                   "did not ask for one", dev, dev);
     goto out;
   }
   job->t_start = opd__now_ns();
@@ -204,7 +352,10 @@ int opd__cu_launch(opd_job_t *job) {
 
   uint64_t t_step[5] = {job->t_start}; /* the ordered steps' ends */
   /* the client's work queued before the run, on the GPU */
-  if (job->flags & OPD_RUN_F_WAIT) STEP(cudaStreamWaitEvent(stream, cs->wait_ev, 0));
+  if (job->flags & OPD_RUN_F_WAIT) /* a FLAG run: its event of the pool */
+    STEP(cudaStreamWaitEvent(stream, (job->flags & OPD_RUN_F_FLAG)
+                                         ? cs->pool[job->req_id % (uint64_t)cs->n_pool]
+                                         : cs->wait_ev, 0));
   t_step[1] = opd__now_ns();
   int host = 0; /* host tensors: answered at completion */
   for (int i = 0; i < call->n_in; i++) {
@@ -250,6 +401,7 @@ int opd__cu_launch(opd_job_t *job) {
   n_scratch = 0;
   /* the client's later work waits for this, on the GPU */
   if (job->flags & OPD_RUN_F_SIGNAL) STEP(cudaEventRecord(cs->signal_ev, stream));
+  if (job->flags & OPD_RUN_F_FLAG) STEP(flag_write(cs, flag_of(job)));
   t_step[3] = opd__now_ns();
   cudaEvent_t ev;
   if (opd__cu_event_take(st, dev, &ev) != 0) {
@@ -276,6 +428,8 @@ fail:
   cudaError_t sticky = cudaGetLastError();
   if (is_sticky(sticky)) s->srv->poisoned(s->srv, cudaGetErrorString(sticky));
 out:
+  /* refused: the client's stream polls for this run's word all the same */
+  if (job->flags & OPD_RUN_F_FLAG) opd__cu_signal(s, dev, flag_of(job));
   if (err.msg[0]) snprintf(call->err, sizeof call->err, "%s", err.msg);
   return rc;
 }

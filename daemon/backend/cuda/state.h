@@ -102,6 +102,7 @@ typedef struct cuda_state {
    * record of the session's event, the completion event's record; ns
    * summed, the longest, how many over 20 us: logged at shutdown */
   opd_steps_t ordered;
+  struct cuda_spare_flag *spare_flags; /* ended sessions' flag words */
   uint64_t spin_until;            /* after a launch the loop spins (no
                                     epoll) for its completion until then */
 } cuda_state_t;
@@ -115,7 +116,30 @@ typedef struct cuda_sess {
   cudaEvent_t signal_ev;         /* ours, interprocess, or NULL:
                                     OPD_RUN_F_SIGNAL records it */
   unsigned char signal_handle[64]; /* its cudaIpcEventHandle_t */
+  unsigned *flag;                /* the flag word FLAG runs write (STREAM
+                                    with "flag"; 2 MiB of its own, so that
+                                    its IPC handle maps nothing else), or
+                                    NULL */
+  unsigned char flag_handle[64]; /* its cudaIpcMemHandle_t */
+  uint32_t flag_value;           /* the value written last */
+  cudaEvent_t pool[OPD_STREAM_EVENTS]; /* the client's, FLAG runs wait on
+                                    pool[id % n_pool] */
+  int n_pool;
 } cuda_sess_t;
+
+/* A flag word whose session ended: kept (never cudaFree'd while the
+ * daemon serves: cudaFree waits for the whole device, and a stream
+ * waiting on a dead client's event may never finish), and given to a
+ * later session of the same uid once `done` (recorded on the old stream)
+ * has passed: another uid never maps memory a client of this one held. */
+typedef struct cuda_spare_flag {
+  unsigned *p;
+  unsigned char handle[64];
+  cudaEvent_t done;
+  uid_t uid;
+  int dev;
+  struct cuda_spare_flag *next;
+} cuda_spare_flag_t;
 
 static inline cuda_sess_t *cuda_sess(const opd_session_t *s, int dev) {
   return (cuda_sess_t *)s->backend_session[dev];
@@ -194,8 +218,11 @@ int opd__cu_plan(opd_job_t *job, const opd_tplace_t *in,
                  const opd_tplace_t *out, opd_err_t *err);
 int opd__cu_launch(opd_job_t *job);
 void opd__cu_session_end(opd_session_t *s);
-int opd__cu_stream(opd_session_t *s, int dev, const void *handle,
-                   unsigned char out[64], opd_err_t *err);
+int opd__cu_stream(opd_session_t *s, int dev, const opd_stream_req_t *rq,
+                   opd_stream_rep_t *rp, opd_err_t *err);
+/* the flag words of ended sessions (launch.c), at shutdown */
+void opd__cu_flags_free(opd_server_t *srv);
+void opd__cu_signal(opd_session_t *s, int dev, uint32_t value);
 /* poller.c: the completion side. start registers the loop watcher and
  * starts the thread; stop joins it and logs the short jobs' breakdown. */
 int opd__cu_poller_start(opd_server_t *srv);
