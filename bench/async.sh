@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # async.sh: the GPU machine's run for issue 13's figures: builds with CUDA,
 # then with and without MPS (a private MPS control daemon, its pipes in
-# OUTDIR) starts a daemon and runs bench_stream (a CUDA client in C),
+# OUTDIR) runs bench_handoff (two processes, no daemon), starts a daemon and
+# runs bench_stream (a CUDA client in C),
 # bench_async_ops.py, and bench_models.py + bench_chain.py (GPT-2 and
 # ResNet-18 through torch.ops.opd against torch; both again with
 # OPD_TORCH_C=0, opd.torch's Python path). Everything they print
 # goes to OUTDIR/<mode>/.
 #   bash bench/async.sh [OUTDIR] [MODES]    (MODES: "nomps mps", the default)
+# BUILD=0: use build/ as it is; NO_MODELS=1: no models or chain; NO_PYTHON_PATH=1:
+# not again with OPD_TORCH_C=0; NO_WAIT_PATH=1: not again with OPD_STREAM_POLL=0
+# (each call waiting for the daemon's answer); MODELS_ARGS: bench_models.py's (--rounds 5 --iters 10).
 set -uo pipefail
 out=${1:-${OUT:-/tmp/opd-async}}
 modes=${2:-nomps mps}
@@ -16,7 +20,7 @@ deps=
 status=0
 if [ "${BUILD:-1}" != 0 ]; then
   make -j"$(nproc)" CUDA=1 BLAS=0 $deps build/opd build/opctl build/libopd.so \
-    build/bench/bench_stream >"$out/build.log" 2>&1 || { tail -n 30 "$out/build.log"; exit 1; }
+    build/bench/bench_stream build/bench/bench_handoff >"$out/build.log" 2>&1 || { tail -n 30 "$out/build.log"; exit 1; }
 fi
 for mode in $modes; do
   o=$out/$mode; mkdir -p "$o"
@@ -32,6 +36,7 @@ for mode in $modes; do
   build/opd --socket "$sock" >"$o/opd.log" 2>&1 &
   pid=$!
   for _ in $(seq 1 100); do build/opctl --socket "$sock" ping -c 1 >/dev/null 2>&1 && break; sleep 0.1; done
+  timeout 60 build/bench/bench_handoff 300 2>&1 | tee "$o/bench_handoff.txt"
   timeout 60 build/bench/bench_stream "$sock" 500 2>&1 | tee "$o/bench_stream.txt"
   export OPD_SOCKET=$sock OPD_LIB=$PWD/build/libopd.so PYTHONUNBUFFERED=1
   timeout 90 python3 bench/bench_async_ops.py 2>&1 | tee "$o/bench_async_ops.txt"
@@ -42,14 +47,22 @@ for mode in $modes; do
     timeout 240 python3 bench/bench_models.py ${MODELS_ARGS:---rounds 5 --iters 10} \
       --json "$o/models.json" 2>&1 | tee "$o/models.txt" || status=1
     timeout 90 python3 bench/bench_chain.py --json "$o/chain.json" 2>&1 | tee "$o/chain.txt" || status=1
-    # the same through opd.torch's Python path (no C kernels): their gain
-    [ -n "${NO_PYTHON_PATH:-}" ] && { unset OPD_SOCKET; kill -TERM "$pid"; wait "$pid"
-      [ "$mode" = mps ] && echo quit | nvidia-cuda-mps-control; continue; }
-    echo "-- the same, OPD_TORCH_C=0 (torch.ops.opd through Python)"
-    OPD_TORCH_C=0 timeout 240 python3 bench/bench_models.py ${MODELS_ARGS:---rounds 5 --iters 10} \
-      --json "$o/models_py.json" 2>&1 | tee "$o/models_py.txt" | grep -E "^# torch.ops|^(gpt2|resnet|model  )" || status=1
-    OPD_TORCH_C=0 timeout 90 python3 bench/bench_chain.py --json "$o/chain_py.json" 2>&1 |
-      tee "$o/chain_py.txt" | grep -E "ratio" || status=1
+  fi
+  # the same again with ENV set (tag: the files' suffix)
+  again() {
+    local env=$1 tag=$2
+    env "$env" timeout 240 python3 bench/bench_models.py ${MODELS_ARGS:---rounds 5 --iters 10} \
+      --json "$o/models_$tag.json" 2>&1 | tee "$o/models_$tag.txt" | grep -E "^# torch.ops|^(gpt2|resnet|model  )" || status=1
+    env "$env" timeout 90 python3 bench/bench_chain.py --json "$o/chain_$tag.json" 2>&1 |
+      tee "$o/chain_$tag.txt" | grep -E "ratio" || status=1
+  }
+  if [ -z "${NO_MODELS:-}" ] && [ -z "${NO_WAIT_PATH:-}" ]; then
+    echo "-- the same, OPD_STREAM_POLL=0 (every call waits for the daemon's answer)"
+    again OPD_STREAM_POLL=0 wait
+  fi
+  if [ -z "${NO_MODELS:-}" ] && [ -z "${NO_PYTHON_PATH:-}" ]; then
+    echo "-- the same, OPD_TORCH_C=0 (torch.ops.opd through Python: the C kernels' gain)"
+    again OPD_TORCH_C=0 py
   fi
   unset OPD_SOCKET
   kill -TERM "$pid"; wait "$pid"

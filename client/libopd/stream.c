@@ -292,31 +292,47 @@ static void trace_print(const struct opd_cuda *k) {
 
 static pthread_mutex_t make_mu = PTHREAD_MUTEX_INITIALIZER;
 
-/* What e holds of the poll path, in its context (best effort: at exit the
- * context may be gone). A poll kernel still queued reads the flag word
- * and writes the error words: the context finishes its work first. */
-static void poll_free(cevents_t *e) {
-  if (e->flag == 0 && e->mod == NULL && e->err == NULL && e->pool[0] == NULL)
-    return;
-  void *old;
-  int pushed = e->ctx != NULL && cu.ctx_push(e->ctx) == 0;
-  if (pushed) {
-    if (e->polled) cu.ctx_synchronize();
-    if (e->flag) cu.ipc_close_mem(e->flag);
-    if (e->mod) cu.module_unload(e->mod);
-    if (e->err) cu.mem_free_host((void *)e->err);
-    cu.ctx_pop(&old);
-  }
+/* e's pool of interprocess events (any context may destroy them). */
+static void pool_destroy(cevents_t *e) {
   for (int i = 0; i < OPD_STREAM_EVENTS; i++)
     if (e->pool[i] != NULL) {
       cu.event_destroy(e->pool[i]);
       e->pool[i] = NULL;
     }
+}
+
+/* e's poll path forgotten (its context gone: what it held went with it) */
+static void poll_forget(cevents_t *e) {
+  pool_destroy(e);
   e->flag = 0;
   e->mod = e->fn = NULL;
   e->err = NULL;
   e->err_dev = 0;
   e->polled = 0;
+}
+
+/* ... released in the current context. */
+static void poll_release(cevents_t *e) {
+  if (e->flag) cu.ipc_close_mem(e->flag);
+  if (e->mod) cu.module_unload(e->mod);
+  if (e->err) cu.mem_free_host((void *)e->err);
+  poll_forget(e);
+}
+
+/* ... in its own context (best effort: at exit the context may be gone,
+ * and what it held with it). A poll kernel still queued reads the flag
+ * word and writes the error words: the context finishes its work first. */
+static void poll_free(cevents_t *e) {
+  if (e->flag == 0 && e->mod == NULL && e->err == NULL && e->pool[0] == NULL)
+    return;
+  void *old;
+  if (e->ctx != NULL && cu.ctx_push(e->ctx) == 0) {
+    if (e->polled) cu.ctx_synchronize();
+    poll_release(e);
+    cu.ctx_pop(&old);
+    return;
+  }
+  poll_forget(e);
 }
 
 static struct opd_cuda *cuda_of(opd_client_t *c) {
@@ -493,11 +509,7 @@ static cu_result pool_make(cevents_t *e, cu_ipc_t *h) {
     r = cu.event_create(&e->pool[i], CU_EV_FLAGS);
     if (r == 0) r = cu.ipc_get_event(&h[i], e->pool[i]);
   }
-  for (int i = 0; r != 0 && i < OPD_STREAM_EVENTS; i++)
-    if (e->pool[i] != NULL) {
-      cu.event_destroy(e->pool[i]);
-      e->pool[i] = NULL;
-    }
+  if (r != 0) pool_destroy(e);
   return r;
 }
 
@@ -532,18 +544,7 @@ static void poll_setup(struct opd_cuda *k, cevents_t *e, const msgpack_object *f
   if (k->trace)
     fprintf(stderr, "opd: no poll path, enqueued runs wait for their answers: "
             "%s%s%s\n", step, r ? ": " : "", r ? cu_str(r) : "");
-  if (e->flag) cu.ipc_close_mem(e->flag);
-  if (e->mod) cu.module_unload(e->mod);
-  if (e->err) cu.mem_free_host((void *)e->err);
-  e->flag = 0;
-  e->mod = e->fn = NULL;
-  e->err = NULL;
-  e->err_dev = 0;
-  for (int i = 0; i < OPD_STREAM_EVENTS; i++)
-    if (e->pool[i] != NULL) {
-      cu.event_destroy(e->pool[i]);
-      e->pool[i] = NULL;
-    }
+  poll_release(e);
 }
 
 /* Whether device dev's runs are ordered on the GPU (events) or on the host

@@ -108,6 +108,16 @@ static int open_events(int dev, const unsigned char *h, uint32_t n,
   return 0;
 }
 
+/* Zeroes a flag word before its client can read it, on the device's
+ * utility stream, waited for: the client's poll kernels are not ordered
+ * with any stream of the daemon (and the session's own stream may hold
+ * its runs: the utility stream only ever holds short zeroings). */
+static cudaError_t flag_zero(cuda_state_t *st, int dev, void *p) {
+  cudaStream_t u = st->dev[dev].util;
+  cudaError_t e = cudaMemsetAsync(p, 0, 64, u);
+  return e == cudaSuccess ? cudaStreamSynchronize(u) : e;
+}
+
 /* The session's flag word on dev: an ended session's of the same uid
  * whose stream is done, zeroed, else a new 2 MiB allocation (the driver's
  * granule: its handle maps this word and nothing of another allocation). */
@@ -118,10 +128,7 @@ static int flag_make(opd_session_t *s, int dev, cuda_sess_t *cs, opd_err_t *err)
     if (f->uid != s->uid || f->dev != dev || cudaEventQuery(f->done) != cudaSuccess)
       continue;
     (void)cudaGetLastError(); /* a query's cudaErrorNotReady */
-    /* zero before the client can read it: its poll kernels are not
-     * ordered with this stream (a new, idle one: the wait is short) */
-    cudaError_t e = cudaMemsetAsync(f->p, 0, 64, cs->stream);
-    if (e == cudaSuccess) e = cudaStreamSynchronize(cs->stream);
+    cudaError_t e = flag_zero(st, dev, f->p);
     if (e != cudaSuccess)
       return opd__errf(err, cuda_code(e), "cuda:%d: the session's flag word "
                        "(cudaMemsetAsync): %s", dev, cudaGetErrorString(e));
@@ -136,7 +143,7 @@ static int flag_make(opd_session_t *s, int dev, cuda_sess_t *cs, opd_err_t *err)
   void *p = NULL;
   cudaIpcMemHandle_t fh;
   cudaError_t e = cudaMalloc(&p, (size_t)2 << 20);
-  if (e == cudaSuccess) e = cudaMemset(p, 0, 64);
+  if (e == cudaSuccess) e = flag_zero(st, dev, p);
   if (e == cudaSuccess) e = cudaIpcGetMemHandle(&fh, p);
   if (e != cudaSuccess) {
     if (p != NULL) cudaFree(p);
