@@ -237,10 +237,16 @@ def session_seeds():
     # (waits for the runs before it), STREAM without a device, bad flags
     s["async_runs_and_syncs"] = session(ab, *[frame(req(RUN, 80 + k, {
         "op": "relu", "in": [t(A, 0, [64])], "out": [t(B, 0, [64])],
-        "async": k % 8})) for k in range(9)],
+        "async": k % 16})) for k in range(17)],
         *[frame(req(SYNC, 90 + k, {})) for k in range(10)], cmd(READ))
     s["stream_no_device"] = session(hello, frame(req(STREAM, 100, {
         "device": "cuda:0", "event": b"\x00" * 64})), frame(req(SYNC, 101, {})))
+    # session 9: STREAM asking for the flag word, refused FLAG runs
+    s["stream_flag_no_device"] = session(hello, frame(req(STREAM, 102, {
+        "device": "cuda:0", "event": b"\x00" * 64, "flag": True,
+        "events": b"\x00" * 128})), frame(req(RUN, 103, {
+            "op": "nope", "device": "cuda:0", "async": 11})),
+        frame(req(RUN, 104, {"op": "relu", "async": 8})), frame(req(SYNC, 105, {})))
     s["unread_replies"] = session(hello, *[frame(req(OPS, 70 + k, {})) for k in range(6)],
                                   cmd(TURNS, b"\x08"))
     s["inflight_limit_pool"] = session(P_HELLO | P_ARENA_A | P_POOL,
