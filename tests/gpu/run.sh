@@ -84,6 +84,30 @@ build/opctl --socket "$sock" stats | head -n 12
 kill -TERM "$pid"; wait "$pid"; echo "opd exit status $?"
 tail -n 3 "$out/opd.log"
 
+echo "== enqueued runs under MPS (the poll path: opd_enqueue_stream*, issue 13)"
+# a private MPS control daemon, its pipes in OUTDIR, for this daemon and its
+# clients only; async_gpu then keeps the order on the GPU by itself
+mps_dir=$out/mps-pipe
+mkdir -p "$mps_dir" "$out/mps-log"
+if CUDA_MPS_PIPE_DIRECTORY=$mps_dir CUDA_MPS_LOG_DIRECTORY=$out/mps-log nvidia-cuda-mps-control -d; then
+  CUDA_MPS_PIPE_DIRECTORY=$mps_dir build/opd --socket "$sock" >"$out/opd-mps.log" 2>&1 &
+  pid=$!
+  for _ in $(seq 1 100); do build/opctl --socket "$sock" ping -c 1 >/dev/null 2>&1 && break; sleep 0.1; done
+  CUDA_MPS_PIPE_DIRECTORY=$mps_dir timeout 120 build/tests/async_gpu "$sock" 2>&1 |
+    tee "$out/async_gpu_mps.txt" | grep -E "FAIL|passed|note: [0-9]+ enqueued"
+  [ "${PIPESTATUS[0]}" = 0 ] || status=1
+  if [ -n "${PYTEST_GPU:-}" ]; then
+    CUDA_MPS_PIPE_DIRECTORY=$mps_dir OPD_SOCKET=$sock OPD_BIN=$PWD/build/opd \
+      OPD_LIB=$PWD/build/libopd.so PYTHONPATH=$PWD/python timeout 200 python3 -m pytest -q \
+      -p no:cacheprovider -rs tests/python/test_gpu_async.py >"$out/pytest_gpu_mps.txt" 2>&1 || status=1
+    tail -n 3 "$out/pytest_gpu_mps.txt"
+  fi
+  kill -TERM "$pid"; wait "$pid"; echo "opd exit status $?"
+  echo quit | CUDA_MPS_PIPE_DIRECTORY=$mps_dir nvidia-cuda-mps-control
+else
+  echo "FAIL: no MPS control daemon"; status=1
+fi
+
 echo "== the poisoned-context drill (test build with the fault op)"
 build-test/opd --socket "$sock" >"$out/opd-poison.log" 2>&1 &
 pid=$!
