@@ -487,24 +487,27 @@ static void handle_stream(opd_req_t *r, int type,
                      "cudaIpcEventHandle_t, bin) and \"device\" are required");
     return;
   }
-  int rc = opd__device_parse(s->srv, dev, &req, &err);
-  if (rc == 0 && req < 0)
-    rc = opd__errf(&err, OPD_EDEVICE, "device \"%s\" is not a cuda device",
-                   dev);
+  /* the body first: a malformed one is EPROTO on any daemon */
   const msgpack_object *fl = opd__mp_get(body, "flag");
   const msgpack_object *evs = opd__mp_get(body, "events");
   opd_stream_req_t rq = {.event = ev->via.bin.ptr};
-  if (rc == 0 && fl != NULL && fl->type != MSGPACK_OBJECT_BOOLEAN)
+  int rc = 0;
+  if (fl != NULL && fl->type != MSGPACK_OBJECT_BOOLEAN)
     rc = opd__errf(&err, OPD_EPROTO, "\"flag\" must be true or false");
   rq.flag = rc == 0 && fl != NULL && fl->via.boolean;
   if (rq.flag) {
-    if (evs == NULL || evs->type != MSGPACK_OBJECT_BIN || evs->via.bin.size % 64 != 0)
+    if (evs == NULL || evs->type != MSGPACK_OBJECT_BIN || evs->via.bin.size == 0 ||
+        evs->via.bin.size % 64 != 0 || evs->via.bin.size / 64 > OPD_STREAM_EVENTS)
       rc = opd__errf(&err, OPD_EPROTO, "\"flag\" needs \"events\": 1..%d "
                      "event handles of 64 bytes, back to back (bin)",
                      OPD_STREAM_EVENTS);
     else
       rq.events = evs->via.bin.ptr, rq.n_events = evs->via.bin.size / 64;
   }
+  if (rc == 0) rc = opd__device_parse(s->srv, dev, &req, &err);
+  if (rc == 0 && req < 0)
+    rc = opd__errf(&err, OPD_EDEVICE, "device \"%s\" is not a cuda device",
+                   dev);
   opd_stream_rep_t rp;
   if (rc == 0) rc = opd__backend_dev.stream(s, req, &rq, &rp, &err);
   if (rc != 0) {
@@ -512,7 +515,7 @@ static void handle_stream(opd_req_t *r, int type,
     return;
   }
   msgpack_packer *pk = scratch(s->srv);
-  msgpack_pack_map(pk, rq.flag ? 3 : 1);
+  msgpack_pack_map(pk, rq.flag ? 2 : 1);
   PACK_STR(pk, "event");
   msgpack_pack_bin(pk, 64);
   msgpack_pack_bin_body(pk, rp.event, 64);
@@ -520,8 +523,6 @@ static void handle_stream(opd_req_t *r, int type,
     PACK_STR(pk, "flag");
     msgpack_pack_bin(pk, 64);
     msgpack_pack_bin_body(pk, rp.flag, 64);
-    PACK_STR(pk, "flag_value");
-    msgpack_pack_uint32(pk, rp.flag_value);
   }
   reply_scratch(r);
 }

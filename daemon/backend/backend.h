@@ -64,11 +64,10 @@ typedef struct opd_stream_req {
 } opd_stream_req_t;
 
 /* ... and its reply: the daemon's event's handle; with flag, the flag
- * word's allocation's IPC handle and the value written last */
+ * word's allocation's IPC handle */
 typedef struct opd_stream_rep {
   unsigned char event[64];
   unsigned char flag[64];
-  uint32_t flag_value;
 } opd_stream_rep_t;
 
 typedef struct opd_backend {

@@ -144,8 +144,7 @@
  *                   With "flag": true the reply also has "flag": the
  *                   64-byte cudaIpcMemHandle_t of the session's flag word
  *                   on the device (a 4-byte word at the start of a 2 MiB
- *                   allocation of its own, zero at first), and "flag_value":
- *                   the value FLAG runs wrote last; the request then also
+ *                   allocation of its own, zero at first); the request then also
  *                   needs "events": 1..OPD_STREAM_EVENTS handles of the
  *                   client's interprocess events back to back (bin), and a
  *                   FLAG run with request id R waits (WAIT) for event

@@ -176,20 +176,37 @@ Test(async, raw_requests_get_clear_errors) {
     cr_assert_eq(th_raw_reply(fd, &r, 2000), 0);
     cr_assert_eq(r.code, OPD_ENOOP, "%d %s", r.code, r.message);
   }
-  /* STREAM asking for the flag word: still no GPU here */
-  th_pack_init(&p);
-  msgpack_pack_map(&p.pk, 3);
-  th_pack_str(&p, "device");
-  th_pack_str(&p, "cuda:0");
-  th_pack_str(&p, "event");
-  msgpack_pack_bin(&p.pk, 64);
-  msgpack_pack_bin_body(&p.pk, (const char[64]){0}, 64);
-  th_pack_str(&p, "flag");
-  msgpack_pack_true(&p.pk);
-  th_raw_request(fd, OPD_MSG_STREAM, 7, p.sb.data, p.sb.size, -1);
-  th_pack_free(&p);
-  cr_assert_eq(th_raw_reply(fd, &r, 2000), 0);
-  cr_assert_eq(r.code, OPD_EDEVICE, "%d %s", r.code, r.message);
+  /* STREAM asking for the flag word: its body is checked first (EPROTO
+   * naming what is wrong), then the device (none here) */
+  static const char zeros[65 * 64];
+  const struct { int flag_kind; uint32_t events; int code; const char *msg; } st[] = {
+      {1, 0, OPD_EPROTO, "\"flag\" must be true or false"},
+      {0, 0, OPD_EPROTO, "\"flag\" needs \"events\": 1..64 event handles"},
+      {0, 65, OPD_EPROTO, "\"flag\" needs \"events\": 1..64 event handles"},
+      {0, 64, OPD_EDEVICE, "is not available"},
+  };
+  for (int k = 0; k < 4; k++) {
+    th_pack_init(&p);
+    msgpack_pack_map(&p.pk, st[k].events ? 4 : 3);
+    th_pack_str(&p, "device");
+    th_pack_str(&p, "cuda:0");
+    th_pack_str(&p, "event");
+    msgpack_pack_bin(&p.pk, 64);
+    msgpack_pack_bin_body(&p.pk, zeros, 64);
+    th_pack_str(&p, "flag");
+    if (st[k].flag_kind) th_pack_str(&p, "yes");
+    else msgpack_pack_true(&p.pk);
+    if (st[k].events) {
+      th_pack_str(&p, "events");
+      msgpack_pack_bin(&p.pk, 64 * st[k].events);
+      msgpack_pack_bin_body(&p.pk, zeros, 64 * st[k].events);
+    }
+    th_raw_request(fd, OPD_MSG_STREAM, 7, p.sb.data, p.sb.size, -1);
+    th_pack_free(&p);
+    cr_assert_eq(th_raw_reply(fd, &r, 2000), 0);
+    cr_assert_eq(r.code, st[k].code, "case %d: %d %s", k, r.code, r.message);
+    cr_assert(strstr(r.message, st[k].msg) != NULL, "case %d: %s", k, r.message);
+  }
 
   /* SYNCs: answered in order, each at once on an idle session */
   for (uint64_t id = 10; id < 20; id++)

@@ -170,10 +170,6 @@ int opd__cu_stream(opd_session_t *s, int dev, const opd_stream_req_t *rq,
   if (!s->srv->healthy)
     return opd__errf(err, OPD_EBACKEND, "cuda:%d: %s", dev,
                      s->srv->goodbye_why);
-  if (rq->flag && (rq->n_events == 0 || rq->n_events > OPD_STREAM_EVENTS))
-    return opd__errf(err, OPD_EPROTO, "cuda:%d: \"flag\" needs \"events\": "
-                     "1..%d event handles of 64 bytes, back to back", dev,
-                     OPD_STREAM_EVENTS);
   cudaError_t e = set_device(st->dev[dev].index);
   if (e != cudaSuccess)
     return opd__errf(err, cuda_code(e), "cuda:%d: cudaSetDevice: %s", dev,
@@ -218,10 +214,7 @@ int opd__cu_stream(opd_session_t *s, int dev, const opd_stream_req_t *rq,
     cs->n_pool = (int)rq->n_events;
   }
   memcpy(rp->event, cs->signal_handle, 64);
-  if (rq->flag) {
-    memcpy(rp->flag, cs->flag_handle, 64);
-    rp->flag_value = cs->flag_value;
-  }
+  if (rq->flag) memcpy(rp->flag, cs->flag_handle, 64);
   return 0;
 }
 
@@ -229,7 +222,6 @@ int opd__cu_stream(opd_session_t *s, int dev, const opd_stream_req_t *rq,
  * the launch's error. The word only grows (mod 2^32) as the client polls
  * it with a signed difference: request ids come in order. */
 static cudaError_t flag_write(cuda_sess_t *cs, uint32_t value) {
-  cs->flag_value = value;
   return (cudaError_t)opd__cuda_set_flag(cs->stream, cs->flag, value);
 }
 

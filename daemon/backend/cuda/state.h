@@ -121,7 +121,6 @@ typedef struct cuda_sess {
                                     its IPC handle maps nothing else), or
                                     NULL */
   unsigned char flag_handle[64]; /* its cudaIpcMemHandle_t */
-  uint32_t flag_value;           /* the value written last */
   cudaEvent_t pool[OPD_STREAM_EVENTS]; /* the client's, FLAG runs wait on
                                     pool[id % n_pool] */
   int n_pool;
