@@ -309,7 +309,7 @@ $(B)/bench/bench_stream: bench/bench_stream.cu $(B)/libopd.a
 # GPU machine: GPU time of handing work between two processes' streams
 $(B)/bench/bench_handoff: bench/bench_handoff.cu
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) $< -o $@
+	$(NVCC) $(NVCCFLAGS) $< -o $@ -lcuda
 
 # GPU machine: a CUDA client's asynchronous, stream-ordered runs
 $(B)/tests/async_gpu: tests/gpu/async_gpu.cu $(B)/libopd.a

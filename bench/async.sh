@@ -8,9 +8,13 @@
 # OPD_TORCH_C=0, opd.torch's Python path). Everything they print
 # goes to OUTDIR/<mode>/.
 #   bash bench/async.sh [OUTDIR] [MODES]    (MODES: "nomps mps", the default)
-# BUILD=0: use build/ as it is; NO_MODELS=1: no models or chain; NO_PYTHON_PATH=1:
-# not again with OPD_TORCH_C=0; NO_WAIT_PATH=1: not again with OPD_STREAM_POLL=0
-# (each call waiting for the daemon's answer); MODELS_ARGS: bench_models.py's (--rounds 5 --iters 10).
+# BUILD=0: use build/ as it is; NO_MODELS=1: no models or chain; AGAIN="ENV=V:tag
+# ...": the models and the chain again under each ENV=V, files *_tag (default
+# OPD_STREAM_POLL=0:wait, each call waiting for the daemon's answer;
+# OPD_STREAM_WORDS=0:events, the daemon's stream waiting on the client's
+# interprocess events instead of polling its words; OPD_TORCH_C=0:py,
+# torch.ops.opd through Python); MODELS_ARGS: bench_models.py's (--rounds 5
+# --iters 10).
 set -uo pipefail
 out=${1:-${OUT:-/tmp/opd-async}}
 modes=${2:-nomps mps}
@@ -56,13 +60,14 @@ for mode in $modes; do
     env "$env" timeout 90 python3 bench/bench_chain.py --json "$o/chain_$tag.json" 2>&1 |
       tee "$o/chain_$tag.txt" | grep -E "ratio" || status=1
   }
-  if [ -z "${NO_MODELS:-}" ] && [ -z "${NO_WAIT_PATH:-}" ]; then
-    echo "-- the same, OPD_STREAM_POLL=0 (every call waits for the daemon's answer)"
-    again OPD_STREAM_POLL=0 wait
-  fi
-  if [ -z "${NO_MODELS:-}" ] && [ -z "${NO_PYTHON_PATH:-}" ]; then
-    echo "-- the same, OPD_TORCH_C=0 (torch.ops.opd through Python: the C kernels' gain)"
-    again OPD_TORCH_C=0 py
+  # AGAIN: "ENV=VALUE:tag ..." (default: each call waiting for the daemon's
+  # answer; the daemon's stream waiting on the client's events, not its words;
+  # torch.ops.opd through Python)
+  if [ -z "${NO_MODELS:-}" ]; then
+    for a in ${AGAIN:-OPD_STREAM_POLL=0:wait OPD_STREAM_WORDS=0:events OPD_TORCH_C=0:py}; do
+      echo "-- the same, ${a%%:*}"
+      again "${a%%:*}" "${a##*:}"
+    done
   fi
   unset OPD_SOCKET
   kill -TERM "$pid"; wait "$pid"

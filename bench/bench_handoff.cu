@@ -13,10 +13,21 @@
  *          kernel before it (no host waits at all)
  *   hybrid the daemon waits on the client's event, the client polls the
  *          daemon's flag (the client need not wait for the daemon's answer)
- * and the same-stream gap between two kernels of one process as the floor.
- * Also the host cost of each call in the client. Run with and without MPS.
+ * and, the daemon waiting on the client's event as in hybrid, three other
+ * ways to write the daemon's flag after the work:
+ *   memset cuMemsetD32Async of the word (no kernel of ours)
+ *   fused  the work kernel itself stores the word at its end (what a
+ *          kernel that knows the word can do: one kernel boundary less)
+ *   pdl    the flag kernel launched as a programmatic dependent launch
+ *          (it waits in griddepcontrol.wait, not behind the boundary)
+ * and flags both ways with the client's word written by cuMemsetD32Async
+ * and the daemon's by the work kernel (memflag). The same-stream gap
+ * between two kernels of one process is the floor. Also the host cost of
+ * each call in the client and of each enqueue in the daemon. Run with and
+ * without MPS.
  *   build/bench/bench_handoff [ROUNDS]
  */
+#include <cuda.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -49,6 +60,22 @@ __global__ void busy_then_stamp(unsigned long long ns, unsigned long long *end) 
 __global__ void stamp2(unsigned long long *start, unsigned long long *end) {
   *start = gtime();
   *end = gtime();
+}
+
+__global__ void stamp2_flag(unsigned long long *start, unsigned long long *end,
+                            unsigned *f, unsigned v) {
+  *start = gtime();
+  *end = gtime();
+  __threadfence_system();
+  asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(f), "r"(v) : "memory");
+}
+
+__global__ void set_flag_pdl(unsigned *f, unsigned v) {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+  __threadfence_system();
+  asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(f), "r"(v) : "memory");
 }
 
 __global__ void stamp1(unsigned long long *at) { *at = gtime(); }
@@ -95,8 +122,31 @@ static int cmpd(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-enum { M_EVENT, M_FLAG, M_HYBRID, M_N };
-static const char *mname[] = {"event", "flag", "hybrid"};
+enum { M_EVENT, M_FLAG, M_HYBRID, M_MEMSET, M_FUSED, M_PDL, M_MEMFLAG, M_N };
+static const char *mname[] = {"event", "flag", "hybrid", "memset", "fused", "pdl", "memflag"};
+
+#define CU(x)                                                                     \
+  do {                                                                            \
+    CUresult r_ = (x);                                                            \
+    if (r_ != CUDA_SUCCESS) {                                                     \
+      fprintf(stderr, "%s:%d %s: CUresult %d\n", __FILE__, __LINE__, #x, (int)r_); \
+      exit(1);                                                                    \
+    }                                                                             \
+  } while (0)
+
+static void launch_pdl(cudaStream_t s, unsigned *f, unsigned v) {
+  cudaLaunchConfig_t cfg;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.gridDim = dim3(1);
+  cfg.blockDim = dim3(1);
+  cfg.stream = s;
+  cudaLaunchAttribute at[1];
+  at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  at[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = at;
+  cfg.numAttrs = 1;
+  CK(cudaLaunchKernelEx(&cfg, set_flag_pdl, f, v));
+}
 
 struct shared_handles {
   cudaIpcMemHandle_t mem;
@@ -128,17 +178,26 @@ static void daemon_side(int fd) {
     xfer(fd, msg, sizeof msg, 0);
     if (msg[0] < 0) break;
     unsigned seq = (unsigned)msg[1];
-    if (msg[0] == M_FLAG)
+    int m = msg[0];
+    double t0 = now_us();
+    if (m == M_FLAG || m == M_MEMFLAG)
       poll_flag<<<1, 1, 0, s>>>(flag_c, seq, err);
     else
       CK(cudaStreamWaitEvent(s, cev, 0));
-    stamp2<<<1, 1, 0, s>>>(&st[1], &st[2]);
-    if (msg[0] == M_EVENT)
-      CK(cudaEventRecord(ev, s));
+    if (m == M_FUSED || m == M_MEMFLAG)
+      stamp2_flag<<<1, 1, 0, s>>>(&st[1], &st[2], flag_d, seq);
     else
+      stamp2<<<1, 1, 0, s>>>(&st[1], &st[2]);
+    if (m == M_EVENT)
+      CK(cudaEventRecord(ev, s));
+    else if (m == M_MEMSET)
+      CU(cuMemsetD32Async((CUdeviceptr)flag_d, seq, 1, (CUstream)s));
+    else if (m == M_PDL)
+      launch_pdl(s, flag_d, seq);
+    else if (m == M_FLAG || m == M_HYBRID)
       set_flag<<<1, 1, 0, s>>>(flag_d, seq);
     CK(cudaGetLastError());
-    int ok = 1;
+    double ok = now_us() - t0; /* the daemon's host cost of the enqueue */
     xfer(fd, &ok, sizeof ok, 1);
   }
   CK(cudaStreamSynchronize(s));
@@ -175,6 +234,7 @@ int main(int argc, char **argv) {
   double *hop1 = (double *)calloc((size_t)rounds, sizeof(double));
   double *hop2 = (double *)calloc((size_t)rounds, sizeof(double));
   double *host = (double *)calloc((size_t)rounds, sizeof(double));
+  double *dhost = (double *)calloc((size_t)rounds, sizeof(double));
   unsigned seq = 0;
   /* the floor: two kernels on one stream of one process */
   for (int i = 0; i < rounds; i++) {
@@ -194,9 +254,12 @@ int main(int argc, char **argv) {
       double t0 = now_us();
       if (m == M_FLAG)
         set_flag<<<1, 1, 0, s>>>(flag_c, seq);
+      else if (m == M_MEMFLAG)
+        CU(cuMemsetD32Async((CUdeviceptr)flag_c, seq, 1, (CUstream)s));
       else
         CK(cudaEventRecord(cev, s));
-      int msg[2] = {m, (int)seq}, ok;
+      int msg[2] = {m, (int)seq};
+      double ok;
       xfer(fd, msg, sizeof msg, 1);
       if (m == M_EVENT) {
         xfer(fd, &ok, sizeof ok, 0); /* the daemon's record must come first */
@@ -207,6 +270,7 @@ int main(int argc, char **argv) {
       host[i] = now_us() - t0;
       stamp1<<<1, 1, 0, s>>>(&st[3]);
       if (m != M_EVENT) xfer(fd, &ok, sizeof ok, 0);
+      dhost[i] = ok;
       CK(cudaStreamSynchronize(s));
       unsigned long long v[4];
       CK(cudaMemcpy(v, st, sizeof v, cudaMemcpyDeviceToHost));
@@ -218,10 +282,11 @@ int main(int argc, char **argv) {
     qsort(hop1, (size_t)rounds, sizeof(double), cmpd);
     qsort(hop2, (size_t)rounds, sizeof(double), cmpd);
     qsort(host, (size_t)rounds, sizeof(double), cmpd);
-    printf("handoff %s hop1_us p50=%.2f p90=%.2f hop2_us p50=%.2f p90=%.2f "
-           "client_host_us p50=%.2f timeouts=%u\n",
+    qsort(dhost, (size_t)rounds, sizeof(double), cmpd);
+    printf("handoff %-7s hop1_us p50=%.2f p90=%.2f hop2_us p50=%.2f p90=%.2f "
+           "client_host_us p50=%.2f daemon_host_us p50=%.2f timeouts=%u\n",
            mname[m], hop1[rounds / 2], hop1[rounds * 9 / 10], hop2[rounds / 2],
-           hop2[rounds * 9 / 10], host[rounds / 2], e);
+           hop2[rounds * 9 / 10], host[rounds / 2], dhost[rounds / 2], e);
   }
   /* host cost of the client's pieces on an idle stream */
   double t0 = now_us();
@@ -240,8 +305,17 @@ int main(int argc, char **argv) {
   for (int i = 0; i < 1000; i++) CK(cudaStreamWaitEvent(s, cev, 0));
   double t_wait = (now_us() - t0) / 1000;
   CK(cudaStreamSynchronize(s));
+  t0 = now_us();
+  for (int i = 0; i < 1000; i++) CU(cuMemsetD32Async((CUdeviceptr)flag_c, ++seq, 1, (CUstream)s));
+  double t_memset = (now_us() - t0) / 1000;
+  CK(cudaStreamSynchronize(s));
+  t0 = now_us();
+  for (int i = 0; i < 1000; i++) launch_pdl(s, flag_c, ++seq);
+  double t_pdl = (now_us() - t0) / 1000;
+  CK(cudaStreamSynchronize(s));
   printf("handoff host_us launch_set_flag=%.2f event_record=%.2f launch_poll=%.2f "
-         "stream_wait_event=%.2f\n", t_set, t_rec, t_poll, t_wait);
+         "stream_wait_event=%.2f memset_d32=%.2f launch_pdl=%.2f\n", t_set, t_rec, t_poll,
+         t_wait, t_memset, t_pdl);
   int bye[2] = {-1, 0};
   xfer(fd, bye, sizeof bye, 1);
   int status;

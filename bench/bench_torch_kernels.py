@@ -89,4 +89,21 @@ for label, dt, tf32 in conv_dtypes:
                   % (label, n, c, hw, hw, k, us, flops / us / 1e6), flush=True)
         except Exception as e:  # keep going: one line per failure
             print("bench impl=torch op=conv2d dtype=%s error=%r" % (label, e), flush=True)
+# the 3x3 convolutions of ResNet-18 at batch 8 (gpu_kernels --bench's last
+# six float32 shapes), TF32 off, with cuDNN's default algorithm choice (as
+# bench/bench_models.py runs the model) and its benchmarked one
+for bm in (False, True):
+    torch.backends.cudnn.benchmark = bm
+    torch.backends.cudnn.allow_tf32 = False
+    for n, c, hw, k, st in [(8, 64, 56, 64, 1), (8, 64, 56, 128, 2), (8, 128, 28, 128, 1),
+                            (8, 128, 28, 256, 2), (8, 256, 14, 512, 2), (8, 512, 7, 512, 1)]:
+        x = torch.randn((n, c, hw, hw), device=dev)
+        w = torch.randn((k, c, 3, 3), device=dev)
+        b = torch.randn((k,), device=dev)
+        us = timed(lambda: F.conv2d(x, w, b, stride=st, padding=1))
+        pq = ((hw + 2 - 3) // st + 1) ** 2
+        print("bench impl=torch op=conv2d dtype=float32%s shape=N%d_C%d_%dx%d_K%d%s us=%.1f "
+              "tflops=%.2f" % ("_bench" if bm else "", n, c, hw, hw, k, "_s2" if st == 2 else "",
+                              us, 2.0 * n * k * pq * c * 9 / us / 1e6), flush=True)
+torch.backends.cudnn.benchmark = True
 torch.backends.cudnn.allow_tf32 = True

@@ -490,10 +490,17 @@ static void handle_stream(opd_req_t *r, int type,
   /* the body first: a malformed one is EPROTO on any daemon */
   const msgpack_object *fl = opd__mp_get(body, "flag");
   const msgpack_object *evs = opd__mp_get(body, "events");
+  const msgpack_object *wm = opd__mp_get(body, "wait_ms");
   opd_stream_req_t rq = {.event = ev->via.bin.ptr};
+  uint64_t wait_ms = 0;
   int rc = 0;
   if (fl != NULL && fl->type != MSGPACK_OBJECT_BOOLEAN)
     rc = opd__errf(&err, OPD_EPROTO, "\"flag\" must be true or false");
+  if (rc == 0 && wm != NULL && (opd__mp_uint(wm, &wait_ms) != 0 || wait_ms == 0 ||
+                                wait_ms > s->srv->cfg.limits.stream_wait_ms))
+    rc = opd__errf(&err, OPD_EPROTO, "\"wait_ms\" must be 1..%u (the daemon's "
+                   "--stream-wait-ms)", s->srv->cfg.limits.stream_wait_ms);
+  rq.wait_ms = (uint32_t)wait_ms;
   rq.flag = rc == 0 && fl != NULL && fl->via.boolean;
   if (rq.flag) {
     if (evs == NULL || evs->type != MSGPACK_OBJECT_BIN || evs->via.bin.size == 0 ||
@@ -508,14 +515,14 @@ static void handle_stream(opd_req_t *r, int type,
   if (rc == 0 && req < 0)
     rc = opd__errf(&err, OPD_EDEVICE, "device \"%s\" is not a cuda device",
                    dev);
-  opd_stream_rep_t rp;
+  opd_stream_rep_t rp = {.words = 0};
   if (rc == 0) rc = opd__backend_dev.stream(s, req, &rq, &rp, &err);
   if (rc != 0) {
     opd__reply_error(r, rc, "stream: %s", err.msg);
     return;
   }
   msgpack_packer *pk = scratch(s->srv);
-  msgpack_pack_map(pk, rq.flag ? 2 : 1);
+  msgpack_pack_map(pk, rq.flag ? 3 : 1);
   PACK_STR(pk, "event");
   msgpack_pack_bin(pk, 64);
   msgpack_pack_bin_body(pk, rp.event, 64);
@@ -523,6 +530,9 @@ static void handle_stream(opd_req_t *r, int type,
     PACK_STR(pk, "flag");
     msgpack_pack_bin(pk, 64);
     msgpack_pack_bin_body(pk, rp.flag, 64);
+    PACK_STR(pk, "words");
+    if (rp.words) msgpack_pack_true(pk);
+    else msgpack_pack_false(pk);
   }
   reply_scratch(r);
 }

@@ -277,6 +277,10 @@ static const opt_row_t rows[] = {
     NUM32("max-async", max_async, 1, 1u << 16, 256,
           "runs a session has enqueued on a GPU that have not completed "
           "(answered at enqueue: OPD_RUN_F_ASYNC); past it the next waits")
+    NUM32("stream-wait-ms", stream_wait_ms, 1, 86400000, 60000,
+          "an enqueued run waits on the GPU at most this long for its "
+          "client's stream to reach it (the client's word), then runs and "
+          "fails with ETIMEDOUT; a client may ask for less (STREAM)")
     NUM32("max-uid-inflight", max_uid_inflight, 1, 1u << 24, 16384,
           "runs queued or running for one uid")
     NUM32("max-total-inflight", max_total_inflight, 1, 1u << 24, 65536,

@@ -50,6 +50,8 @@ typedef struct opd_limits {
   uint32_t max_total_inflight;   /* ... of the daemon */
   uint32_t max_async;            /* runs enqueued on a GPU and not yet
                                     complete, per session */
+  uint32_t stream_wait_ms;       /* a WORD run's GPU wait for its client's
+                                    stream gives up after this (most) */
   uint32_t max_clients;          /* sessions at once */
   uint32_t max_uid_clients;      /* sessions of one uid at once */
   uint32_t reserved_clients;     /* past max_clients / max_uid_clients,

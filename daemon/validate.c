@@ -282,10 +282,22 @@ static int prepare(opd_session_t *s, const opd_op_def_t *op,
 
   const msgpack_object *o_async = opd__mp_get(body, "async");
   uint64_t flags = 0;
-  if (o_async != NULL && (opd__mp_uint(o_async, &flags) != 0 ||
-                          (flags & ~(uint64_t)OPD_RUN_F_ALL) != 0))
+  if (o_async != NULL &&
+      (opd__mp_uint(o_async, &flags) != 0 ||
+       (flags & ~(uint64_t)(OPD_RUN_F_ALL | OPD_RUN_SLOT_MASK)) != 0))
     return opd__errf(err, OPD_EPROTO, "\"async\" must be an unsigned of "
-                     "OPD_RUN_F_* flags (ASYNC 1, WAIT 2, SIGNAL 4, FLAG 8)");
+                     "OPD_RUN_F_* flags (ASYNC 1, WAIT 2, SIGNAL 4, FLAG 8, "
+                     "WORD 16) and a WORD run's slot in bits 8..13");
+  uint64_t slot = (flags & OPD_RUN_SLOT_MASK) >> OPD_RUN_SLOT_SHIFT;
+  if ((flags & OPD_RUN_F_WORD) &&
+      ((flags & (OPD_RUN_F_WAIT | OPD_RUN_F_FLAG)) != (OPD_RUN_F_WAIT | OPD_RUN_F_FLAG) ||
+       slot == 0))
+    return opd__errf(err, OPD_EPROTO, "\"async\": WORD (16) needs WAIT (2) and "
+                     "FLAG (8), and a slot 1..%d in bits 8..13 (got 0x%llx)",
+                     OPD_RUN_WORD_SLOTS - 1, (unsigned long long)flags);
+  if (!(flags & OPD_RUN_F_WORD) && slot != 0)
+    return opd__errf(err, OPD_EPROTO, "\"async\": a slot in bits 8..13 "
+                     "without WORD (16) (got 0x%llx)", (unsigned long long)flags);
   job->flags = (uint32_t)flags;
   if (o_in != NULL && o_in->type != MSGPACK_OBJECT_NIL) {
     if (o_in->type != MSGPACK_OBJECT_ARRAY)

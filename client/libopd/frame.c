@@ -188,7 +188,7 @@ int opd__build_run(fbuf_t *b, int type, uint64_t id, const char *device,
     return opd__fail(OPD_EINVAL, "NULL tensor or attribute array with a count");
   size_t op_len = strlen(op), dev_len = device ? strlen(device) : 0;
   opd__frame_begin(b, NULL, type, id);
-  if (flags & ~OPD_RUN_F_ALL)
+  if (flags & ~(OPD_RUN_F_ALL | OPD_RUN_SLOT_MASK))
     return opd__fail(OPD_EINVAL, "run flags 0x%x: only OPD_RUN_ASYNC and "
                      "OPD_RUN_STREAM are known", flags);
   /* {"async"?: uint, "device"?: str, "op": str, "in": ...: one look for

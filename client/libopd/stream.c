@@ -93,6 +93,10 @@ static struct {
   cu_result (*mem_host_device_ptr)(cu_ptr_t *, void *, unsigned);
   cu_result (*mem_free_host)(void *);
   cu_result (*ctx_synchronize)(void);
+  /* optional (the client's words of WORD runs; without it, their events) */
+  cu_result (*memset_d32)(cu_ptr_t, unsigned, size_t, void *);
+  /* optional (an enqueued run on an idle stream waits for nothing) */
+  cu_result (*stream_query)(void *);
 } cu;
 enum { CU_ATTR_MPS_ENABLED = 133 }; /* CU_DEVICE_ATTRIBUTE_MPS_ENABLED */
 static pthread_once_t cu_once = PTHREAD_ONCE_INIT;
@@ -147,6 +151,9 @@ static void cu_load(void) {
       {(void **)&cu.mem_free_host, "cuMemFreeHost", NULL},
       {(void **)&cu.ctx_synchronize, "cuCtxSynchronize", NULL},
   };
+  cu.memset_d32 = (cu_result(*)(cu_ptr_t, unsigned, size_t, void *))dlsym(
+      h, "cuMemsetD32Async");
+  cu.stream_query = (cu_result(*)(void *))dlsym(h, "cuStreamQuery");
   cu.poll_ok = 1;
   for (size_t i = 0; i < sizeof poll / sizeof poll[0]; i++) {
     *poll[i].fn = dlsym(h, poll[i].name);
@@ -242,6 +249,14 @@ typedef struct {
   volatile uint32_t *err;        /* [0] 1: timed out, [1] the request */
   cu_ptr_t err_dev;
   int polled;                    /* a poll kernel queued (close syncs) */
+  /* WORD runs (the daemon said "words"): the stream of each slot, 1..
+   * n_slots; a run on it writes its id to the slot's word in the flag
+   * allocation before it (cuMemsetD32Async), which the daemon's stream
+   * polls. A slot is never given to another stream (its word only grows);
+   * streams past the last slot use the pool's events. */
+  int words;
+  int n_slots;
+  void *slot_stream[OPD_RUN_WORD_SLOTS];
 } cevents_t;
 
 #define LAZY 64      /* enqueued runs of a connection whose answers are
@@ -271,14 +286,19 @@ struct opd_cuda {
   uint64_t poll_ns;              /* the poll kernel's timeout
                                     (OPD_STREAM_POLL_TIMEOUT_MS) */
   int no_poll;                   /* OPD_STREAM_POLL=0 */
+  int no_words;                  /* OPD_STREAM_WORDS=0: events only */
+  int no_idle;                   /* OPD_STREAM_IDLE=0: always wait */
+  uint32_t wait_ms;              /* OPD_STREAM_WAIT_MS: the daemon's wait for
+                                    a word gives up after this (0: its own) */
   /* OPD_STREAM_TRACE: where ordered calls spend their time (tensors,
    * record, the run's round trip, the wait), printed at close */
   int trace;
   opd_steps_t steps;
+  uint64_t idle;                 /* enqueued runs whose stream was idle */
 };
 
-static const char *const trace_step[4] = {"tensors", "cuEventRecord",
-                                          "the run", "cuStreamWaitEvent"};
+static const char *const trace_step[4] = {"tensors", "cuEventRecord / the word",
+                                          "the run", "cuStreamWaitEvent / the poll"};
 
 /* OPD_STREAM_TRACE's lines (at close, and every 2000 calls) */
 static void trace_print(const struct opd_cuda *k) {
@@ -288,6 +308,9 @@ static void trace_print(const struct opd_cuda *k) {
             "us, %llu over 20 us\n", (unsigned long long)s->n, trace_step[i],
             s->sum[i] / 1000.0 / (double)s->n, s->max[i] / 1000.0,
             (unsigned long long)s->slow[i]);
+  if (s->n > 0)
+    fprintf(stderr, "opd: %llu enqueued calls found their stream idle (no "
+            "wait)\n", (unsigned long long)k->idle);
 }
 
 static pthread_mutex_t make_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -348,6 +371,13 @@ static struct opd_cuda *cuda_of(opd_client_t *c) {
     const char *to = getenv("OPD_STREAM_POLL_TIMEOUT_MS");
     long ms = to != NULL ? strtol(to, NULL, 10) : 0;
     k->poll_ns = (uint64_t)(ms > 0 ? ms : 10000) * 1000000u;
+    const char *w = getenv("OPD_STREAM_WORDS");
+    k->no_words = w != NULL && strcmp(w, "0") == 0;
+    const char *il = getenv("OPD_STREAM_IDLE");
+    k->no_idle = il != NULL && strcmp(il, "0") == 0;
+    const char *wm = getenv("OPD_STREAM_WAIT_MS");
+    long wms = wm != NULL ? strtol(wm, NULL, 10) : 0;
+    k->wait_ms = wms > 0 && wms <= 86400000 ? (uint32_t)wms : 0;
     __atomic_store_n(&c->cuda, k, __ATOMIC_RELEASE);
   }
   pthread_mutex_unlock(&make_mu);
@@ -482,11 +512,12 @@ typedef struct {
   const cu_ipc_t *event;
   int flag;                      /* ask for the session's flag word */
   const cu_ipc_t *pool;          /* ... and the pool's handles */
+  uint32_t wait_ms;              /* ... and WORD waits' timeout (0: none) */
 } stream_args_t;
 
 static void pack_stream(msgpack_packer *pk, const void *arg) {
   const stream_args_t *a = arg;
-  msgpack_pack_map(pk, a->flag ? 4 : 2);
+  msgpack_pack_map(pk, a->flag ? 4 + (a->wait_ms != 0) : 2);
   PACK_STR(pk, "device");
   PACK_STR(pk, a->device);
   PACK_STR(pk, "event");
@@ -498,6 +529,10 @@ static void pack_stream(msgpack_packer *pk, const void *arg) {
     PACK_STR(pk, "events");
     msgpack_pack_bin(pk, 64 * OPD_STREAM_EVENTS);
     msgpack_pack_bin_body(pk, a->pool, 64 * OPD_STREAM_EVENTS);
+    if (a->wait_ms != 0) {
+      PACK_STR(pk, "wait_ms");
+      msgpack_pack_uint32(pk, a->wait_ms);
+    }
   }
 }
 
@@ -597,7 +632,8 @@ static int events_for(opd_client_t *c, struct opd_cuda *k, int dev, void *ctx,
   char buf[16];
   int gpu = gpu_order(c, dev);
   static __thread cu_ipc_t ph[OPD_STREAM_EVENTS]; /* 4 KiB: not the stack */
-  stream_args_t a = {wire_name(dev, buf), &h, gpu && cu.poll_ok && !k->no_poll, ph};
+  stream_args_t a = {wire_name(dev, buf), &h, gpu && cu.poll_ok && !k->no_poll, ph,
+                     k->wait_ms};
   if (a.flag && (r = pool_make(e, ph)) != 0) {
     a.flag = 0;
     if (k->trace)
@@ -619,7 +655,12 @@ static int events_for(opd_client_t *c, struct opd_cuda *k, int dev, void *ctx,
         rc = opd__fail(OPD_EBACKEND, "opd_run_stream: the daemon's event does "
                        "not open here (cuIpcOpenEventHandle: %s)", cu_str(r));
     }
-    if (rc == 0 && a.flag) poll_setup(k, e, opd__mp_get(body, "flag"));
+    if (rc == 0 && a.flag) {
+      poll_setup(k, e, opd__mp_get(body, "flag"));
+      const msgpack_object *w = opd__mp_get(body, "words");
+      e->words = e->flag && cu.memset_d32 != NULL && !k->no_words && w != NULL &&
+                 w->type == MSGPACK_OBJECT_BOOLEAN && w->via.boolean;
+    }
   }
   opd__reply_free(&rep);
   if (rc != 0) {
@@ -639,7 +680,7 @@ static int events_for(opd_client_t *c, struct opd_cuda *k, int dev, void *ctx,
  * enqueue when gpu, at completion when not; with lazy not NULL it submits
  * a FLAG run, *lazy its id, and does not wait). */
 typedef int (*send_fn)(opd_client_t *c, const void *arg, int gpu,
-                       const char *wire, uint64_t *lazy);
+                       const char *wire, uint64_t *lazy, uint32_t extra);
 
 /* Reads the answers of the oldest enqueued runs until at most `keep` are
  * unread (k->mu held); the first error is kept for the next call. */
@@ -693,6 +734,16 @@ typedef struct {
   uint32_t n;
 } ptrs_t;
 
+/* The WORD slot of stream in e (k->mu held): its own, a new one, or 0 when
+ * all are taken (its runs wait through the pool's events). */
+static int slot_for(cevents_t *e, void *stream) {
+  for (int i = 1; i <= e->n_slots; i++)
+    if (e->slot_stream[i] == stream) return i;
+  if (e->n_slots + 1 >= OPD_RUN_WORD_SLOTS) return 0;
+  e->slot_stream[++e->n_slots] = stream;
+  return e->n_slots;
+}
+
 static int ordered(opd_client_t *c, const char *who, const char *device,
                    void *stream, send_fn send, const void *arg,
                    const ptrs_t *at, int lazy) {
@@ -735,14 +786,29 @@ static int ordered(opd_client_t *c, const char *who, const char *device,
     /* this id's pool event was last recorded for an id OPD_STREAM_EVENTS
      * before: that run's answer says the daemon queued its wait on it */
     uint64_t id = opd__new_id(c);
-    while (k->n_lazy > 0 && k->lazy[0] + OPD_STREAM_EVENTS <= id)
+    /* a stream whose work is all done (as if synchronized): the run needs
+     * no wait; else the stream's word, else an event of the pool */
+    int idle = cu.stream_query != NULL && !k->no_idle && cu.stream_query(stream) == 0;
+    int slot = !idle && e->words ? slot_for(e, stream) : 0;
+    while (!idle && slot == 0 && k->n_lazy > 0 && k->lazy[0] + OPD_STREAM_EVENTS <= id)
       lazy_reap(c, k, k->n_lazy - 1);
     if (k->trace) t[1] = opd__now_ns();
-    if ((r = cu.event_record(e->pool[id % OPD_STREAM_EVENTS], stream)) != 0)
+    if (idle) {
+      k->idle++;
+    } else if (slot != 0) { /* the stream's word: the daemon's stream polls it */
+      if ((r = cu.memset_d32(e->flag + (cu_ptr_t)slot * OPD_STREAM_SLOT_BYTES,
+                             (unsigned)id, 1, stream)) != 0)
+        rc = opd__fail(OPD_EBACKEND, "%s: cuMemsetD32Async on the caller's "
+                       "stream: %s", who, cu_str(r));
+    } else if ((r = cu.event_record(e->pool[id % OPD_STREAM_EVENTS], stream)) != 0) {
       rc = opd__fail(OPD_EBACKEND, "%s: cuEventRecord on the caller's "
                      "stream: %s", who, cu_str(r));
+    }
     if (k->trace) t[2] = opd__now_ns();
-    if (rc == 0) rc = send(c, arg, 1, wire, &id);
+    uint32_t extra = idle ? 0 : slot ? OPD_RUN_F_WAIT | OPD_RUN_F_WORD |
+                                           ((uint32_t)slot << OPD_RUN_SLOT_SHIFT)
+                                     : OPD_RUN_F_WAIT;
+    if (rc == 0) rc = send(c, arg, 1, wire, &id, extra);
     if (k->trace) t[3] = opd__now_ns();
     if (rc == 0) {
       uint32_t want = (uint32_t)id;
@@ -773,7 +839,7 @@ static int ordered(opd_client_t *c, const char *who, const char *device,
       rc = opd__fail(OPD_EBACKEND, "%s: cuEventRecord on the caller's "
                      "stream: %s", who, cu_str(r));
     if (k->trace) t[2] = opd__now_ns();
-    if (rc == 0) rc = send(c, arg, 1, wire, NULL);
+    if (rc == 0) rc = send(c, arg, 1, wire, NULL, 0);
     if (k->trace) t[3] = opd__now_ns();
     /* only a run the daemon took has recorded its event */
     if (rc == 0 && (r = cu.stream_wait_event(stream, e->theirs, 0)) != 0)
@@ -788,7 +854,7 @@ static int ordered(opd_client_t *c, const char *who, const char *device,
     if ((r = cu.stream_sync(stream)) != 0)
       rc = opd__fail(OPD_EBACKEND, "%s: cuStreamSynchronize: %s", who,
                      cu_str(r));
-    if (rc == 0) rc = send(c, arg, 0, wire, NULL);
+    if (rc == 0) rc = send(c, arg, 0, wire, NULL, 0);
   }
   ctx_leave(pushed);
   pthread_mutex_unlock(&k->mu);
@@ -803,11 +869,11 @@ typedef struct {
 } run_args_t;
 
 static int send_run(opd_client_t *c, const void *arg, int gpu,
-                    const char *wire, uint64_t *lazy) {
+                    const char *wire, uint64_t *lazy, uint32_t extra) {
   const run_args_t *a = arg;
   if (lazy != NULL) /* *lazy: the id, given */
-    return opd__submit_flags_id(c, wire, OPD_RUN_F_ASYNC | OPD_RUN_F_WAIT |
-                                OPD_RUN_F_FLAG, a->op, a->in, a->n_in, a->out,
+    return opd__submit_flags_id(c, wire, OPD_RUN_F_ASYNC | OPD_RUN_F_FLAG | extra,
+                                a->op, a->in, a->n_in, a->out,
                                 a->n_out, a->attrs, a->n_attrs, *lazy);
   return opd__run_flags(c, wire, gpu ? OPD_RUN_F_ASYNC | OPD_RUN_F_WAIT |
                         OPD_RUN_F_SIGNAL : 0, a->op, a->in, a->n_in, a->out,
@@ -859,8 +925,9 @@ int opd_enqueue_stream_ptrs(opd_client_t *c, const char *device, void *stream,
 }
 
 static int send_prepared(opd_client_t *c, const void *arg, int gpu,
-                         const char *wire, uint64_t *lazy) {
-  (void)wire, (void)lazy; /* the prepared frame names it (opd__cuda_wire) */
+                         const char *wire, uint64_t *lazy, uint32_t extra) {
+  (void)wire, (void)lazy, (void)extra; /* the prepared frame names it
+                                          (opd__cuda_wire) */
   int rc = opd_run_prepared(c, arg); /* answered at enqueue */
   return rc == 0 && !gpu ? opd_synchronize(c) : rc;
 }

@@ -61,6 +61,8 @@ typedef struct opd_stream_req {
   const void *events;
   uint32_t n_events;
   int flag;
+  uint32_t wait_ms;              /* WORD waits give up after this; 0: the
+                                    daemon's --stream-wait-ms */
 } opd_stream_req_t;
 
 /* ... and its reply: the daemon's event's handle; with flag, the flag
@@ -68,6 +70,7 @@ typedef struct opd_stream_req {
 typedef struct opd_stream_rep {
   unsigned char event[64];
   unsigned char flag[64];
+  int words;                     /* WORD runs can wait on the client's words */
 } opd_stream_rep_t;
 
 typedef struct opd_backend {

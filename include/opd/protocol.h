@@ -75,6 +75,16 @@
  *                   after the session's earlier runs: the client's stream
  *                   polls the word (a kernel of its own), so the client
  *                   need not wait for the reply before its stream goes on.
+ *                   WORD (with WAIT and FLAG; STREAM's reply said "words":
+ *                   true): WAIT polls, on the GPU, the client's word of
+ *                   slot S = (async >> 8) & 63 (1..63) in the flag
+ *                   allocation until it reaches the request id's low 32
+ *                   bits (the client's stream writes it there before the
+ *                   run, cuMemsetD32Async), not the pool event; a wait
+ *                   longer than STREAM's "wait_ms" (default and most:
+ *                   --stream-wait-ms) gives up, the run goes ahead and
+ *                   fails with ETIMEDOUT, and the session's later WORD
+ *                   waits give up at once.
  *   INFER           same body as RUN without "out" -> {"out": [[dtype,
  *                   [shape]]]}: the outputs RUN would expect. Tensors' arena
  *                   and offset are not checked.
@@ -229,8 +239,16 @@ typedef enum {
 #define OPD_RUN_F_WAIT 0x2u    /* wait for the client's STREAM event first */
 #define OPD_RUN_F_SIGNAL 0x4u  /* record the daemon's STREAM event after */
 #define OPD_RUN_F_FLAG 0x8u    /* write the request id to the STREAM flag */
+#define OPD_RUN_F_WORD 0x10u   /* WAIT polls the client's word of a slot */
 #define OPD_STREAM_EVENTS 64   /* STREAM "events": at most this many */
-#define OPD_RUN_F_ALL 0xfu
+#define OPD_RUN_F_ALL 0x1fu
+/* A WORD run's slot (1..OPD_RUN_WORD_SLOTS-1) in bits 8..13 of "async" */
+#define OPD_RUN_SLOT_SHIFT 8
+#define OPD_RUN_WORD_SLOTS 64
+#define OPD_RUN_SLOT_MASK (0x3fu << OPD_RUN_SLOT_SHIFT)
+/* ... whose word (32 bits) is at byte slot * OPD_STREAM_SLOT_BYTES of the
+ * session's flag allocation (the daemon's own word is at byte 0) */
+#define OPD_STREAM_SLOT_BYTES 128
 
 /* Error codes: X(name, value, default message). 0 is success. */
 #define OPD_ERRNO_MAP(X)                                          \

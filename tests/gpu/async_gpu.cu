@@ -372,6 +372,73 @@ int main(int argc, char **argv) {
           rc ? opd_last_error() : opd_errname(r4), r4 ? opd_last_error() : "");
     CHECK(opd_synchronize(c2) == 0, "told once");
     opd_close(c2);
+
+    /* the daemon's GPU wait for the client's stream (its word, where the
+     * daemon offers them) gives up after STREAM's wait_ms (200 ms here,
+     * behind a 1 s kernel of the client): the run goes ahead, and the next
+     * synchronization says why */
+    setenv("OPD_STREAM_WAIT_MS", "200", 1);
+    opd_client_t *c3;
+    opd_tensor_t x3 = vec(N), y3 = vec(N);
+    rc = opd_connect(sock, &c3);
+    if (rc == 0) rc = opd_tensor_cuda(c3, "cuda:0", x, &x3); /* reads it */
+    unsetenv("OPD_STREAM_WAIT_MS");
+    if (rc == 0) rc = opd_tensor_cuda(c3, "cuda:0", y, &y3);
+    if (rc == 0) rc = opd_run_stream(c3, "cuda:0", s, "relu", &x3, 1, &y3, 1, NULL, 0);
+    cudaStreamSynchronize(s);
+    double t0 = now_ms();
+    slow_fill<<<64, 256, 0, s>>>(x, N, 4.0f, ms20 * 50);
+    if (rc == 0) rc = opd_enqueue_stream(c3, "cuda:0", s, "relu", &x3, 1, &y3, 1, NULL, 0);
+    int r5 = rc == 0 ? opd_synchronize(c3) : rc; /* the daemon's side only */
+    double t_sync = now_ms() - t0;
+    const char *why5 = opd_last_error();
+    int words = r5 == OPD_ETIMEDOUT && strstr(why5, "gave up after 200 ms") != NULL;
+    CHECK(rc == 0 && (words || r5 == 0),
+          "a run whose client's stream is slower than STREAM's wait_ms: %s "
+          "after %.0f ms (%s)", words ? "ETIMEDOUT" : opd_errname(r5), t_sync,
+          r5 ? why5 : "no words here: waited through the event");
+    if (words)
+      printf("note: the daemon waits on the clients' words here (its wait "
+             "gave up after 200 ms, opd_synchronize returned after %.0f ms)\n",
+             t_sync);
+    cudaStreamSynchronize(s);
+    opd_close(c3);
+
+    /* more streams than a connection has words (63): the later ones order
+     * through the pool's events; every stream's result right */
+    enum { NS = 70, SN = 4096 };
+    cudaStream_t ss[NS];
+    float *buf;
+    cudaMalloc((void **)&buf, sizeof(float) * 3 * NS * SN);
+    int bad_s = 0, rc_s = 0;
+    for (int i = 0; i < NS; i++) cudaStreamCreateWithFlags(&ss[i], cudaStreamNonBlocking);
+    for (int round = 0; round < 2 && rc_s == 0; round++) {
+      for (int i = 0; i < NS && rc_s == 0; i++) {
+        float *xi = buf + (size_t)i * 3 * SN, *yi = xi + SN, *zi = yi + SN;
+        opd_tensor_t txi = vec(SN), tyi = vec(SN);
+        rc_s = opd_tensor_cuda(c, "cuda:0", xi, &txi);
+        if (rc_s == 0) rc_s = opd_tensor_cuda(c, "cuda:0", yi, &tyi);
+        slow_fill<<<16, 256, 0, ss[i]>>>(xi, SN, (float)(i + round), i % 7 == 0 ? ms20 / 20 : 0);
+        if (rc_s == 0)
+          rc_s = opd_enqueue_stream(c, "cuda:0", ss[i], "relu", &txi, 1, &tyi, 1, NULL, 0);
+        twice<<<16, 256, 0, ss[i]>>>(yi, zi, SN);
+      }
+      cudaDeviceSynchronize();
+      for (int i = 0; i < NS; i++) {
+        float hz[8];
+        cudaMemcpy(hz, buf + (size_t)i * 3 * SN + 2 * SN, sizeof hz, cudaMemcpyDeviceToHost);
+        for (int j = 0; j < 8; j++) {
+          float v = (float)(i + round) - (float)j;
+          bad_s += hz[j] != 2.0f * (v > 0 ? v : 0.0f);
+        }
+      }
+    }
+    if (rc_s == 0) rc_s = opd_synchronize(c);
+    CHECK(rc_s == 0 && bad_s == 0, "%d streams of one connection, twice (63 "
+          "with words, the rest through events): %d values wrong, %s", NS,
+          bad_s, rc_s ? opd_last_error() : "ok");
+    for (int i = 0; i < NS; i++) cudaStreamDestroy(ss[i]);
+    cudaFree(buf);
   } else {
     CHECK(rc == OPD_ENOOP, "host order: enqueue is opd_run_stream, the unknown "
           "op the call's error: %s", opd_errname(rc));

@@ -927,21 +927,35 @@ static void bench_matmul(void) {
   }
 }
 
-/* conv2d 3x3 stride 1 padding 1 on four shapes, float32 and bfloat16,
- * every variant (igemm with its tile chosen by size, as AUTO runs it). */
+static int conv_auto(opd_kcall_t *c, const opd_cuda_ctx_t *x) {
+  return opd__conv2d_cuda_variant(c, x, OPD_CONV_AUTO);
+}
+
+/* conv2d 3x3 padding 1: four shapes at stride 1 in float32 and bfloat16,
+ * and the 3x3 convolutions of ResNet-18 at batch 8 (224x224 input;
+ * bench/bench_models.py's resnet18conv) in float32, stride 1 and 2; every
+ * variant that takes the shape (igemm with its tile chosen by size, as
+ * AUTO runs it), and AUTO itself. */
 static void bench_conv2d(void) {
   if (!wanted("conv2d")) return;
-  struct { int64_t N, C, HW, K; } cases[] = {{1, 3, 224, 64}, {1, 64, 56, 64}, {8, 256, 14, 256},
-                                             {32, 64, 56, 64}};
+  struct { int64_t N, C, HW, K, st; bool half; } cases[] = {
+      {1, 3, 224, 64, 1, true},   {1, 64, 56, 64, 1, true},  {8, 256, 14, 256, 1, true},
+      {32, 64, 56, 64, 1, true},  {8, 64, 56, 64, 1, false}, {8, 64, 56, 128, 2, false},
+      {8, 128, 28, 128, 1, false}, {8, 128, 28, 256, 2, false}, {8, 256, 14, 512, 2, false},
+      {8, 512, 7, 512, 1, false}};
   struct { const char *name; cuda_fn fn; } variants[] = {
-      {"direct3x3", conv_direct}, {"im2col", conv_im2col}, {"igemm", conv_igemm}};
+      {"direct3x3", conv_direct}, {"im2col", conv_im2col}, {"igemm", conv_igemm},
+      {"auto", conv_auto}};
   const int dts[2] = {OPD_DTYPE_FLOAT32, OPD_DTYPE_BFLOAT16};
   for (int dt : dts)
     for (auto &k : cases)
       for (auto &v : variants) {
+        if (dt != OPD_DTYPE_FLOAT32 && !k.half) continue;
+        if (v.fn == conv_direct && k.st != 1) continue;
         opd_kcall_t c;
         call_init(&c, "conv2d");
         attr(&c, "padding")->ints[0] = 1;
+        attr(&c, "stride")->ints[0] = k.st;
         int64_t sx[4] = {k.N, k.C, k.HW, k.HW}, sw[4] = {k.K, k.C, 3, 3}, sbias[1] = {k.K};
         c.n_in = 3;
         set_view(&c.in[0], dt, 4, sx, dev_rand(dt, k.N * k.C * k.HW * k.HW, -1, 1));
@@ -951,11 +965,12 @@ static void bench_conv2d(void) {
         CK(cudaMalloc(&c.out[0].data, (size_t)c.out[0].numel * opd__dtype_size(dt)));
         ensure_workspace(cuda_workspace(&c));
         double us = time_us([&] { run_or_die(&c, v.fn); });
-        double fl = 2.0 * k.N * k.K * k.HW * k.HW * k.C * 9;
-        printf("bench op=conv2d variant=%s dtype=%s shape=N%lld_C%lld_%lldx%lld_K%lld us=%.1f "
+        int64_t PQ = c.out[0].shape[2] * c.out[0].shape[3];
+        double fl = 2.0 * k.N * k.K * PQ * k.C * 9;
+        printf("bench op=conv2d variant=%s dtype=%s shape=N%lld_C%lld_%lldx%lld_K%lld%s us=%.1f "
                "tflops=%.2f\n",
                v.name, opd__kdtype_name(dt), (long long)k.N, (long long)k.C, (long long)k.HW,
-               (long long)k.HW, (long long)k.K, us, fl / (us * 1e6));
+               (long long)k.HW, (long long)k.K, k.st == 2 ? "_s2" : "", us, fl / (us * 1e6));
         fflush(stdout);
         for (int i = 0; i < 3; i++) CK(cudaFree(c.in[i].data));
         CK(cudaFree(c.out[0].data));

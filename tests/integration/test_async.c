@@ -123,13 +123,42 @@ Test(async, raw_requests_get_clear_errors) {
   th_pack_str(&p, "out");
   msgpack_pack_array(&p.pk, 0);
   th_pack_str(&p, "async");
-  msgpack_pack_uint32(&p.pk, 16);
+  msgpack_pack_uint32(&p.pk, 32);
   th_raw_request(fd, OPD_MSG_RUN, 2, p.sb.data, p.sb.size, -1);
   th_pack_free(&p);
   cr_assert_eq(th_raw_reply(fd, &r, 2000), 0);
   cr_assert_eq(r.code, OPD_EPROTO, "%d %s", r.code, r.message);
   cr_assert(strstr(r.message, "\"async\" must be an unsigned of OPD_RUN_F_") !=
                 NULL, "%s", r.message);
+
+  /* WORD (the client's word of a slot) needs WAIT, FLAG and a slot; a slot
+   * needs WORD; a well-formed WORD run gets past the flags */
+  const uint32_t ord = OPD_RUN_F_ASYNC | OPD_RUN_F_WAIT | OPD_RUN_F_FLAG;
+  const struct { uint32_t flags; int code; const char *msg; } wd[] = {
+      {OPD_RUN_F_WORD | (5u << OPD_RUN_SLOT_SHIFT), OPD_EPROTO, "WORD (16) needs WAIT (2)"},
+      {ord | OPD_RUN_F_WORD, OPD_EPROTO, "and a slot 1..63 in bits 8..13"},
+      {ord | (5u << OPD_RUN_SLOT_SHIFT), OPD_EPROTO, "a slot in bits 8..13 without WORD"},
+      {ord | OPD_RUN_F_WORD | (64u << OPD_RUN_SLOT_SHIFT), OPD_EPROTO,
+       "\"async\" must be an unsigned of OPD_RUN_F_"},
+      {ord | OPD_RUN_F_WORD | (63u << OPD_RUN_SLOT_SHIFT), OPD_EARITY, "expects 1 input"},
+  };
+  for (int k = 0; k < 5; k++) {
+    th_pack_init(&p);
+    msgpack_pack_map(&p.pk, 4);
+    th_pack_str(&p, "op");
+    th_pack_str(&p, "relu");
+    th_pack_str(&p, "in");
+    msgpack_pack_array(&p.pk, 0);
+    th_pack_str(&p, "out");
+    msgpack_pack_array(&p.pk, 0);
+    th_pack_str(&p, "async");
+    msgpack_pack_uint32(&p.pk, wd[k].flags);
+    th_raw_request(fd, OPD_MSG_RUN, 2, p.sb.data, p.sb.size, -1);
+    th_pack_free(&p);
+    cr_assert_eq(th_raw_reply(fd, &r, 2000), 0);
+    cr_assert_eq(r.code, wd[k].code, "case %d: %d %s", k, r.code, r.message);
+    cr_assert(strstr(r.message, wd[k].msg) != NULL, "case %d: %s", k, r.message);
+  }
 
   th_pack_init(&p);
   msgpack_pack_map(&p.pk, 2);
@@ -179,15 +208,22 @@ Test(async, raw_requests_get_clear_errors) {
   /* STREAM asking for the flag word: its body is checked first (EPROTO
    * naming what is wrong), then the device (none here) */
   static const char zeros[65 * 64];
-  const struct { int flag_kind; uint32_t events; int code; const char *msg; } st[] = {
-      {1, 0, OPD_EPROTO, "\"flag\" must be true or false"},
-      {0, 0, OPD_EPROTO, "\"flag\" needs \"events\": 1..64 event handles"},
-      {0, 65, OPD_EPROTO, "\"flag\" needs \"events\": 1..64 event handles"},
-      {0, 64, OPD_EDEVICE, "is not available"},
+  const struct { int flag_kind; uint32_t events; int64_t wait_ms; int code; const char *msg; } st[] = {
+      {1, 0, -1, OPD_EPROTO, "\"flag\" must be true or false"},
+      {0, 0, -1, OPD_EPROTO, "\"flag\" needs \"events\": 1..64 event handles"},
+      {0, 65, -1, OPD_EPROTO, "\"flag\" needs \"events\": 1..64 event handles"},
+      {0, 64, 0, OPD_EPROTO, "\"wait_ms\" must be 1..60000 (the daemon's --stream-wait-ms)"},
+      {0, 64, 60001, OPD_EPROTO, "\"wait_ms\" must be 1..60000"},
+      {0, 64, 100, OPD_EDEVICE, "is not available"},
+      {0, 64, -1, OPD_EDEVICE, "is not available"},
   };
-  for (int k = 0; k < 4; k++) {
+  for (int k = 0; k < 7; k++) {
     th_pack_init(&p);
-    msgpack_pack_map(&p.pk, st[k].events ? 4 : 3);
+    msgpack_pack_map(&p.pk, (st[k].events ? 4 : 3) + (st[k].wait_ms >= 0));
+    if (st[k].wait_ms >= 0) {
+      th_pack_str(&p, "wait_ms");
+      msgpack_pack_int64(&p.pk, st[k].wait_ms);
+    }
     th_pack_str(&p, "device");
     th_pack_str(&p, "cuda:0");
     th_pack_str(&p, "event");

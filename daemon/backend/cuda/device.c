@@ -97,6 +97,25 @@ static int dev_init(cuda_dev_t *d, int index, opd_err_t *err) {
     return opd__errf(err, OPD_EBACKEND, "cublasLtCreate failed");
   }
   d->lt = lt;
+  /* WORD waits' timeout board: without it (no mapped pinned memory) the
+   * clients' streams are waited for through their events */
+  void *b = NULL, *bd = NULL;
+  if (cudaHostAlloc(&b, sizeof(opd_cuda_board_t),
+                    cudaHostAllocMapped | cudaHostAllocPortable) == cudaSuccess &&
+      cudaHostGetDevicePointer(&bd, b, 0) == cudaSuccess) {
+    memset(b, 0, sizeof(opd_cuda_board_t));
+    d->board = b;
+    d->board_dev = bd;
+  } else {
+    (void)cudaGetLastError();
+    if (b != NULL) cudaFreeHost(b);
+    LOG_WARN("cuda:%d: no mapped pinned memory for the timeout board: enqueued "
+             "runs wait for their clients' streams through events", index);
+  }
+  LOG_INFO("cuda:%d: enqueued runs: the daemon's flag word written by %s; the "
+           "clients' streams waited for through %s", index,
+           opd__cuda_set_flag_how() ? "cuMemsetD32Async" : "a kernel",
+           d->board != NULL ? "their words (a poll kernel)" : "events");
   return 0;
 }
 
@@ -173,6 +192,7 @@ static void cuda_shutdown(opd_server_t *srv) {
     cudaStreamSynchronize(d->util);
     cublasLtDestroy((cublasLtHandle_t)d->lt);
     cudaStreamDestroy(d->util);
+    if (d->board != NULL) cudaFreeHost(d->board);
   }
   opd__cu_events_free(srv);
   pthread_cond_destroy(&st->cv);

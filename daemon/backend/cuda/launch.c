@@ -114,7 +114,7 @@ static int open_events(int dev, const unsigned char *h, uint32_t n,
  * its runs: the utility stream only ever holds short zeroings). */
 static cudaError_t flag_zero(cuda_state_t *st, int dev, void *p) {
   cudaStream_t u = st->dev[dev].util;
-  cudaError_t e = cudaMemsetAsync(p, 0, 64, u);
+  cudaError_t e = cudaMemsetAsync(p, 0, OPD_CUDA_FLAG_ZERO, u);
   return e == cudaSuccess ? cudaStreamSynchronize(u) : e;
 }
 
@@ -212,9 +212,12 @@ int opd__cu_stream(opd_session_t *s, int dev, const opd_stream_req_t *rq,
     for (int i = 0; i < cs->n_pool; i++) cudaEventDestroy(cs->pool[i]);
     memcpy(cs->pool, pool, sizeof pool[0] * rq->n_events);
     cs->n_pool = (int)rq->n_events;
+    cs->wait_ns = (uint64_t)(rq->wait_ms ? rq->wait_ms : s->srv->cfg.limits.stream_wait_ms) *
+                  1000000u;
   }
   memcpy(rp->event, cs->signal_handle, 64);
   if (rq->flag) memcpy(rp->flag, cs->flag_handle, 64);
+  rp->words = rq->flag && st->dev[dev].board != NULL;
   return 0;
 }
 
@@ -229,6 +232,31 @@ static cudaError_t flag_write(cuda_sess_t *cs, uint32_t value) {
  * refused while this one was queued (validate.c), which covers both. */
 static uint32_t flag_of(const opd_job_t *job) {
   return (uint32_t)(job->flag_after ? job->flag_after : job->req_id);
+}
+
+/* A WORD run's wait (include/opd/protocol.h): the session's stream polls
+ * the client's word of the run's slot for the request id. */
+static cudaError_t word_wait(const cuda_dev_t *d, cuda_sess_t *cs,
+                             const opd_job_t *job, unsigned sid) {
+  unsigned slot = (job->flags & OPD_RUN_SLOT_MASK) >> OPD_RUN_SLOT_SHIFT;
+  return (cudaError_t)opd__cuda_wait_word(
+      cs->stream, cs->flag + slot * OPD_CUDA_SLOT_WORDS, (unsigned)job->req_id,
+      cs->flag + OPD_CUDA_STICKY_WORD, d->board_dev, sid, cs->wait_ns);
+}
+
+/* Whether job's WORD wait gave up (its record on the device's board, read
+ * once the run completed): then the run fails with ETIMEDOUT. */
+int opd__cu_word_timed_out(cuda_state_t *st, opd_job_t *job) {
+  const opd_cuda_board_t *b = st->dev[job->device].board;
+  if (!(job->flags & OPD_RUN_F_WORD) || b == NULL) return 0;
+  unsigned n = __atomic_load_n(&b->n, __ATOMIC_ACQUIRE);
+  if (n == 0) return 0;
+  unsigned long long want = ((unsigned long long)(unsigned)job->s->id << 32) |
+                            (unsigned)job->req_id;
+  unsigned k = n < OPD_CUDA_BOARD_RECS ? n : OPD_CUDA_BOARD_RECS;
+  for (unsigned i = 0; i < k; i++)
+    if (((volatile const unsigned long long *)b->rec)[i] == want) return 1;
+  return 0;
 }
 
 void opd__cu_signal(opd_session_t *s, int dev, uint32_t value) {
@@ -337,6 +365,12 @@ int opd__cu_launch(opd_job_t *job) {
                    "did not ask for one", dev, dev);
     goto out;
   }
+  if ((job->flags & OPD_RUN_F_WORD) && d->board == NULL) {
+    rc = opd__errf(&err, OPD_ESTATE, "cuda:%d: the run asks to wait on the "
+                   "client's word (async WORD), but STREAM's reply said "
+                   "\"words\": false", dev);
+    goto out;
+  }
   job->t_start = opd__now_ns();
 
 #define STEP(x)                                                      \
@@ -351,7 +385,10 @@ int opd__cu_launch(opd_job_t *job) {
 
   uint64_t t_step[5] = {job->t_start}; /* the ordered steps' ends */
   /* the client's work queued before the run, on the GPU */
-  if (job->flags & OPD_RUN_F_WAIT) /* a FLAG run: its event of the pool */
+  if (job->flags & OPD_RUN_F_WORD) { /* the client's word of its slot */
+    cj->wait_ms = (uint32_t)(cs->wait_ns / 1000000u);
+    STEP(word_wait(d, cs, job, (unsigned)s->id));
+  } else if (job->flags & OPD_RUN_F_WAIT) /* a FLAG run: its event of the pool */
     STEP(cudaStreamWaitEvent(stream, (job->flags & OPD_RUN_F_FLAG)
                                          ? cs->pool[job->req_id % (uint64_t)cs->n_pool]
                                          : cs->wait_ev, 0));

@@ -157,6 +157,14 @@ static void reply_done(opd_server_t *srv, opd_job_t *list) {
       snprintf(job->call.err, sizeof job->call.err, "cuda:%d: %s",
                job->device, cudaGetErrorString(e));
       if (is_sticky(e)) srv->poisoned(srv, cudaGetErrorString(e));
+    } else if (opd__cu_word_timed_out(st, job)) {
+      job->rc = OPD_ETIMEDOUT;
+      snprintf(job->call.err, sizeof job->call.err, "cuda:%d: the GPU wait "
+               "for the client's stream to reach this run gave up after %llu "
+               "ms (the stream stopped, or is that far behind; STREAM "
+               "\"wait_ms\", --stream-wait-ms): the run went ahead without "
+               "the work queued before it", job->device,
+               (unsigned long long)cuda_job(job)->wait_ms);
     }
     st->dev_inflight[job->device]--;
     if (--st->inflight == 0) uv_unref((uv_handle_t *)&st->async);

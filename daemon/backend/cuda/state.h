@@ -16,6 +16,7 @@
 
 #include "daemon/backend/backend.h"
 #include "daemon/server.h"
+#include "kernels/cuda/cuda.h"
 
 typedef struct cuda_dev {
   int index;                     /* CUDA device ordinal */
@@ -27,6 +28,10 @@ typedef struct cuda_dev {
   int prio_low, prio_high;       /* stream priority range */
   int mps;                       /* its contexts are shared through MPS */
   char uuid[48];                 /* "GPU-xxxxxxxx-xxxx-...", as nvidia-smi */
+  opd_cuda_board_t *board;       /* the timeout board of WORD waits (pinned,
+                                    mapped; freed at exit), or NULL: no WORD
+                                    runs on this device */
+  opd_cuda_board_t *board_dev;   /* ... its device address */
 } cuda_dev_t;
 
 /* A client's IPC handle opened for one session. */
@@ -124,7 +129,11 @@ typedef struct cuda_sess {
   cudaEvent_t pool[OPD_STREAM_EVENTS]; /* the client's, FLAG runs wait on
                                     pool[id % n_pool] */
   int n_pool;
+  uint64_t wait_ns;              /* a WORD run's wait gives up after this */
 } cuda_sess_t;
+
+/* Whether job's WORD wait gave up (launch.c). */
+int opd__cu_word_timed_out(cuda_state_t *st, opd_job_t *job);
 
 /* A flag word whose session ended: kept (never cudaFree'd while the
  * daemon serves: cudaFree waits for the whole device, and a stream
@@ -149,6 +158,7 @@ typedef struct cuda_job {
   const opd_op_def_t *kernel;    /* the op row whose ->cuda runs */
   cudaEvent_t event;             /* recorded after its work */
   int status;                    /* cudaError_t the stream reported */
+  uint32_t wait_ms;              /* a WORD run: its wait's timeout */
   uint64_t t_launched;           /* its work queued (event recorded) */
   uint64_t t_seen;               /* its event seen complete */
   /* host tensors are staged through device scratch */
