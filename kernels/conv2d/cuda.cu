@@ -44,7 +44,10 @@
  * blocks per SM and C*R*S >= 1024 (float32) / 512 (half types), where
  * cuBLASLt's split-K keeps the GPU busy; 3x3 stride 1 that igemm cannot
  * take (half types before sm_80, past its int32 indexing) -> direct3x3;
- * the rest (stride or dilation > 1) -> im2col. direct3x3 is never AUTO's
+ * float32 with a stride (dilation 1) where igemm's tile L gives 0.7 blocks
+ * per SM -> igemm; the rest (stride or dilation > 1) -> im2col. float32
+ * igemm takes tile L from 0.7 blocks per SM (igemm_f32_large), else the
+ * largest giving 2 blocks per SM. direct3x3 is never AUTO's
  * choice where igemm runs: it wins only at C = 3 float32, by 5%.
  * cuDNN would be the library that does conv well, but it is not on the
  * GPU machine (no cudnn headers or libs there).
@@ -210,10 +213,22 @@ static int64_t igemm_blocks(const conv_plan_t *p, bool half, int t) {
   return (p->K + bm - 1) / bm * ((p->N * p->P * p->Q + bn - 1) / bn);
 }
 
+/* float32: tile L (8x8 outputs a thread) as soon as it gives 0.7 blocks
+ * per SM: its register reuse beats the parallelism of the smaller tiles
+ * even at less than one wave (H200, ResNet-18's 3x3 convs at batch 8, us,
+ * gpu_kernels --bench: N8 C128 28x28 K128 L 135.8 (98 blocks) / M 152.2 /
+ * S 161.4; N8 C64 56x56 K64 L 111.6 (196) / M 115.2; C64 56x56 K128
+ * stride 2 L 76.4 (98) / im2col 83.2; at 52 blocks L loses: C256 14x14
+ * K256 L 253.6 / S 170.5). */
+static bool igemm_f32_large(const conv_plan_t *p, int sms) {
+  return igemm_blocks(p, false, OPD_IGEMM_TILE_L) * 10 >= 7 * (int64_t)sms;
+}
+
 /* The largest tile that still gives every SM two blocks, else the
  * smallest: small images and few channels need the parallelism more than
- * the reuse of a large tile. */
+ * the reuse of a large tile (float32: L from 0.7 blocks per SM). */
 static int igemm_tile(const conv_plan_t *p, bool half, int sms) {
+  if (!half && igemm_f32_large(p, sms)) return OPD_IGEMM_TILE_L;
   for (int t = OPD_IGEMM_TILE_L; t < OPD_IGEMM_TILE_S; t++)
     if (igemm_blocks(p, half, t) >= 2 * (int64_t)sms) return t;
   return OPD_IGEMM_TILE_S;
@@ -253,6 +268,11 @@ static int auto_variant(const conv_plan_t *p, int32_t dtype, int sms, int cc_maj
   if (p->sh == 1 && p->sw == 1 && p->dh == 1 && p->dw == 1 && igemm_fits(p) &&
       (!half || cc_major >= 8))
     return igemm_small_grid(p, half, sms) ? OPD_CONV_IM2COL : OPD_CONV_IGEMM;
+  /* float32 with a stride, tile L filling the GPU: igemm (C64 56x56 K128
+   * stride 2: 76.4 us against im2col's 83.2; with fewer blocks im2col's
+   * split-K wins: C128 28x28 K256 stride 2, im2col 75.9 against 89.5) */
+  if (!half && p->dh == 1 && p->dw == 1 && igemm_fits(p) && igemm_f32_large(p, sms))
+    return OPD_CONV_IGEMM;
   if (is_direct(p)) return OPD_CONV_DIRECT3X3;
   return OPD_CONV_IM2COL;
 }

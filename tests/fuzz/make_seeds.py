@@ -247,6 +247,14 @@ def session_seeds():
         "events": b"\x00" * 128})), frame(req(RUN, 103, {
             "op": "nope", "device": "cuda:0", "async": 11})),
         frame(req(RUN, 104, {"op": "relu", "async": 8})), frame(req(SYNC, 105, {})))
+    # session 10: STREAM's wait_ms, WORD runs with slots (good and bad)
+    s["stream_words_no_device"] = session(ab, frame(req(STREAM, 106, {
+        "device": "cuda:0", "event": b"\x00" * 64, "flag": True,
+        "events": b"\x00" * 64, "wait_ms": 5})), *[frame(req(RUN, 107 + k, {
+            "op": "relu", "in": [t(A, 0, [64])], "out": [t(B, 0, [64])],
+            "async": f})) for k, f in enumerate((27 | 5 << 8, 27 | 63 << 8, 27 | 64 << 8,
+                                                 16 | 1 << 8, 11 | 3 << 8, 27))],
+        frame(req(SYNC, 120, {})), cmd(READ))
     s["unread_replies"] = session(hello, *[frame(req(OPS, 70 + k, {})) for k in range(6)],
                                   cmd(TURNS, b"\x08"))
     s["inflight_limit_pool"] = session(P_HELLO | P_ARENA_A | P_POOL,

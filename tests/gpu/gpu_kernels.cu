@@ -935,7 +935,7 @@ static int conv_auto(opd_kcall_t *c, const opd_cuda_ctx_t *x) {
  * and the 3x3 convolutions of ResNet-18 at batch 8 (224x224 input;
  * bench/bench_models.py's resnet18conv) in float32, stride 1 and 2; every
  * variant that takes the shape (igemm with its tile chosen by size, as
- * AUTO runs it), and AUTO itself. */
+ * AUTO runs it, and with each tile forced), and AUTO itself. */
 static void bench_conv2d(void) {
   if (!wanted("conv2d")) return;
   struct { int64_t N, C, HW, K, st; bool half; } cases[] = {
@@ -945,6 +945,7 @@ static void bench_conv2d(void) {
       {8, 512, 7, 512, 1, false}};
   struct { const char *name; cuda_fn fn; } variants[] = {
       {"direct3x3", conv_direct}, {"im2col", conv_im2col}, {"igemm", conv_igemm},
+      {"igemm:L", conv_igemm_l}, {"igemm:M", conv_igemm_m}, {"igemm:S", conv_igemm_s},
       {"auto", conv_auto}};
   const int dts[2] = {OPD_DTYPE_FLOAT32, OPD_DTYPE_BFLOAT16};
   for (int dt : dts)
