@@ -363,12 +363,19 @@ int opd_run_stream_ptrs(opd_client_t *c, const char *device, void *stream,
                         uint32_t n_attrs);
 
 /* opd_run_stream and opd_run_stream_ptrs WITHOUT WAITING FOR THE DAEMON'S
- * ANSWER: the call records the event on `stream`, sends the run, and puts
- * a one-thread kernel of libopd's on `stream` that waits, on the GPU, for
- * the daemon's stream to write the run's request id to the session's flag
- * word (device memory of the daemon, mapped here by IPC handle), so work
- * queued on `stream` later still waits for the run. The call costs the
- * caller about a kernel launch instead of a round trip to the daemon.
+ * ANSWER: the call marks its place on `stream` (nothing when the stream is
+ * idle; else a 4-byte cuMemsetD32Async of the run's id into the stream's
+ * word of the session's flag allocation, which the daemon's stream polls
+ * before the run, or for a connection's 64th stream and later an
+ * interprocess event), sends the run, and puts a one-thread kernel of
+ * libopd's on `stream` that waits, on the GPU, for the daemon's stream to
+ * write the run's request id to the daemon's word (device memory of the
+ * daemon, mapped here by IPC handle), so work queued on `stream` later
+ * still waits for the run. The call costs the caller about a kernel
+ * launch instead of a round trip to the daemon. If `stream` does not
+ * reach the run within the session's wait (OPD_STREAM_WAIT_MS, default and
+ * most the daemon's --stream-wait-ms, 60 s) the daemon's wait gives up,
+ * the run goes ahead, and opd_synchronize fails with OPD_ETIMEDOUT.
  * What the daemon refuses (an unknown op, a bad shape) is then NOT this
  * call's error: it is told by a later ordered call of the connection
  * (that call then fails with "an enqueued run (request N) failed: ..."
