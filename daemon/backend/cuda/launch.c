@@ -244,21 +244,6 @@ static cudaError_t word_wait(const cuda_dev_t *d, cuda_sess_t *cs,
       cs->flag + OPD_CUDA_STICKY_WORD, d->board_dev, sid, cs->wait_ns);
 }
 
-/* Whether job's WORD wait gave up (its record on the device's board, read
- * once the run completed): then the run fails with ETIMEDOUT. */
-int opd__cu_word_timed_out(cuda_state_t *st, opd_job_t *job) {
-  const opd_cuda_board_t *b = st->dev[job->device].board;
-  if (!(job->flags & OPD_RUN_F_WORD) || b == NULL) return 0;
-  unsigned n = __atomic_load_n(&b->n, __ATOMIC_ACQUIRE);
-  if (n == 0) return 0;
-  unsigned long long want = ((unsigned long long)(unsigned)job->s->id << 32) |
-                            (unsigned)job->req_id;
-  unsigned k = n < OPD_CUDA_BOARD_RECS ? n : OPD_CUDA_BOARD_RECS;
-  for (unsigned i = 0; i < k; i++)
-    if (((volatile const unsigned long long *)b->rec)[i] == want) return 1;
-  return 0;
-}
-
 void opd__cu_signal(opd_session_t *s, int dev, uint32_t value) {
   cuda_state_t *st = cuda_state(s->srv);
   if (st == NULL || dev < 0 || dev >= s->srv->n_devices || !s->srv->healthy)

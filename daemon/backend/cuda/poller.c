@@ -144,6 +144,21 @@ static void cuda_spinning(opd_server_t *srv, int on) {
   pthread_mutex_unlock(&st->mu);
 }
 
+/* Whether job's WORD wait gave up (its record on the device's board, read
+ * once the run completed): then the run fails with ETIMEDOUT. */
+static int opd__cu_word_timed_out(cuda_state_t *st, opd_job_t *job) {
+  const opd_cuda_board_t *b = st->dev[job->device].board;
+  if (!(job->flags & OPD_RUN_F_WORD) || b == NULL) return 0;
+  unsigned n = __atomic_load_n(&b->n, __ATOMIC_ACQUIRE);
+  if (n == 0) return 0;
+  unsigned long long want = ((unsigned long long)(unsigned)job->s->id << 32) |
+                            (unsigned)job->req_id;
+  unsigned k = n < OPD_CUDA_BOARD_RECS ? n : OPD_CUDA_BOARD_RECS;
+  for (unsigned i = 0; i < k; i++)
+    if (((volatile const unsigned long long *)b->rec)[i] == want) return 1;
+  return 0;
+}
+
 static void reply_done(opd_server_t *srv, opd_job_t *list) {
   cuda_state_t *st = cuda_state(srv);
   /* the list is newest first; sessions are independent, order is moot */

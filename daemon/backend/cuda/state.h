@@ -132,8 +132,7 @@ typedef struct cuda_sess {
   uint64_t wait_ns;              /* a WORD run's wait gives up after this */
 } cuda_sess_t;
 
-/* Whether job's WORD wait gave up (launch.c). */
-int opd__cu_word_timed_out(cuda_state_t *st, opd_job_t *job);
+
 
 /* A flag word whose session ended: kept (never cudaFree'd while the
  * daemon serves: cudaFree waits for the whole device, and a stream
