@@ -146,7 +146,7 @@ static void cuda_spinning(opd_server_t *srv, int on) {
 
 /* Whether job's WORD wait gave up (its record on the device's board, read
  * once the run completed): then the run fails with ETIMEDOUT. */
-static int opd__cu_word_timed_out(cuda_state_t *st, opd_job_t *job) {
+static int word_timed_out(cuda_state_t *st, opd_job_t *job) {
   const opd_cuda_board_t *b = st->dev[job->device].board;
   if (!(job->flags & OPD_RUN_F_WORD) || b == NULL) return 0;
   unsigned n = __atomic_load_n(&b->n, __ATOMIC_ACQUIRE);
@@ -172,7 +172,7 @@ static void reply_done(opd_server_t *srv, opd_job_t *list) {
       snprintf(job->call.err, sizeof job->call.err, "cuda:%d: %s",
                job->device, cudaGetErrorString(e));
       if (is_sticky(e)) srv->poisoned(srv, cudaGetErrorString(e));
-    } else if (opd__cu_word_timed_out(st, job)) {
+    } else if (word_timed_out(st, job)) {
       job->rc = OPD_ETIMEDOUT;
       snprintf(job->call.err, sizeof job->call.err, "cuda:%d: the GPU wait "
                "for the client's stream to reach this run gave up after %llu "
