@@ -20,6 +20,13 @@
  *              weight per FMA (LDS-bound, ~13 TFLOP/s at best on the
  *              H200); here a thread reads 4 float4 per 64 FMAs (float32 L),
  *              and the half types run on tensor cores.
+ *   winograd   R = S = 3, stride 1, dilation 1, any padding, any dtype
+ *              (float intermediates): Winograd F(2x2, 3x3), 16 products per
+ *              2x2 outputs and channel instead of 36, as three transform
+ *              kernels around one strided-batched cuBLASLt float32 GEMM of
+ *              16 items (kernels/conv2d/winograd_kernels.cuh says how).
+ *              Scratch: the transformed filter, input and output tiles
+ *              (16/4 = 4x the input and output of a chunk of images).
  *   direct3x3  R = S = 3, stride 1, dilation 1, any padding: a direct
  *              kernel. A block computes a 16x16 tile of output pixels for
  *              16 output channels; input channels go through shared memory
@@ -39,6 +46,7 @@
  *              the split-K parts are summed in float (kernels/cuda/gemm.cuh:
  *              cuBLASLt's default sums them in the 16-bit output type).
  * AUTO (auto_variant): 1x1 stride 1 unpadded -> im2col (a plain GEMM);
+ * float32 3x3 stride 1 dilation 1 with C and K >= 16 -> winograd; other
  * stride 1 dilation 1 -> igemm (half types on sm_80+), except on a small
  * grid with a long reduction -> im2col: igemm's tile S gives fewer than 2
  * blocks per SM and C*R*S >= 1024 (float32) / 512 (half types), where
@@ -51,9 +59,9 @@
  * choice where igemm runs: it wins only at C = 3 float32, by 5%.
  * cuDNN would be the library that does conv well, but it is not on the
  * GPU machine (no cudnn headers or libs there).
- * Scratch: only im2col uses it; when the workspace's scratch holds fewer
- * than one image's columns, one image's worth comes from cudaMallocAsync
- * on the stream and goes back with cudaFreeAsync after the last GEMM.
+ * Scratch: im2col and winograd use it; when the workspace's scratch holds
+ * less than one image's worth, that much comes from cudaMallocAsync on the
+ * stream and goes back with cudaFreeAsync after the last kernel.
  * Measured on the H200 run of 2026-11-30, before this routing (3x3 pad 1,
  * us, median of 20, L2 flushed; gpu_kernels --bench, torch = cuDNN through
  * bench/bench_torch_kernels.py, float32 with TF32 off):
@@ -183,6 +191,8 @@ __global__ void fill_bias(T *y, const T *bias, int64_t total, int64_t K, int64_t
 /* the implicit-GEMM kernels (variant igemm): their own file, included
  * here (one translation unit: run_igemm below instantiates them) */
 #include "kernels/conv2d/igemm_kernels.cuh"
+/* the Winograd F(2x2, 3x3) transforms (variant winograd) */
+#include "kernels/conv2d/winograd_kernels.cuh"
 
 /* ---- choosing a variant ----------------------------------------------- */
 
@@ -190,6 +200,10 @@ static bool is_direct(const conv_plan_t *p) {
   return p->R == 3 && p->S == 3 && p->sh == 1 && p->sw == 1 && p->dh == 1 && p->dw == 1 &&
          p->C <= INT32_MAX && p->H < INT32_MAX / 2 && p->W < INT32_MAX / 2 &&
          p->K <= INT32_MAX && p->N <= 65535 && p->ph < (1 << 20) && p->pw < (1 << 20);
+}
+
+static bool is_wino(const conv_plan_t *p) {
+  return p->R == 3 && p->S == 3 && p->sh == 1 && p->sw == 1 && p->dh == 1 && p->dw == 1;
 }
 
 static bool is_pointwise(const conv_plan_t *p) {
@@ -256,6 +270,11 @@ static bool igemm_small_grid(const conv_plan_t *p, bool half, int sms) {
          crs >= (half ? SMALL_GRID_CRS_HALF : SMALL_GRID_CRS_F32);
 }
 
+/* float32 3x3 stride 1 goes to winograd from this many input and output
+ * channels (fewer: the 16 GEMMs' reduction or rows are too short to pay
+ * for the transforms' passes). */
+#define WINO_MIN_CHANNELS 16
+
 /* AUTO on a GPU with `sms` SMs of compute capability cc_major:
  * pointwise -> im2col (a plain cuBLASLt GEMM); stride 1 dilation 1 ->
  * igemm (half types on sm_80+), unless the grid is small and the reduction
@@ -265,6 +284,8 @@ static bool igemm_small_grid(const conv_plan_t *p, bool half, int sms) {
 static int auto_variant(const conv_plan_t *p, int32_t dtype, int sms, int cc_major) {
   bool half = dtype != OPD_DTYPE_FLOAT32;
   if (is_pointwise(p)) return OPD_CONV_IM2COL;
+  if (!half && is_wino(p) && p->C >= WINO_MIN_CHANNELS && p->K >= WINO_MIN_CHANNELS)
+    return OPD_CONV_WINOGRAD;
   if (p->sh == 1 && p->sw == 1 && p->dh == 1 && p->dw == 1 && igemm_fits(p) &&
       (!half || cc_major >= 8))
     return igemm_small_grid(p, half, sms) ? OPD_CONV_IM2COL : OPD_CONV_IGEMM;
@@ -291,6 +312,36 @@ static void current_device(int *sms, int *major) {
   }
 }
 
+/* ---- winograd's scratch ---------------------------------------------------
+ * V (16 x K x C floats) once, then per chunk of images U (16 x C x Tpad)
+ * and M (16 x K x Tpad), each 256-byte aligned; a chunk is as many images
+ * as fit in WINO_CHUNK_BYTES (at least one), so that ResNet-18's layers at
+ * batch 8 are one GEMM call and the GEMM reads U back from L2. */
+#define WINO_CHUNK_BYTES ((size_t)64 << 20)
+
+static size_t round256(int64_t b) { return ((size_t)b + 255) & ~(size_t)255; }
+
+/* output tiles (2x2) of one image */
+static int64_t wino_tiles(const conv_plan_t *p) { return ((p->P + 1) / 2) * ((p->Q + 1) / 2); }
+
+static int64_t wino_pitch(const conv_plan_t *p, int64_t nb) {
+  return (nb * wino_tiles(p) + 3) & ~(int64_t)3;
+}
+
+static size_t wino_bytes(const conv_plan_t *p, int64_t nb) {
+  int64_t tp = wino_pitch(p, nb), f = (int64_t)sizeof(float);
+  return round256(16 * p->K * p->C * f) + round256(16 * p->C * tp * f) +
+         round256(16 * p->K * tp * f);
+}
+
+/* Images per chunk: the most (up to N) whose scratch fits in WINO_CHUNK_BYTES. */
+static int64_t wino_chunk(const conv_plan_t *p) {
+  int64_t per = 16 * (p->C + p->K) * wino_tiles(p) * (int64_t)sizeof(float);
+  int64_t avail = (int64_t)WINO_CHUNK_BYTES - (int64_t)wino_bytes(p, 0) - 16 * 4096;
+  int64_t nb = per > 0 && avail > per ? avail / per : 1;
+  return nb < p->N ? nb : p->N;
+}
+
 /* im2col's scratch: the columns of as many images as fit in
  * IM2COL_CHUNK_BYTES, at least one, so that a small batch is one im2col
  * launch and one batched GEMM rather than a pair per image, and the GEMM
@@ -302,7 +353,9 @@ extern "C" size_t opd__conv2d_cuda_workspace(const opd_kcall_t *call) {
   if (p.N == 0 || p.K == 0 || p.P * p.Q == 0 || is_pointwise(&p)) return 0;
   int sms, major;
   current_device(&sms, &major);
-  if (auto_variant(&p, call->in[0].dtype, sms, major) != OPD_CONV_IM2COL) return 0;
+  int v = auto_variant(&p, call->in[0].dtype, sms, major);
+  if (v == OPD_CONV_WINOGRAD) return wino_bytes(&p, wino_chunk(&p));
+  if (v != OPD_CONV_IM2COL) return 0;
   size_t img = (size_t)(p.C * p.R * p.S * p.P * p.Q) * opd__dtype_size(call->in[0].dtype);
   if (img == 0) return 0; /* C = 0: no columns, y is the bias */
   size_t n = img >= IM2COL_CHUNK_BYTES ? 1 : IM2COL_CHUNK_BYTES / img;
@@ -415,6 +468,60 @@ static int run_igemm(opd_kcall_t *call, const opd_cuda_ctx_t *ctx, const conv_pl
   return 0;
 }
 
+/* Winograd F(2x2, 3x3) (winograd_kernels.cuh): V once, then per chunk of
+ * images the input transform, the 16 GEMMs in one batched cuBLASLt call,
+ * the output transform (+ bias). The scratch is the workspace's past
+ * cuBLASLt's share, else (a smaller workspace than asked for) one chunk's
+ * worth from cudaMallocAsync, freed on the stream after the last kernel. */
+template <typename T>
+static int run_winograd(opd_kcall_t *call, const opd_cuda_ctx_t *ctx, const conv_plan_t *p) {
+  cudaStream_t st = OPD_STREAM(ctx);
+  const T *x = (const T *)call->in[0].data, *w = (const T *)call->in[1].data;
+  const T *bias = p->has_bias ? (const T *)call->in[2].data : NULL;
+  T *y = (T *)call->out[0].data;
+  size_t lt = ctx->workspace_bytes < OPD_CUDA_LT_WORKSPACE ? ctx->workspace_bytes
+                                                           : OPD_CUDA_LT_WORKSPACE;
+  size_t scratch = ctx->workspace ? ctx->workspace_bytes - lt : 0;
+  char *base = ctx->workspace ? (char *)ctx->workspace + lt : NULL;
+  int64_t nb = wino_chunk(p);
+  while (nb > 1 && wino_bytes(p, nb) > scratch) nb = (nb + 1) / 2;
+  void *own = NULL;
+  int rc = 0;
+  if (wino_bytes(p, nb) > scratch) {
+    OPD_CUDA_CHECK(cudaMallocAsync(&own, wino_bytes(p, nb), st));
+    base = (char *)own;
+  }
+  const int64_t f = (int64_t)sizeof(float), tiles = wino_tiles(p);
+  float *V = (float *)base;
+  float *U = (float *)(base + round256(16 * p->K * p->C * f));
+  float *M = (float *)((char *)U + round256(16 * p->C * wino_pitch(p, nb) * f));
+  auto blocks = [](int64_t n) { return (unsigned)((n + 255) / 256); };
+  wino_filter<T><<<blocks(p->K * p->C), 256, 0, st>>>(w, V, p->K, p->C);
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) rc = opd__cuda_fail(call, e, __FILE__, __LINE__);
+  for (int64_t n0 = 0; n0 < p->N && rc == 0; n0 += nb) {
+    int64_t cn = p->N - n0 < nb ? p->N - n0 : nb;
+    wino_geom_t g = {p->C,  p->H,  p->W, p->K, p->P, p->Q, p->ph, p->pw, (p->P + 1) / 2,
+                     (p->Q + 1) / 2, cn * tiles, wino_pitch(p, cn)};
+    wino_input<T><<<blocks(p->C * g.Tpad), 256, 0, st>>>(x + n0 * p->C * p->H * p->W, U, g);
+    if ((e = cudaGetLastError()) != cudaSuccess) {
+      rc = opd__cuda_fail(call, e, __FILE__, __LINE__);
+      break;
+    }
+    opd_gemm_t gm = {OPD_DTYPE_FLOAT32, p->K, g.Tpad, p->C, V, U, M,
+                     p->K * p->C, p->C * g.Tpad, p->K * g.Tpad, 16, 0.0f};
+    if ((rc = opd__cuda_gemm(call, ctx, &gm))) break;
+    wino_output<T><<<blocks(p->K * g.T), 256, 0, st>>>(M, bias, y + n0 * p->K * p->P * p->Q,
+                                                       g);
+    if ((e = cudaGetLastError()) != cudaSuccess) rc = opd__cuda_fail(call, e, __FILE__, __LINE__);
+  }
+  if (own) {
+    e = cudaFreeAsync(own, st);
+    if (e != cudaSuccess && rc == 0) rc = opd__cuda_fail(call, e, __FILE__, __LINE__);
+  }
+  return rc;
+}
+
 /* SM count and compute capability major of ctx's device. */
 static int device_info(opd_kcall_t *call, const opd_cuda_ctx_t *ctx, int *sms, int *major) {
   OPD_CUDA_CHECK(cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, ctx->device));
@@ -480,6 +587,16 @@ extern "C" int opd__conv2d_cuda_variant(opd_kcall_t *call, const opd_cuda_ctx_t 
     case OPD_CONV_IM2COL:
       OPD_FLOAT_DISPATCH(dt, return opd__cuda_bad_dtype(call, dt),
         return run_im2col<T>(call, ctx, &p);
+      )
+      return 0;
+    case OPD_CONV_WINOGRAD:
+      if (!is_wino(&p))
+        return opd__kerr(call, OPD_EINVAL,
+                         "the Winograd kernels take 3x3, stride 1, dilation 1 only");
+      if (p.C == 0) variant = OPD_CONV_IM2COL; /* no reduction: y is the bias */
+      OPD_FLOAT_DISPATCH(dt, return opd__cuda_bad_dtype(call, dt),
+        return variant == OPD_CONV_IM2COL ? run_im2col<T>(call, ctx, &p)
+                                          : run_winograd<T>(call, ctx, &p);
       )
       return 0;
     default:

@@ -29,12 +29,19 @@ extern "C" {
 
 /* conv2d's variants, for tests and benchmarks (kernels/conv2d/cuda.cu says
  * which geometry and dtype AUTO gives to which): OPD_CONV_AUTO is what
- * opd__conv2d_cuda runs; OPD_CONV_DIRECT3X3 returns OPD_EINVAL for other
+ * opd__conv2d_cuda runs; OPD_CONV_DIRECT3X3 and OPD_CONV_WINOGRAD
+ * (Winograd F(2x2, 3x3), float intermediates) return OPD_EINVAL for other
  * geometries than 3x3 stride 1 dilation 1; OPD_CONV_IGEMM (implicit GEMM:
  * tensor cores for float16 / bfloat16, FFMA for float32) returns
  * OPD_EINVAL for sizes past its int32 indexing, or float16 / bfloat16 on
  * a GPU older than sm_80. */
-enum { OPD_CONV_AUTO = 0, OPD_CONV_DIRECT3X3 = 1, OPD_CONV_IM2COL = 2, OPD_CONV_IGEMM = 3 };
+enum {
+  OPD_CONV_AUTO = 0,
+  OPD_CONV_DIRECT3X3 = 1,
+  OPD_CONV_IM2COL = 2,
+  OPD_CONV_IGEMM = 3,
+  OPD_CONV_WINOGRAD = 4,
+};
 int opd__conv2d_cuda_variant(opd_kcall_t *call, const opd_cuda_ctx_t *ctx,
                              int variant);
 

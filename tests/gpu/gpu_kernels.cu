@@ -622,6 +622,9 @@ static int conv_direct(opd_kcall_t *c, const opd_cuda_ctx_t *x) {
 static int conv_igemm(opd_kcall_t *c, const opd_cuda_ctx_t *x) {
   return opd__conv2d_cuda_variant(c, x, OPD_CONV_IGEMM);
 }
+static int conv_winograd(opd_kcall_t *c, const opd_cuda_ctx_t *x) {
+  return opd__conv2d_cuda_variant(c, x, OPD_CONV_WINOGRAD);
+}
 static int conv_igemm_l(opd_kcall_t *c, const opd_cuda_ctx_t *x) {
   return opd__conv2d_cuda_igemm(c, x, OPD_IGEMM_TILE_L);
 }
@@ -668,7 +671,7 @@ static void check_conv2d(void) {
   struct { const char *label; cuda_fn fn; } variants[] = {
       {"", NULL},                    {"[im2col]", conv_im2col},   {"[igemm]", conv_igemm},
       {"[igemm:L]", conv_igemm_l},   {"[igemm:M]", conv_igemm_m}, {"[igemm:S]", conv_igemm_s},
-      {"[direct3x3]", conv_direct},
+      {"[direct3x3]", conv_direct},  {"[winograd]", conv_winograd},
   };
   for (int d = 0; d < 3; d++)
     for (auto &k : cases) {
@@ -689,7 +692,7 @@ static void check_conv2d(void) {
       a = DTS[d] == OPD_DTYPE_FLOAT32 ? (double)red * ldexp(1.0, -22) : a * sqrt((double)red + 1);
       bool direct = k.R == 3 && k.S == 3 && k.sh == 1 && k.sw == 1 && k.dh == 1 && k.dw == 1;
       for (auto &v : variants)
-        if (v.fn != conv_direct || direct)
+        if ((v.fn != conv_direct && v.fn != conv_winograd) || direct)
           run_case("conv2d", v.label, DTS[d], 2 + k.bias, in, at, a, r, v.fn);
     }
 }
@@ -946,13 +949,13 @@ static void bench_conv2d(void) {
   struct { const char *name; cuda_fn fn; } variants[] = {
       {"direct3x3", conv_direct}, {"im2col", conv_im2col}, {"igemm", conv_igemm},
       {"igemm:L", conv_igemm_l}, {"igemm:M", conv_igemm_m}, {"igemm:S", conv_igemm_s},
-      {"auto", conv_auto}};
+      {"winograd", conv_winograd}, {"auto", conv_auto}};
   const int dts[2] = {OPD_DTYPE_FLOAT32, OPD_DTYPE_BFLOAT16};
   for (int dt : dts)
     for (auto &k : cases)
       for (auto &v : variants) {
         if (dt != OPD_DTYPE_FLOAT32 && !k.half) continue;
-        if (v.fn == conv_direct && k.st != 1) continue;
+        if ((v.fn == conv_direct || v.fn == conv_winograd) && k.st != 1) continue;
         opd_kcall_t c;
         call_init(&c, "conv2d");
         attr(&c, "padding")->ints[0] = 1;
