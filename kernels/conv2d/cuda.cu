@@ -46,7 +46,8 @@
  *              the split-K parts are summed in float (kernels/cuda/gemm.cuh:
  *              cuBLASLt's default sums them in the 16-bit output type).
  * AUTO (auto_variant): 1x1 stride 1 unpadded -> im2col (a plain GEMM);
- * float32 3x3 stride 1 dilation 1 with C and K >= 16 -> winograd; other
+ * float32 3x3 stride 1 dilation 1 with C and K >= 16 -> winograd (while
+ * one image's transforms fit in 64 MiB of scratch); other
  * stride 1 dilation 1 -> igemm (half types on sm_80+), except on a small
  * grid with a long reduction -> im2col: igemm's tile S gives fewer than 2
  * blocks per SM and C*R*S >= 1024 (float32) / 512 (half types), where
@@ -270,48 +271,6 @@ static bool igemm_small_grid(const conv_plan_t *p, bool half, int sms) {
          crs >= (half ? SMALL_GRID_CRS_HALF : SMALL_GRID_CRS_F32);
 }
 
-/* float32 3x3 stride 1 goes to winograd from this many input and output
- * channels (fewer: the 16 GEMMs' reduction or rows are too short to pay
- * for the transforms' passes). */
-#define WINO_MIN_CHANNELS 16
-
-/* AUTO on a GPU with `sms` SMs of compute capability cc_major:
- * pointwise -> im2col (a plain cuBLASLt GEMM); stride 1 dilation 1 ->
- * igemm (half types on sm_80+), unless the grid is small and the reduction
- * long (igemm_small_grid) -> im2col; 3x3 stride 1 that igemm cannot take
- * (half types before sm_80, past its int32 indexing) -> direct3x3; the
- * rest -> im2col. */
-static int auto_variant(const conv_plan_t *p, int32_t dtype, int sms, int cc_major) {
-  bool half = dtype != OPD_DTYPE_FLOAT32;
-  if (is_pointwise(p)) return OPD_CONV_IM2COL;
-  if (!half && is_wino(p) && p->C >= WINO_MIN_CHANNELS && p->K >= WINO_MIN_CHANNELS)
-    return OPD_CONV_WINOGRAD;
-  if (p->sh == 1 && p->sw == 1 && p->dh == 1 && p->dw == 1 && igemm_fits(p) &&
-      (!half || cc_major >= 8))
-    return igemm_small_grid(p, half, sms) ? OPD_CONV_IM2COL : OPD_CONV_IGEMM;
-  /* float32 with a stride, tile L filling the GPU: igemm (C64 56x56 K128
-   * stride 2: 76.4 us against im2col's 83.2; with fewer blocks im2col's
-   * split-K wins: C128 28x28 K256 stride 2, im2col 75.9 against 89.5) */
-  if (!half && p->dh == 1 && p->dw == 1 && igemm_fits(p) && igemm_f32_large(p, sms))
-    return OPD_CONV_IGEMM;
-  if (is_direct(p)) return OPD_CONV_DIRECT3X3;
-  return OPD_CONV_IM2COL;
-}
-
-/* SM count and compute capability major of the current device (the
- * daemon's device thread, the test's device); an H200 when the query
- * fails (its error is cleared: it must not surface at a later launch). */
-static void current_device(int *sms, int *major) {
-  int dev;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
-    (void)cudaGetLastError();
-    *sms = 132;
-    *major = 9;
-  }
-}
-
 /* ---- winograd's scratch ---------------------------------------------------
  * V (16 x K x C floats) once, then per chunk of images U (16 x C x Tpad)
  * and M (16 x K x Tpad), each 256-byte aligned; a chunk is as many images
@@ -340,6 +299,54 @@ static int64_t wino_chunk(const conv_plan_t *p) {
   int64_t avail = (int64_t)WINO_CHUNK_BYTES - (int64_t)wino_bytes(p, 0) - 16 * 4096;
   int64_t nb = per > 0 && avail > per ? avail / per : 1;
   return nb < p->N ? nb : p->N;
+}
+
+/* float32 3x3 stride 1 goes to winograd from this many input and output
+ * channels (fewer: the 16 GEMMs' reduction or rows are too short to pay
+ * for the transforms' passes), and while one image's scratch fits in
+ * WINO_CHUNK_BYTES (a larger image or filter: igemm, which needs none). */
+#define WINO_MIN_CHANNELS 16
+
+static bool wino_auto(const conv_plan_t *p) {
+  return is_wino(p) && p->C >= WINO_MIN_CHANNELS && p->K >= WINO_MIN_CHANNELS &&
+         wino_bytes(p, 1) <= WINO_CHUNK_BYTES;
+}
+
+/* AUTO on a GPU with `sms` SMs of compute capability cc_major:
+ * pointwise -> im2col (a plain cuBLASLt GEMM); float32 3x3 stride 1
+ * dilation 1 (wino_auto) -> winograd; stride 1 dilation 1 -> igemm (half
+ * types on sm_80+), unless the grid is small and the reduction
+ * long (igemm_small_grid) -> im2col; 3x3 stride 1 that igemm cannot take
+ * (half types before sm_80, past its int32 indexing) -> direct3x3; the
+ * rest -> im2col. */
+static int auto_variant(const conv_plan_t *p, int32_t dtype, int sms, int cc_major) {
+  bool half = dtype != OPD_DTYPE_FLOAT32;
+  if (is_pointwise(p)) return OPD_CONV_IM2COL;
+  if (!half && wino_auto(p)) return OPD_CONV_WINOGRAD;
+  if (p->sh == 1 && p->sw == 1 && p->dh == 1 && p->dw == 1 && igemm_fits(p) &&
+      (!half || cc_major >= 8))
+    return igemm_small_grid(p, half, sms) ? OPD_CONV_IM2COL : OPD_CONV_IGEMM;
+  /* float32 with a stride, tile L filling the GPU: igemm (C64 56x56 K128
+   * stride 2: 76.4 us against im2col's 83.2; with fewer blocks im2col's
+   * split-K wins: C128 28x28 K256 stride 2, im2col 75.9 against 89.5) */
+  if (!half && p->dh == 1 && p->dw == 1 && igemm_fits(p) && igemm_f32_large(p, sms))
+    return OPD_CONV_IGEMM;
+  if (is_direct(p)) return OPD_CONV_DIRECT3X3;
+  return OPD_CONV_IM2COL;
+}
+
+/* SM count and compute capability major of the current device (the
+ * daemon's device thread, the test's device); an H200 when the query
+ * fails (its error is cleared: it must not surface at a later launch). */
+static void current_device(int *sms, int *major) {
+  int dev;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
+    (void)cudaGetLastError();
+    *sms = 132;
+    *major = 9;
+  }
 }
 
 /* im2col's scratch: the columns of as many images as fit in
@@ -485,6 +492,10 @@ static int run_winograd(opd_kcall_t *call, const opd_cuda_ctx_t *ctx, const conv
   char *base = ctx->workspace ? (char *)ctx->workspace + lt : NULL;
   int64_t nb = wino_chunk(p);
   while (nb > 1 && wino_bytes(p, nb) > scratch) nb = (nb + 1) / 2;
+  /* one thread per element of V, U or M: grids of int32 blocks of 256 */
+  const int64_t most = (int64_t)INT32_MAX * 256, tp = wino_pitch(p, nb);
+  if (p->K * p->C > most || p->C * tp > most || p->K * tp > most)
+    return opd__kerr(call, OPD_ELIMIT, "too large for the Winograd kernels' grids");
   void *own = NULL;
   int rc = 0;
   if (wino_bytes(p, nb) > scratch) {
@@ -494,7 +505,7 @@ static int run_winograd(opd_kcall_t *call, const opd_cuda_ctx_t *ctx, const conv
   const int64_t f = (int64_t)sizeof(float), tiles = wino_tiles(p);
   float *V = (float *)base;
   float *U = (float *)(base + round256(16 * p->K * p->C * f));
-  float *M = (float *)((char *)U + round256(16 * p->C * wino_pitch(p, nb) * f));
+  float *M = (float *)((char *)U + round256(16 * p->C * tp * f));
   auto blocks = [](int64_t n) { return (unsigned)((n + 255) / 256); };
   wino_filter<T><<<blocks(p->K * p->C), 256, 0, st>>>(w, V, p->K, p->C);
   cudaError_t e = cudaGetLastError();
