@@ -372,6 +372,15 @@ extern "C" size_t opd__conv2d_cuda_workspace(const opd_kcall_t *call) {
 }
 
 /* ---- running ------------------------------------------------------------ */
+
+/* The op's scratch in ctx's workspace, past cuBLASLt's share: its start
+ * (NULL: no workspace) and its size in *bytes. */
+static char *op_scratch(const opd_cuda_ctx_t *ctx, size_t *bytes) {
+  size_t lt = ctx->workspace_bytes < OPD_CUDA_LT_WORKSPACE ? ctx->workspace_bytes
+                                                           : OPD_CUDA_LT_WORKSPACE;
+  *bytes = ctx->workspace ? ctx->workspace_bytes - lt : 0;
+  return ctx->workspace ? (char *)ctx->workspace + lt : NULL;
+}
 template <typename T>
 static int run_direct(opd_kcall_t *call, const opd_cuda_ctx_t *ctx, const conv_plan_t *p) {
   int tiles_q = (int)((p->Q + TILE - 1) / TILE), tiles_p = (int)((p->P + TILE - 1) / TILE);
@@ -406,10 +415,8 @@ static int run_im2col(opd_kcall_t *call, const opd_cuda_ctx_t *ctx, const conv_p
   if (is_pointwise(p)) return opd__cuda_gemm(call, ctx, &g);
   /* im2col in chunks of images that fit the scratch */
   int64_t colb = CRS * PQ * esz;
-  size_t lt = ctx->workspace_bytes < OPD_CUDA_LT_WORKSPACE ? ctx->workspace_bytes
-                                                           : OPD_CUDA_LT_WORKSPACE;
-  size_t scratch = ctx->workspace ? ctx->workspace_bytes - lt : 0;
-  T *cols = ctx->workspace ? (T *)((char *)ctx->workspace + lt) : NULL;
+  size_t scratch;
+  T *cols = (T *)op_scratch(ctx, &scratch);
   int64_t per = (int64_t)(scratch / (size_t)colb);
   void *own = NULL;
   int rc = 0;
@@ -486,10 +493,8 @@ static int run_winograd(opd_kcall_t *call, const opd_cuda_ctx_t *ctx, const conv
   const T *x = (const T *)call->in[0].data, *w = (const T *)call->in[1].data;
   const T *bias = p->has_bias ? (const T *)call->in[2].data : NULL;
   T *y = (T *)call->out[0].data;
-  size_t lt = ctx->workspace_bytes < OPD_CUDA_LT_WORKSPACE ? ctx->workspace_bytes
-                                                           : OPD_CUDA_LT_WORKSPACE;
-  size_t scratch = ctx->workspace ? ctx->workspace_bytes - lt : 0;
-  char *base = ctx->workspace ? (char *)ctx->workspace + lt : NULL;
+  size_t scratch;
+  char *base = op_scratch(ctx, &scratch);
   int64_t nb = wino_chunk(p);
   while (nb > 1 && wino_bytes(p, nb) > scratch) nb = (nb + 1) / 2;
   /* one thread per element of V, U or M: grids of int32 blocks of 256 */
