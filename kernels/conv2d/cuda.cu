@@ -79,9 +79,14 @@
  * 1568 / 98 / 196 / 3136 in bfloat16, C*R*S 27 / 576 / 2304 / 576.)
  * The im2col times were taken with a 96 MiB scratch (one chunk for N8)
  * and before the reduction-scheme fix in gemm.cu; re-measure both.
+ * Since then (2026-12-02, bench/results/2026-12-02-h200-winograd.txt):
+ * winograd, float32, us against cuDNN's: N1 C64 56 K64 21.8 / 27.6, N8
+ * C256 14 K256 44.8 / 108.4, N32 C64 56 K64 223.7 / 257.2, and ResNet-18's
+ * stride-1 layers at batch 8 0.32-0.74x cuDNN's time.
  * Test: build/tests/gpu_kernels --op conv2d ("gpu op=conv2d[igemm]",
  * "[igemm:L]" / "[igemm:M]" / "[igemm:S]" (tiles forced through
- * kernels/conv2d/igemm.h), "[direct3x3]", "[im2col]" and "" (AUTO) lines,
+ * kernels/conv2d/igemm.h), "[direct3x3]", "[winograd]", "[im2col]" and ""
+ * (AUTO) lines,
  * three dtypes); bench: build/tests/gpu_kernels --bench --op conv2d
  * ("bench op=conv2d variant=... dtype=float32|bfloat16" lines), torch /
  * cuDNN in the same run: python3 bench/bench_torch_kernels.py.
@@ -303,8 +308,10 @@ static int64_t wino_chunk(const conv_plan_t *p) {
 
 /* float32 3x3 stride 1 goes to winograd from this many input and output
  * channels (fewer: the 16 GEMMs' reduction or rows are too short to pay
- * for the transforms' passes), and while one image's scratch fits in
- * WINO_CHUNK_BYTES (a larger image or filter: igemm, which needs none). */
+ * for the transforms' passes; H200: N1 C3 224x224 K64 49.5 us against
+ * igemm's 32.4, N1 C64 56x56 K64 21.8 against 31.8; 16 is a guess between
+ * the two), and while one image's scratch fits in WINO_CHUNK_BYTES (a
+ * larger image or filter: igemm, which needs none). */
 #define WINO_MIN_CHANNELS 16
 
 static bool wino_auto(const conv_plan_t *p) {
@@ -381,6 +388,7 @@ static char *op_scratch(const opd_cuda_ctx_t *ctx, size_t *bytes) {
   *bytes = ctx->workspace ? ctx->workspace_bytes - lt : 0;
   return ctx->workspace ? (char *)ctx->workspace + lt : NULL;
 }
+
 template <typename T>
 static int run_direct(opd_kcall_t *call, const opd_cuda_ctx_t *ctx, const conv_plan_t *p) {
   int tiles_q = (int)((p->Q + TILE - 1) / TILE), tiles_p = (int)((p->P + TILE - 1) / TILE);
