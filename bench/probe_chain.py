@@ -43,6 +43,9 @@ def main():
     ap.add_argument("--calls", type=int, default=2000)
     ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args()
+    for k in ("calls", "rounds"):
+        if getattr(args, k) < 1:
+            ap.error("--%s must be at least 1" % k)
     torch = tb.require_cuda_torch(PROG)
     tb.connect(PROG, None, ("relu", "mul"))
     dev = torch.device("cuda")

@@ -1,5 +1,6 @@
-"""bench/bench_models.py and bench/bench_chain.py without a GPU: they skip
-with exit 0 when torch sees no CUDA device, refuse bad options, and the
+"""bench/bench_models.py, bench/bench_chain.py and bench/probe_chain.py
+without a GPU: they skip with exit 0 when torch sees no CUDA device,
+refuse bad options, and the
 module swaps bench_models makes (LayerNorm, the MLP activation, the
 attention softmax, ReLU, 3x3 Conv2d -> torch.ops.opd.*) call the ops the
 expected number of times, give torch's result and leave torch untouched.
@@ -32,7 +33,7 @@ def script(name, *args):
                           capture_output=True, text=True, env=env, timeout=120)
 
 
-@pytest.mark.parametrize("name", ["bench_models.py", "bench_chain.py"])
+@pytest.mark.parametrize("name", ["bench_models.py", "bench_chain.py", "probe_chain.py"])
 def test_skips_without_cuda(name):
     r = script(name)
     assert r.returncode == 0, r.stderr
@@ -46,6 +47,8 @@ def test_bad_options():
     assert r.returncode == 2 and "every dim must be at least 1" in r.stderr, r.stderr
     r = script("bench_chain.py", "--rounds", "0")
     assert r.returncode == 2 and "--rounds must be at least 1" in r.stderr, r.stderr
+    r = script("probe_chain.py", "--calls", "0")
+    assert r.returncode == 2 and "--calls must be at least 1" in r.stderr, r.stderr
 
 
 class StandIn:
