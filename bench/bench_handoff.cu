@@ -23,8 +23,10 @@
  * and flags both ways with the client's word written by cuMemsetD32Async
  * and the daemon's by the work kernel (memflag). The same-stream gap
  * between two kernels of one process is the floor. Also the host cost of
- * each call in the client and of each enqueue in the daemon. Run with and
- * without MPS.
+ * each call in the client and of each enqueue in the daemon, and of the
+ * driver calls libopd's enqueue makes besides (cuStreamQuery,
+ * cuPointerGetAttributes, cuStreamGetCtx + cuCtxGetCurrent +
+ * cuCtxGetDevice). Run with and without MPS.
  *   build/bench/bench_handoff [ROUNDS]
  */
 #include <cuda.h>
@@ -135,8 +137,7 @@ static const char *mname[] = {"event", "flag", "hybrid", "memset", "fused", "pdl
   } while (0)
 
 static void launch_pdl(cudaStream_t s, unsigned *f, unsigned v) {
-  cudaLaunchConfig_t cfg;
-  memset(&cfg, 0, sizeof cfg);
+  cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(1);
   cfg.blockDim = dim3(1);
   cfg.stream = s;
@@ -316,6 +317,33 @@ int main(int argc, char **argv) {
   printf("handoff host_us launch_set_flag=%.2f event_record=%.2f launch_poll=%.2f "
          "stream_wait_event=%.2f memset_d32=%.2f launch_pdl=%.2f\n", t_set, t_rec, t_poll,
          t_wait, t_memset, t_pdl);
+  /* what libopd's enqueue asks the driver besides (client/libopd/stream.c:
+   * ordered(), tensor_at()), on the idle stream */
+  CUdeviceptr dp = (CUdeviceptr)flag_c;
+  t0 = now_us();
+  for (int i = 0; i < 1000; i++) CU(cuStreamQuery((CUstream)s));
+  double t_query = (now_us() - t0) / 1000;
+  unsigned long long buf_id = 0;
+  CUdeviceptr base = 0;
+  size_t range = 0;
+  int ordinal = -1;
+  CUpointer_attribute at[4] = {CU_POINTER_ATTRIBUTE_BUFFER_ID, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+                               CU_POINTER_ATTRIBUTE_RANGE_SIZE, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL};
+  void *av[4] = {&buf_id, &base, &range, &ordinal};
+  t0 = now_us();
+  for (int i = 0; i < 1000; i++) CU(cuPointerGetAttributes(4, at, av, dp));
+  double t_attrs = (now_us() - t0) / 1000;
+  CUcontext cx = NULL;
+  CUdevice cd = 0;
+  t0 = now_us();
+  for (int i = 0; i < 1000; i++) {
+    CU(cuStreamGetCtx((CUstream)s, &cx));
+    CU(cuCtxGetCurrent(&cx));
+    CU(cuCtxGetDevice(&cd));
+  }
+  double t_ctx = (now_us() - t0) / 1000;
+  printf("handoff host_us stream_query=%.2f pointer_attributes4=%.2f "
+         "stream_ctx+current+device=%.2f\n", t_query, t_attrs, t_ctx);
   int bye[2] = {-1, 0};
   xfer(fd, bye, sizeof bye, 1);
   int status;
