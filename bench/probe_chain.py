@@ -22,7 +22,7 @@ torch's dispatch; aten's minus torch's what torch.ops costs by itself.
 With OPD_STREAM_TRACE=1 libopd also prints its steps per call (every 2000
 calls and at exit).
 
-Usage: python3 bench/probe_chain.py [--calls 2000] [--rounds 5]
+Usage: python3 bench/probe_chain.py [--calls 2000] [--rounds 5] [--only opd.relu,...]
 Needs torch >= 2.10 with CUDA and a daemon at $OPD_SOCKET (OPD_LIB as in
 bench_models.py).
 """
@@ -42,6 +42,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--calls", type=int, default=2000)
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--only", default="",
+                    help="comma list of entries to run (default: all)")
     args = ap.parse_args()
     for k in ("calls", "rounds"):
         if getattr(args, k) < 1:
@@ -61,6 +63,13 @@ def main():
         ("torch.mul", lambda y: torch.mul(y, w)),
         ("opd.mul", lambda y: O.mul(y, w)),
     ]
+    if args.only:
+        want = args.only.split(",")
+        unknown = [n for n in want if n not in dict(entries)]
+        if unknown:
+            ap.error("--only: unknown entr%s %s" % ("y" if len(unknown) == 1 else "ies",
+                                                    ", ".join(unknown)))
+        entries = [(n, f) for n, f in entries if n in want]
     for _, f in entries:  # warm: plans, the daemon's first answers
         y = x
         for _ in range(50):
