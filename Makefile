@@ -294,7 +294,7 @@ $(B)/tests/%_gpu: tests/gpu/%_gpu.c $(B)/libopd.a
 # GPU machine: a tiny kernel launched in-process, the latency floor
 $(B)/bench/bench_launch: bench/bench_launch.cu $(KERNEL_OBJ) $(CUDA_OBJ)
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) $^ -o $@ -lcublasLt $(BLAS_LIBS)
+	$(NVCC) $(NVCCFLAGS) $< $(filter %.o,$^) -o $@ -lcublasLt $(BLAS_LIBS)
 
 # GPU machine: a CUDA client importing its own memory (needs nvcc)
 $(B)/tests/ipc_gpu: tests/gpu/ipc_gpu.cu $(B)/libopd.a
@@ -303,6 +303,11 @@ $(B)/tests/ipc_gpu: tests/gpu/ipc_gpu.cu $(B)/libopd.a
 
 # GPU machine: where a stream-ordered run's time goes, from a CUDA client
 $(B)/bench/bench_stream: bench/bench_stream.cu $(B)/libopd.a
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) $(if $(DEPS),-I$(DEPS)/include) $< -o $@ $(B)/libopd.a $(CLIENT_LIBS) -ldl
+
+# GPU machine: libopd's choices for an enqueued run, side by side
+$(B)/bench/bench_enqueue: bench/bench_enqueue.cu $(B)/libopd.a
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) $(if $(DEPS),-I$(DEPS)/include) $< -o $@ $(B)/libopd.a $(CLIENT_LIBS) -ldl
 

@@ -2,7 +2,7 @@
 # async.sh: the GPU machine's run for issue 13's figures: builds with CUDA,
 # then with and without MPS (a private MPS control daemon, its pipes in
 # OUTDIR) runs bench_handoff (two processes, no daemon), starts a daemon and
-# runs bench_stream (a CUDA client in C),
+# runs bench_stream (a CUDA client in C), bench_enqueue (libopd's variants in one process),
 # bench_async_ops.py, and bench_models.py + bench_chain.py (GPT-2 and
 # ResNet-18 through torch.ops.opd against torch; both again with
 # OPD_TORCH_C=0, opd.torch's Python path). Everything they print
@@ -24,7 +24,7 @@ deps=
 status=0
 if [ "${BUILD:-1}" != 0 ]; then
   make -j"$(nproc)" CUDA=1 BLAS=0 $deps build/opd build/opctl build/libopd.so \
-    build/bench/bench_stream build/bench/bench_handoff >"$out/build.log" 2>&1 || { tail -n 30 "$out/build.log"; exit 1; }
+    build/bench/bench_stream build/bench/bench_handoff build/bench/bench_enqueue >"$out/build.log" 2>&1 || { tail -n 30 "$out/build.log"; exit 1; }
 fi
 for mode in $modes; do
   o=$out/$mode; mkdir -p "$o"
@@ -42,6 +42,7 @@ for mode in $modes; do
   for _ in $(seq 1 100); do build/opctl --socket "$sock" ping -c 1 >/dev/null 2>&1 && break; sleep 0.1; done
   timeout 60 build/bench/bench_handoff 300 2>&1 | tee "$o/bench_handoff.txt"
   timeout 60 build/bench/bench_stream "$sock" 500 2>&1 | tee "$o/bench_stream.txt"
+  timeout 120 build/bench/bench_enqueue "$sock" 400 2>&1 | tee "$o/bench_enqueue.txt"
   export OPD_SOCKET=$sock OPD_LIB=$PWD/build/libopd.so PYTHONUNBUFFERED=1
   timeout 90 python3 bench/bench_async_ops.py 2>&1 | tee "$o/bench_async_ops.txt"
   if [ -n "${PROFILE:-}" ]; then
@@ -72,6 +73,6 @@ for mode in $modes; do
   unset OPD_SOCKET
   kill -TERM "$pid"; wait "$pid"
   grep -E "cuda: .* jobs" "$o/opd.log" | tail -n 1
-  [ "$mode" = mps ] && echo quit | nvidia-cuda-mps-control
+  [ "$mode" = mps ] && echo quit | timeout 20 nvidia-cuda-mps-control
 done
 exit $status

@@ -14,8 +14,16 @@
  *                     to one it measures time slices (~8 ms)
  *   launch_only       the time cudaLaunchKernel takes to return
  *   event_record      the time cudaEventRecord takes to return
+ *   tiny_runtime      a one-thread kernel's launch through the runtime
+ *                     (<<<>>>, what the daemon's own kernels use), and
+ *   tiny_driver       the same kernel through the driver's cuLaunchKernel
+ *                     (as libopd launches its poll kernel), the runtime's
+ *                     entry point to it (op=tiny shape=1 on these lines):
+ *                     taking turns in blocks of 64 launches, the stream
+ *                     synchronized between blocks, not inside them
  */
 #include <pthread.h>
+#include <cuda.h>
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,12 +46,75 @@ static int cmpd(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
+static const char *rep_what = "op=softmax shape=1x1024";
+
 static void report(const char *impl, double *t, int n) {
   qsort(t, n, sizeof *t, cmpd);
-  printf("latency op=softmax shape=1x1024 impl=%s p50_us=%.2f p99_us=%.2f "
-         "p999_us=%.2f n=%d\n",
-         impl, t[n / 2], t[n * 99 / 100], t[n * 999 / 1000], n);
+  printf("latency %s impl=%s p50_us=%.2f p99_us=%.2f p999_us=%.2f n=%d\n",
+         rep_what, impl, t[n / 2], t[n * 99 / 100], t[n * 999 / 1000], n);
   fflush(stdout);
+}
+
+__global__ void tiny(unsigned *p, unsigned v) {
+  if (v == 0xffffffffu) *p = v;
+}
+
+typedef CUresult (*launch_fn)(CUfunction, unsigned, unsigned, unsigned, unsigned,
+                              unsigned, unsigned, unsigned, CUstream, void **,
+                              void **);
+
+/* tiny's launch through the runtime and through the driver's entry point,
+ * in alternating blocks: the p50s of each */
+static int tiny_launches(cudaStream_t st, unsigned *d, int n) {
+#if CUDART_VERSION < 12050 /* no cudaGetDriverEntryPointByVersion */
+  (void)st, (void)d, (void)n;
+  printf("# tiny_runtime / tiny_driver: skipped (CUDA runtime before 12.5)\n");
+  return 0;
+#else
+  void *fn = NULL;
+  cudaDriverEntryPointQueryResult q;
+  cudaFunction_t f = NULL;
+  if (cudaGetDriverEntryPointByVersion("cuLaunchKernel", &fn, 12000, cudaEnableDefault,
+                                       &q) != cudaSuccess ||
+      q != cudaDriverEntryPointSuccess || cudaGetFuncBySymbol(&f, (const void *)tiny) !=
+                                              cudaSuccess) {
+    fprintf(stderr, "tiny_driver: no cuLaunchKernel entry point (%s)\n",
+            cudaGetErrorString(cudaGetLastError()));
+    return 1;
+  }
+  launch_fn launch = (launch_fn)fn;
+  enum { BLOCK = 64 };
+  int blocks = n / BLOCK / 2;
+  if (blocks < 1) blocks = 1;
+  double *rt = (double *)malloc(sizeof(double) * blocks * BLOCK);
+  double *dr = (double *)malloc(sizeof(double) * blocks * BLOCK);
+  unsigned v = 0;
+  void *args[2] = {&d, &v};
+  for (int b = 0; b < blocks; b++) {
+    for (int i = 0; i < BLOCK; i++) {
+      double t0 = now_us();
+      tiny<<<1, 1, 0, st>>>(d, v);
+      rt[b * BLOCK + i] = now_us() - t0;
+    }
+    cudaStreamSynchronize(st);
+    for (int i = 0; i < BLOCK; i++) {
+      double t0 = now_us();
+      CUresult r = launch((CUfunction)f, 1, 1, 1, 1, 1, 1, 0, (CUstream)st, args, NULL);
+      dr[b * BLOCK + i] = now_us() - t0;
+      if (r != CUDA_SUCCESS) {
+        fprintf(stderr, "tiny_driver: cuLaunchKernel: %d\n", (int)r);
+        return 1;
+      }
+    }
+    cudaStreamSynchronize(st);
+  }
+  rep_what = "op=tiny shape=1";
+  report("tiny_runtime", rt, blocks * BLOCK);
+  report("tiny_driver", dr, blocks * BLOCK);
+  free(rt);
+  free(dr);
+  return 0;
+#endif
 }
 
 typedef struct poller {
@@ -151,5 +222,5 @@ int main(int argc, char **argv) {
     cudaStreamSynchronize(st);
   }
   report("event_record", t, n);
-  return 0;
+  return tiny_launches(st, (unsigned *)d, n);
 }

@@ -109,7 +109,7 @@ if CUDA_MPS_PIPE_DIRECTORY=$mps_dir CUDA_MPS_LOG_DIRECTORY=$out/mps-log nvidia-c
     tail -n 3 "$out/pytest_gpu_mps.txt"
   fi
   kill -TERM "$pid"; wait "$pid"; echo "opd exit status $?"
-  echo quit | CUDA_MPS_PIPE_DIRECTORY=$mps_dir nvidia-cuda-mps-control
+  echo quit | CUDA_MPS_PIPE_DIRECTORY=$mps_dir timeout 20 nvidia-cuda-mps-control
 else
   echo "FAIL: no MPS control daemon"; status=1
 fi
