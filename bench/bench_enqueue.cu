@@ -29,6 +29,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench/cuda_client.cuh"
 #include "opd/opd.h"
 
 #define ROUNDS 7
@@ -39,29 +40,6 @@ static const char *vname[VARIANTS] = {"default", "OPD_STREAM_IDLE=0",
 static int n_var = 4;
 static char saved[VARIANTS][128]; /* the environment's value of variant i's
                                      name at the start ("": none) */
-
-static double now_us(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
-}
-
-__global__ void spin(long long cycles) {
-  long long t0 = clock64();
-  while (clock64() - t0 < cycles) {
-  }
-}
-
-__global__ void bump(float *x, int n) {
-  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n;
-       i += gridDim.x * blockDim.x)
-    x[i] = x[i] * 0.999f + 0.5f;
-}
-
-static int cmp(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
 
 /* NAME of "NAME=VALUE" into buf (NULL for "default") */
 static const char *name_of(const char *kv, char *buf, size_t cap) {

@@ -12,30 +12,8 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "bench/cuda_client.cuh"
 #include "opd/opd.h"
-
-static double now_us(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
-}
-
-__global__ void spin(long long cycles) {
-  long long t0 = clock64();
-  while (clock64() - t0 < cycles) {
-  }
-}
-
-__global__ void bump(float *x, int n) {
-  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n;
-       i += gridDim.x * blockDim.x)
-    x[i] = x[i] * 0.999f + 0.5f;
-}
-
-static int cmp(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
 
 #define ROUNDS 7
 #define MEDIAN(out, ...)                                \
