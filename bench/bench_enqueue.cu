@@ -20,6 +20,9 @@
  *            cudaStreamSynchronize: the host time per call, and per run
  *            to the end
  *   mixed    the client's kernel and a run alternating, one sync: per pair
+ *   chain8   8 runs from an idle stream, then one sync (bench_chain.py's
+ *            shape): the whole, and its tail (the sync after the 8th call
+ *            returned); own8: the client's own 8 kernels and the sync
  * The poll path needs MPS (or OPD_STREAM_ORDER=gpu): without it the calls
  * wait for their answers.
  */
@@ -63,7 +66,12 @@ static void set_variant(int v) {
     setenv(nm, strchr(vname[v], '=') + 1, 1);
 }
 
-enum { E = 4096, SECTIONS = 4 };
+enum { E = 4096, SECTIONS = 7, REPS8 = 100 };
+
+static double median(double *v, int n) {
+  qsort(v, n, sizeof *v, cmp);
+  return v[n / 2];
+}
 
 /* one round of variant v: its figures into f[section] */
 static int round_of(const char *sock, int v, int n, float *x, cudaStream_t s,
@@ -104,6 +112,28 @@ static int round_of(const char *sock, int v, int n, float *x, cudaStream_t s,
   }
   cudaStreamSynchronize(s);
   f[3] = (now_us() - t0) / n;
+  /* chain8: 8 runs from an idle stream, then the sync (bench_chain.py's
+   * shape); its tail: the sync after the 8th call returned. own8: the
+   * client's own 8 kernels, then the sync. */
+  double tot[REPS8], tail[REPS8], own[REPS8];
+  for (int r = 0; r < REPS8 && rc == 0; r++) {
+    t0 = now_us();
+    for (int i = 0; i < 8 && rc == 0; i++)
+      rc = opd_enqueue_stream(c, "cuda:0", s, "relu", &tx, 1, &tx, 1, NULL, 0);
+    double t1 = now_us();
+    cudaStreamSynchronize(s);
+    double t2 = now_us();
+    tot[r] = t2 - t0;
+    tail[r] = t2 - t1;
+    for (int i = 0; i < 8; i++) bump<<<4, 256, 0, s>>>(x, E);
+    cudaStreamSynchronize(s);
+    own[r] = now_us() - t2;
+  }
+  if (rc == 0) {
+    f[4] = median(tot, REPS8);
+    f[5] = median(tail, REPS8);
+    f[6] = median(own, REPS8);
+  }
   if (rc == 0) rc = opd_synchronize(c);
   if (rc != 0) fprintf(stderr, "%s: %s\n", vname[v], opd_last_error());
   opd_close(c);
@@ -149,13 +179,12 @@ int main(int argc, char **argv) {
       for (int k = 0; k < SECTIONS; k++) fig[v][k][r] = f[k];
     }
   static const char *const sec[SECTIONS] = {"busy_call", "chain_call", "chain_run",
-                                            "mixed_pair"};
+                                            "mixed_pair", "chain8", "chain8_tail",
+                                            "own8"};
   for (int v = 0; v < n_var; v++) {
     printf("enqueue variant=%-21s", vname[v]);
-    for (int k = 0; k < SECTIONS; k++) {
-      qsort(fig[v][k], ROUNDS, sizeof(double), cmp);
-      printf(" %s_us=%.2f", sec[k], fig[v][k][ROUNDS / 2]);
-    }
+    for (int k = 0; k < SECTIONS; k++)
+      printf(" %s_us=%.2f", sec[k], median(fig[v][k], ROUNDS));
     printf(" n=%d rounds=%d\n", n, ROUNDS);
   }
   return 0;
