@@ -146,7 +146,11 @@ int main(int argc, char **argv) {
   if (n < 1) n = 400;
   if (argc > 3) {
     n_var = 0;
-    for (int i = 3; i < argc && n_var < VARIANTS; i++) {
+    if (argc - 3 > VARIANTS) {
+      fprintf(stderr, "bench_enqueue: at most %d variants\n", VARIANTS);
+      return 2;
+    }
+    for (int i = 3; i < argc; i++) {
       if (strcmp(argv[i], "default") != 0 && strchr(argv[i], '=') == NULL) {
         fprintf(stderr, "bench_enqueue: variant %s: expected default or NAME=VALUE\n",
                 argv[i]);

@@ -30,30 +30,21 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench/cuda_client.cuh"
 #include "kernels/common/kutil.h"
 #include "kernels/cuda/cuda.h"
 
 extern "C" const opd_op_def_t opd__op_softmax;
 
-static double now_us(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
-}
-
-static int cmpd(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static const char *rep_what = "op=softmax shape=1x1024";
-
-static void report(const char *impl, double *t, int n) {
-  qsort(t, n, sizeof *t, cmpd);
-  printf("latency %s impl=%s p50_us=%.2f p99_us=%.2f p999_us=%.2f n=%d\n",
-         rep_what, impl, t[n / 2], t[n * 99 / 100], t[n * 999 / 1000], n);
+/* a latency line: what (op and shape), impl, percentiles of t[0..n) */
+static void report(const char *what, const char *impl, double *t, int n) {
+  qsort(t, n, sizeof *t, cmp);
+  printf("latency %s impl=%s p50_us=%.2f p99_us=%.2f p999_us=%.2f n=%d\n", what,
+         impl, t[n / 2], t[n * 99 / 100], t[n * 999 / 1000], n);
   fflush(stdout);
 }
+
+#define SOFTMAX "op=softmax shape=1x1024"
 
 __global__ void tiny(unsigned *p, unsigned v) {
   if (v == 0xffffffffu) *p = v;
@@ -103,14 +94,15 @@ static int tiny_launches(cudaStream_t st, unsigned *d, int n) {
       dr[b * BLOCK + i] = now_us() - t0;
       if (r != CUDA_SUCCESS) {
         fprintf(stderr, "tiny_driver: cuLaunchKernel: %d\n", (int)r);
+        free(rt);
+        free(dr);
         return 1;
       }
     }
     cudaStreamSynchronize(st);
   }
-  rep_what = "op=tiny shape=1";
-  report("tiny_runtime", rt, blocks * BLOCK);
-  report("tiny_driver", dr, blocks * BLOCK);
+  report("op=tiny shape=1", "tiny_runtime", rt, blocks * BLOCK);
+  report("op=tiny shape=1", "tiny_driver", dr, blocks * BLOCK);
   free(rt);
   free(dr);
   return 0;
@@ -174,7 +166,7 @@ int main(int argc, char **argv) {
       return 1;
     }
   }
-  report("bare_launch_sync", t, n);
+  report(SOFTMAX, "bare_launch_sync", t, n);
 
   cudaEvent_t ev;
   cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
@@ -186,7 +178,7 @@ int main(int argc, char **argv) {
     }
     t[i] = now_us() - t0;
   }
-  report("event_query_spin", t, n);
+  report(SOFTMAX, "event_query_spin", t, n);
 
   poller_t pl;
   pl.ev = ev;
@@ -205,7 +197,7 @@ int main(int argc, char **argv) {
   }
   __atomic_store_n(&pl.stop, 1, __ATOMIC_RELEASE);
   pthread_join(th, NULL);
-  report("event_poller", t, n);
+  report(SOFTMAX, "event_poller", t, n);
 
   for (int i = 0; i < n; i++) {
     double t0 = now_us();
@@ -213,7 +205,7 @@ int main(int argc, char **argv) {
     t[i] = now_us() - t0;
     cudaStreamSynchronize(st);
   }
-  report("launch_only", t, n);
+  report(SOFTMAX, "launch_only", t, n);
   for (int i = 0; i < n; i++) {
     opd__op_softmax.cuda(&call, &ctx);
     double t0 = now_us();
@@ -221,6 +213,6 @@ int main(int argc, char **argv) {
     t[i] = now_us() - t0;
     cudaStreamSynchronize(st);
   }
-  report("event_record", t, n);
+  report(SOFTMAX, "event_record", t, n);
   return tiny_launches(st, (unsigned *)d, n);
 }

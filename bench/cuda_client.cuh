@@ -1,6 +1,6 @@
-/* What the CUDA-client benchmarks (bench_stream.cu, bench_enqueue.cu) share:
- * a monotonic clock in microseconds, a qsort comparator for doubles, and
- * the client's own kernels: spin (one warp busy for `cycles` clocks, to keep
+/* What the CUDA benchmarks (bench_stream.cu, bench_enqueue.cu,
+ * bench_launch.cu) share: a monotonic clock in microseconds, a qsort
+ * comparator for doubles, and a client's own kernels: spin (one warp busy for `cycles` clocks, to keep
  * a stream busy) and bump (a cheap elementwise kernel on n floats). */
 #ifndef OPD_BENCH_CUDA_CLIENT_CUH
 #define OPD_BENCH_CUDA_CLIENT_CUH
