@@ -23,12 +23,15 @@ and one torch.cuda.synchronize()), --rounds rounds of --iters chains after
 --warmup chains, the variants alternating their order per round:
   torch            the chain in torch, then the sync
   opd              the chain through torch.ops.opd.*, then the sync
+  opd_batch        the opd chain inside `with opd.torch.batch():` (the runs
+                   ordered with each other on the daemon's stream, torch's
+                   stream joined once at the end: docs/async.md, "Batches")
   opd_sync_each    the same with a sync after every op (what a client that
                    waits for each run pays: opd close to this means its
                    runs are not enqueued asynchronously)
   torch_sync_each  torch with a sync after every op
-The figure is the median microseconds per chain of each and the ratio
-opd / torch (below 1: opd is faster). The chain's result through opd is
+The figure is the median microseconds per chain of each and the ratios
+opd / torch and opd_batch / torch (below 1: opd is faster). The chain's result through opd is
 checked against torch's (max abs difference over the max |value|, bound
 --tol, TF32 off; exit 1 past it).
 
@@ -96,7 +99,12 @@ def chains(torch, x, w, b):
         each and sync()
         return y
 
-    return t_chain, o_chain
+    def b_chain():
+        import opd.torch as ot
+        with ot.batch():
+            return o_chain()
+
+    return t_chain, o_chain, b_chain
 
 
 def timed_chains(torch, variants, rounds, iters, warmup):
@@ -169,7 +177,7 @@ def main():
     x = torch.randn(*shape, generator=g).to(dev)
     w = (torch.rand(shape[-1], generator=g) + 0.5).to(dev)
     b = (torch.randn(shape[-1], generator=g) * 0.1).to(dev)
-    t_chain, o_chain = chains(torch, x, w, b)
+    t_chain, o_chain, b_chain = chains(torch, x, w, b)
 
     status = 0
     with torch.no_grad():
@@ -179,25 +187,32 @@ def main():
         max_abs, rel, bad = tb.errors(torch, got, want)
         got_each = o_chain(True)
         max_abs_each, rel_each, bad_each = tb.errors(torch, got_each, want)
-        del want, got, got_each
-        ok = not bad and not bad_each and rel <= args.tol and rel_each <= args.tol
-        print("check max_abs=%.3g rel=%.3g sync_each_rel=%.3g tol=%.3g %s"
-              % (max_abs, rel, rel_each, args.tol, "ok" if ok else "FAIL"), flush=True)
+        got_b = b_chain()
+        torch.cuda.synchronize()
+        _, rel_b, bad_b = tb.errors(torch, got_b, want)
+        del want, got, got_each, got_b
+        ok = (not bad and not bad_each and not bad_b and rel <= args.tol and
+              rel_each <= args.tol and rel_b <= args.tol)
+        print("check max_abs=%.3g rel=%.3g sync_each_rel=%.3g batch_rel=%.3g tol=%.3g %s"
+              % (max_abs, rel, rel_each, rel_b, args.tol, "ok" if ok else "FAIL"),
+              flush=True)
         if not ok:
             status = 1
         per = timed_chains(torch, [("torch", t_chain), ("opd", o_chain),
+                                   ("opd_batch", b_chain),
                                    ("opd_sync_each", lambda: o_chain(True)),
                                    ("torch_sync_each", lambda: t_chain(True))],
                            args.rounds, args.iters, args.warmup)
     med = {n: tb.median(v) for n, v in per.items()}
     p90 = {n: sorted(v)[int(0.9 * (len(v) - 1))] for n, v in per.items()}
-    for n in ("torch", "opd", "opd_sync_each", "torch_sync_each"):
+    for n in ("torch", "opd", "opd_batch", "opd_sync_each", "torch_sync_each"):
         print("chain variant=%s ops=%d shape=%s p50_us=%.1f p90_us=%.1f per_op_us=%.2f"
               % (n, N_OPS, "x".join(map(str, shape)), med[n], p90[n], med[n] / N_OPS))
     ratio = med["opd"] / med["torch"]
-    print("chain ratio opd/torch=%.3f opd_sync_each/torch_sync_each=%.3f "
-          "opd/opd_sync_each=%.3f check=%s"
-          % (ratio, med["opd_sync_each"] / med["torch_sync_each"],
+    ratio_b = med["opd_batch"] / med["torch"]
+    print("chain ratio opd/torch=%.3f opd_batch/torch=%.3f "
+          "opd_sync_each/torch_sync_each=%.3f opd/opd_sync_each=%.3f check=%s"
+          % (ratio, ratio_b, med["opd_sync_each"] / med["torch_sync_each"],
              med["opd"] / med["opd_sync_each"], "ok" if status == 0 else "FAIL"),
           flush=True)
     if args.json:
@@ -206,6 +221,7 @@ def main():
             "gpu": torch.cuda.get_device_name(), "shape": list(shape), "ops": N_OPS,
             "rounds": args.rounds, "iters": args.iters, "warmup": args.warmup,
             "p50_us": med, "p90_us": p90, "ratio_opd_torch": ratio,
+            "ratio_opd_batch_torch": ratio_b,
             "max_abs": max_abs, "rel": rel, "tol": args.tol, "ok": status == 0,
             "samples_us": per})
     if status:

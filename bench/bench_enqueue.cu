@@ -22,7 +22,8 @@
  *   mixed    the client's kernel and a run alternating, one sync: per pair
  *   chain8   8 runs from an idle stream, then one sync (bench_chain.py's
  *            shape): the whole, and its tail (the sync after the 8th call
- *            returned); own8: the client's own 8 kernels and the sync
+ *            returned); own8: the client's own 8 kernels and the sync;
+ *            batch8: the 8 runs inside opd_batch_begin / opd_batch_end
  * The poll path needs MPS (or OPD_STREAM_ORDER=gpu): without it the calls
  * wait for their answers.
  */
@@ -66,7 +67,7 @@ static void set_variant(int v) {
     setenv(nm, strchr(vname[v], '=') + 1, 1);
 }
 
-enum { E = 4096, SECTIONS = 7, REPS8 = 100 };
+enum { E = 4096, SECTIONS = 8, REPS8 = 100 };
 
 static double median(double *v, int n) {
   qsort(v, n, sizeof *v, cmp);
@@ -115,7 +116,7 @@ static int round_of(const char *sock, int v, int n, float *x, cudaStream_t s,
   /* chain8: 8 runs from an idle stream, then the sync (bench_chain.py's
    * shape); its tail: the sync after the 8th call returned. own8: the
    * client's own 8 kernels, then the sync. */
-  double tot[REPS8], tail[REPS8], own[REPS8];
+  double tot[REPS8], tail[REPS8], own[REPS8], bat[REPS8];
   for (int r = 0; r < REPS8 && rc == 0; r++) {
     t0 = now_us();
     for (int i = 0; i < 8 && rc == 0; i++)
@@ -127,12 +128,20 @@ static int round_of(const char *sock, int v, int n, float *x, cudaStream_t s,
     tail[r] = t2 - t1;
     for (int i = 0; i < 8; i++) bump<<<4, 256, 0, s>>>(x, E);
     cudaStreamSynchronize(s);
-    own[r] = now_us() - t2;
+    double t3 = now_us();
+    own[r] = t3 - t2;
+    rc = opd_batch_begin(c, s);
+    for (int i = 0; i < 8 && rc == 0; i++)
+      rc = opd_enqueue_stream(c, "cuda:0", s, "relu", &tx, 1, &tx, 1, NULL, 0);
+    if (rc == 0) rc = opd_batch_end(c);
+    cudaStreamSynchronize(s);
+    bat[r] = now_us() - t3;
   }
   if (rc == 0) {
     f[4] = median(tot, REPS8);
     f[5] = median(tail, REPS8);
     f[6] = median(own, REPS8);
+    f[7] = median(bat, REPS8);
   }
   if (rc == 0) rc = opd_synchronize(c);
   if (rc != 0) fprintf(stderr, "%s: %s\n", vname[v], opd_last_error());
@@ -184,7 +193,7 @@ int main(int argc, char **argv) {
     }
   static const char *const sec[SECTIONS] = {"busy_call", "chain_call", "chain_run",
                                             "mixed_pair", "chain8", "chain8_tail",
-                                            "own8"};
+                                            "own8", "batch8"};
   for (int v = 0; v < n_var; v++) {
     printf("enqueue variant=%-21s", vname[v]);
     for (int k = 0; k < SECTIONS; k++)

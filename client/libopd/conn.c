@@ -381,6 +381,8 @@ void opd_close(opd_client_t *c) {
   if (c == NULL) return;
   /* after fork() the child only drops its copy: the parent's session and
    * mappings are the parent's */
+  if (c->fork_gen == __atomic_load_n(&opd__fork_gen, __ATOMIC_RELAXED))
+    opd__cuda_close(c); /* enqueued runs finished while the daemon answers */
   if (c->fd >= 0) close(c->fd);
   for (size_t i = 0; i < c->n_arenas; i++) {
     munmap(c->arenas[i].base, c->arenas[i].size);

@@ -194,6 +194,17 @@ uint32_t opd__prepared_flags(const opd_prepared_t *p);
 
 /* What the connection holds of CUDA (events, the import cache), at close. */
 void opd__cuda_free(opd_client_t *c);
+/* opd_close, before the socket closes: an open batch (opd_batch_begin)
+ * ended, enqueued runs finished (stream.c); opd__batch_keep: obj is dropped with drop(obj) once the batch's
+ * runs so far are joined back to `stream` (1: kept; 0: no batch is open
+ * on stream, nothing kept); opd__batch_open: 1 while one is (stream.c). */
+void opd__cuda_close(opd_client_t *c);
+int opd__batch_keep(opd_client_t *c, void *stream, void *obj,
+                    void (*drop)(void *));
+int opd__batch_open(opd_client_t *c, void *stream);
+/* The open batch on stream, if any, joined to it now (its later runs wait
+ * for the stream again, as a first run does): 0 or the join's error. */
+int opd__batch_join(opd_client_t *c, void *stream);
 
 /* ---- conn.c ------------------------------------------------------------ */
 

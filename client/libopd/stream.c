@@ -262,6 +262,29 @@ typedef struct {
 #define LAZY 64      /* enqueued runs of a connection whose answers are
                         read later: at this many the older half is read */
 
+/* A batch (opd_batch_begin): enqueued runs on one stream ordered among
+ * themselves on the daemon's stream, joined back to the caller's stream at
+ * opd_batch_end (one poll kernel for the last), and what must outlive them
+ * (opd__batch_keep: torch's tensors), dropped once that poll kernel is on
+ * the stream. At BATCH_RUNS runs, or when the kept objects would not fit,
+ * the batch joins by itself and goes on (memory stays bounded). */
+#define BATCH_RUNS 64
+#define BATCH_KEEP 1024
+typedef struct {
+  int open;
+  void *stream, *ctx;            /* the caller's stream and its context */
+  int dev;                       /* the stream's device (this process's) */
+  cevents_t *e;                  /* dev's events (the poll kernel) */
+  int runs;                      /* runs since the last join */
+  uint64_t last;                 /* the last one's request id */
+  int n_keep;
+  struct {
+    void *obj;
+    void (*drop)(void *);
+  } keep[BATCH_KEEP];
+  uint64_t n_runs, n_joins;      /* for the trace */
+} batch_t;
+
 typedef struct {
   unsigned long long buffer;     /* the driver's id of the allocation */
   cu_ptr_t base;
@@ -295,6 +318,7 @@ struct opd_cuda {
   int trace;
   opd_steps_t steps;
   uint64_t idle;                 /* enqueued runs whose stream was idle */
+  batch_t batch;
 };
 
 static const char *const trace_step[4] = {"tensors", "cuEventRecord / the word",
@@ -310,7 +334,8 @@ static void trace_print(const struct opd_cuda *k) {
             (unsigned long long)s->slow[i]);
   if (s->n > 0)
     fprintf(stderr, "opd: %llu enqueued calls found their stream idle (no "
-            "wait)\n", (unsigned long long)k->idle);
+            "wait); %llu batched runs, %llu joins\n", (unsigned long long)k->idle,
+            (unsigned long long)k->batch.n_runs, (unsigned long long)k->batch.n_joins);
 }
 
 static pthread_mutex_t make_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -390,7 +415,11 @@ void opd__cuda_free(opd_client_t *c) {
   if (k == NULL) return;
   if (k->trace) trace_print(k);
   /* the events are this process's: after a fork the child leaves them */
-  if (cu.ok && c->fork_gen == __atomic_load_n(&opd__fork_gen, __ATOMIC_RELAXED)) {
+  int mine = cu.ok && c->fork_gen == __atomic_load_n(&opd__fork_gen, __ATOMIC_RELAXED);
+  batch_t *b = &k->batch; /* opd__cuda_close joined it: what is left */
+  for (int i = 0; i < b->n_keep; i++) b->keep[i].drop(b->keep[i].obj);
+  b->n_keep = 0;
+  if (mine) {
     for (int d = 0; d < DEVICES; d++) {
       poll_free(&k->ev[d]);
       if (k->ev[d].mine) cu.event_destroy(k->ev[d].mine);
@@ -744,6 +773,164 @@ static int slot_for(cevents_t *e, void *stream) {
   return e->n_slots;
 }
 
+/* Queues libopd's poll kernel on stream (e's context current, k->mu
+ * held): work queued there later waits, on the GPU, until the daemon's
+ * flag word reaches id (the enqueued run `id` and those before it on the
+ * session's stream ended); id's answer is read later. If it does not
+ * launch, the run's end is waited for on the host and the call fails. */
+static int poll_launch(opd_client_t *c, struct opd_cuda *k, cevents_t *e,
+                       void *stream, uint64_t id, const char *who) {
+  uint32_t want = (uint32_t)id;
+  unsigned long long ns = k->poll_ns;
+  void *args[4] = {&e->flag, &want, &e->err_dev, &ns};
+  cu_result r = cu.launch_kernel(e->fn, 1, 1, 1, 1, 1, 1, 0, stream, args, NULL);
+  if (r == 0) {
+    e->polled = 1;
+    if (k->n_lazy == 0 || k->lazy[k->n_lazy - 1] != id) k->lazy[k->n_lazy++] = id;
+    return 0;
+  }
+  /* no GPU wait: the run's end on the host, then the stream */
+  int rc = opd__wait_reply(c, id, -1, NULL, NULL, NULL);
+  if (k->n_lazy > 0 && k->lazy[k->n_lazy - 1] == id) k->n_lazy--; /* read */
+  if (rc == 0) rc = opd__call(c, OPD_MSG_SYNC, NULL, NULL, -1, NULL, NULL);
+  if (rc == 0)
+    rc = opd__fail(OPD_EBACKEND, "%s: the poll kernel did not launch on "
+                   "the caller's stream (cuLaunchKernel: %s); the run "
+                   "completed, the stream did not wait for it", who,
+                   cu_str(r));
+  return rc;
+}
+
+/* The batch's runs so far joined back to its stream (k->mu held, its
+ * context current): one poll kernel for the last; then what was kept for
+ * them is dropped (work queued on the stream after this waits for them,
+ * torch's caching allocator's reuse included). */
+static int batch_join(opd_client_t *c, struct opd_cuda *k, const char *who) {
+  batch_t *b = &k->batch;
+  int rc = 0;
+  if (b->runs > 0) {
+    rc = poll_launch(c, k, b->e, b->stream, b->last, who);
+    b->runs = 0;
+    b->n_joins++;
+  }
+  for (int i = 0; i < b->n_keep; i++) b->keep[i].drop(b->keep[i].obj);
+  b->n_keep = 0;
+  return rc;
+}
+
+int opd_batch_begin(opd_client_t *c, void *stream) {
+  int rc = opd__check_usable(c);
+  if (rc == 0) rc = cu_ready("opd_batch_begin");
+  struct opd_cuda *k = rc == 0 ? cuda_of(c) : NULL;
+  if (rc != 0 || k == NULL) return rc ? rc : OPD_ENOMEM;
+  void *ctx = NULL;
+  cu_result r = cu.stream_get_ctx(stream, &ctx);
+  if (r != 0 || ctx == NULL)
+    return opd__fail(OPD_EINVAL, "opd_batch_begin: %p is not a CUDA stream "
+                     "of this process with a context (cuStreamGetCtx: %s)",
+                     stream, r ? cu_str(r) : "no context");
+  pthread_mutex_lock(&k->mu);
+  batch_t *b = &k->batch;
+  if (b->open) {
+    rc = opd__fail(OPD_ESTATE, "opd_batch_begin: a batch is already open on "
+                   "this connection (stream %p); end it first (batches do not "
+                   "nest)", b->stream);
+  } else {
+    int pushed = ctx_enter(ctx), sdev = -1;
+    if (cu.ctx_get_device(&sdev) != 0 || sdev < 0 || sdev >= DEVICES)
+      rc = opd__fail(OPD_EINVAL, "opd_batch_begin: the stream's device is "
+                     "unknown or past cuda:%d", DEVICES - 1);
+    ctx_leave(pushed);
+    if (rc == 0) {
+      b->open = 1, b->stream = stream, b->ctx = ctx, b->dev = sdev;
+      b->runs = 0, b->n_keep = 0, b->e = NULL;
+    }
+  }
+  pthread_mutex_unlock(&k->mu);
+  return rc;
+}
+
+int opd_batch_end(opd_client_t *c) {
+  if (c == NULL) return opd__fail(OPD_EINVAL, "no connection (NULL)");
+  struct opd_cuda *k = __atomic_load_n(&c->cuda, __ATOMIC_ACQUIRE);
+  if (k == NULL || !k->batch.open)
+    return opd__fail(OPD_ESTATE, "opd_batch_end: no batch is open on this "
+                     "connection (opd_batch_begin)");
+  pthread_mutex_lock(&k->mu);
+  batch_t *b = &k->batch;
+  int pushed = b->runs > 0 ? ctx_enter(b->ctx) : 0;
+  int rc = batch_join(c, k, "opd_batch_end");
+  ctx_leave(pushed);
+  b->open = 0;
+  pthread_mutex_unlock(&k->mu);
+  return rc;
+}
+
+/* opd_close, before the socket closes: an open batch ends (its stream
+ * waits for its runs), and where runs were enqueued the daemon finishes
+ * them first: a session's runs still waiting when it ends are let go
+ * (the daemon stops waiting for a departed client's stream), which would
+ * run them before the work they wait for, into memory the stream's later
+ * work reads. */
+void opd__cuda_close(opd_client_t *c) {
+  struct opd_cuda *k = c->cuda;
+  if (k == NULL) return;
+  pthread_mutex_lock(&k->mu);
+  int open = k->batch.open, lazy = k->n_lazy > 0;
+  pthread_mutex_unlock(&k->mu);
+  if (open) (void)opd_batch_end(c);
+  if (open || lazy) (void)opd_synchronize(c);
+}
+
+int opd__batch_keep(opd_client_t *c, void *stream, void *obj,
+                    void (*drop)(void *)) {
+  struct opd_cuda *k = c != NULL ? __atomic_load_n(&c->cuda, __ATOMIC_ACQUIRE) : NULL;
+  if (k == NULL) return 0;
+  pthread_mutex_lock(&k->mu);
+  batch_t *b = &k->batch;
+  int kept = b->open && b->stream == stream;
+  if (kept && b->n_keep == BATCH_KEEP) { /* full: join, then keep on */
+    int pushed = ctx_enter(b->ctx);
+    if (batch_join(c, k, "opd_batch") != 0) {
+      /* the runs ended on the host (poll_launch's fallback): nothing to keep */
+      ctx_leave(pushed);
+      pthread_mutex_unlock(&k->mu);
+      return 0;
+    }
+    ctx_leave(pushed);
+  }
+  if (kept) {
+    b->keep[b->n_keep].obj = obj;
+    b->keep[b->n_keep++].drop = drop;
+  }
+  pthread_mutex_unlock(&k->mu);
+  return kept;
+}
+
+int opd__batch_join(opd_client_t *c, void *stream) {
+  struct opd_cuda *k = c != NULL ? __atomic_load_n(&c->cuda, __ATOMIC_ACQUIRE) : NULL;
+  if (k == NULL) return 0;
+  pthread_mutex_lock(&k->mu);
+  batch_t *b = &k->batch;
+  int rc = 0;
+  if (b->open && b->stream == stream) {
+    int pushed = b->runs > 0 ? ctx_enter(b->ctx) : 0;
+    rc = batch_join(c, k, "opd_batch");
+    ctx_leave(pushed);
+  }
+  pthread_mutex_unlock(&k->mu);
+  return rc;
+}
+
+int opd__batch_open(opd_client_t *c, void *stream) {
+  struct opd_cuda *k = c != NULL ? __atomic_load_n(&c->cuda, __ATOMIC_ACQUIRE) : NULL;
+  if (k == NULL) return 0;
+  pthread_mutex_lock(&k->mu);
+  int open = k->batch.open && k->batch.stream == stream;
+  pthread_mutex_unlock(&k->mu);
+  return open;
+}
+
 static int ordered(opd_client_t *c, const char *who, const char *device,
                    void *stream, send_fn send, const void *arg,
                    const ptrs_t *at, int lazy) {
@@ -786,14 +973,24 @@ static int ordered(opd_client_t *c, const char *who, const char *device,
     /* this id's pool event was last recorded for an id OPD_STREAM_EVENTS
      * before: that run's answer says the daemon queued its wait on it */
     uint64_t id = opd__new_id(c);
+    /* a batch's run after its first: ordered after that one on the
+     * daemon's stream, the caller's stream not waited for (the batch's
+     * contract, opd_batch_begin) */
+    batch_t *b = &k->batch;
+    int in_batch = b->open && b->stream == stream && b->dev == dev;
+    int after = in_batch && b->runs > 0;
     /* a stream whose work is all done (as if synchronized): the run needs
      * no wait; else the stream's word, else an event of the pool */
-    int idle = cu.stream_query != NULL && !k->no_idle && cu.stream_query(stream) == 0;
-    int slot = !idle && e->words ? slot_for(e, stream) : 0;
-    while (!idle && slot == 0 && k->n_lazy > 0 && k->lazy[0] + OPD_STREAM_EVENTS <= id)
+    int idle = !after && cu.stream_query != NULL && !k->no_idle &&
+               cu.stream_query(stream) == 0;
+    int slot = !after && !idle && e->words ? slot_for(e, stream) : 0;
+    while (!after && !idle && slot == 0 && k->n_lazy > 0 &&
+           k->lazy[0] + OPD_STREAM_EVENTS <= id)
       lazy_reap(c, k, k->n_lazy - 1);
     if (k->trace) t[1] = opd__now_ns();
-    if (idle) {
+    if (after) {
+      b->n_runs++;
+    } else if (idle) {
       k->idle++;
     } else if (slot != 0) { /* the stream's word: the daemon's stream polls it */
       if ((r = cu.memset_d32(e->flag + (cu_ptr_t)slot * OPD_STREAM_SLOT_BYTES,
@@ -805,28 +1002,19 @@ static int ordered(opd_client_t *c, const char *who, const char *device,
                      "stream: %s", who, cu_str(r));
     }
     if (k->trace) t[2] = opd__now_ns();
-    uint32_t extra = idle ? 0 : slot ? OPD_RUN_F_WAIT | OPD_RUN_F_WORD |
-                                           ((uint32_t)slot << OPD_RUN_SLOT_SHIFT)
-                                     : OPD_RUN_F_WAIT;
+    uint32_t extra = after || idle ? 0 : slot ? OPD_RUN_F_WAIT | OPD_RUN_F_WORD |
+                                                    ((uint32_t)slot << OPD_RUN_SLOT_SHIFT)
+                                              : OPD_RUN_F_WAIT;
     if (rc == 0) rc = send(c, arg, 1, wire, &id, extra);
     if (k->trace) t[3] = opd__now_ns();
-    if (rc == 0) {
-      uint32_t want = (uint32_t)id;
-      unsigned long long ns = k->poll_ns;
-      void *args[4] = {&e->flag, &want, &e->err_dev, &ns};
-      r = cu.launch_kernel(e->fn, 1, 1, 1, 1, 1, 1, 0, stream, args, NULL);
-      if (r == 0) {
-        e->polled = 1;
-        k->lazy[k->n_lazy++] = id;
-      } else { /* no GPU wait: the run's end on the host, then the stream */
-        rc = opd__wait_reply(c, id, -1, NULL, NULL, NULL);
-        if (rc == 0) rc = opd__call(c, OPD_MSG_SYNC, NULL, NULL, -1, NULL, NULL);
-        if (rc == 0)
-          rc = opd__fail(OPD_EBACKEND, "%s: the poll kernel did not launch on "
-                         "the caller's stream (cuLaunchKernel: %s); the run "
-                         "completed, the stream did not wait for it", who,
-                         cu_str(r));
-      }
+    if (rc == 0 && in_batch) { /* the stream waits at the join */
+      k->lazy[k->n_lazy++] = id;
+      b->runs++;
+      b->last = id;
+      b->e = e;
+      if (b->runs >= BATCH_RUNS) rc = batch_join(c, k, who);
+    } else if (rc == 0) {
+      rc = poll_launch(c, k, e, stream, id, who);
     }
     if (k->trace && rc == 0) {
       t[4] = opd__now_ns();

@@ -234,6 +234,15 @@ void opd_torch_unbind(opd_client_t *c) {
 
 /* The bound connection, asking Python for a new one when there is none or
  * it is the parent's (fork). NULL with msg set when there is none. */
+/* the bound connection if there is a current one, else NULL (no rebind) */
+static opd_client_t *bound_now(void) {
+  pthread_mutex_lock(&t_mu);
+  opd_client_t *c = bound;
+  if (bound_gen != __atomic_load_n(&opd__fork_gen, __ATOMIC_RELAXED)) c = NULL;
+  pthread_mutex_unlock(&t_mu);
+  return c;
+}
+
 static opd_client_t *connection(char *msg, size_t cap) {
   pthread_mutex_lock(&t_mu);
   opd_client_t *c = bound;
@@ -294,6 +303,9 @@ typedef struct call {
   opd_attr_t attr[OPD_MAX_ATTRS];
   char msg[512];
 } call_t;
+
+/* a tensor handle a batch kept, dropped when it joins (opd__batch_keep) */
+static void drop_handle(void *h) { T.del((ath_t)h); }
 
 static void call_release(call_t *k) {
   for (uint32_t i = 0; i < OPD_MAX_TENSORS; i++) {
@@ -486,6 +498,14 @@ static void kernel(int idx, siv_t *stack, uint64_t n_args, uint64_t n_ret) {
     }
     ath_t use = k.in[i];
     if (!contig) {
+      /* torch's copy reads what an open batch's runs may still write: the
+       * batch joins the stream first (opd__batch_join) */
+      void *cs = NULL;
+      opd_client_t *bc = bound_now();
+      if (bc != NULL && T.stream(dev, &cs) == 0 && opd__batch_join(bc, cs) != 0) {
+        rc = fail_opd(&k, o);
+        goto out;
+      }
       if ((k.tmp[i] = contiguous(k.in[i])) == NULL) {
         rc = fail(&k, o, "input %s: aten::contiguous failed", what);
         goto out;
@@ -611,8 +631,17 @@ static void kernel(int idx, siv_t *stack, uint64_t n_args, uint64_t n_ret) {
   }
   /* a signature the daemon took before is enqueued without waiting for
    * its answer (a refusal then fails a later call: opd_enqueue_stream*);
-   * a new one waits, so that its bad arguments are this call's error */
-  if ((ran ? opd_enqueue_stream_ptrs : opd_run_stream_ptrs)(
+   * a new one waits, so that its bad arguments are this call's error.
+   * Inside a batch (opd.torch.batch(), opd_batch_begin) an enqueued run
+   * does not wait for the stream, nor the stream for it: one that needs
+   * torch's own work around it (a contiguous copy before, a copy back
+   * after) is ordered as outside instead, and the others' tensors are
+   * kept alive until the batch joins the stream (torch's caching
+   * allocator would hand their memory out again at once) */
+  int batched = opd__batch_open(c, stream), torch_work = back != NULL;
+  for (uint32_t i = 0; i < OPD_MAX_TENSORS; i++) torch_work |= k.tmp[i] != NULL;
+  int lazy = ran && !(batched && torch_work);
+  if ((lazy ? opd_enqueue_stream_ptrs : opd_run_stream_ptrs)(
           c, device, stream, o->op, ptrs, t, k.n_in, k.n_out, k.attr,
           o->n_attrs) != 0) {
     rc = fail_opd(&k, o);
@@ -629,6 +658,17 @@ static void kernel(int idx, siv_t *stack, uint64_t n_args, uint64_t n_ret) {
   if (back != NULL && copy_into(k.in[0], back) != 0) {
     rc = fail(&k, o, "%s", "aten::copy_ back into the input failed");
     goto out;
+  }
+  if (lazy && batched) {
+    for (uint32_t i = 0; i < OPD_MAX_TENSORS; i++)
+      if (k.in[i] != NULL && opd__batch_keep(c, stream, k.in[i], drop_handle))
+        k.in[i] = NULL; /* the batch's now */
+    for (uint32_t j = 0; !o->inplace && j < k.n_out; j++) {
+      ath_t h = NULL;
+      if (T.new_handle(k.out[j], &h) == 0 && h != NULL &&
+          !opd__batch_keep(c, stream, h, drop_handle))
+        T.del(h);
+    }
   }
   if (!o->inplace)
     for (uint32_t j = 0; j < k.n_out; j++) {

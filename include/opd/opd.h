@@ -112,7 +112,10 @@ int opd_connect_flags(const char *socket_path, uint32_t flags,
                       opd_client_t **out);
 
 /* Closes the connection and unmaps every arena made through it. Waits for
- * nothing: the daemon finishes what it was running and drops the rest. */
+ * nothing (the daemon finishes what it was running and drops the rest),
+ * except where runs were enqueued on a CUDA stream (opd_enqueue_stream*,
+ * an open batch): those are finished first, since the stream's later work
+ * waits for them. */
 void opd_close(opd_client_t *c);
 
 /* The hello reply (daemon version, session id, backends, limits) as JSON.
@@ -390,8 +393,9 @@ int opd_run_stream_ptrs(opd_client_t *c, const char *device, void *stream,
  * elsewhere, or with OPD_STREAM_POLL=0, these calls are opd_run_stream /
  * opd_run_stream_ptrs. Answers of up to 64 enqueued runs are left unread;
  * at 64 the older half is read (the daemon's max_async bounds the runs
- * in flight). A connection that enqueued runs synchronizes its contexts
- * at opd_close (the kernels read the daemon's memory). */
+ * in flight). A connection with enqueued runs whose answers are unread
+ * waits for the daemon to finish them at opd_close (opd_synchronize), then
+ * synchronizes its contexts (the kernels read the daemon's memory). */
 int opd_enqueue_stream(opd_client_t *c, const char *device, void *stream,
                        const char *op, const opd_tensor_t *in, uint32_t n_in,
                        const opd_tensor_t *out, uint32_t n_out,
@@ -400,6 +404,36 @@ int opd_enqueue_stream_ptrs(opd_client_t *c, const char *device, void *stream,
                             const char *op, void *const *ptrs, opd_tensor_t *t,
                             uint32_t n_in, uint32_t n_out,
                             const opd_attr_t *attrs, uint32_t n_attrs);
+
+/* A BATCH of enqueued runs on `stream`: from opd_batch_begin to
+ * opd_batch_end, this connection's opd_enqueue_stream / _ptrs calls on
+ * `stream` (and torch.ops.opd's C kernels on it) are ordered with each
+ * other on the daemon's stream only. The first waits, on the GPU, for the
+ * work queued on `stream` before it, as any enqueued run does; the later
+ * ones do not wait for `stream` at all, and `stream` does not wait for
+ * them until opd_batch_end, which queues one poll kernel on it for the
+ * last (work queued on `stream` after opd_batch_end waits for every run
+ * of the batch). A chain of dependent opd runs then costs the caller one
+ * frame per run, and the daemon one launch, instead of a hand-off through
+ * the caller's stream in each direction per run.
+ * The contract, as for a second CUDA stream forked at the first run and
+ * joined at the end: between begin and end, work the caller queues on
+ * `stream` itself (its own kernels, copies, torch's ops) is NOT ordered
+ * with the batch's runs, so it must not touch their tensors, and memory
+ * the runs use must stay valid until opd_batch_end in stream order
+ * (torch.ops.opd's C kernels keep their tensors alive for that themselves).
+ * Runs on other streams, opd_run_stream* calls and synchronous runs keep
+ * their ordering. After BATCH_RUNS (64) runs the batch joins by itself (a
+ * poll kernel) and goes on, so what it holds stays bounded. One batch per
+ * connection at a time (begin again: OPD_ESTATE); opd_close ends an open
+ * one and waits for the daemon to finish its runs (a session's runs not
+ * yet launched when it closes are otherwise discarded). Where enqueued
+ * runs are not available (see above) calls in a batch are ordered as
+ * outside it. Returns 0 or an error (opd_batch_end
+ * without a batch: OPD_ESTATE; a stream that is not one of this
+ * process's: OPD_EINVAL; no CUDA driver: OPD_EBACKEND). */
+int opd_batch_begin(opd_client_t *c, void *stream);
+int opd_batch_end(opd_client_t *c);
 
 /* Waits until every run this connection sent before it has completed.
  * Returns 0, or the error of the first asynchronous run that failed

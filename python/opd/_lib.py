@@ -154,6 +154,8 @@ def _declare(lib):
         "opd_torch_kernel": (c_int, [cp, cp, c_int, c_uint32, c_uint32,
                                      c_uint32, c_uint32, P(cp), P(ctypes.c_int32)]),
         "opd_torch_bind": (None, [vp, vp]),
+        "opd_batch_begin": (c_int, [vp, vp]),
+        "opd_batch_end": (c_int, [vp]),
         "opd_torch_unbind": (None, [vp]),
     }
     for name, (res, args) in sigs.items():

@@ -411,6 +411,47 @@ def register(c=None, socket=None):
         return new
 
 
+class batch:
+    """A batch of torch.ops.opd calls on CUDA tensors (opd_batch_begin in
+    include/opd/opd.h, docs/async.md): inside `with opd.torch.batch():`
+    the calls on the current stream (or `stream`, a torch.cuda.Stream) are
+    ordered with each other on the daemon's GPU stream only; the first
+    waits for the work torch queued before it, and torch's work after the
+    block waits for all of them, but nothing in between crosses over. For
+    a chain of opd ops with nothing of torch's between them: each call
+    then costs a frame to the daemon and one launch there, not a hand-off
+    through torch's stream each way. Torch's own work on the stream inside
+    the block is NOT ordered with the batch's calls: it must not read or
+    write their tensors (the calls keep their own tensors alive until the
+    block ends). Calls that need torch's work around them (a non-contiguous
+    tensor), the first call of a signature, and the Python path
+    (OPD_TORCH_C=0, c_kernels_why()) are ordered as outside the block;
+    where libopd's C kernels are not available the block changes nothing.
+    One batch per connection at a time; blocks do not nest."""
+
+    def __init__(self, stream=None):
+        self._stream = stream
+        self._c = None
+
+    def __enter__(self):
+        lib = _c_lib()
+        if lib is None or not _torch.cuda.is_available():
+            return self
+        c = _bound()
+        s = self._stream if self._stream is not None else _torch.cuda.current_stream()
+        errors.check(lib.opd_batch_begin(c._handle(), ctypes.c_void_p(s.cuda_stream)))
+        self._c = c
+        return self
+
+    def __exit__(self, *exc):
+        c, self._c = self._c, None
+        if c is not None and not c.closed:
+            rc = _c_lib().opd_batch_end(c._handle())
+            if exc[0] is None:
+                errors.check(rc)
+        return False
+
+
 def ops():
     """{name: torch op} of the registered ops (torch.ops.opd.<name>)."""
     return {n: getattr(getattr(_torch.ops, NAMESPACE), n) for n in _ops}

@@ -98,6 +98,19 @@ Test(async, misuse_is_named) {
   EXPECT_ERR(opd_cuda_device_name(-1, name, sizeof name), OPD_EINVAL,
              "device -1 out of 0..15");
   EXPECT_ERR(opd_cuda_device_name(0, name, 3), OPD_ELIMIT, "3 bytes of room");
+  /* batches (opd_batch_begin / _end): misuse named, no driver named */
+  EXPECT_ERR(opd_batch_end(c), OPD_ESTATE, "no batch is open on this connection");
+  EXPECT_ERR(opd_batch_end(NULL), OPD_EINVAL, "no connection");
+  EXPECT_ERR(opd_batch_begin(NULL, NULL), OPD_EINVAL, "no connection");
+  rc = opd_batch_begin(c, NULL); /* no driver here (CI): named */
+  if (rc == 0) {                 /* a driver with a current context */
+    cr_assert_eq(opd_batch_end(c), 0, "%s", opd_last_error());
+  } else {
+    cr_assert(rc == OPD_EBACKEND || rc == OPD_EINVAL, "%s", opd_errname(rc));
+    cr_assert(strstr(opd_last_error(), "opd_batch_begin") != NULL, "%s",
+              opd_last_error());
+  }
+  EXPECT_ERR(opd_batch_end(c), OPD_ESTATE, "no batch is open");
   /* a UUID: without a driver EBACKEND, with one EDEVICE naming it */
   rc = opd_run_stream(c, "GPU-00000000-0000-0000-0000-000000000000", NULL,
                       "relu", &x, 1, &y, 1, NULL, 0);

@@ -163,6 +163,62 @@ def test_non_contiguous_inputs_and_in_place(ops):
         torch.nn.functional.layer_norm(h, (96,), w, b, 1e-5), rtol=1e-4, atol=1e-5)
 
 
+def test_batch_chain_ordered_with_torch_before_and_after(ops):
+    """opd.torch.batch(): a chain of opd ops, the first after torch's
+    matmul, torch's work after the block after all of them; intermediates
+    dropped at once inside the block and their memory handed out again
+    right after it (the batch kept them alive until it joined)."""
+    import opd.torch as ot
+    for k in range(20):
+        x = slow()[:8] * 1e-4            # still being computed
+        ref = x
+        for _ in range(40):              # past the 64-run self-join twice
+            ref = torch.nn.functional.gelu(torch.softmax(ref, -1), approximate="tanh")
+        with ot.batch():
+            y = x
+            for _ in range(40):
+                y = ops.softmax(y)       # the previous y dropped here
+                y = ops.gelu(y, approximate="tanh")
+        z = y * 2                        # after every run of the block
+        torch.full((8, 4096 * 4), float("nan"), device=DEV)  # reused memory
+        torch.testing.assert_close(z, ref * 2, rtol=1e-5, atol=1e-6)
+
+
+def test_batch_with_in_place_and_non_contiguous_calls(ops):
+    """Calls inside a batch that need torch's own work around them (a
+    non-contiguous input: torch copies it; in place on one: copied back)
+    join the batch first and are ordered as outside it."""
+    import opd.torch as ot
+    gelu = torch.nn.functional.gelu
+    for k in range(10):
+        x = slow()[:64, :64] * 1e-3 - 0.5
+        with ot.batch():
+            a = ops.softmax(ops.relu(x))
+            c = ops.softmax(a.t())       # torch copies a.t() after a's run
+            ops.relu_(c)                 # in place, contiguous
+            d = ops.gelu(a, approximate="tanh")
+            ops.relu_(d.t())             # in place on a view: copied back
+        ra = torch.softmax(torch.relu(x), -1)
+        torch.testing.assert_close(a, ra, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(c, torch.relu(torch.softmax(ra.t(), -1)),
+                                   rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(d, torch.relu(gelu(ra, approximate="tanh")),
+                                   rtol=1e-5, atol=1e-6)
+
+
+def test_batch_misuse_is_named(ops):
+    import opd.torch as ot
+    if not _c_kernels():
+        pytest.skip("no C kernels here: a batch changes nothing")
+    with ot.batch():
+        with pytest.raises(opd.OpdError, match="already open"):
+            with ot.batch():
+                pass
+    # and the connection serves on, ordered as before
+    x = torch.randn(16, 16, device=DEV)
+    torch.testing.assert_close(ops.relu(x), torch.relu(x))
+
+
 def test_bad_input_is_raised_at_the_call(ops):
     """Through the C kernels as through Python: an error naming the op and
     what was wrong, raised by the call itself (RuntimeError from torch's
