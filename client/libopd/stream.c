@@ -879,7 +879,18 @@ void opd__cuda_close(opd_client_t *c) {
   int open = k->batch.open, lazy = k->n_lazy > 0;
   pthread_mutex_unlock(&k->mu);
   if (open) (void)opd_batch_end(c);
-  if (open || lazy) (void)opd_synchronize(c);
+  if (!open && !lazy) return;
+  /* a SYNC, waited for as long as the poll kernels wait (a daemon that
+   * stopped answering does not hold the close for longer) */
+  fbuf_t b;
+  msgpack_packer pk;
+  uint64_t id = opd__new_id(c);
+  opd__frame_begin(&b, &pk, OPD_MSG_SYNC, id);
+  msgpack_pack_map(&pk, 0);
+  int rc = opd__submit_frame(c, &b, id, 0, -1);
+  opd__fbuf_free(&b);
+  if (rc == 0)
+    (void)opd__wait_reply(c, id, (int)(k->poll_ns / 1000000u), NULL, NULL, NULL);
 }
 
 int opd__batch_keep(opd_client_t *c, void *stream, void *obj,

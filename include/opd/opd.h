@@ -115,7 +115,7 @@ int opd_connect_flags(const char *socket_path, uint32_t flags,
  * nothing (the daemon finishes what it was running and drops the rest),
  * except where runs were enqueued on a CUDA stream (opd_enqueue_stream*,
  * an open batch): those are finished first, since the stream's later work
- * waits for them. */
+ * waits for them (for at most OPD_STREAM_POLL_TIMEOUT_MS, 10 s). */
 void opd_close(opd_client_t *c);
 
 /* The hello reply (daemon version, session id, backends, limits) as JSON.
@@ -394,7 +394,7 @@ int opd_run_stream_ptrs(opd_client_t *c, const char *device, void *stream,
  * opd_run_stream_ptrs. Answers of up to 64 enqueued runs are left unread;
  * at 64 the older half is read (the daemon's max_async bounds the runs
  * in flight). A connection with enqueued runs whose answers are unread
- * waits for the daemon to finish them at opd_close (opd_synchronize), then
+ * waits for the daemon to finish them at opd_close (a SYNC), then
  * synchronizes its contexts (the kernels read the daemon's memory). */
 int opd_enqueue_stream(opd_client_t *c, const char *device, void *stream,
                        const char *op, const opd_tensor_t *in, uint32_t n_in,
