@@ -776,28 +776,30 @@ static int slot_for(cevents_t *e, void *stream) {
 /* Queues libopd's poll kernel on stream (e's context current, k->mu
  * held): work queued there later waits, on the GPU, until the daemon's
  * flag word reaches id (the enqueued run `id` and those before it on the
- * session's stream ended); id's answer is read later. If it does not
- * launch, the run's end is waited for on the host and the call fails. */
+ * session's stream ended). fresh: id was just sent, its answer is read
+ * later (k->lazy); else (a batch's join) it is there already, or read. If
+ * the kernel does not launch, the runs' end is waited for on the host and
+ * the call fails. */
 static int poll_launch(opd_client_t *c, struct opd_cuda *k, cevents_t *e,
-                       void *stream, uint64_t id, const char *who) {
+                       void *stream, uint64_t id, int fresh, const char *who) {
   uint32_t want = (uint32_t)id;
   unsigned long long ns = k->poll_ns;
   void *args[4] = {&e->flag, &want, &e->err_dev, &ns};
   cu_result r = cu.launch_kernel(e->fn, 1, 1, 1, 1, 1, 1, 0, stream, args, NULL);
   if (r == 0) {
     e->polled = 1;
-    if (k->n_lazy == 0 || k->lazy[k->n_lazy - 1] != id) k->lazy[k->n_lazy++] = id;
+    if (fresh) k->lazy[k->n_lazy++] = id;
     return 0;
   }
-  /* no GPU wait: the run's end on the host, then the stream */
-  int rc = opd__wait_reply(c, id, -1, NULL, NULL, NULL);
-  if (k->n_lazy > 0 && k->lazy[k->n_lazy - 1] == id) k->n_lazy--; /* read */
+  /* no GPU wait: the runs' end on the host, then the stream */
+  int rc = fresh ? opd__wait_reply(c, id, -1, NULL, NULL, NULL) : 0;
+  if (!fresh) lazy_reap(c, k, 0);
   if (rc == 0) rc = opd__call(c, OPD_MSG_SYNC, NULL, NULL, -1, NULL, NULL);
   if (rc == 0)
     rc = opd__fail(OPD_EBACKEND, "%s: the poll kernel did not launch on "
-                   "the caller's stream (cuLaunchKernel: %s); the run "
-                   "completed, the stream did not wait for it", who,
-                   cu_str(r));
+                   "the caller's stream (cuLaunchKernel: %s); the run%s "
+                   "completed, the stream did not wait for %s", who,
+                   cu_str(r), fresh ? "" : "s", fresh ? "it" : "them");
   return rc;
 }
 
@@ -809,7 +811,7 @@ static int batch_join(opd_client_t *c, struct opd_cuda *k, const char *who) {
   batch_t *b = &k->batch;
   int rc = 0;
   if (b->runs > 0) {
-    rc = poll_launch(c, k, b->e, b->stream, b->last, who);
+    rc = poll_launch(c, k, b->e, b->stream, b->last, 0, who);
     b->runs = 0;
     b->n_joins++;
   }
@@ -1025,7 +1027,7 @@ static int ordered(opd_client_t *c, const char *who, const char *device,
       b->e = e;
       if (b->runs >= BATCH_RUNS) rc = batch_join(c, k, who);
     } else if (rc == 0) {
-      rc = poll_launch(c, k, e, stream, id, who);
+      rc = poll_launch(c, k, e, stream, id, 1, who);
     }
     if (k->trace && rc == 0) {
       t[4] = opd__now_ns();
