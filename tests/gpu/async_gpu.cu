@@ -350,13 +350,14 @@ int main(int argc, char **argv) {
     int wrong = 0;
     for (int i = 0; i < E; i++) wrong += hw[i] != -2e6f - 2.0f * (float)i;
     /* the batch's result itself: again, read on the stream right after
-     * (an opd_synchronize half way: the answers read, the join still due) */
+     * (opd_synchronize half way and after the last: the answers read, the
+     * join still due) */
     slow_fill<<<16, 256, 0, s>>>(y, E, 5000.0f, ms20 / 4);
     rc |= opd_batch_begin(c, s);
     for (int i = 0; i < CH && rc == 0; i++) {
       rc = i % 2 ? opd_enqueue_stream(c, "cuda:0", s, "mul", aw, 2, &a, 1, NULL, 0)
                  : opd_enqueue_stream(c, "cuda:0", s, "relu", &a, 1, &a, 1, NULL, 0);
-      if (rc == 0 && i == CH - 1 - 5) rc = opd_synchronize(c);
+      if (rc == 0 && (i == CH / 2 || i == CH - 1)) rc = opd_synchronize(c);
     }
     rc |= opd_batch_end(c);
     cudaMemcpyAsync(hw, y, E * sizeof(float), cudaMemcpyDeviceToHost, s);
