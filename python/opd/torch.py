@@ -435,8 +435,9 @@ class batch:
 
     def __enter__(self):
         lib = _c_lib()
-        if lib is None or not _torch.cuda.is_available():
-            return self
+        if (lib is None or getattr(lib, "opd_batch_begin", None) is None or
+                not _torch.cuda.is_available()):
+            return self                 # ordered as outside: nothing to do
         c = _bound()
         s = self._stream if self._stream is not None else _torch.cuda.current_stream()
         errors.check(lib.opd_batch_begin(c._handle(), ctypes.c_void_p(s.cuda_stream)))
