@@ -820,6 +820,14 @@ static int batch_join(opd_client_t *c, struct opd_cuda *k, const char *who) {
   return rc;
 }
 
+/* batch_join with the batch's context current (k->mu held) */
+static int batch_join_in(opd_client_t *c, struct opd_cuda *k, const char *who) {
+  int pushed = k->batch.runs > 0 ? ctx_enter(k->batch.ctx) : 0;
+  int rc = batch_join(c, k, who);
+  ctx_leave(pushed);
+  return rc;
+}
+
 int opd_batch_begin(opd_client_t *c, void *stream) {
   int rc = opd__check_usable(c);
   if (rc == 0) rc = cu_ready("opd_batch_begin");
@@ -853,18 +861,18 @@ int opd_batch_begin(opd_client_t *c, void *stream) {
 }
 
 int opd_batch_end(opd_client_t *c) {
-  if (c == NULL) return opd__fail(OPD_EINVAL, "no connection (NULL)");
+  int rc = opd__check_usable(c);
+  if (rc) return rc;
   struct opd_cuda *k = __atomic_load_n(&c->cuda, __ATOMIC_ACQUIRE);
-  if (k == NULL || !k->batch.open)
-    return opd__fail(OPD_ESTATE, "opd_batch_end: no batch is open on this "
-                     "connection (opd_batch_begin)");
-  pthread_mutex_lock(&k->mu);
-  batch_t *b = &k->batch;
-  int pushed = b->runs > 0 ? ctx_enter(b->ctx) : 0;
-  int rc = batch_join(c, k, "opd_batch_end");
-  ctx_leave(pushed);
-  b->open = 0;
-  pthread_mutex_unlock(&k->mu);
+  if (k != NULL) pthread_mutex_lock(&k->mu);
+  if (k == NULL || !k->batch.open) {
+    rc = opd__fail(OPD_ESTATE, "opd_batch_end: no batch is open on this "
+                   "connection (opd_batch_begin)");
+  } else {
+    rc = batch_join_in(c, k, "opd_batch_end");
+    k->batch.open = 0;
+  }
+  if (k != NULL) pthread_mutex_unlock(&k->mu);
   return rc;
 }
 
@@ -902,16 +910,10 @@ int opd__batch_keep(opd_client_t *c, void *stream, void *obj,
   pthread_mutex_lock(&k->mu);
   batch_t *b = &k->batch;
   int kept = b->open && b->stream == stream;
-  if (kept && b->n_keep == BATCH_KEEP) { /* full: join, then keep on */
-    int pushed = ctx_enter(b->ctx);
-    if (batch_join(c, k, "opd_batch") != 0) {
-      /* the runs ended on the host (poll_launch's fallback): nothing to keep */
-      ctx_leave(pushed);
-      pthread_mutex_unlock(&k->mu);
-      return 0;
-    }
-    ctx_leave(pushed);
-  }
+  /* full: join, then keep on; a failed join waited for the runs on the
+   * host (poll_launch's fallback): nothing to keep */
+  if (kept && b->n_keep == BATCH_KEEP && batch_join_in(c, k, "opd_batch") != 0)
+    kept = 0;
   if (kept) {
     b->keep[b->n_keep].obj = obj;
     b->keep[b->n_keep++].drop = drop;
@@ -924,13 +926,8 @@ int opd__batch_join(opd_client_t *c, void *stream) {
   struct opd_cuda *k = c != NULL ? __atomic_load_n(&c->cuda, __ATOMIC_ACQUIRE) : NULL;
   if (k == NULL) return 0;
   pthread_mutex_lock(&k->mu);
-  batch_t *b = &k->batch;
-  int rc = 0;
-  if (b->open && b->stream == stream) {
-    int pushed = b->runs > 0 ? ctx_enter(b->ctx) : 0;
-    rc = batch_join(c, k, "opd_batch");
-    ctx_leave(pushed);
-  }
+  int rc = k->batch.open && k->batch.stream == stream
+               ? batch_join_in(c, k, "opd_batch") : 0;
   pthread_mutex_unlock(&k->mu);
   return rc;
 }
