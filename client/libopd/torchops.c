@@ -232,8 +232,6 @@ void opd_torch_unbind(opd_client_t *c) {
   pthread_mutex_unlock(&t_mu);
 }
 
-/* The bound connection, asking Python for a new one when there is none or
- * it is the parent's (fork). NULL with msg set when there is none. */
 /* the bound connection if there is a current one, else NULL (no rebind) */
 static opd_client_t *bound_now(void) {
   pthread_mutex_lock(&t_mu);
@@ -243,6 +241,8 @@ static opd_client_t *bound_now(void) {
   return c;
 }
 
+/* The bound connection, asking Python for a new one when there is none or
+ * it is the parent's (fork). NULL with msg set when there is none. */
 static opd_client_t *connection(char *msg, size_t cap) {
   pthread_mutex_lock(&t_mu);
   opd_client_t *c = bound;

@@ -414,7 +414,9 @@ def register(c=None, socket=None):
 class batch:
     """A batch of torch.ops.opd calls on CUDA tensors (opd_batch_begin in
     include/opd/opd.h, docs/async.md): inside `with opd.torch.batch():`
-    the calls on the current stream (or `stream`, a torch.cuda.Stream) are
+    the calls on the current stream (or on `stream`, a torch.cuda.Stream,
+    where it is torch's current stream for the calls: `with
+    torch.cuda.stream(s)`) are
     ordered with each other on the daemon's GPU stream only; the first
     waits for the work torch queued before it, and torch's work after the
     block waits for all of them, but nothing in between crosses over. For
