@@ -44,6 +44,7 @@ if [ "${OPD_DEB_INSTALL:-0}" = 1 ] && [ "$(id -u)" = 0 ]; then
   # the package's prerm from stopping it
   [ $by_hand = 0 ] || /etc/init.d/opd stop
   dpkg --purge opd
-  [ ! -e /run/opd/opd.sock ] || { echo "deb: /run/opd/opd.sock left after purge"; exit 1; }
+  [ ! -e /run/opd ] || { echo "deb: /run/opd left after purge: $(ls -la /run/opd)"; exit 1; }
+  [ ! -e /var/log/opd.log ] || { echo "deb: /var/log/opd.log left after purge"; exit 1; }
   echo "deb: installed (user and group opd made, service answered), purged"
 fi
