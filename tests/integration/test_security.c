@@ -16,17 +16,18 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sched.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "common/paths.h"
 #include "tests/integration/harness.h"
 
 TestSuite(security, .init = th_start_default, .fini = th_stop_default,
@@ -90,33 +91,27 @@ static void attach_and_read(opd_client_t *c, report_t *r, const char *name) {
 
 typedef void (*child_fn)(report_t *r, void *arg);
 
-/* Runs fn in a child as OTHER_UID with these supplementary groups; returns
- * its report. `sync` (may be NULL): fds the child and the parent use to
- * take turns (see squat). */
-static void as_other_in(const gid_t *groups, int n_groups, child_fn fn,
-                        void *arg, report_t *out, int hide_system);
-
-static void as_other(const gid_t *groups, int n_groups, child_fn fn, void *arg,
-                     report_t *out) {
-  as_other_in(groups, n_groups, fn, arg, out, 0);
-}
-
-/* Covers /run/opd with an empty tmpfs in a mount namespace of the calling
- * (child) process alone, where the host has one (an installed opd, or one
- * a package's test left): libopd's default discovery then sees no system
- * socket, as on a host without opd installed. 0, or -errno. */
+/* Covers the system socket's directory (/run/opd) with an empty tmpfs in a
+ * mount namespace of the calling (child) process alone, where the host has
+ * one (an installed opd, or one a package's test left): libopd's default
+ * discovery then sees no system socket, as on a host without opd. 0, or
+ * -errno. */
 static int hide_system_socket(void) {
+  char dir[sizeof OPD_SYSTEM_SOCKET];
+  snprintf(dir, sizeof dir, "%s", OPD_SYSTEM_SOCKET);
+  *strrchr(dir, '/') = '\0';
   struct stat st;
-  if (lstat("/run/opd", &st) != 0) return 0; /* nothing to hide */
+  if (lstat(dir, &st) != 0) return 0; /* nothing to hide */
   if (unshare(CLONE_NEWNS) != 0) return -errno;
   if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0) return -errno;
-  if (mount("tmpfs", "/run/opd", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755") !=
-      0)
+  if (mount("tmpfs", dir, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755") != 0)
     return -errno;
   return 0;
 }
 
-/* as_other; hide_system: first hide /run/opd from the child (above) */
+/* Runs fn in a child as OTHER_UID with these supplementary groups; returns
+ * its report. hide_system: the child first hides /run/opd (above); a host
+ * where that cannot be done skips the test. */
 static void as_other_in(const gid_t *groups, int n_groups, child_fn fn,
                         void *arg, report_t *out, int hide_system) {
   int p[2];
@@ -157,6 +152,11 @@ static void as_other_in(const gid_t *groups, int n_groups, child_fn fn,
             strerror(out->hide_err));
   cr_assert_geq(out->n, 0, "the child could not become uid %d: %s", OTHER_UID,
                 strerror(-out->n));
+}
+
+static void as_other(const gid_t *groups, int n_groups, child_fn fn, void *arg,
+                     report_t *out) {
+  as_other_in(groups, n_groups, fn, arg, out, 0);
 }
 
 static int count_lines(const char *path, const char *needle) {

@@ -152,6 +152,8 @@ npid=$(cat "$run/opd/opd.pid" 2>/dev/null)
 expect "stop" 0 stop
 [ ! -e "$run/opd/opd.pid" ] && [ ! -e "$run/opd/opd.sock" ] && ok "sysv: stop removed pid file and socket" \
   || bad "sysv: stop removed pid file and socket" "$(ls -la "$run/opd")"
+[ ! -e "$run/opd" ] && ok "sysv: stop removed the empty runtime directory" \
+  || bad "sysv: stop removed the empty runtime directory" "$(ls -la "$run/opd")"
 expect "stop again is 0" 0 stop
 expect "reload of a stopped daemon is 7" 7 reload
 expect "start after stop" 0 start
