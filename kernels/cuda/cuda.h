@@ -79,6 +79,25 @@ int opd__cuda_wait_word(void *stream, const unsigned *word, unsigned want,
                         unsigned *sticky, opd_cuda_board_t *board, unsigned sid,
                         unsigned long long timeout_ns);
 
+/* Programmatic dependent launch (sm_90 and later; kernels/cuda/flag.cu):
+ * the daemon's launch thread says, before an op's launch, whether its
+ * kernel may go on the stream as a dependent launch (the one-thread wait
+ * kernel before it triggers as soon as the client's word is there, so the
+ * op's blocks start without a launch's gap, and wait with
+ * griddepcontrol.wait for the wait kernel's end). A kernel that takes it
+ * (kernels/cuda/unary.cuh: griddepcontrol.wait first, then
+ * launch_dependents) says so with opd__cuda_pdl_took(); the daemon then
+ * writes the flag word with opd__cuda_set_flag_pdl, a one-thread dependent
+ * kernel that starts while the op runs and stores once it has ended,
+ * instead of a memset after it. Off: OPD_PDL=0 in the daemon's
+ * environment. Ops that do not take it are launched as before. */
+void opd__cuda_pdl_offer(int on);
+int opd__cuda_pdl_offered(void);
+void opd__cuda_pdl_took(void);
+int opd__cuda_pdl_taken(void);          /* and clears it */
+int opd__cuda_pdl_enabled(int cc_major); /* OPD_PDL, and sm_90 or later */
+int opd__cuda_set_flag_pdl(void *stream, unsigned *word, unsigned value);
+
 #ifdef __cplusplus
 }
 #endif

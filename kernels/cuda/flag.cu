@@ -36,6 +36,27 @@
 
 #include "kernels/cuda/cuda.h"
 
+/* griddepcontrol (PTX ISA 7.8, sm_90): a no-op where the launch was not a
+ * dependent one */
+__device__ __forceinline__ void pdl_wait(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_trigger(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+/* The flag word as a dependent launch of the op: resident while the op
+ * runs, it stores once the op has ended and its writes are visible. */
+__global__ void opd_set_flag_pdl(unsigned *word, unsigned value) {
+  pdl_wait();
+  __threadfence_system();
+  asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(word), "r"(value) : "memory");
+}
+
 __global__ void opd_set_flag(unsigned *word, unsigned value) {
   __threadfence_system();
   asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(word), "r"(value) : "memory");
@@ -58,7 +79,10 @@ __global__ void opd_wait_word(const unsigned *word, unsigned want, unsigned *sti
                               unsigned long long timeout_ns) {
   unsigned long long t0 = gtime();
   for (;;) {
-    if ((int)(ld_acquire(word) - want) >= 0) return;
+    if ((int)(ld_acquire(word) - want) >= 0) {
+      pdl_trigger(); /* the op's blocks may start (they wait for our end) */
+      return;
+    }
     if (*(volatile unsigned *)sticky != 0 || gtime() - t0 > timeout_ns) break;
   }
   *sticky = 1;
@@ -102,6 +126,43 @@ extern "C" int opd__cuda_set_flag(void *stream, unsigned *word, unsigned value) 
 extern "C" int opd__cuda_set_flag_how(void) {
   pthread_once(&memset_once, memset_load);
   return memset_d32 != NULL;
+}
+
+/* The launch thread's offer to the op it is launching, and whether the op
+ * took it (one launch at a time per thread). */
+static __thread int pdl_offer, pdl_took;
+static int pdl_env = -1;
+
+extern "C" void opd__cuda_pdl_offer(int on) {
+  pdl_offer = on;
+  pdl_took = 0;
+}
+extern "C" int opd__cuda_pdl_offered(void) { return pdl_offer; }
+extern "C" void opd__cuda_pdl_took(void) { pdl_took = 1; }
+extern "C" int opd__cuda_pdl_taken(void) {
+  int t = pdl_took;
+  pdl_took = pdl_offer = 0;
+  return t;
+}
+extern "C" int opd__cuda_pdl_enabled(int cc_major) {
+  if (pdl_env < 0) {
+    const char *e = getenv("OPD_PDL");
+    pdl_env = !(e != NULL && strcmp(e, "0") == 0);
+  }
+  return pdl_env && cc_major >= 9 && CUDART_VERSION >= 12000;
+}
+
+extern "C" int opd__cuda_set_flag_pdl(void *stream, unsigned *word, unsigned value) {
+  cudaLaunchConfig_t cfg = {};
+  cudaLaunchAttribute at[1];
+  at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  at[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.gridDim = dim3(1);
+  cfg.blockDim = dim3(1);
+  cfg.stream = (cudaStream_t)stream;
+  cfg.attrs = at;
+  cfg.numAttrs = 1;
+  return (int)cudaLaunchKernelEx(&cfg, opd_set_flag_pdl, word, value);
 }
 
 extern "C" int opd__cuda_wait_word(void *stream, const unsigned *word, unsigned want,

@@ -65,11 +65,22 @@ __device__ __forceinline__ void unary_pack(Pack<T> &p, const F &f) {
   p.raw.w = unary_word(p.raw.w, f, T());
 }
 
+/* A dependent launch (opd__cuda_pdl_offer, kernels/cuda/cuda.h): wait for
+ * the kernel before to end (its writes visible), then let the one after
+ * start; both no-ops otherwise. */
+__device__ __forceinline__ void unary_pdl_enter(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 /* x, y 16-byte aligned; n elements, npack = n / Pack<T>::N whole packs. */
 template <typename T, typename F>
 __global__ __launch_bounds__(UNARY_THREADS) void unary_vec(const T *x, T *y, int64_t n,
                                                            int64_t npack, F f) {
   constexpr int N = Pack<T>::N;
+  unary_pdl_enter();
   const int64_t tile = (int64_t)UNARY_UNROLL * UNARY_THREADS;
   for (int64_t base = (int64_t)blockIdx.x * tile; base < npack;
        base += (int64_t)gridDim.x * tile) {
@@ -114,7 +125,21 @@ static int unary_run(opd_kcall_t *call, const opd_cuda_ctx_t *ctx, F f) {
       int64_t np = n / Pack<T>::N;
       int64_t tiles = (np + UNARY_UNROLL * UNARY_THREADS - 1) / (UNARY_UNROLL * UNARY_THREADS);
       unsigned grid = (unsigned)(tiles < 1 ? 1 : tiles > INT32_MAX ? INT32_MAX : tiles);
-      unary_vec<T, F><<<grid, UNARY_THREADS, 0, st>>>(x, y, n, np, f);
+      if (opd__cuda_pdl_offered()) { /* the daemon's ordered run */
+        cudaLaunchConfig_t cfg = {};
+        cudaLaunchAttribute at[1];
+        at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at[0].val.programmaticStreamSerializationAllowed = 1;
+        cfg.gridDim = dim3(grid);
+        cfg.blockDim = dim3(UNARY_THREADS);
+        cfg.stream = st;
+        cfg.attrs = at;
+        cfg.numAttrs = 1;
+        OPD_CUDA_CHECK(cudaLaunchKernelEx(&cfg, unary_vec<T, F>, x, y, n, np, f));
+        opd__cuda_pdl_took();
+      } else {
+        unary_vec<T, F><<<grid, UNARY_THREADS, 0, st>>>(x, y, n, np, f);
+      }
     } else {
       unary_scalar<T, F><<<grid_for(n, 256), 256, 0, st>>>(x, y, n, f);
     }

@@ -84,6 +84,7 @@ static int dev_init(cuda_dev_t *d, int index, opd_err_t *err) {
            u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10],
            u[11], u[12], u[13], u[14], u[15]);
   d->cc_major = prop.major;
+  d->pdl = opd__cuda_pdl_enabled(prop.major);
   d->cc_minor = prop.minor;
   CU(cudaDeviceGetStreamPriorityRange(&d->prio_low, &d->prio_high), err);
   CU(cudaStreamCreateWithFlags(&d->util, cudaStreamNonBlocking), err);

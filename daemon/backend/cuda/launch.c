@@ -409,8 +409,11 @@ int opd__cu_launch(opd_job_t *job) {
   }
   opd_cuda_ctx_t ctx = {.stream = stream, .cublaslt = d->lt, .workspace = ws,
                         .workspace_bytes = ws_bytes, .device = d->index};
-  /* its message, if any, in call->err; a plugin's result checked */
+  /* its message, if any, in call->err; a plugin's result checked. A
+   * built-in kernel may go on as a dependent launch (kernels/cuda/cuda.h) */
+  opd__cuda_pdl_offer(d->pdl);
   rc = opd__kernel_rc(call, op->cuda(call, &ctx));
+  int pdl = opd__cuda_pdl_taken();
   if (rc != 0) goto fail;
   t_step[2] = opd__now_ns();
   for (int i = 0; i < call->n_out; i++) {
@@ -422,7 +425,10 @@ int opd__cu_launch(opd_job_t *job) {
   n_scratch = 0;
   /* the client's later work waits for this, on the GPU */
   if (job->flags & OPD_RUN_F_SIGNAL) STEP(cudaEventRecord(cs->signal_ev, stream));
-  if (job->flags & OPD_RUN_F_FLAG) STEP(flag_write(cs, flag_of(job)));
+  if ((job->flags & OPD_RUN_F_FLAG) && pdl && !(job->flags & OPD_RUN_F_SIGNAL))
+    STEP((cudaError_t)opd__cuda_set_flag_pdl(cs->stream, cs->flag, flag_of(job)));
+  else if (job->flags & OPD_RUN_F_FLAG)
+    STEP(flag_write(cs, flag_of(job)));
   t_step[3] = opd__now_ns();
   cudaEvent_t ev;
   if (opd__cu_event_take(st, dev, &ev) != 0) {

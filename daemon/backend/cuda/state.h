@@ -23,6 +23,7 @@ typedef struct cuda_dev {
   char name[256];
   uint64_t total_mem;
   int cc_major, cc_minor;
+  int pdl; /* dependent launches of the built-in kernels (sm_90+, OPD_PDL) */
   cudaStream_t util;             /* allocations, frees */
   void *lt;                      /* cublasLtHandle_t */
   int prio_low, prio_high;       /* stream priority range */
