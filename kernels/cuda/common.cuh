@@ -26,6 +26,22 @@ extern "C" {
 #include "kernels/common/kutil.h"
 }
 
+/* A launch of grid x block on st as a programmatic dependent launch of the
+ * kernel before it on the stream (kernels/cuda/cuda.h, opd__cuda_pdl_offer);
+ * *at is the one attribute's storage. */
+static inline cudaLaunchConfig_t opd__pdl_config(dim3 grid, dim3 block, cudaStream_t st,
+                                                 cudaLaunchAttribute *at) {
+  cudaLaunchConfig_t cfg = {};
+  at->id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  at->val.programmaticStreamSerializationAllowed = 1;
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.stream = st;
+  cfg.attrs = at;
+  cfg.numAttrs = 1;
+  return cfg;
+}
+
 /* Sets call->err to "cuda: <msg> (file:line)"; returns OPD_EBACKEND. */
 static inline int opd__cuda_fail(opd_kcall_t *call, cudaError_t e,
                                  const char *file, int line) {

@@ -40,7 +40,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/cuda/cuda.h"
+#include "kernels/cuda/common.cuh"
 
 /* griddepcontrol (PTX ISA 7.8, sm_90): a no-op where the launch was not a
  * dependent one */
@@ -159,15 +159,8 @@ extern "C" int opd__cuda_pdl_enabled(int cc_major) {
 }
 
 extern "C" int opd__cuda_set_flag_pdl(void *stream, unsigned *word, unsigned value) {
-  cudaLaunchConfig_t cfg = {};
-  cudaLaunchAttribute at[1];
-  at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  at[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.gridDim = dim3(1);
-  cfg.blockDim = dim3(1);
-  cfg.stream = (cudaStream_t)stream;
-  cfg.attrs = at;
-  cfg.numAttrs = 1;
+  cudaLaunchAttribute at;
+  cudaLaunchConfig_t cfg = opd__pdl_config(dim3(1), dim3(1), (cudaStream_t)stream, &at);
   return (int)cudaLaunchKernelEx(&cfg, opd_set_flag_pdl, word, value);
 }
 

@@ -126,15 +126,8 @@ static int unary_run(opd_kcall_t *call, const opd_cuda_ctx_t *ctx, F f) {
       int64_t tiles = (np + UNARY_UNROLL * UNARY_THREADS - 1) / (UNARY_UNROLL * UNARY_THREADS);
       unsigned grid = (unsigned)(tiles < 1 ? 1 : tiles > INT32_MAX ? INT32_MAX : tiles);
       if (opd__cuda_pdl_offered()) { /* the daemon's ordered run */
-        cudaLaunchConfig_t cfg = {};
-        cudaLaunchAttribute at[1];
-        at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        at[0].val.programmaticStreamSerializationAllowed = 1;
-        cfg.gridDim = dim3(grid);
-        cfg.blockDim = dim3(UNARY_THREADS);
-        cfg.stream = st;
-        cfg.attrs = at;
-        cfg.numAttrs = 1;
+        cudaLaunchAttribute at;
+        cudaLaunchConfig_t cfg = opd__pdl_config(dim3(grid), dim3(UNARY_THREADS), st, &at);
         OPD_CUDA_CHECK(cudaLaunchKernelEx(&cfg, unary_vec<T, F>, x, y, n, np, f));
         opd__cuda_pdl_took();
       } else {
