@@ -17,8 +17,20 @@ DESIGN
            and per opd call the span from libopd's memset (the stream's
            word) to the end of its poll kernel: what one call costs this
            process's stream on the GPU (the daemon's wait, op and word
-           inside it), against torch's relu kernel plus the gap before it.
+           inside it), against torch's relu kernel plus the gap before it;
+           per position in the forward, and (--dump D) every event to
+           D.0.json / D.1.json.
+  chain    per ReLU shape of ResNet-18, the GPU pace of a chain of relu_
+           calls queued behind a long spin (the slope from 8 to 40 calls,
+           so the host is never the limit): torch's relu_, torch.ops.opd's
+           one by one, and in opd.torch.batch().
+  rounds   bench_models' rounds (10 and 30 forwards, one sync), with a CUDA
+           event between forwards: each forward's GPU time by its place in
+           the round; then bench_models' own timing ("timed").
+--skip takes any of spin, chain, profile (profile and everything after it),
+profile2 (the two CUPTI profiles only).
 Usage: python3 bench/probe_resnet.py [--iters 10] [--rounds 9] [--socket P]
+         [--skip spin,chain,profile,profile2] [--dump D]
 """
 import argparse
 import json
@@ -251,7 +263,7 @@ def main():
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--socket", default=os.environ.get("OPD_SOCKET"))
-    ap.add_argument("--skip", default="", help="spin,profile")
+    ap.add_argument("--skip", default="", help="any of spin,chain,profile,profile2")
     ap.add_argument("--dump", help="write the profiles' events to DUMP.N.json")
     args = ap.parse_args()
     torch = tb.require_cuda_torch(PROG)
