@@ -26,6 +26,20 @@ extern "C" {
 #include "kernels/common/kutil.h"
 }
 
+/* griddepcontrol (PTX ISA 7.8, sm_90), both no-ops in a kernel that was not
+ * a dependent launch: wait for the kernel before on the stream to end (its
+ * writes visible); let the kernel after start (it waits for our end). */
+__device__ __forceinline__ void opd__pdl_wait(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void opd__pdl_trigger(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 /* A launch of grid x block on st as a programmatic dependent launch of the
  * kernel before it on the stream (kernels/cuda/cuda.h, opd__cuda_pdl_offer);
  * *at is the one attribute's storage. */

@@ -42,23 +42,10 @@
 
 #include "kernels/cuda/common.cuh"
 
-/* griddepcontrol (PTX ISA 7.8, sm_90): a no-op where the launch was not a
- * dependent one */
-__device__ __forceinline__ void pdl_wait(void) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void pdl_trigger(void) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-
 /* The flag word as a dependent launch of the op: resident while the op
  * runs, it stores once the op has ended and its writes are visible. */
 __global__ void opd_set_flag_pdl(unsigned *word, unsigned value) {
-  pdl_wait();
+  opd__pdl_wait();
   __threadfence_system();
   asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(word), "r"(value) : "memory");
 }
@@ -86,7 +73,7 @@ __global__ void opd_wait_word(const unsigned *word, unsigned want, unsigned *sti
   unsigned long long t0 = gtime();
   for (;;) {
     if ((int)(ld_acquire(word) - want) >= 0) {
-      pdl_trigger(); /* the op's blocks may start (they wait for our end) */
+      opd__pdl_trigger(); /* the op's blocks may start (they wait for our end) */
       return;
     }
     if (*(volatile unsigned *)sticky != 0 || gtime() - t0 > timeout_ns) break;
@@ -155,7 +142,7 @@ extern "C" int opd__cuda_pdl_enabled(int cc_major) {
     const char *e = getenv("OPD_PDL");
     pdl_env = !(e != NULL && strcmp(e, "0") == 0);
   }
-  return pdl_env && cc_major >= 9 && CUDART_VERSION >= 12000;
+  return pdl_env && cc_major >= 9;
 }
 
 extern "C" int opd__cuda_set_flag_pdl(void *stream, unsigned *word, unsigned value) {

@@ -65,22 +65,13 @@ __device__ __forceinline__ void unary_pack(Pack<T> &p, const F &f) {
   p.raw.w = unary_word(p.raw.w, f, T());
 }
 
-/* A dependent launch (opd__cuda_pdl_offer, kernels/cuda/cuda.h): wait for
- * the kernel before to end (its writes visible), then let the one after
- * start; both no-ops otherwise. */
-__device__ __forceinline__ void unary_pdl_enter(void) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-
 /* x, y 16-byte aligned; n elements, npack = n / Pack<T>::N whole packs. */
 template <typename T, typename F>
 __global__ __launch_bounds__(UNARY_THREADS) void unary_vec(const T *x, T *y, int64_t n,
                                                            int64_t npack, F f) {
   constexpr int N = Pack<T>::N;
-  unary_pdl_enter();
+  opd__pdl_wait(); /* a dependent launch (opd__cuda_pdl_offer): the kernel */
+  opd__pdl_trigger(); /* before has ended; the daemon's word may start */
   const int64_t tile = (int64_t)UNARY_UNROLL * UNARY_THREADS;
   for (int64_t base = (int64_t)blockIdx.x * tile; base < npack;
        base += (int64_t)gridDim.x * tile) {

@@ -152,10 +152,11 @@ static int cuda_init(opd_server_t *srv) {
       free(st);
       return OPD_EBACKEND;
     }
-    LOG_INFO("cuda:%d: %s, %s, %.1f GiB, compute %d.%d%s", use[i],
+    LOG_INFO("cuda:%d: %s, %s, %.1f GiB, compute %d.%d%s%s", use[i],
              st->dev[i].name, st->dev[i].uuid,
              st->dev[i].total_mem / 1073741824.0, st->dev[i].cc_major,
-             st->dev[i].cc_minor, st->dev[i].mps ? ", MPS" : "");
+             st->dev[i].cc_minor, st->dev[i].mps ? ", MPS" : "",
+             st->dev[i].pdl ? ", dependent launches" : "");
     snprintf(srv->dev_uuid[i], sizeof srv->dev_uuid[i], "%s", st->dev[i].uuid);
   }
   /* the driver's calls we need, without linking libcuda */

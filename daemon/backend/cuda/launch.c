@@ -223,8 +223,11 @@ int opd__cu_stream(opd_session_t *s, int dev, const opd_stream_req_t *rq,
 
 /* Writes value to cs's flag word on its stream (set_device done): 0, or
  * the launch's error. The word only grows (mod 2^32) as the client polls
- * it with a signed difference: request ids come in order. */
-static cudaError_t flag_write(cuda_sess_t *cs, uint32_t value) {
+ * it with a signed difference: request ids come in order. dependent: the
+ * kernel just queued was a dependent launch that lets the next start
+ * (kernels/cuda/cuda.h), so a one-thread dependent kernel writes it. */
+static cudaError_t flag_write(cuda_sess_t *cs, uint32_t value, int dependent) {
+  if (dependent) return (cudaError_t)opd__cuda_set_flag_pdl(cs->stream, cs->flag, value);
   return (cudaError_t)opd__cuda_set_flag(cs->stream, cs->flag, value);
 }
 
@@ -251,7 +254,7 @@ void opd__cu_signal(opd_session_t *s, int dev, uint32_t value) {
   cuda_sess_t *cs = cuda_sess(s, dev);
   if (cs == NULL || cs->flag == NULL) return;
   if (set_device(st->dev[dev].index) != cudaSuccess) return;
-  cudaError_t e = flag_write(cs, value);
+  cudaError_t e = flag_write(cs, value, 0);
   if (e != cudaSuccess) {
     LOG_WARN("cuda:%d: the flag word's write failed: %s", dev,
              cudaGetErrorString(e));
@@ -425,10 +428,8 @@ int opd__cu_launch(opd_job_t *job) {
   n_scratch = 0;
   /* the client's later work waits for this, on the GPU */
   if (job->flags & OPD_RUN_F_SIGNAL) STEP(cudaEventRecord(cs->signal_ev, stream));
-  if ((job->flags & OPD_RUN_F_FLAG) && pdl && !(job->flags & OPD_RUN_F_SIGNAL))
-    STEP((cudaError_t)opd__cuda_set_flag_pdl(cs->stream, cs->flag, flag_of(job)));
-  else if (job->flags & OPD_RUN_F_FLAG)
-    STEP(flag_write(cs, flag_of(job)));
+  if (job->flags & OPD_RUN_F_FLAG) /* right after the op: not past SIGNAL's record */
+    STEP(flag_write(cs, flag_of(job), pdl && !(job->flags & OPD_RUN_F_SIGNAL)));
   t_step[3] = opd__now_ns();
   cudaEvent_t ev;
   if (opd__cu_event_take(st, dev, &ev) != 0) {
