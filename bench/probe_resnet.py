@@ -18,8 +18,11 @@ DESIGN
            word) to the end of its poll kernel: what one call costs this
            process's stream on the GPU (the daemon's wait, op and word
            inside it), against torch's relu kernel plus the gap before it;
-           per position in the forward, and (--dump D) every event to
-           D.0.json / D.1.json.
+           per position in the forward; the parts of a call (pre: the gap
+           after the kernel before it, the memset, the poll kernel, the gap
+           between them, post: the gap before the next kernel; torch: pre,
+           relu, post), medians; and (--dump D) every event to D.0.json /
+           D.1.json.
   chain    per ReLU shape of ResNet-18, the GPU pace of a chain of relu_
            calls queued behind a long spin (the slope from 8 to 40 calls,
            so the host is never the limit): torch's relu_, torch.ops.opd's
@@ -157,6 +160,32 @@ def per_call(ev, opd):
     return out
 
 
+def call_parts(ev, opd):
+    """Per ReLU (torch) or opd call, where its time on this stream goes:
+    pre (the end of the kernel before it to its first event), the time
+    inside its events (torch's relu kernel; libopd's memset and poll
+    kernel), the gaps between them, post (its last event's end to the
+    next kernel's start); lists of us, keyed by part."""
+    out = {"pre": [], "memset": [], "poll": [], "relu": [], "inner_gap": [], "post": []}
+    i, n = 1, len(ev)
+    while i < n - 1:
+        k = ev[i][2]
+        if (not opd and k == "relu") or (opd and k in ("memset", "poll")):
+            j = i
+            while j < n and (ev[j][2] in ("memset", "poll") if opd else j == i):
+                out[ev[j][2]].append(ev[j][1] - ev[j][0])
+                if j > i:
+                    out["inner_gap"].append(ev[j][0] - ev[j - 1][1])
+                j += 1
+            if j < n:
+                out["pre"].append(ev[i][0] - ev[i - 1][1])
+                out["post"].append(ev[j][0] - ev[j - 1][1])
+            i = j
+            continue
+        i += 1
+    return out
+
+
 def profile_part(torch, name, fn, iters, opd, dump):
     ev = gpu_events(torch, fn, iters)
     if not ev:
@@ -168,6 +197,7 @@ def profile_part(torch, name, fn, iters, opd, dump):
         busy[k] = busy.get(k, 0.0) + (e - s)
     gaps = [ev[i + 1][0] - ev[i][1] for i in range(len(ev) - 1)]
     calls = per_call(ev, opd)
+    parts = call_parts(ev, opd)
     line = "profile %s span_us=%.1f kernels_per_forward=%.1f gap_med_us=%.2f" % (
         name, span, len(ev) / iters, statistics.median(gaps) if gaps else 0)
     line += " " + " ".join("%s_us=%.1f" % (k, v / iters) for k, v in sorted(busy.items()))
@@ -176,6 +206,9 @@ def profile_part(torch, name, fn, iters, opd, dump):
         line += " call_us med=%.2f p10=%.2f p90=%.2f sum/fwd=%.1f n=%d with_memset=%d" % (
             statistics.median(cs), cs[len(cs) // 10], cs[len(cs) * 9 // 10],
             sum(cs) / iters, len(cs), sum(h for _, h in calls))
+    if parts:
+        line += " parts_us(med) " + " ".join(
+            "%s=%.2f" % (k, statistics.median(v)) for k, v in parts.items() if v)
     print(line, flush=True)
     dump[name] = {"calls": calls, "kinds": "".join(k[0] for _, _, k, _ in ev[:200]),
                   "ev": [(round(s, 3), round(e, 3), k) for s, e, k, _ in ev]}
