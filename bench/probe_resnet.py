@@ -8,7 +8,9 @@ DESIGN
            bench_models) alone, then with a one-thread spinning kernel
            (torch.cuda._sleep) resident on the GPU the whole time: on a
            side stream of this process, and from another process (under
-           MPS that is what the daemon's wait kernel is while it polls).
+           MPS that is what the daemon's wait kernel is while it polls),
+           alone and with three small kernels queued behind it there (as
+           the daemon's op and word are behind its wait kernel).
            Says whether a resident spinner slows torch's own kernels.
   profile  torch.profiler (CUPTI) over --iters forwards of each model, the
            torch one and the one with every ReLU through opd: per forward
@@ -30,10 +32,15 @@ DESIGN
   rounds   bench_models' rounds (10 and 30 forwards, one sync), with a CUDA
            event between forwards: each forward's GPU time by its place in
            the round; then bench_models' own timing ("timed").
+  xread    per ReLU shape, the GPU time of a 3x3 convolution and an add
+           that read the ReLU's output, when torch wrote it, when the daemon
+           did (through its CUDA IPC mapping), and when torch wrote it again
+           after the daemon: whether reading what another process wrote
+           costs torch's kernels time.
 --skip takes any of spin, chain, profile (profile and everything after it),
-profile2 (the two CUPTI profiles only).
+profile2 (the two CUPTI profiles only), xread.
 Usage: python3 bench/probe_resnet.py [--iters 10] [--rounds 9] [--socket P]
-         [--skip spin,chain,profile,profile2] [--dump D]
+         [--skip spin,chain,profile,profile2,xread] [--dump D]
 """
 import argparse
 import json
@@ -51,17 +58,32 @@ import bench_models as bm  # noqa: E402
 PROG = "probe_resnet"
 
 
-def spinner(ready, stop):
+def spinner(ready, stop, queued=0):
+    """queued: that many small kernels wait on the stream behind each spin
+    (as the daemon's op and word wait behind its wait kernel)"""
     import torch
     torch.cuda.init()
     s = torch.cuda.Stream()
     with torch.cuda.stream(s):
+        y = torch.zeros(1024, device="cuda")
         torch.cuda._sleep(1000)
         torch.cuda.synchronize()
         ready.set()
+        other = torch.cuda.Stream()
+        ev = torch.cuda.Event()
         while not stop.is_set():
             torch.cuda._sleep(200_000_000)     # ~100 ms at ~2 GHz
+            if queued >= 0:
+                for _ in range(queued):
+                    y.relu_()
+            else:      # -n: n kernels on another stream, waiting for an event after the spin
+                ev.record(s)
+                other.wait_event(ev)
+                with torch.cuda.stream(other):
+                    for _ in range(-queued):
+                        y.relu_()
             s.synchronize()
+            other.synchronize()
 
 
 def timed(torch, fn, rounds, iters):
@@ -78,18 +100,24 @@ def spin_part(torch, mt, run, args):
     inproc = timed(torch, f, args.rounds, args.iters)
     side.synchronize()
     ctx = mp.get_context("spawn")
-    ready, stop = ctx.Event(), ctx.Event()
-    p = ctx.Process(target=spinner, args=(ready, stop))
-    p.start()
-    ready.wait(60)
-    time.sleep(0.2)
-    other = timed(torch, f, args.rounds, args.iters)
-    stop.set()
-    p.join(30)
+    other = []
+    for queued in (0, 3, 1, 30, -3):
+        ready, stop = ctx.Event(), ctx.Event()
+        p = ctx.Process(target=spinner, args=(ready, stop, queued))
+        p.start()
+        ready.wait(60)
+        time.sleep(0.2)
+        other.append(timed(torch, f, args.rounds, args.iters))
+        stop.set()
+        p.join(30)
     after = timed(torch, f, args.rounds, args.iters)
     print("spin torch_ms=%.3f side_stream_spinner_ms=%.3f (x%.3f) other_process_"
-          "spinner_ms=%.3f (x%.3f) after_ms=%.3f" % (
-              base, inproc, inproc / base, other, other / base, after), flush=True)
+          "spinner_ms=%.3f (x%.3f) with_3_kernels_queued_behind_it_ms=%.3f (x%.3f) "
+          "with_1_ms=%.3f (x%.3f) with_30_ms=%.3f (x%.3f) 3_on_a_stream_waiting_for_"
+          "an_event_after_it_ms=%.3f (x%.3f) after_ms=%.3f" % (
+              base, inproc, inproc / base, other[0], other[0] / base,
+              other[1], other[1] / base, other[2], other[2] / base,
+              other[3], other[3] / base, other[4], other[4] / base, after), flush=True)
 
 
 def kind(name):
@@ -265,6 +293,47 @@ def chain_part(torch, opd_torch):
         print("chain shape=%s %s" % ("x".join(map(str, shp)), "  ".join(out)), flush=True)
 
 
+def xread_part(torch, reps=40):
+    """Per ReLU shape of ResNet-18: the GPU time of torch's kernels that
+    read a tensor the ReLU wrote, when torch wrote it (torch.relu_) and
+    when the daemon did (torch.ops.opd.relu_, another process through its
+    CUDA IPC mapping), and when torch wrote it again after the daemon
+    (relu_ twice): a 3x3 convolution (cuDNN) and an add, timed by CUDA
+    events around each alone (medians of reps, us)."""
+    ops = torch.ops.opd
+    for shp in SHAPES[1:]:
+        c = shp[1]
+        x = torch.randn(*shp, device="cuda")
+        bn = torch.nn.BatchNorm2d(c).cuda().eval()
+        conv = torch.nn.Conv2d(c, c, 3, padding=1, bias=False).cuda().eval()
+        ev = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
+        out = []
+        for name in ("torch", "opd", "opd+torch"):
+            tc, ta = [], []
+            for r in range(reps + 3):
+                y = bn(x)
+                if name == "torch":
+                    torch.relu_(y)
+                else:
+                    ops.relu_(y)
+                    if name == "opd+torch":
+                        torch.relu_(y)
+                ev[0].record()
+                z = conv(y)
+                ev[1].record()
+                ev[2].record()
+                w = z + y
+                ev[3].record()
+                ev[3].synchronize()
+                if r >= 3:
+                    tc.append(ev[0].elapsed_time(ev[1]) * 1e3)
+                    ta.append(ev[2].elapsed_time(ev[3]) * 1e3)
+                del w
+            out.append("%s conv_us=%.2f add_us=%.2f" % (name, statistics.median(tc),
+                                                        statistics.median(ta)))
+        print("xread shape=%s %s" % ("x".join(map(str, shp)), "  ".join(out)), flush=True)
+
+
 def rounds_part(torch, variants, rounds, iters):
     """bench_models' rounds (iters forwards, one sync), with a CUDA event
     between forwards: the GPU time of each forward by its place in the
@@ -296,7 +365,7 @@ def main():
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--socket", default=os.environ.get("OPD_SOCKET"))
-    ap.add_argument("--skip", default="", help="any of spin,chain,profile,profile2")
+    ap.add_argument("--skip", default="", help="any of spin,chain,profile,profile2,xread")
     ap.add_argument("--dump", help="write the profiles' events to DUMP.N.json")
     args = ap.parse_args()
     torch = tb.require_cuda_torch(PROG)
@@ -351,6 +420,8 @@ def main():
                           o["span"] / t["span"],
                           sum(v for k, v in o["busy"].items() if k not in ("relu", "poll", "memset"))
                           / max(1e-9, sum(v for k, v in t["busy"].items() if k != "relu"))))
+        if "xread" not in skip:
+            xread_part(torch)
         per = tb.measure(torch, [("torch", lambda: run(mt)), ("opd", lambda: run(mo))],
                          args.rounds, args.iters, 3)
         print("timed torch_ms=%.3f opd_ms=%.3f ratio=%.3f torch_host_ms=%.3f "

@@ -181,38 +181,49 @@ static void cu_load(void) {
  * supported on the H200 this was built on, and an event cannot be waited
  * for before the daemon has recorded it, which is what made the call wait
  * for the daemon's answer (bench/bench_handoff.cu measures both ways). */
+/* ... as a PTX entry NAME; EXTRA_PARAM, LOAD_EXTRA and AT_DONE add to it
+ * (the stamped form below) */
+#define POLL_ENTRY(NAME, EXTRA_PARAM, LOAD_EXTRA, AT_DONE)                  \
+  ".visible .entry " NAME "(.param .u64 p_word, .param .u32 p_want,\n"     \
+  "    .param .u64 p_err, .param .u64 p_timeout" EXTRA_PARAM ")\n"         \
+  "{\n"                                                                    \
+  "  .reg .pred %p<3>;\n"                                                  \
+  "  .reg .b32 %r<5>;\n"                                                   \
+  "  .reg .b64 %rd<12>;\n"                                                 \
+  "  ld.param.u64 %rd3, [p_word];\n"                                       \
+  "  ld.param.u32 %r1, [p_want];\n"                                        \
+  "  ld.param.u64 %rd6, [p_err];\n"                                        \
+  "  ld.param.u64 %rd4, [p_timeout];\n" LOAD_EXTRA                         \
+  "  cvta.to.global.u64 %rd1, %rd6;\n"                                     \
+  "  mov.u64 %rd5, %globaltimer;\n"                                        \
+  "LOOP:\n"                                                                \
+  "  ld.acquire.sys.global.u32 %r2, [%rd3];\n"                             \
+  "  sub.s32 %r3, %r2, %r1;\n"                                             \
+  "  setp.gt.s32 %p1, %r3, -1;\n"                                          \
+  "  @%p1 bra DONE;\n"                                                     \
+  "  mov.u64 %rd8, %globaltimer;\n"                                        \
+  "  sub.s64 %rd9, %rd8, %rd5;\n"                                          \
+  "  setp.le.u64 %p2, %rd9, %rd4;\n"                                       \
+  "  @%p2 bra LOOP;\n"                                                     \
+  "  st.global.u32 [%rd1+4], %r1;\n"                                       \
+  "  mov.u32 %r4, 1;\n"                                                    \
+  "  st.global.u32 [%rd1], %r4;\n"                                         \
+  "  membar.sys;\n"                                                        \
+  "DONE:\n" AT_DONE                                                        \
+  "  ret;\n"                                                               \
+  "}\n"
+
 static const char poll_ptx[] =
     ".version 7.0\n"
     ".target sm_70\n"
     ".address_size 64\n"
-    ".visible .entry opd_poll(.param .u64 p_word, .param .u32 p_want,\n"
-    "    .param .u64 p_err, .param .u64 p_timeout)\n"
-    "{\n"
-    "  .reg .pred %p<3>;\n"
-    "  .reg .b32 %r<5>;\n"
-    "  .reg .b64 %rd<10>;\n"
-    "  ld.param.u64 %rd3, [p_word];\n"
-    "  ld.param.u32 %r1, [p_want];\n"
-    "  ld.param.u64 %rd6, [p_err];\n"
-    "  ld.param.u64 %rd4, [p_timeout];\n"
-    "  cvta.to.global.u64 %rd1, %rd6;\n"
-    "  mov.u64 %rd5, %globaltimer;\n"
-    "LOOP:\n"
-    "  ld.acquire.sys.global.u32 %r2, [%rd3];\n"
-    "  sub.s32 %r3, %r2, %r1;\n"
-    "  setp.gt.s32 %p1, %r3, -1;\n"
-    "  @%p1 bra DONE;\n"
-    "  mov.u64 %rd8, %globaltimer;\n"
-    "  sub.s64 %rd9, %rd8, %rd5;\n"
-    "  setp.le.u64 %p2, %rd9, %rd4;\n"
-    "  @%p2 bra LOOP;\n"
-    "  st.global.u32 [%rd1+4], %r1;\n"
-    "  mov.u32 %r4, 1;\n"
-    "  st.global.u32 [%rd1], %r4;\n"
-    "  membar.sys;\n"
-    "DONE:\n"
-    "  ret;\n"
-    "}\n";
+    POLL_ENTRY("opd_poll", "", "", "")
+    /* the same, stamping %globaltimer at its start and once it saw the
+     * word into st[0], st[1] (OPD_STREAM_STAMPS; include/opd/protocol.h) */
+    POLL_ENTRY("opd_poll_st", ", .param .u64 p_st", "  ld.param.u64 %rd10, [p_st];\n",
+               "  mov.u64 %rd11, %globaltimer;\n"
+               "  st.global.u64 [%rd10], %rd5;\n"
+               "  st.global.u64 [%rd10+8], %rd11;\n");
 
 static int cu_ready(const char *who) {
   pthread_once(&cu_once, cu_load);
@@ -246,6 +257,7 @@ typedef struct {
                                     with request id R records pool[R % n],
                                     which the daemon waits for */
   void *mod, *fn;
+  void *fn_st;                   /* opd_poll_st (OPD_STREAM_STAMPS), or NULL */
   volatile uint32_t *err;        /* [0] 1: timed out, [1] the request */
   cu_ptr_t err_dev;
   int polled;                    /* a poll kernel queued (close syncs) */
@@ -311,6 +323,8 @@ struct opd_cuda {
   int no_poll;                   /* OPD_STREAM_POLL=0 */
   int no_words;                  /* OPD_STREAM_WORDS=0: events only */
   int no_idle;                   /* OPD_STREAM_IDLE=0: always wait */
+  int stamps;                    /* OPD_STREAM_STAMPS=1: the poll kernels
+                                    stamp their start and end (diagnosis) */
   uint32_t wait_ms;              /* OPD_STREAM_WAIT_MS: the daemon's wait for
                                     a word gives up after this (0: its own) */
   /* OPD_STREAM_TRACE: where ordered calls spend their time (tensors,
@@ -353,7 +367,7 @@ static void pool_destroy(cevents_t *e) {
 static void poll_forget(cevents_t *e) {
   pool_destroy(e);
   e->flag = 0;
-  e->mod = e->fn = NULL;
+  e->mod = e->fn = e->fn_st = NULL;
   e->err = NULL;
   e->err_dev = 0;
   e->polled = 0;
@@ -400,6 +414,8 @@ static struct opd_cuda *cuda_of(opd_client_t *c) {
     k->no_words = w != NULL && strcmp(w, "0") == 0;
     const char *il = getenv("OPD_STREAM_IDLE");
     k->no_idle = il != NULL && strcmp(il, "0") == 0;
+    const char *sp = getenv("OPD_STREAM_STAMPS");
+    k->stamps = sp != NULL && strcmp(sp, "1") == 0;
     const char *wm = getenv("OPD_STREAM_WAIT_MS");
     long wms = wm != NULL ? strtol(wm, NULL, 10) : 0;
     k->wait_ms = wms > 0 && wms <= 86400000 ? (uint32_t)wms : 0;
@@ -594,6 +610,8 @@ static void poll_setup(struct opd_cuda *k, cevents_t *e, const msgpack_object *f
       if ((r = cu.module_load_data(&e->mod, poll_ptx)) == 0) {
         step = "cuModuleGetFunction";
         if ((r = cu.module_get_function(&e->fn, e->mod, "opd_poll")) == 0) {
+          if (k->stamps && cu.module_get_function(&e->fn_st, e->mod, "opd_poll_st") != 0)
+            e->fn_st = NULL;
           step = "cuMemHostAlloc";
           if ((r = cu.mem_host_alloc(&p, 64, 0x1 | 0x2 /* PORTABLE|DEVICEMAP */)) == 0) {
             e->err = p;
@@ -784,8 +802,10 @@ static int poll_launch(opd_client_t *c, struct opd_cuda *k, cevents_t *e,
                        void *stream, uint64_t id, int fresh, const char *who) {
   uint32_t want = (uint32_t)id;
   unsigned long long ns = k->poll_ns;
-  void *args[4] = {&e->flag, &want, &e->err_dev, &ns};
-  cu_result r = cu.launch_kernel(e->fn, 1, 1, 1, 1, 1, 1, 0, stream, args, NULL);
+  cu_ptr_t st = e->flag + OPD_STAMPS_OFFSET + 16u * (want % OPD_STAMPS_N);
+  void *args[5] = {&e->flag, &want, &e->err_dev, &ns, &st};
+  void *fn = k->stamps && e->fn_st != NULL ? e->fn_st : e->fn;
+  cu_result r = cu.launch_kernel(fn, 1, 1, 1, 1, 1, 1, 0, stream, args, NULL);
   if (r == 0) {
     e->polled = 1;
     if (fresh) k->lazy[k->n_lazy++] = id;

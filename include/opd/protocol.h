@@ -249,6 +249,17 @@ typedef enum {
 /* ... whose word (32 bits) is at byte slot * OPD_STREAM_SLOT_BYTES of the
  * session's flag allocation (the daemon's own word is at byte 0) */
 #define OPD_STREAM_SLOT_BYTES 128
+/* GPU timestamps of ordered runs, for diagnosis only (off unless the
+ * daemon runs with OPD_GPU_STAMPS=DIR and the client with
+ * OPD_STREAM_STAMPS=1; docs/async.md "Timestamps"): %globaltimer values
+ * in the session's flag allocation from byte OPD_STAMPS_OFFSET, entry
+ * (request id mod OPD_STAMPS_N): the client's poll kernel writes
+ * {start, seen} (16 bytes each), then the daemon's kernels write
+ * {wait start, word seen, flag store, request id} (32 bytes each). */
+#define OPD_STAMPS_OFFSET (1u << 20)
+#define OPD_STAMPS_N 16384u
+#define OPD_STAMPS_DAEMON (OPD_STAMPS_OFFSET + 16u * OPD_STAMPS_N)
+#define OPD_STAMPS_END (OPD_STAMPS_DAEMON + 32u * OPD_STAMPS_N)
 
 /* Error codes: X(name, value, default message). 0 is success. */
 #define OPD_ERRNO_MAP(X)                                          \

@@ -77,7 +77,7 @@ int opd__cuda_set_flag_how(void);
  * cudaError_t of the launch. */
 int opd__cuda_wait_word(void *stream, const unsigned *word, unsigned want,
                         unsigned *sticky, opd_cuda_board_t *board, unsigned sid,
-                        unsigned long long timeout_ns);
+                        unsigned long long timeout_ns, unsigned long long *stamps);
 
 /* Programmatic dependent launch (sm_90 and later; kernels/cuda/flag.cu):
  * the daemon's launch thread says, before an op's launch, whether its
@@ -96,7 +96,11 @@ int opd__cuda_pdl_offered(void);
 void opd__cuda_pdl_took(void);
 int opd__cuda_pdl_taken(void);          /* and clears it */
 int opd__cuda_pdl_enabled(int cc_major); /* OPD_PDL, and sm_90 or later */
-int opd__cuda_set_flag_pdl(void *stream, unsigned *word, unsigned value);
+int opd__cuda_set_flag_pdl(void *stream, unsigned *word, unsigned value,
+                           unsigned long long *stamps);
+/* stamps (both): NULL, or the run's entry of the daemon's GPU timestamps
+ * (OPD_GPU_STAMPS, include/opd/protocol.h): {wait start, word seen} by
+ * the wait, {flag store, value} by the flag kernel. */
 
 #ifdef __cplusplus
 }

@@ -44,21 +44,28 @@
 
 /* The flag word as a dependent launch of the op: resident while the op
  * runs, it stores once the op has ended and its writes are visible. */
-__global__ void opd_set_flag_pdl(unsigned *word, unsigned value) {
+__device__ __forceinline__ unsigned long long gtime(void) {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+/* stamps: NULL, or the run's entry of OPD_GPU_STAMPS (include/opd/protocol.h) */
+__global__ void opd_set_flag_pdl(unsigned *word, unsigned value,
+                                 unsigned long long *stamps) {
   opd__pdl_wait();
   __threadfence_system();
+  unsigned long long t = stamps != NULL ? gtime() : 0;
   asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(word), "r"(value) : "memory");
+  if (stamps != NULL) {
+    stamps[2] = t;
+    stamps[3] = value;
+  }
 }
 
 __global__ void opd_set_flag(unsigned *word, unsigned value) {
   __threadfence_system();
   asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(word), "r"(value) : "memory");
-}
-
-__device__ __forceinline__ unsigned long long gtime(void) {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
 }
 
 __device__ __forceinline__ unsigned ld_acquire(const unsigned *p) {
@@ -69,11 +76,16 @@ __device__ __forceinline__ unsigned ld_acquire(const unsigned *p) {
 
 __global__ void opd_wait_word(const unsigned *word, unsigned want, unsigned *sticky,
                               opd_cuda_board_t *board, unsigned sid,
-                              unsigned long long timeout_ns) {
+                              unsigned long long timeout_ns,
+                              unsigned long long *stamps) {
   unsigned long long t0 = gtime();
   for (;;) {
     if ((int)(ld_acquire(word) - want) >= 0) {
       opd__pdl_trigger(); /* the op's blocks may start (they wait for our end) */
+      if (stamps != NULL) {
+        stamps[0] = t0;
+        stamps[1] = gtime();
+      }
       return;
     }
     if (*(volatile unsigned *)sticky != 0 || gtime() - t0 > timeout_ns) break;
@@ -145,16 +157,18 @@ extern "C" int opd__cuda_pdl_enabled(int cc_major) {
   return pdl_env && cc_major >= 9;
 }
 
-extern "C" int opd__cuda_set_flag_pdl(void *stream, unsigned *word, unsigned value) {
+extern "C" int opd__cuda_set_flag_pdl(void *stream, unsigned *word, unsigned value,
+                                      unsigned long long *stamps) {
   cudaLaunchAttribute at;
   cudaLaunchConfig_t cfg = opd__pdl_config(dim3(1), dim3(1), (cudaStream_t)stream, &at);
-  return (int)cudaLaunchKernelEx(&cfg, opd_set_flag_pdl, word, value);
+  return (int)cudaLaunchKernelEx(&cfg, opd_set_flag_pdl, word, value, stamps);
 }
 
 extern "C" int opd__cuda_wait_word(void *stream, const unsigned *word, unsigned want,
                                    unsigned *sticky, opd_cuda_board_t *board,
-                                   unsigned sid, unsigned long long timeout_ns) {
+                                   unsigned sid, unsigned long long timeout_ns,
+                                   unsigned long long *stamps) {
   opd_wait_word<<<1, 1, 0, (cudaStream_t)stream>>>(word, want, sticky, board, sid,
-                                                   timeout_ns);
+                                                   timeout_ns, stamps);
   return (int)cudaGetLastError();
 }

@@ -20,8 +20,10 @@
  * poller.c then watches that event. Nothing blocks the loop or other
  * clients on the GPU.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/wire.h"
 #include "daemon/backend/cuda/state.h"
@@ -108,6 +110,60 @@ static int open_events(int dev, const unsigned char *h, uint32_t n,
   return 0;
 }
 
+/* OPD_GPU_STAMPS=DIR (diagnosis, docs/async.md "Timestamps"): the
+ * ordered runs' kernels stamp %globaltimer into the session's flag
+ * allocation, written to DIR at the session's end; NULL: off. */
+static const char *stamps_dir(void) {
+  static const char *dir;
+  static int read;
+  if (!read) {
+    const char *e = getenv("OPD_GPU_STAMPS");
+    dir = e != NULL && e[0] != '\0' ? e : NULL;
+    read = 1;
+  }
+  return dir;
+}
+
+/* The daemon's stamps entry of request id, or NULL (off) */
+static unsigned long long *stamps_of(const cuda_sess_t *cs, uint32_t id) {
+  if (stamps_dir() == NULL) return NULL;
+  return (unsigned long long *)((char *)cs->flag + OPD_STAMPS_DAEMON +
+                                32u * (id % OPD_STAMPS_N));
+}
+
+/* Writes the session's stamps (both sides') to the directory, one line per
+ * run that has them: request id, the client's poll start and seen, the
+ * daemon's wait start, word seen, flag store (ns of %globaltimer). Waits for
+ * the session's stream: for diagnosis only. */
+static void stamps_write(const opd_session_t *s, int dev, cuda_sess_t *cs) {
+  size_t n = OPD_STAMPS_END - OPD_STAMPS_OFFSET;
+  unsigned long long *h = malloc(n);
+  if (h == NULL) return;
+  if (cudaStreamSynchronize(cs->stream) != cudaSuccess ||
+      cudaMemcpy(h, (char *)cs->flag + OPD_STAMPS_OFFSET, n, cudaMemcpyDeviceToHost) !=
+          cudaSuccess) {
+    (void)cudaGetLastError();
+    free(h);
+    return;
+  }
+  char path[4096];
+  snprintf(path, sizeof path, "%s/stamps-%ld-%u-%d.txt", stamps_dir(), (long)getpid(),
+           (unsigned)s->id, dev);
+  FILE *f = fopen(path, "w");
+  if (f != NULL) {
+    fprintf(f, "# req poll_start poll_seen wait_start word_seen flag_store\n");
+    const unsigned long long *c = h, *d = h + 2 * OPD_STAMPS_N;
+    for (uint32_t i = 0; i < OPD_STAMPS_N; i++) {
+      const unsigned long long *e = d + 4 * i;
+      if (e[1] == 0 && e[2] == 0) continue;
+      fprintf(f, "%llu %llu %llu %llu %llu %llu\n", e[3], c[2 * i], c[2 * i + 1], e[0],
+              e[1], e[2]);
+    }
+    fclose(f);
+  }
+  free(h);
+}
+
 /* Zeroes a flag word before its client can read it, on the device's
  * utility stream, waited for: the client's poll kernels are not ordered
  * with any stream of the daemon (and the session's own stream may hold
@@ -115,6 +171,9 @@ static int open_events(int dev, const unsigned char *h, uint32_t n,
 static cudaError_t flag_zero(cuda_state_t *st, int dev, void *p) {
   cudaStream_t u = st->dev[dev].util;
   cudaError_t e = cudaMemsetAsync(p, 0, OPD_CUDA_FLAG_ZERO, u);
+  if (e == cudaSuccess && stamps_dir() != NULL)
+    e = cudaMemsetAsync((char *)p + OPD_STAMPS_OFFSET, 0,
+                        OPD_STAMPS_END - OPD_STAMPS_OFFSET, u);
   return e == cudaSuccess ? cudaStreamSynchronize(u) : e;
 }
 
@@ -227,7 +286,9 @@ int opd__cu_stream(opd_session_t *s, int dev, const opd_stream_req_t *rq,
  * kernel just queued was a dependent launch that lets the next start
  * (kernels/cuda/cuda.h), so a one-thread dependent kernel writes it. */
 static cudaError_t flag_write(cuda_sess_t *cs, uint32_t value, int dependent) {
-  if (dependent) return (cudaError_t)opd__cuda_set_flag_pdl(cs->stream, cs->flag, value);
+  if (dependent)
+    return (cudaError_t)opd__cuda_set_flag_pdl(cs->stream, cs->flag, value,
+                                               stamps_of(cs, value));
   return (cudaError_t)opd__cuda_set_flag(cs->stream, cs->flag, value);
 }
 
@@ -244,7 +305,8 @@ static cudaError_t word_wait(const cuda_dev_t *d, cuda_sess_t *cs,
   unsigned slot = (job->flags & OPD_RUN_SLOT_MASK) >> OPD_RUN_SLOT_SHIFT;
   return (cudaError_t)opd__cuda_wait_word(
       cs->stream, cs->flag + slot * OPD_CUDA_SLOT_WORDS, (unsigned)job->req_id,
-      cs->flag + OPD_CUDA_STICKY_WORD, d->board_dev, sid, cs->wait_ns);
+      cs->flag + OPD_CUDA_STICKY_WORD, d->board_dev, sid, cs->wait_ns,
+      stamps_of(cs, (uint32_t)job->req_id));
 }
 
 void opd__cu_signal(opd_session_t *s, int dev, uint32_t value) {
@@ -302,6 +364,7 @@ void opd__cu_session_end(opd_session_t *s) {
     cuda_sess_t *cs = s->backend_session[i];
     if (cs == NULL) continue;
     set_device(st->dev[i].index);
+    if (cs->flag != NULL && stamps_dir() != NULL) stamps_write(s, i, cs);
     if (cs->flag != NULL) flag_keep(st, s, i, cs); /* records on the stream */
     cudaStreamDestroy(cs->stream); /* returns at once; work drains */
     if (cs->wait_ev != NULL) cudaEventDestroy(cs->wait_ev);
