@@ -96,7 +96,7 @@ static void handle_hello(opd_req_t *r, int type,
   PACK_STR(pk, "devices");
   opd__backend_dev.describe(srv, pk);
   PACK_STR(pk, "limits");
-  msgpack_pack_map(pk, 9);
+  msgpack_pack_map(pk, 10);
   PACK_STR(pk, "max_frame");
   msgpack_pack_uint32(pk, l->max_frame);
   PACK_STR(pk, "max_rank");
@@ -115,6 +115,8 @@ static void handle_hello(opd_req_t *r, int type,
   msgpack_pack_uint32(pk, l->max_inflight);
   PACK_STR(pk, "max_async");
   msgpack_pack_uint32(pk, l->max_async);
+  PACK_STR(pk, "word_ahead");
+  msgpack_pack_uint32(pk, l->word_ahead);
   char esc[4 * OPD_MAX_NAME];
   LOG_DEBUG("session %llu: hello from \"%s\"%s", (unsigned long long)s->id,
            opd__log_escape(s->client, esc, sizeof esc),

@@ -277,6 +277,10 @@ static const opt_row_t rows[] = {
     NUM32("max-async", max_async, 1, 1u << 16, 256,
           "runs a session has enqueued on a GPU that have not completed "
           "(answered at enqueue: OPD_RUN_F_ASYNC); past it the next waits")
+    NUM32("word-ahead", word_ahead, 0, 1u << 16, 0,
+          "a run that waits on the GPU for its client's stream (WORD) is "
+          "submitted only while fewer than this many of the session's "
+          "enqueued runs are incomplete (0: no limit, as max-async)")
     NUM32("stream-wait-ms", stream_wait_ms, 1, 86400000, 60000,
           "an enqueued run waits on the GPU at most this long for its "
           "client's stream to reach it (the client's word), then runs and "

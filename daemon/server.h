@@ -50,6 +50,9 @@ typedef struct opd_limits {
   uint32_t max_total_inflight;   /* ... of the daemon */
   uint32_t max_async;            /* runs enqueued on a GPU and not yet
                                     complete, per session */
+  uint32_t word_ahead;           /* a WORD run starts only while fewer of
+                                    the session's async runs are incomplete
+                                    (0: no such limit; docs/async.md) */
   uint32_t stream_wait_ms;       /* a WORD run's GPU wait for its client's
                                     stream gives up after this (most) */
   uint32_t max_clients;          /* sessions at once */

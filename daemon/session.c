@@ -171,10 +171,16 @@ static void answer_syncs(opd_session_t *s) {
  * them), up to max_async of them not yet complete. */
 static void start_jobs(opd_session_t *s) {
   uint32_t max_async = s->srv->cfg.limits.max_async;
+  uint32_t word_ahead = s->srv->cfg.limits.word_ahead;
   while (s->running == NULL && s->q_head != NULL && s->fd >= 0) {
     opd_job_t *j = s->q_head;
     if (j->device >= 0 && (j->flags & OPD_RUN_F_ASYNC) &&
-        s->n_async >= max_async)
+        (s->n_async >= max_async ||
+         /* --word-ahead: a wait kernel with the op queued behind it slows
+          * the client's launches under MPS while it sits on the GPU
+          * (docs/async.md), so such a run goes on the stream only once
+          * the runs before it (nearly) completed */
+         (word_ahead > 0 && (j->flags & OPD_RUN_F_WORD) && s->n_async >= word_ahead)))
       break; /* its async_done starts it */
     s->q_head = j->next;
     if (s->q_head == NULL) s->q_tail = NULL;

@@ -326,13 +326,14 @@ Test(async, at_most_eight_syncs_wait) {
 }
 
 Test(async, hello_reports_max_async, .init = NULL) {
-  const char *args[] = {"--max-async", "7", NULL};
+  const char *args[] = {"--max-async", "7", "--word-ahead", "1", NULL};
   th_start(args);
   opd_client_t *c = th_connect();
   char *json;
   size_t len;
   cr_assert_eq(opd_server_info(c, &json, &len), 0);
   cr_assert(strstr(json, "\"max_async\":7") != NULL, "%s", json);
+  cr_assert(strstr(json, "\"word_ahead\":1") != NULL, "%s", json);
   opd_free(json);
   opd_close(c);
 }
