@@ -280,7 +280,7 @@ static const opt_row_t rows[] = {
     NUM32("word-ahead", word_ahead, 0, 1u << 16, 0,
           "a run that waits on the GPU for its client's stream (WORD) is "
           "submitted only while fewer than this many of the session's "
-          "enqueued runs are incomplete (0: no limit, as max-async)")
+          "enqueued runs are incomplete (0: off, only max-async applies)")
     NUM32("stream-wait-ms", stream_wait_ms, 1, 86400000, 60000,
           "an enqueued run waits on the GPU at most this long for its "
           "client's stream to reach it (the client's word), then runs and "

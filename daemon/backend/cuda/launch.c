@@ -124,6 +124,8 @@ static const char *stamps_dir(void) {
   return dir;
 }
 
+_Static_assert(OPD_STAMPS_END <= (2u << 20), "the stamps lie inside the 2 MiB flag allocation");
+
 /* The daemon's stamps entry of request id, or NULL (off) */
 static unsigned long long *stamps_of(const cuda_sess_t *cs, uint32_t id) {
   if (stamps_dir() == NULL) return NULL;
