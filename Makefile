@@ -296,6 +296,12 @@ $(B)/bench/bench_launch: bench/bench_launch.cu $(KERNEL_OBJ) $(CUDA_OBJ)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) $< $(filter %.o,$^) -o $@ -lcublasLt $(BLAS_LIBS)
 
+# GPU machine: another MPS process's queued work against a client's own
+# kernels (a diagnosis probe, issue 13; sm_90: dependent launches)
+$(B)/bench/probe_queue: bench/probe_queue.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) -O2 -gencode arch=compute_90,code=sm_90 $< -o $@
+
 # GPU machine: a CUDA client importing its own memory (needs nvcc)
 $(B)/tests/ipc_gpu: tests/gpu/ipc_gpu.cu $(B)/libopd.a
 	@mkdir -p $(dir $@)

@@ -119,6 +119,16 @@ if CUDA_MPS_PIPE_DIRECTORY=$mps_dir CUDA_MPS_LOG_DIRECTORY=$out/mps-log nvidia-c
     tee "$out/async_gpu_mps_nopdl.txt" | grep -E "FAIL|passed|note: [0-9]+ enqueued"
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
   kill -TERM "$pid"; wait "$pid"; echo "opd exit status $?"
+  # --word-ahead 1: a WORD run goes on the daemon's stream only once the
+  # session's earlier runs completed; async_gpu's checks the same
+  echo "-- again, opd --word-ahead 1"
+  CUDA_MPS_PIPE_DIRECTORY=$mps_dir build/opd --socket "$sock" --word-ahead 1 >"$out/opd-mps-wa1.log" 2>&1 &
+  pid=$!
+  for _ in $(seq 1 100); do build/opctl --socket "$sock" ping -c 1 >/dev/null 2>&1 && break; sleep 0.1; done
+  CUDA_MPS_PIPE_DIRECTORY=$mps_dir timeout 120 build/tests/async_gpu "$sock" 2>&1 |
+    tee "$out/async_gpu_mps_wa1.txt" | grep -E "FAIL|passed|note: [0-9]+ enqueued"
+  [ "${PIPESTATUS[0]}" = 0 ] || status=1
+  kill -TERM "$pid"; wait "$pid"; echo "opd exit status $?"
   echo quit | CUDA_MPS_PIPE_DIRECTORY=$mps_dir timeout 20 nvidia-cuda-mps-control
 else
   echo "FAIL: no MPS control daemon"; status=1
