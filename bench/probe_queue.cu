@@ -18,6 +18,11 @@
  *             (the daemon's op and word behind its wait kernel)
  *   pdl       the spin with two programmatic dependent launches behind it
  *             (what the daemon does on sm_90); pdl1: one
+ *   pdlw      pdl, then the next run's one-thread wait kernel as a normal
+ *             launch and its op as its dependent (the daemon a run ahead)
+ *   pdlall    the same with that wait kernel a dependent launch too
+ *   pdle      pdl and an event recorded after it (the daemon's run with its
+ *             completion event); pdlwe: and the next such run behind it
  *   evq2      two kernels on a second stream waiting for an event recorded
  *             after the spin
  *   blk66     66 one-warp blocks spinning (an op whose blocks wait for the
@@ -90,6 +95,12 @@ __global__ void k_dep(float *x) {
   if (threadIdx.x == 0 && blockIdx.x == 0) x[1] += 1.0f;
 }
 
+/* the next run's wait kernel: one thread (here it only touches x) */
+__global__ void k_next(float *x) {
+  asm volatile("griddepcontrol.launch_dependents;");
+  if (threadIdx.x == 0) x[3] += 1.0f;
+}
+
 __global__ void k_child(float *x) {
   if (threadIdx.x == 0 && blockIdx.x == 0) x[2] += 1.0f;
 }
@@ -115,6 +126,20 @@ __global__ void k_sleep_blocks(unsigned long long ns) {
 
 static volatile sig_atomic_t stop;
 static void on_term(int sig) { (void)sig; stop = 1; }
+
+static void launch_dep_k(cudaStream_t s, void (*k)(float *), float *x, int grid, int block) {
+  cudaLaunchConfig_t cfg;
+  memset(&cfg, 0, sizeof cfg);
+  cudaLaunchAttribute at[1];
+  at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  at[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.gridDim = dim3(grid);
+  cfg.blockDim = dim3(block);
+  cfg.stream = s;
+  cfg.attrs = at;
+  cfg.numAttrs = 1;
+  CK(cudaLaunchKernelEx(&cfg, k, x));
+}
 
 static void launch_dep(cudaStream_t s, float *x) {
   cudaLaunchConfig_t cfg;
@@ -163,6 +188,36 @@ static void holder(const char *mode, int ready_fd) {
     } else if (strcmp(mode, "pdl") == 0) {
       k_sleep<<<1, 1, 0, s>>>(ns);
       launch_dep(s, x);
+      launch_dep(s, x);
+    } else if (strcmp(mode, "pdlw") == 0) {
+      /* the default daemon a run ahead: the next run's wait kernel, a
+       * normal launch, queued behind this run's wait and dependents */
+      k_sleep<<<1, 1, 0, s>>>(ns);
+      launch_dep(s, x);
+      launch_dep(s, x);
+      k_next<<<1, 1, 0, s>>>(x);
+      launch_dep(s, x);
+    } else if (strcmp(mode, "pdle") == 0 || strcmp(mode, "pdlwe") == 0) {
+      /* the daemon's whole run: wait, op and word as dependents, then the
+       * run's completion event; pdlwe: and the next run behind it */
+      static cudaEvent_t ev;
+      if (ev == NULL) CK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+      k_sleep<<<1, 1, 0, s>>>(ns);
+      launch_dep(s, x);
+      launch_dep(s, x);
+      CK(cudaEventRecord(ev, s));
+      if (mode[4] == 'w') {
+        k_next<<<1, 1, 0, s>>>(x);
+        launch_dep(s, x);
+        launch_dep(s, x);
+        CK(cudaEventRecord(ev, s));
+      }
+    } else if (strcmp(mode, "pdlall") == 0) {
+      /* the same with the next wait kernel a dependent launch too */
+      k_sleep<<<1, 1, 0, s>>>(ns);
+      launch_dep(s, x);
+      launch_dep(s, x);
+      launch_dep_k(s, k_next, x, 1, 1);
       launch_dep(s, x);
     } else if (strcmp(mode, "pdl1") == 0) {
       k_sleep<<<1, 1, 0, s>>>(ns);
