@@ -300,13 +300,13 @@ $(B)/bench/bench_launch: bench/bench_launch.cu $(KERNEL_OBJ) $(CUDA_OBJ)
 # kernels (a diagnosis probe, issue 13; sm_90: dependent launches)
 $(B)/bench/probe_queue: bench/probe_queue.cu
 	@mkdir -p $(dir $@)
-	$(NVCC) -O2 -gencode arch=compute_90,code=sm_90 $< -o $@
+	$(NVCC) -O2 -Iinclude -I. -gencode arch=compute_90,code=sm_90 $< -o $@
 
 # GPU machine: an opd-ordered forward in C, both processes (a diagnosis
 # probe, issue 13; sm_90: dependent launches)
 $(B)/bench/probe_stretch: bench/probe_stretch.cu
 	@mkdir -p $(dir $@)
-	$(NVCC) -O2 -gencode arch=compute_90,code=sm_90 $< -o $@
+	$(NVCC) -O2 -Iinclude -I. -gencode arch=compute_90,code=sm_90 $< -o $@
 
 # GPU machine: a CUDA client importing its own memory (needs nvcc)
 $(B)/tests/ipc_gpu: tests/gpu/ipc_gpu.cu $(B)/libopd.a

@@ -27,7 +27,7 @@
  *             after the spin
  *   blk66     66 one-warp blocks spinning (an op whose blocks wait for the
  *             word themselves); blk132: 132 blocks of 128 threads
- *   cdp       (built with -DPROBE_CDP -rdc=true -lcudadevrt) the spin
+ *   cdp       (built with -DPROBE_CDP -rdc=true -lcudadevrt, and -Iinclude -I.) the spin
  *             launching its child and a tail kernel itself at its end, so
  *             that nothing is queued meanwhile. MPS refuses it: "is using
  *             CUDA Dynamic Parallelism, but the current configuration, like
@@ -52,6 +52,8 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "kernels/cuda/common.cuh" /* opd__pdl_config */
 
 #define CK(x)                                                                  \
   do {                                                                         \
@@ -127,33 +129,14 @@ __global__ void k_sleep_blocks(unsigned long long ns) {
 static volatile sig_atomic_t stop;
 static void on_term(int sig) { (void)sig; stop = 1; }
 
+/* a dependent launch (programmatic stream serialization), as the daemon's */
 static void launch_dep_k(cudaStream_t s, void (*k)(float *), float *x, int grid, int block) {
-  cudaLaunchConfig_t cfg;
-  memset(&cfg, 0, sizeof cfg);
-  cudaLaunchAttribute at[1];
-  at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  at[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.gridDim = dim3(grid);
-  cfg.blockDim = dim3(block);
-  cfg.stream = s;
-  cfg.attrs = at;
-  cfg.numAttrs = 1;
+  cudaLaunchAttribute at;
+  cudaLaunchConfig_t cfg = opd__pdl_config(dim3(grid), dim3(block), s, &at);
   CK(cudaLaunchKernelEx(&cfg, k, x));
 }
 
-static void launch_dep(cudaStream_t s, float *x) {
-  cudaLaunchConfig_t cfg;
-  memset(&cfg, 0, sizeof cfg);
-  cudaLaunchAttribute at[1];
-  at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  at[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.gridDim = dim3(132);
-  cfg.blockDim = dim3(256);
-  cfg.stream = s;
-  cfg.attrs = at;
-  cfg.numAttrs = 1;
-  CK(cudaLaunchKernelEx(&cfg, k_dep, x));
-}
+static void launch_dep(cudaStream_t s, float *x) { launch_dep_k(s, k_dep, x, 132, 256); }
 
 static void holder(const char *mode, int ready_fd) {
   signal(SIGTERM, on_term);
@@ -392,16 +375,8 @@ static void latency(void) {
 
     k_sleep<<<1, 1, 0, s>>>(20000);
     l_prim<<<1, 1, 0, s>>>();
-    cudaLaunchConfig_t cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.gridDim = dim3(132);
-    cfg.blockDim = dim3(256);
-    cfg.stream = s;
-    cfg.attrs = at;
-    cfg.numAttrs = 1;
+    cudaLaunchAttribute at;
+    cudaLaunchConfig_t cfg = opd__pdl_config(dim3(132), dim3(256), s, &at);
     CK(cudaLaunchKernelEx(&cfg, l_sec));
     CK(cudaStreamSynchronize(s));
     CK(cudaMemcpyFromSymbol(h, st, sizeof h));

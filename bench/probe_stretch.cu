@@ -38,6 +38,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "kernels/cuda/common.cuh" /* opd__pdl_config */
+
 #define CK(x)                                                                  \
   do {                                                                         \
     cudaError_t e_ = (x);                                                      \
@@ -111,32 +113,17 @@ __global__ void k_flag(unsigned *w, unsigned v, int dep) {
   asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(w), "r"(v) : "memory");
 }
 
+/* the daemon's op and word as dependent launches (as opd's) */
 static void launch(cudaStream_t s, void (*k)(float *, int, int), float *y, int n, int grid,
                    int block) {
-  cudaLaunchConfig_t cfg;
-  memset(&cfg, 0, sizeof cfg);
-  cudaLaunchAttribute at[1];
-  at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  at[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.gridDim = dim3(grid);
-  cfg.blockDim = dim3(block);
-  cfg.stream = s;
-  cfg.attrs = at;
-  cfg.numAttrs = 1;
+  cudaLaunchAttribute at;
+  cudaLaunchConfig_t cfg = opd__pdl_config(dim3(grid), dim3(block), s, &at);
   CK(cudaLaunchKernelEx(&cfg, k, y, n, 1));
 }
 
 static void launch_flag(cudaStream_t s, unsigned *w, unsigned v) {
-  cudaLaunchConfig_t cfg;
-  memset(&cfg, 0, sizeof cfg);
-  cudaLaunchAttribute at[1];
-  at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  at[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.gridDim = dim3(1);
-  cfg.blockDim = dim3(1);
-  cfg.stream = s;
-  cfg.attrs = at;
-  cfg.numAttrs = 1;
+  cudaLaunchAttribute at;
+  cudaLaunchConfig_t cfg = opd__pdl_config(dim3(1), dim3(1), s, &at);
   CK(cudaLaunchKernelEx(&cfg, k_flag, w, v, 1));
 }
 

@@ -109,26 +109,29 @@ if CUDA_MPS_PIPE_DIRECTORY=$mps_dir CUDA_MPS_LOG_DIRECTORY=$out/mps-log nvidia-c
     tail -n 3 "$out/pytest_gpu_mps.txt"
   fi
   kill -TERM "$pid"; wait "$pid"; echo "opd exit status $?"
+  # async_gpu's checks again against another daemon under the same MPS:
+  #   mps_again TAG "ENV=V ..." [opd ARGS...]   (files *_TAG)
+  mps_again() {
+    local tag=$1 denv=$2
+    shift 2
+    # shellcheck disable=SC2086  # denv: a list of assignments
+    env $denv CUDA_MPS_PIPE_DIRECTORY="$mps_dir" build/opd --socket "$sock" "$@" \
+      >"$out/opd-mps-$tag.log" 2>&1 &
+    pid=$!
+    for _ in $(seq 1 100); do build/opctl --socket "$sock" ping -c 1 >/dev/null 2>&1 && break; sleep 0.1; done
+    CUDA_MPS_PIPE_DIRECTORY=$mps_dir timeout 120 build/tests/async_gpu "$sock" 2>&1 |
+      tee "$out/async_gpu_mps_$tag.txt" | grep -E "FAIL|passed|note: [0-9]+ enqueued"
+    [ "${PIPESTATUS[0]}" = 0 ] || status=1
+    kill -TERM "$pid"; wait "$pid"; echo "opd exit status $?"
+  }
   # the path the default leaves on sm_90: the daemon without dependent
-  # launches (OPD_PDL=0), async_gpu's checks the same
+  # launches (OPD_PDL=0)
   echo "-- again, OPD_PDL=0 in the daemon"
-  OPD_PDL=0 CUDA_MPS_PIPE_DIRECTORY=$mps_dir build/opd --socket "$sock" >"$out/opd-mps-nopdl.log" 2>&1 &
-  pid=$!
-  for _ in $(seq 1 100); do build/opctl --socket "$sock" ping -c 1 >/dev/null 2>&1 && break; sleep 0.1; done
-  CUDA_MPS_PIPE_DIRECTORY=$mps_dir timeout 120 build/tests/async_gpu "$sock" 2>&1 |
-    tee "$out/async_gpu_mps_nopdl.txt" | grep -E "FAIL|passed|note: [0-9]+ enqueued"
-  [ "${PIPESTATUS[0]}" = 0 ] || status=1
-  kill -TERM "$pid"; wait "$pid"; echo "opd exit status $?"
+  mps_again nopdl OPD_PDL=0
   # --word-ahead 1: a WORD run goes on the daemon's stream only once the
-  # session's earlier runs completed; async_gpu's checks the same
+  # session's earlier runs completed
   echo "-- again, opd --word-ahead 1"
-  CUDA_MPS_PIPE_DIRECTORY=$mps_dir build/opd --socket "$sock" --word-ahead 1 >"$out/opd-mps-wa1.log" 2>&1 &
-  pid=$!
-  for _ in $(seq 1 100); do build/opctl --socket "$sock" ping -c 1 >/dev/null 2>&1 && break; sleep 0.1; done
-  CUDA_MPS_PIPE_DIRECTORY=$mps_dir timeout 120 build/tests/async_gpu "$sock" 2>&1 |
-    tee "$out/async_gpu_mps_wa1.txt" | grep -E "FAIL|passed|note: [0-9]+ enqueued"
-  [ "${PIPESTATUS[0]}" = 0 ] || status=1
-  kill -TERM "$pid"; wait "$pid"; echo "opd exit status $?"
+  mps_again wa1 "" --word-ahead 1
   echo quit | CUDA_MPS_PIPE_DIRECTORY=$mps_dir timeout 20 nvidia-cuda-mps-control
 else
   echo "FAIL: no MPS control daemon"; status=1
