@@ -42,15 +42,15 @@
 
 #include "kernels/cuda/common.cuh"
 
-/* The flag word as a dependent launch of the op: resident while the op
- * runs, it stores once the op has ended and its writes are visible. */
 __device__ __forceinline__ unsigned long long gtime(void) {
   unsigned long long t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   return t;
 }
 
-/* stamps: NULL, or the run's entry of OPD_GPU_STAMPS (include/opd/protocol.h) */
+/* The flag word as a dependent launch of the op: resident while the op
+ * runs, it stores once the op has ended and its writes are visible.
+ * stamps: NULL, or the run's entry of OPD_GPU_STAMPS (include/opd/protocol.h) */
 __global__ void opd_set_flag_pdl(unsigned *word, unsigned value,
                                  unsigned long long *stamps) {
   opd__pdl_wait();

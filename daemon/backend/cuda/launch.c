@@ -115,11 +115,11 @@ static int open_events(int dev, const unsigned char *h, uint32_t n,
  * allocation, written to DIR at the session's end; NULL: off. */
 static const char *stamps_dir(void) {
   static const char *dir;
-  static int read;
-  if (!read) {
+  static int looked;
+  if (!looked) {
     const char *e = getenv("OPD_GPU_STAMPS");
     dir = e != NULL && e[0] != '\0' ? e : NULL;
-    read = 1;
+    looked = 1;
   }
   return dir;
 }
