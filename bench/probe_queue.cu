@@ -25,6 +25,12 @@
  *             completion event); pdlwe: and the next such run behind it
  *   evq2      two kernels on a second stream waiting for an event recorded
  *             after the spin
+ *   spinmem   a one-thread kernel polling a word with ld.acquire.sys for
+ *             ~50 ms, as the daemon's wait kernel (spinmemr: volatile loads,
+ *             spinmems: __nanosleep(1000) between loads; spinmempdl: with
+ *             two dependent launches behind it)
+ *   spinms    the spin with a 4-byte cudaMemsetAsync and a one-thread kernel
+ *             behind it (the client's word and poll kernel)
  *   blk66     66 one-warp blocks spinning (an op whose blocks wait for the
  *             word themselves); blk132: 132 blocks of 128 threads
  *   cdp       (built with -DPROBE_CDP -rdc=true -lcudadevrt, and -Iinclude -I.) the spin
@@ -39,6 +45,8 @@
  *
  * Build: make CUDA=1 build/bench/probe_queue (nvcc -O2 -arch=sm_90)
  * Run (under MPS): ./probe_queue [K=1000] [R=15] [mode,mode,...] [lead_ms=20]
+ *   or ./probe_queue hold MODE: the holder alone, one byte on stdout once it
+ *   holds MODE, until SIGTERM (bench/probe_level.py --holders)
  *   lead_ms: the sleep the K kernels are queued behind; 2 ms is less than
  *   the host takes to launch 1000 (then the GPU's figure is the host's pace)
  *   PROBE_HOLDER_ENV="CUDA_MPS_CLIENT_PRIORITY=1,...": the holder's environment
@@ -75,6 +83,26 @@ __global__ void k_sleep(unsigned long long ns) {
   unsigned long long t0 = gt();
   while (gt() - t0 < ns) {
   }
+}
+
+/* a one-thread kernel polling a word that never comes, as the daemon's wait
+ * kernel (kernels/cuda/flag.cu: ld.acquire.sys; relaxed: volatile loads;
+ * sleep_ns: __nanosleep between loads), for ns */
+__global__ void k_spin_mem(const unsigned *word, unsigned long long ns, int relaxed,
+                           unsigned sleep_ns) {
+  unsigned long long t0 = gt();
+  unsigned x = 0;
+  while (gt() - t0 < ns) {
+    if (relaxed)
+      x += *(volatile const unsigned *)word;
+    else {
+      unsigned v;
+      asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(word) : "memory");
+      x += v;
+    }
+    if (sleep_ns) __nanosleep(sleep_ns);
+  }
+  if (x == 0xdeadbeef) *(unsigned *)word = x;
 }
 
 /* a small kernel of the client's: 132 x 256, a few hundred ns of work */
@@ -202,6 +230,20 @@ static void holder(const char *mode, int ready_fd) {
       launch_dep(s, x);
       launch_dep_k(s, k_next, x, 1, 1);
       launch_dep(s, x);
+    } else if (strcmp(mode, "spinmem") == 0 || strcmp(mode, "spinmemr") == 0 ||
+               strcmp(mode, "spinmems") == 0) {
+      k_spin_mem<<<1, 1, 0, s>>>((const unsigned *)x + 512, ns, mode[7] == 'r',
+                                 mode[7] == 's' ? 1000 : 0);
+    } else if (strcmp(mode, "spinmempdl") == 0) { /* the daemon's whole run */
+      k_spin_mem<<<1, 1, 0, s>>>((const unsigned *)x + 512, ns, 0, 0);
+      launch_dep(s, x);
+      launch_dep(s, x);
+    } else if (strcmp(mode, "spinms") == 0) {
+      /* the client's side of an ordered run behind its own long kernel: the
+       * word's memset and the poll kernel queued behind it */
+      k_sleep<<<1, 1, 0, s>>>(ns);
+      CK(cudaMemsetAsync(x + 600, 1, 4, s));
+      k_tiny<<<1, 1, 0, s>>>(x);
     } else if (strcmp(mode, "pdl1") == 0) {
       k_sleep<<<1, 1, 0, s>>>(ns);
       launch_dep(s, x);
@@ -408,6 +450,11 @@ static void latency(void) {
 }
 
 int main(int argc, char **argv) {
+  if (argc > 2 && strcmp(argv[1], "hold") == 0) {
+    /* the holder alone (bench/probe_level.py's victim is torch's forward):
+     * one byte on stdout once it holds MODE, until SIGTERM */
+    holder(argv[2], 1);
+  }
   int K = argc > 1 ? atoi(argv[1]) : 1000;
   int R = argc > 2 ? atoi(argv[2]) : 15;
   if (R > 64) R = 64;
