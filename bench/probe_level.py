@@ -256,5 +256,6 @@ def start_holder(kind, args):
         p.join(60)
     return stop_p
 
+
 if __name__ == "__main__":
     main()
