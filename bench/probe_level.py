@@ -21,6 +21,11 @@ DESIGN
             k         torch's relu_ and the one-thread kernel alone
             torch_s, opd_s  torch's and the opd forward on a stream made by
                       torch.cuda.Stream() instead of torch's default
+            opd_direct, opd_side, opd_fork, opd_busy  the opd forward on
+                      torch's default stream, libopd's part of each call
+                      placed as OPD_STREAM_LEGACY says (docs/async.md), set
+                      in this process before each run (opd__stream_legacy);
+                      "opd" then runs in the mode set last: do not mix them
           Says whether what libopd puts on the caller's stream, without the
           daemon, slows torch's kernels (--variants picks).
   hold    torch's forward and the opd one while a second process (spawned,
@@ -83,6 +88,23 @@ def holder(kind, ready, stop, socket, cpus):
         torch.cuda.synchronize()
 
 
+LEGACY_MODES = ("direct", "side", "fork", "busy")
+
+
+def legacy_setter():
+    """libopd's opd__stream_legacy (the same library torch.ops.opd loaded:
+    $OPD_LIB), as set_legacy(mode)."""
+    lib = ctypes.CDLL(os.environ.get("OPD_LIB", "libopd.so.0"))
+    f = lib.opd__stream_legacy
+    f.argtypes = [ctypes.c_char_p]
+    f.restype = ctypes.c_int
+
+    def set_legacy(mode):
+        if f(mode.encode()) != 0:
+            raise RuntimeError("opd__stream_legacy(%r) failed" % mode)
+    return set_legacy
+
+
 def cu_memset():
     lib = ctypes.CDLL("libcuda.so.1")
     f = lib.cuMemsetD32Async
@@ -101,7 +123,8 @@ def main():
     ap.add_argument("--variants", default="opd,ms,msipc,msipc_k,k",
                     help="the stream part's variants besides torch: opd, torch_s and "
                     "opd_s (torch's and the opd forward on a stream of their own "
-                    "instead of torch's default stream), ms, msipc, msipc_k, k")
+                    "instead of torch's default stream), opd_direct, opd_side, "
+                    "opd_fork, opd_busy, ms, msipc, msipc_k, k")
     ap.add_argument("--holders", default="none,spin,opdspin",
                     help="the hold part's holders, comma-separated: none, spin, "
                     "opdspin, q:MODE (probe_queue hold MODE: pdl, pdle, pdlw, pdlwe, "
@@ -124,6 +147,7 @@ def main():
     mt, mo, run, desc, _ = bm.build_resnet18(dev, False)
     print("# resnet18: %s" % desc, flush=True)
     memset = cu_memset()
+    set_legacy = legacy_setter()
     local = torch.zeros(64, dtype=torch.int32, device=dev)
     ipc_t = c.empty((64,), "int32", device="cuda:0")
     ipc = ipc_t.torch()
@@ -169,6 +193,12 @@ def main():
                 variants.append(("torch_s", on_side(lambda: run(mt))))
             if "opd_s" in want_v:
                 variants.append(("opd_s", on_side(lambda: run(mo))))
+            # opd_MODE: the opd forward with libopd's part of each call on
+            # torch's default stream placed as OPD_STREAM_LEGACY=MODE says
+            # (direct, side, fork, busy; docs/async.md), set before each run
+            for v in want_v:
+                if v.startswith("opd_") and v[4:] in LEGACY_MODES:
+                    variants.append((v, (lambda m: lambda: (set_legacy(m), run(mo)))(v[4:])))
             if "opd_mix" in want_v:
                 # torch's kernels on its default stream, each opd call on a
                 # stream of its own, ordered both ways by events

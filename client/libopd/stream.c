@@ -97,6 +97,11 @@ static struct {
   cu_result (*memset_d32)(cu_ptr_t, unsigned, size_t, void *);
   /* optional (an enqueued run on an idle stream waits for nothing) */
   cu_result (*stream_query)(void *);
+  /* optional (libopd's part of a call on the legacy default stream goes
+   * on a private stream of its own: OPD_STREAM_LEGACY; without them, on
+   * the legacy stream itself) */
+  cu_result (*stream_create)(void **, unsigned);
+  cu_result (*stream_destroy)(void *);
 } cu;
 enum { CU_ATTR_MPS_ENABLED = 133 }; /* CU_DEVICE_ATTRIBUTE_MPS_ENABLED */
 static pthread_once_t cu_once = PTHREAD_ONCE_INIT;
@@ -154,6 +159,8 @@ static void cu_load(void) {
   cu.memset_d32 = (cu_result(*)(cu_ptr_t, unsigned, size_t, void *))dlsym(
       h, "cuMemsetD32Async");
   cu.stream_query = (cu_result(*)(void *))dlsym(h, "cuStreamQuery");
+  cu.stream_create = (cu_result(*)(void **, unsigned))dlsym(h, "cuStreamCreate");
+  cu.stream_destroy = (cu_result(*)(void *))dlsym(h, "cuStreamDestroy_v2");
   cu.poll_ok = 1;
   for (size_t i = 0; i < sizeof poll / sizeof poll[0]; i++) {
     *poll[i].fn = dlsym(h, poll[i].name);
@@ -269,6 +276,12 @@ typedef struct {
   int words;
   int n_slots;
   void *slot_stream[OPD_RUN_WORD_SLOTS];
+  /* calls on the legacy default stream (OPD_STREAM_LEGACY, side_for): a
+   * non-blocking stream of libopd's in ctx, an event the legacy stream
+   * waits for after the poll kernel (join), one it records for the side
+   * stream before the word (fork); made on first use, NULL before */
+  void *side, *fork_ev, *join_ev;
+  int side_failed;               /* could not be made: the legacy stream */
 } cevents_t;
 
 #define LAZY 64      /* enqueued runs of a connection whose answers are
@@ -335,6 +348,52 @@ struct opd_cuda {
   batch_t batch;
 };
 
+/* OPD_STREAM_LEGACY: a call on CUDA's legacy default stream (torch's
+ * default stream) puts ... */
+enum {
+  LEGACY_DIRECT = 0,             /* "direct": everything on the caller's */
+  LEGACY_SIDE = 1,               /* "side": the poll kernel on libopd's own
+                                    stream, the caller's waits for it by an
+                                    event; the word's memset on the caller's */
+  LEGACY_FORK = 2,               /* "fork": the word's memset too, after an
+                                    event the caller's stream records */
+  LEGACY_BUSY = 3,               /* "busy": as side, but a call that found
+                                    the stream idle all on the caller's */
+  LEGACY_DEFAULT = LEGACY_SIDE,
+};
+
+/* The process's LEGACY_* mode: OPD_STREAM_LEGACY when first asked, or
+ * what opd__stream_legacy set (the benchmarks compare the modes in one
+ * process: bench/probe_level.py). */
+static int legacy_mode = -1;
+
+static int legacy_parse(const char *v) {
+  return v == NULL ? LEGACY_DEFAULT
+         : strcmp(v, "direct") == 0 ? LEGACY_DIRECT
+         : strcmp(v, "side") == 0 ? LEGACY_SIDE
+         : strcmp(v, "fork") == 0 ? LEGACY_FORK
+         : strcmp(v, "busy") == 0 ? LEGACY_BUSY : -1;
+}
+
+static int legacy(void) {
+  int m = __atomic_load_n(&legacy_mode, __ATOMIC_RELAXED);
+  if (m < 0) {
+    m = legacy_parse(getenv("OPD_STREAM_LEGACY"));
+    if (m < 0) m = LEGACY_DEFAULT;
+    __atomic_store_n(&legacy_mode, m, __ATOMIC_RELAXED);
+  }
+  return m;
+}
+
+int opd__stream_legacy(const char *mode) {
+  int m = legacy_parse(mode);
+  if (m < 0 || mode == NULL)
+    return opd__fail(OPD_EINVAL, "OPD_STREAM_LEGACY: \"%s\" is not direct, "
+                     "side, fork or busy", mode ? mode : "(null)");
+  __atomic_store_n(&legacy_mode, m, __ATOMIC_RELAXED);
+  return 0;
+}
+
 static const char *const trace_step[4] = {"tensors", "cuEventRecord / the word",
                                           "the run", "cuStreamWaitEvent / the poll"};
 
@@ -371,6 +430,8 @@ static void poll_forget(cevents_t *e) {
   e->err = NULL;
   e->err_dev = 0;
   e->polled = 0;
+  e->side = e->fork_ev = e->join_ev = NULL;
+  e->side_failed = 0;
 }
 
 /* ... released in the current context. */
@@ -378,6 +439,9 @@ static void poll_release(cevents_t *e) {
   if (e->flag) cu.ipc_close_mem(e->flag);
   if (e->mod) cu.module_unload(e->mod);
   if (e->err) cu.mem_free_host((void *)e->err);
+  if (e->side) cu.stream_destroy(e->side);
+  if (e->fork_ev) cu.event_destroy(e->fork_ev);
+  if (e->join_ev) cu.event_destroy(e->join_ev);
   poll_forget(e);
 }
 
@@ -385,7 +449,8 @@ static void poll_release(cevents_t *e) {
  * and what it held with it). A poll kernel still queued reads the flag
  * word and writes the error words: the context finishes its work first. */
 static void poll_free(cevents_t *e) {
-  if (e->flag == 0 && e->mod == NULL && e->err == NULL && e->pool[0] == NULL)
+  if (e->flag == 0 && e->mod == NULL && e->err == NULL && e->pool[0] == NULL &&
+      e->side == NULL)
     return;
   void *old;
   if (e->ctx != NULL && cu.ctx_push(e->ctx) == 0) {
@@ -791,6 +856,42 @@ static int slot_for(cevents_t *e, void *stream) {
   return e->n_slots;
 }
 
+/* CUDA's legacy default stream: the handle 0, or CU_STREAM_LEGACY (what
+ * torch's default stream is); CU_STREAM_PER_THREAD (0x2) is not. */
+static int is_legacy(const void *stream) {
+  return stream == NULL || stream == (const void *)0x1;
+}
+
+/* The stream libopd's part of a call goes on instead of the caller's
+ * `stream` (e's context current, k->mu held): stream itself, or where it
+ * is the legacy default stream and OPD_STREAM_LEGACY asks for it, a
+ * non-blocking stream of libopd's, made (with its two events) the first
+ * time. Under MPS a model on torch's default stream whose opd calls put
+ * the poll kernel there lost ~5 us of GPU time per call to longer gaps
+ * between torch's own kernels, and none on a stream of its own
+ * (bench/probe_level.py, docs/async.md "What it costs"). Anything that
+ * fails to be made leaves the legacy stream in use (said once under
+ * OPD_STREAM_TRACE). */
+static void *side_for(struct opd_cuda *k, cevents_t *e, void *stream) {
+  if (legacy() == LEGACY_DIRECT || !is_legacy(stream) || e->side_failed ||
+      cu.stream_create == NULL || cu.stream_destroy == NULL)
+    return stream;
+  if (e->side != NULL) return e->side;
+  cu_result r = cu.stream_create(&e->side, 0x1 /* CU_STREAM_NON_BLOCKING */);
+  if (r == 0) r = cu.event_create(&e->join_ev, 0x2 /* DISABLE_TIMING */);
+  if (r == 0) r = cu.event_create(&e->fork_ev, 0x2);
+  if (r == 0) return e->side;
+  if (k->trace)
+    fprintf(stderr, "opd: calls on the legacy default stream stay on it: no "
+            "stream of libopd's (cuStreamCreate, cuEventCreate: %s)\n", cu_str(r));
+  if (e->side) cu.stream_destroy(e->side);
+  if (e->join_ev) cu.event_destroy(e->join_ev);
+  if (e->fork_ev) cu.event_destroy(e->fork_ev);
+  e->side = e->join_ev = e->fork_ev = NULL;
+  e->side_failed = 1;
+  return stream;
+}
+
 /* Queues libopd's poll kernel on stream (e's context current, k->mu
  * held): work queued there later waits, on the GPU, until the daemon's
  * flag word reaches id (the enqueued run `id` and those before it on the
@@ -799,15 +900,26 @@ static int slot_for(cevents_t *e, void *stream) {
  * the kernel does not launch, the runs' end is waited for on the host and
  * the call fails. */
 static int poll_launch(opd_client_t *c, struct opd_cuda *k, cevents_t *e,
-                       void *stream, uint64_t id, int fresh, const char *who) {
+                       void *stream, uint64_t id, int fresh, int idle,
+                       const char *who) {
   uint32_t want = (uint32_t)id;
   unsigned long long ns = k->poll_ns;
   cu_ptr_t st = e->flag + OPD_STAMPS_OFFSET + 16u * (want % OPD_STAMPS_N);
   void *args[5] = {&e->flag, &want, &e->err_dev, &ns, &st};
   void *fn = k->stamps && e->fn_st != NULL ? e->fn_st : e->fn;
-  cu_result r = cu.launch_kernel(fn, 1, 1, 1, 1, 1, 1, 0, stream, args, NULL);
+  void *on = idle && legacy() == LEGACY_BUSY ? stream : side_for(k, e, stream);
+  cu_result r = cu.launch_kernel(fn, 1, 1, 1, 1, 1, 1, 0, on, args, NULL);
+  const char *what = "the poll kernel did not launch on the caller's stream "
+                     "(cuLaunchKernel";
+  if (r == 0) e->polled = 1;
+  /* on libopd's stream: the caller's waits for it */
+  if (r == 0 && on != stream) {
+    what = "the caller's stream could not be made to wait for the poll "
+           "kernel (cuEventRecord, cuStreamWaitEvent";
+    if ((r = cu.event_record(e->join_ev, on)) == 0)
+      r = cu.stream_wait_event(stream, e->join_ev, 0);
+  }
   if (r == 0) {
-    e->polled = 1;
     if (fresh) k->lazy[k->n_lazy++] = id;
     return 0;
   }
@@ -816,10 +928,9 @@ static int poll_launch(opd_client_t *c, struct opd_cuda *k, cevents_t *e,
   if (!fresh) lazy_reap(c, k, 0);
   if (rc == 0) rc = opd__call(c, OPD_MSG_SYNC, NULL, NULL, -1, NULL, NULL);
   if (rc == 0)
-    rc = opd__fail(OPD_EBACKEND, "%s: the poll kernel did not launch on "
-                   "the caller's stream (cuLaunchKernel: %s); the run%s "
-                   "completed, the stream did not wait for %s", who,
-                   cu_str(r), fresh ? "" : "s", fresh ? "it" : "them");
+    rc = opd__fail(OPD_EBACKEND, "%s: %s: %s); the run%s completed, the "
+                   "stream did not wait for %s", who, what, cu_str(r),
+                   fresh ? "" : "s", fresh ? "it" : "them");
   return rc;
 }
 
@@ -831,7 +942,7 @@ static int batch_join(opd_client_t *c, struct opd_cuda *k, const char *who) {
   batch_t *b = &k->batch;
   int rc = 0;
   if (b->runs > 0) {
-    rc = poll_launch(c, k, b->e, b->stream, b->last, 0, who);
+    rc = poll_launch(c, k, b->e, b->stream, b->last, 0, 0, who);
     b->runs = 0;
     b->n_joins++;
   }
@@ -1023,8 +1134,15 @@ static int ordered(opd_client_t *c, const char *who, const char *device,
     } else if (idle) {
       k->idle++;
     } else if (slot != 0) { /* the stream's word: the daemon's stream polls it */
-      if ((r = cu.memset_d32(e->flag + (cu_ptr_t)slot * OPD_STREAM_SLOT_BYTES,
-                             (unsigned)id, 1, stream)) != 0)
+      /* LEGACY_FORK: written on libopd's stream once it reached here */
+      void *on = legacy() == LEGACY_FORK ? side_for(k, e, stream) : stream;
+      if (on != stream && ((r = cu.event_record(e->fork_ev, stream)) != 0 ||
+                           (r = cu.stream_wait_event(on, e->fork_ev, 0)) != 0))
+        rc = opd__fail(OPD_EBACKEND, "%s: the caller's stream's event for "
+                       "libopd's (cuEventRecord, cuStreamWaitEvent): %s", who,
+                       cu_str(r));
+      else if ((r = cu.memset_d32(e->flag + (cu_ptr_t)slot * OPD_STREAM_SLOT_BYTES,
+                                  (unsigned)id, 1, on)) != 0)
         rc = opd__fail(OPD_EBACKEND, "%s: cuMemsetD32Async on the caller's "
                        "stream: %s", who, cu_str(r));
     } else if ((r = cu.event_record(e->pool[id % OPD_STREAM_EVENTS], stream)) != 0) {
@@ -1044,7 +1162,7 @@ static int ordered(opd_client_t *c, const char *who, const char *device,
       b->e = e;
       if (b->runs >= BATCH_RUNS) rc = batch_join(c, k, who);
     } else if (rc == 0) {
-      rc = poll_launch(c, k, e, stream, id, 1, who);
+      rc = poll_launch(c, k, e, stream, id, 1, idle, who);
     }
     if (k->trace && rc == 0) {
       t[4] = opd__now_ns();

@@ -277,6 +277,45 @@ int main(int argc, char **argv) {
   CHECK(rc == 0 && bad == 0, "enqueued: 50 rounds, the input overwritten "
         "right after each call, the output read by the next kernel: %d "
         "wrong (%s)", bad, rc ? opd_last_error() : "ok");
+  /* the same on the legacy default stream (torch's default stream), as
+   * cudaStreamLegacy and as the handle 0: libopd's part of the call goes on
+   * a stream of its own there (OPD_STREAM_LEGACY), ordered both ways by
+   * events; every other round a batch of two runs, relu then twice-as-mul */
+  {
+    bad = 0;
+    float *hw2 = (float *)malloc(64 * sizeof(float));
+    opd_tensor_t tz = vec(N), yw[2] = {ty, ty};
+    rc |= opd_tensor_cuda(c, "cuda:0", z, &tz);
+    for (int k = 0; k < 60; k++) {
+      cudaStream_t st = (k % 3 == 0) ? cudaStreamLegacy : (cudaStream_t)0;
+      int batched = k % 2;
+      float base = (float)(k * 10 + 3);
+      /* a slow writer first, now and then: the run must wait for it */
+      slow_fill<<<64, 256, 0, st>>>(x, N, base, k % 10 == 0 ? ms20 / 10 : 0);
+      if (batched) rc |= opd_batch_begin(c, st);
+      rc |= opd_enqueue_stream(c, "cuda:0", st, "relu", &tx, 1, &ty, 1, NULL, 0);
+      if (batched) {
+        rc |= opd_enqueue_stream(c, "cuda:0", st, "mul", yw, 2, &tz, 1, NULL, 0);
+        rc |= opd_batch_end(c);
+      } else {
+        twice<<<64, 256, 0, st>>>(y, z, N);   /* z = 2y on the client */
+      }
+      slow_fill<<<64, 256, 0, st>>>(x, N, -1e6f, 0); /* reused at once */
+      slow_fill<<<64, 256, 0, st>>>(y, N, -7.0f, 0);
+      cudaMemcpyAsync(hw2, z, 64 * sizeof(float), cudaMemcpyDeviceToHost, st);
+      cudaStreamSynchronize(st);
+      for (int i = 0; i < 64; i++) {
+        float v = base - (float)i, r = v > 0 ? v : 0.0f;
+        bad += hw2[i] != (batched ? r * r : 2.0f * r);
+      }
+    }
+    rc |= opd_synchronize(c);
+    CHECK(rc == 0 && bad == 0, "enqueued on the legacy default stream: 60 "
+          "rounds (every other a batch), the input overwritten and the "
+          "output read right after: %d wrong (%s)", bad,
+          rc ? opd_last_error() : "ok");
+    free(hw2);
+  }
   /* many in flight: y = relu(y) then y = y * w (w = 1.0001) alternating */
   {
     /* without MPS each GPU wait across the processes is a time slice */

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# legacy.sh: the models and the chain through opd with libopd's part of each
+# call on the legacy default stream itself or on a stream of libopd's
+# (OPD_STREAM_LEGACY=direct|side|fork|busy, docs/async.md "The legacy default
+# stream"), one process per mode, the modes rotated REPEAT times against one
+# daemon, under MPS (a private control daemon, its pipes in OUTDIR). Needs
+# build/opd, build/opctl, build/libopd.so (a CUDA build) and torch with CUDA.
+#   bash bench/legacy.sh [OUTDIR]
+# MODES ("direct side fork busy"); REPEAT (2); CLIENT_CPUS (2-3); DAEMON_CPUS
+# (8-11); MODELS_ARGS (--models resnet18,gpt2,resnet18conv --rounds 9 --iters
+# 10); CHAIN_ARGS (--rounds 6); PROBE=1 also runs bench/probe_level.py
+# --variants opd,torch_s,opd_s per mode. Prints one line per model and run:
+#   legacy run=R mode=M model=NAME torch_ms=... opd_ms=... ratio=...
+set -uo pipefail
+out=${1:-${OUT:-/tmp/opd-legacy}}
+mkdir -p "$out"
+modes=${MODES:-direct side fork busy}
+repeat=${REPEAT:-2}
+cpus=${CLIENT_CPUS:-2-3}
+dcpus=${DAEMON_CPUS:-8-11}
+margs=${MODELS_ARGS:---models resnet18,gpt2,resnet18conv --rounds 9 --iters 10}
+cargs=${CHAIN_ARGS:---rounds 6}
+for f in build/opd build/opctl build/libopd.so; do
+  [ -e "$f" ] || { echo "legacy: $f missing (a CUDA build first)"; exit 1; }
+done
+export CUDA_MPS_PIPE_DIRECTORY=$out/mps-pipe CUDA_MPS_LOG_DIRECTORY=$out/mps-log
+mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+nvidia-cuda-mps-control -d || { echo "legacy: no MPS control daemon"; exit 1; }
+sock=/tmp/opd-legacy.sock
+export OPD_SOCKET=$sock OPD_LIB=$PWD/build/libopd.so PYTHONPATH=$PWD/python PYTHONUNBUFFERED=1
+taskset -c "$dcpus" build/opd --socket "$sock" >"$out/opd.log" 2>&1 &
+pid=$!
+for _ in $(seq 1 100); do build/opctl --socket "$sock" ping -c 1 >/dev/null 2>&1 && break; sleep 0.1; done
+status=0
+n=0
+for r in $(seq 1 "$repeat"); do
+  for m in $modes; do
+    n=$((n + 1))
+    # shellcheck disable=SC2086  # margs, cargs: argument lists
+    OPD_STREAM_LEGACY=$m timeout 240 taskset -c "$cpus" python3 bench/bench_models.py $margs \
+      >"$out/models-$n-$m.txt" 2>&1 || status=1
+    grep -E "^model [a-z0-9]+ torch_ms" "$out/models-$n-$m.txt" | while read -r _ name rest; do
+      echo "legacy run=$r mode=$m model=$name $(echo "$rest" | grep -oE "(torch_ms|opd_ms|ratio|check)=[^ ]+" | tr '\n' ' ')"
+    done
+    grep -m1 -E "skipped|Error|error" "$out/models-$n-$m.txt"
+    # shellcheck disable=SC2086
+    OPD_STREAM_LEGACY=$m timeout 120 taskset -c "$cpus" python3 bench/bench_chain.py $cargs \
+      >"$out/chain-$n-$m.txt" 2>&1 || status=1
+    grep -E "ratio" "$out/chain-$n-$m.txt" | sed "s/^/legacy run=$r mode=$m /"
+    if [ "${PROBE:-0}" = 1 ]; then
+      OPD_STREAM_LEGACY=$m timeout 120 taskset -c "$cpus" python3 bench/probe_level.py \
+        --skip hold --variants opd,torch_s,opd_s >"$out/probe-$n-$m.txt" 2>&1 || status=1
+      grep -E "^stream" "$out/probe-$n-$m.txt" | sed "s/^/legacy run=$r mode=$m /"
+    fi
+  done
+done
+kill -TERM "$pid"; wait "$pid"
+echo quit | timeout 20 nvidia-cuda-mps-control
+exit $status
