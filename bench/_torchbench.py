@@ -140,6 +140,29 @@ def tf32_str(torch):
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
 
 
+LEGACY_MODES = ("direct", "side", "fork", "busy")
+
+
+def legacy_setter():
+    """set(mode) for libopd's opd__stream_legacy in this process (the
+    library torch.ops.opd loaded: $OPD_LIB): where libopd's part of a call
+    on torch's default stream goes (docs/async.md); set(None) returns the
+    mode now."""
+    import ctypes
+    lib = ctypes.CDLL(os.environ.get("OPD_LIB", "libopd.so.0"))
+    f = lib.opd__stream_legacy
+    f.argtypes = [ctypes.c_char_p]
+    f.restype = ctypes.c_int
+
+    def set_legacy(mode):
+        if mode is None:
+            return LEGACY_MODES[f(None)]
+        if f(mode.encode()) != 0:
+            raise RuntimeError("opd__stream_legacy(%r) failed" % mode)
+        return mode
+    return set_legacy
+
+
 def measure(torch, variants, rounds, iters, warmup):
     """variants: [(name, fn)]; fn() runs once (its result is dropped).
     Returns {name: [ms per run, one per round]}: per round, iters runs back

@@ -154,7 +154,17 @@ def main():
     ap.add_argument("--tol", type=float, default=1e-4,
                     help="bound on the result's max abs difference over its max "
                     "|value| (1e-4)")
+    ap.add_argument("--legacy", default="", metavar="MODES",
+                    help="also time the opd chain (and its batch) with libopd's "
+                    "part of each call on torch's default stream placed as each of "
+                    "these says (comma-separated: %s; OPD_STREAM_LEGACY, "
+                    "docs/async.md), in the same rounds" % ",".join(tb.LEGACY_MODES))
     args = ap.parse_args()
+    args.legacy = [m for m in args.legacy.split(",") if m]
+    bad = [m for m in args.legacy if m not in tb.LEGACY_MODES]
+    if bad:
+        ap.error("--legacy: unknown %s; choose from %s" % (",".join(bad),
+                                                          ",".join(tb.LEGACY_MODES)))
     shape = parse_shape(ap, args.shape)
     for k in ("rounds", "iters"):
         if getattr(args, k) < 1:
@@ -198,16 +208,30 @@ def main():
               flush=True)
         if not ok:
             status = 1
-        per = timed_chains(torch, [("torch", t_chain), ("opd", o_chain),
-                                   ("opd_batch", b_chain),
-                                   ("opd_sync_each", lambda: o_chain(True)),
-                                   ("torch_sync_each", lambda: t_chain(True))],
-                           args.rounds, args.iters, args.warmup)
+        variants = [("torch", t_chain), ("opd", o_chain), ("opd_batch", b_chain),
+                    ("opd_sync_each", lambda: o_chain(True)),
+                    ("torch_sync_each", lambda: t_chain(True))]
+        if args.legacy:
+            # opd@MODE, opd_batch@MODE; the others in the mode the process
+            # started with
+            set_legacy = tb.legacy_setter()
+            start = set_legacy(None)
+            variants = [(n, (lambda f: lambda: (set_legacy(start), f()))(f))
+                        for n, f in variants]
+            for m in args.legacy:
+                variants += [(n + "@" + m, (lambda m, f: lambda: (set_legacy(m), f()))(m, f))
+                             for n, f in (("opd", o_chain), ("opd_batch", b_chain))]
+        per = timed_chains(torch, variants, args.rounds, args.iters, args.warmup)
+        if args.legacy:
+            set_legacy(start)
     med = {n: tb.median(v) for n, v in per.items()}
     p90 = {n: sorted(v)[int(0.9 * (len(v) - 1))] for n, v in per.items()}
     for n in ("torch", "opd", "opd_batch", "opd_sync_each", "torch_sync_each"):
         print("chain variant=%s ops=%d shape=%s p50_us=%.1f p90_us=%.1f per_op_us=%.2f"
               % (n, N_OPS, "x".join(map(str, shape)), med[n], p90[n], med[n] / N_OPS))
+    for m in args.legacy:
+        print("chain legacy=%s opd/torch=%.3f opd_batch/torch=%.3f"
+              % (m, med["opd@" + m] / med["torch"], med["opd_batch@" + m] / med["torch"]))
     ratio = med["opd"] / med["torch"]
     ratio_b = med["opd_batch"] / med["torch"]
     print("chain ratio opd/torch=%.3f opd_batch/torch=%.3f "

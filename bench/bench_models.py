@@ -346,8 +346,21 @@ def bench_model(name, args, dev):
             torch.backends.cudnn.allow_tf32 = True      # torch's defaults
             torch.backends.cuda.matmul.allow_tf32 = False
         r["timing_tf32"] = tb.tf32_str(torch)
-        per = tb.measure(torch, [("torch", lambda: run(mt)), ("opd", lambda: run(mo))],
-                         args.rounds, args.iters, args.warmup)
+        variants = [("torch", lambda: run(mt)), ("opd", lambda: run(mo))]
+        if args.legacy:
+            # opd@MODE: the opd forward with libopd's part of each call on
+            # torch's default stream placed as MODE says; "opd" in the mode
+            # the process started with
+            set_legacy = tb.legacy_setter()
+            start = set_legacy(None)
+            variants[1] = ("opd", lambda: (set_legacy(start), run(mo)))
+            variants += [("opd@" + m, (lambda m: lambda: (set_legacy(m), run(mo)))(m))
+                         for m in args.legacy]
+        per = tb.measure(torch, variants, args.rounds, args.iters, args.warmup)
+        if args.legacy:
+            set_legacy(start)
+            r["legacy_start"] = start
+            r["legacy"] = {m: tb.median(per["opd@" + m]) for m in args.legacy}
         # what one opd forward asks of the daemon: requests and CUDA IPC
         # imports (an import per call would mean the import cache misses)
         st = STATS_CLIENT[0].stats() if STATS_CLIENT else None
@@ -389,6 +402,8 @@ def line(r):
             parts.append(("%s=" + fmt) % (k, r[k]))
     if "opd_calls_total" in r:
         parts.append("opd_calls=%d (%s)" % (r["opd_calls_total"], calls))
+    for m, ms in r.get("legacy", {}).items():
+        parts.append("opd@%s_ms=%.3f ratio@%s=%.3f" % (m, ms, m, ms / r["torch_ms"]))
     parts.append("check=%s" % ("ok" if r["ok"] else "FAIL"))
     if r.get("error"):
         parts.append("error=%r" % r["error"])
@@ -436,7 +451,17 @@ def main():
         ap.add_argument("--tol-" + m, type=float, default=t,
                         help="bound on %s's max abs difference over the output's "
                         "max |value| (%g)" % (m, t))
+    ap.add_argument("--legacy", default="", metavar="MODES",
+                    help="also time the opd forward with libopd's part of each call "
+                    "on torch's default stream placed as each of these says "
+                    "(comma-separated: %s; OPD_STREAM_LEGACY, docs/async.md), in "
+                    "the same rounds" % ",".join(tb.LEGACY_MODES))
     args = ap.parse_args()
+    args.legacy = [m for m in args.legacy.split(",") if m]
+    bad = [m for m in args.legacy if m not in tb.LEGACY_MODES]
+    if bad:
+        ap.error("--legacy: unknown %s; choose from %s" % (",".join(bad),
+                                                          ",".join(tb.LEGACY_MODES)))
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     unknown = [m for m in models if m not in MODELS]
     if unknown or not models:

@@ -88,23 +88,6 @@ def holder(kind, ready, stop, socket, cpus):
         torch.cuda.synchronize()
 
 
-LEGACY_MODES = ("direct", "side", "fork", "busy")
-
-
-def legacy_setter():
-    """libopd's opd__stream_legacy (the same library torch.ops.opd loaded:
-    $OPD_LIB), as set_legacy(mode)."""
-    lib = ctypes.CDLL(os.environ.get("OPD_LIB", "libopd.so.0"))
-    f = lib.opd__stream_legacy
-    f.argtypes = [ctypes.c_char_p]
-    f.restype = ctypes.c_int
-
-    def set_legacy(mode):
-        if f(mode.encode()) != 0:
-            raise RuntimeError("opd__stream_legacy(%r) failed" % mode)
-    return set_legacy
-
-
 def cu_memset():
     lib = ctypes.CDLL("libcuda.so.1")
     f = lib.cuMemsetD32Async
@@ -147,7 +130,7 @@ def main():
     mt, mo, run, desc, _ = bm.build_resnet18(dev, False)
     print("# resnet18: %s" % desc, flush=True)
     memset = cu_memset()
-    set_legacy = legacy_setter()
+    set_legacy = tb.legacy_setter()
     local = torch.zeros(64, dtype=torch.int32, device=dev)
     ipc_t = c.empty((64,), "int32", device="cuda:0")
     ipc = ipc_t.torch()
@@ -197,7 +180,7 @@ def main():
             # torch's default stream placed as OPD_STREAM_LEGACY=MODE says
             # (direct, side, fork, busy; docs/async.md), set before each run
             for v in want_v:
-                if v.startswith("opd_") and v[4:] in LEGACY_MODES:
+                if v.startswith("opd_") and v[4:] in tb.LEGACY_MODES:
                     variants.append((v, (lambda m: lambda: (set_legacy(m), run(mo)))(v[4:])))
             if "opd_mix" in want_v:
                 # torch's kernels on its default stream, each opd call on a

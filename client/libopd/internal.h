@@ -204,9 +204,10 @@ int opd__batch_keep(opd_client_t *c, void *stream, void *obj,
 int opd__batch_open(opd_client_t *c, void *stream);
 /* Where libopd's part of a call on the legacy default stream goes, for the
  * whole process from now on: "direct", "side", "fork" or "busy" (what
- * OPD_STREAM_LEGACY says at start; docs/async.md). Exported for the
- * benchmarks that compare them in one process (bench/probe_level.py);
- * OPD_EINVAL for another word. */
+ * OPD_STREAM_LEGACY says at start; docs/async.md): 0, or OPD_EINVAL for
+ * another word; NULL: the mode now, as its index in that list. Exported
+ * for the benchmarks that compare them in one process (bench_models.py
+ * --legacy, probe_level.py). */
 __attribute__((visibility("default"))) int opd__stream_legacy(const char *mode);
 /* The open batch on stream, if any, joined to it now (its later runs wait
  * for the stream again, as a first run does): 0 or the join's error. */

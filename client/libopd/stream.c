@@ -359,7 +359,7 @@ enum {
                                     event the caller's stream records */
   LEGACY_BUSY = 3,               /* "busy": as side, but a call that found
                                     the stream idle all on the caller's */
-  LEGACY_DEFAULT = LEGACY_SIDE,
+  LEGACY_DEFAULT = LEGACY_DIRECT, /* until measured in one process */
 };
 
 /* The process's LEGACY_* mode: OPD_STREAM_LEGACY when first asked, or
@@ -367,29 +367,36 @@ enum {
  * process: bench/probe_level.py). */
 static int legacy_mode = -1;
 
+static const char *const legacy_name[] = {"direct", "side", "fork", "busy"};
+
 static int legacy_parse(const char *v) {
-  return v == NULL ? LEGACY_DEFAULT
-         : strcmp(v, "direct") == 0 ? LEGACY_DIRECT
-         : strcmp(v, "side") == 0 ? LEGACY_SIDE
-         : strcmp(v, "fork") == 0 ? LEGACY_FORK
-         : strcmp(v, "busy") == 0 ? LEGACY_BUSY : -1;
+  if (v == NULL) return LEGACY_DEFAULT;
+  for (int i = 0; i < (int)(sizeof legacy_name / sizeof legacy_name[0]); i++)
+    if (strcmp(v, legacy_name[i]) == 0) return i;
+  return -1;
 }
 
 static int legacy(void) {
   int m = __atomic_load_n(&legacy_mode, __ATOMIC_RELAXED);
   if (m < 0) {
-    m = legacy_parse(getenv("OPD_STREAM_LEGACY"));
-    if (m < 0) m = LEGACY_DEFAULT;
+    const char *env = getenv("OPD_STREAM_LEGACY");
+    m = legacy_parse(env);
+    if (m < 0) {
+      fprintf(stderr, "opd: OPD_STREAM_LEGACY=%s is not direct, side, fork or "
+              "busy: using %s\n", env, legacy_name[LEGACY_DEFAULT]);
+      m = LEGACY_DEFAULT;
+    }
     __atomic_store_n(&legacy_mode, m, __ATOMIC_RELAXED);
   }
   return m;
 }
 
 int opd__stream_legacy(const char *mode) {
+  if (mode == NULL) return legacy();
   int m = legacy_parse(mode);
-  if (m < 0 || mode == NULL)
+  if (m < 0)
     return opd__fail(OPD_EINVAL, "OPD_STREAM_LEGACY: \"%s\" is not direct, "
-                     "side, fork or busy", mode ? mode : "(null)");
+                     "side, fork or busy", mode);
   __atomic_store_n(&legacy_mode, m, __ATOMIC_RELAXED);
   return 0;
 }
@@ -866,12 +873,13 @@ static int is_legacy(const void *stream) {
  * `stream` (e's context current, k->mu held): stream itself, or where it
  * is the legacy default stream and OPD_STREAM_LEGACY asks for it, a
  * non-blocking stream of libopd's, made (with its two events) the first
- * time. Under MPS a model on torch's default stream whose opd calls put
- * the poll kernel there lost ~5 us of GPU time per call to longer gaps
- * between torch's own kernels, and none on a stream of its own
- * (bench/probe_level.py, docs/async.md "What it costs"). Anything that
- * fails to be made leaves the legacy stream in use (said once under
- * OPD_STREAM_TRACE). */
+ * time. Why: under MPS, ResNet-18 with its ReLUs through opd ran 1.09x
+ * torch's forward on torch's default stream and 1.03x with the whole
+ * forward on a stream of its own (bench/probe_level.py); which of libopd's
+ * operations on the legacy stream costs that is not known yet, and the
+ * modes are there to find out (docs/async.md "The legacy default
+ * stream"). Anything that fails to be made leaves the legacy stream in use
+ * (said once under OPD_STREAM_TRACE). */
 static void *side_for(struct opd_cuda *k, cevents_t *e, void *stream) {
   if (legacy() == LEGACY_DIRECT || !is_legacy(stream) || e->side_failed ||
       cu.stream_create == NULL || cu.stream_destroy == NULL)

@@ -49,6 +49,40 @@ def test_bad_options():
     assert r.returncode == 2 and "--rounds must be at least 1" in r.stderr, r.stderr
     r = script("probe_chain.py", "--calls", "0")
     assert r.returncode == 2 and "--calls must be at least 1" in r.stderr, r.stderr
+    for name in ("bench_models.py", "bench_chain.py"):
+        r = script(name, "--legacy", "fork,sideways")
+        assert r.returncode == 2 and "--legacy: unknown sideways" in r.stderr, r.stderr
+
+
+def test_legacy_setter(monkeypatch):
+    """_torchbench.legacy_setter drives libopd's opd__stream_legacy (the
+    process's OPD_STREAM_LEGACY mode) in the library $OPD_LIB names."""
+    import _torchbench as tb
+    lib = os.environ.get("OPD_LIB") or os.path.join(REPO, "build", "libopd.so")
+    if not os.path.exists(lib):
+        pytest.skip("no libopd.so at %s" % lib)
+    monkeypatch.setenv("OPD_LIB", lib)
+    set_legacy = tb.legacy_setter()
+    start = set_legacy(None)
+    assert start in tb.LEGACY_MODES
+    try:
+        for m in tb.LEGACY_MODES:
+            assert set_legacy(m) == m and set_legacy(None) == m
+        with pytest.raises(RuntimeError, match="sideways"):
+            set_legacy("sideways")
+        assert set_legacy(None) == tb.LEGACY_MODES[-1]    # unchanged by the refusal
+    finally:
+        set_legacy(start)
+    # the environment's word, read once; an unknown one is said and ignored
+    code = ("import sys; sys.path.insert(0, %r); import _torchbench as tb; "
+            "print(tb.legacy_setter()(None))" % os.path.join(REPO, "bench"))
+    for word, want in (("fork", "fork"), ("sideways", "direct")):
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           env=dict(os.environ, OPD_LIB=lib, OPD_STREAM_LEGACY=word),
+                           timeout=60)
+        assert r.returncode == 0 and r.stdout.strip() == want, (r.stdout, r.stderr)
+        assert ("is not direct, side, fork or busy: using direct" in r.stderr) == (
+            word == "sideways"), r.stderr
 
 
 class StandIn:
