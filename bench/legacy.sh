@@ -2,23 +2,28 @@
 # legacy.sh: the models and the chain through opd with libopd's part of each
 # call on the legacy default stream itself or on a stream of libopd's
 # (OPD_STREAM_LEGACY=direct|side|fork|busy, docs/async.md "The legacy default
-# stream"), one process per mode, the modes rotated REPEAT times against one
-# daemon, under MPS (a private control daemon, its pipes in OUTDIR). Needs
-# build/opd, build/opctl, build/libopd.so (a CUDA build) and torch with CUDA.
+# stream"), the modes compared in one process (bench_models.py and
+# bench_chain.py --legacy: an opd@MODE variant per mode in the same rounds),
+# REPEAT processes in turn against one daemon, under MPS (a private control
+# daemon, its pipes in OUTDIR). Needs build/opd, build/opctl, build/libopd.so
+# (a CUDA build) and torch with CUDA.
 #   bash bench/legacy.sh [OUTDIR]
-# MODES ("direct side fork busy"); REPEAT (2); CLIENT_CPUS (2-3); DAEMON_CPUS
-# (8-11); MODELS_ARGS (--models resnet18,gpt2,resnet18conv --rounds 9 --iters
-# 10); CHAIN_ARGS (--rounds 6); PROBE=1 also runs bench/probe_level.py
-# --variants opd,torch_s,opd_s per mode. Prints one line per model and run:
-#   legacy run=R mode=M model=NAME torch_ms=... opd_ms=... ratio=...
+# MODES (direct,side,fork,busy); REPEAT (2); CLIENT_CPUS (2-3); DAEMON_CPUS
+# (8-11); MODELS_ARGS (--models resnet18,gpt2,resnet18conv --rounds 15
+# --iters 10); CHAIN_ARGS (--rounds 6); PROBE=1 also runs
+# bench/probe_level.py --variants opd_MODE...,torch_s,opd_s. Prints, per
+# run, the models' lines (ratio=: the process's default mode; ratio@MODE=)
+# and the chain's:
+#   legacy run=R model=NAME torch_ms=... ratio=... ratio@direct=... ...
+#   legacy run=R chain legacy=MODE opd/torch=... opd_batch/torch=...
 set -uo pipefail
 out=${1:-${OUT:-/tmp/opd-legacy}}
 mkdir -p "$out"
-modes=${MODES:-direct side fork busy}
+modes=${MODES:-direct,side,fork,busy}
 repeat=${REPEAT:-2}
 cpus=${CLIENT_CPUS:-2-3}
 dcpus=${DAEMON_CPUS:-8-11}
-margs=${MODELS_ARGS:---models resnet18,gpt2,resnet18conv --rounds 9 --iters 10}
+margs=${MODELS_ARGS:---models resnet18,gpt2,resnet18conv --rounds 15 --iters 10}
 cargs=${CHAIN_ARGS:---rounds 6}
 for f in build/opd build/opctl build/libopd.so; do
   [ -e "$f" ] || { echo "legacy: $f missing (a CUDA build first)"; exit 1; }
@@ -30,29 +35,31 @@ sock=/tmp/opd-legacy.sock
 export OPD_SOCKET=$sock OPD_LIB=$PWD/build/libopd.so PYTHONPATH=$PWD/python PYTHONUNBUFFERED=1
 taskset -c "$dcpus" build/opd --socket "$sock" >"$out/opd.log" 2>&1 &
 pid=$!
-for _ in $(seq 1 100); do build/opctl --socket "$sock" ping -c 1 >/dev/null 2>&1 && break; sleep 0.1; done
+up=0
+for _ in $(seq 1 100); do
+  build/opctl --socket "$sock" ping -c 1 >/dev/null 2>&1 && { up=1; break; }
+  sleep 0.1
+done
+[ "$up" = 1 ] || { echo "legacy: opd did not answer on $sock"; cat "$out/opd.log"; exit 1; }
 status=0
-n=0
 for r in $(seq 1 "$repeat"); do
-  for m in $modes; do
-    n=$((n + 1))
-    # shellcheck disable=SC2086  # margs, cargs: argument lists
-    OPD_STREAM_LEGACY=$m timeout 240 taskset -c "$cpus" python3 bench/bench_models.py $margs \
-      >"$out/models-$n-$m.txt" 2>&1 || status=1
-    grep -E "^model [a-z0-9]+ torch_ms" "$out/models-$n-$m.txt" | while read -r _ name rest; do
-      echo "legacy run=$r mode=$m model=$name $(echo "$rest" | grep -oE "(torch_ms|opd_ms|ratio|check)=[^ ]+" | tr '\n' ' ')"
-    done
-    grep -m1 -E "skipped|Error|error" "$out/models-$n-$m.txt"
-    # shellcheck disable=SC2086
-    OPD_STREAM_LEGACY=$m timeout 120 taskset -c "$cpus" python3 bench/bench_chain.py $cargs \
-      >"$out/chain-$n-$m.txt" 2>&1 || status=1
-    grep -E "ratio" "$out/chain-$n-$m.txt" | sed "s/^/legacy run=$r mode=$m /"
-    if [ "${PROBE:-0}" = 1 ]; then
-      OPD_STREAM_LEGACY=$m timeout 120 taskset -c "$cpus" python3 bench/probe_level.py \
-        --skip hold --variants opd,torch_s,opd_s >"$out/probe-$n-$m.txt" 2>&1 || status=1
-      grep -E "^stream" "$out/probe-$n-$m.txt" | sed "s/^/legacy run=$r mode=$m /"
-    fi
+  # shellcheck disable=SC2086  # margs, cargs: argument lists
+  timeout 300 taskset -c "$cpus" python3 bench/bench_models.py $margs --legacy "$modes" \
+    >"$out/models-$r.txt" 2>&1 || status=1
+  grep -E "^model [a-z0-9]+ torch_ms" "$out/models-$r.txt" | while read -r _ name rest; do
+    echo "legacy run=$r model=$name $(echo "$rest" | grep -oE "(torch_ms|opd_ms|ratio|ratio@[a-z]+|torch_host_ms|check)=[^ ]+" | tr '\n' ' ')"
   done
+  grep -m1 -E "skipped|Error|error" "$out/models-$r.txt"
+  # shellcheck disable=SC2086
+  timeout 200 taskset -c "$cpus" python3 bench/bench_chain.py $cargs --legacy "$modes" \
+    >"$out/chain-$r.txt" 2>&1 || status=1
+  grep -E "^chain (ratio|legacy)" "$out/chain-$r.txt" | sed "s/^/legacy run=$r /"
+  if [ "${PROBE:-0}" = 1 ]; then
+    pv="opd_${modes//,/,opd_},torch_s,opd_s"
+    timeout 200 taskset -c "$cpus" python3 bench/probe_level.py --skip hold \
+      --rounds 15 --variants "$pv" >"$out/probe-$r.txt" 2>&1 || status=1
+    grep -E "^stream" "$out/probe-$r.txt" | sed "s/^/legacy run=$r /"
+  fi
 done
 kill -TERM "$pid"; wait "$pid"
 echo quit | timeout 20 nvidia-cuda-mps-control
