@@ -102,6 +102,14 @@ if CUDA_MPS_PIPE_DIRECTORY=$mps_dir CUDA_MPS_LOG_DIRECTORY=$out/mps-log nvidia-c
   CUDA_MPS_PIPE_DIRECTORY=$mps_dir timeout 120 build/tests/async_gpu "$sock" 2>&1 |
     tee "$out/async_gpu_mps.txt" | grep -E "FAIL|passed|note: [0-9]+ enqueued"
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
+  # libopd's part of calls on the legacy default stream on a stream of its
+  # own (OPD_STREAM_LEGACY, docs/async.md): the same checks in each mode
+  for m in side fork busy; do
+    echo "-- again, OPD_STREAM_LEGACY=$m in the client"
+    OPD_STREAM_LEGACY=$m CUDA_MPS_PIPE_DIRECTORY=$mps_dir timeout 120 build/tests/async_gpu "$sock" 2>&1 |
+      tee "$out/async_gpu_mps_legacy_$m.txt" | grep -E "FAIL|passed"
+    [ "${PIPESTATUS[0]}" = 0 ] || status=1
+  done
   if [ -n "${PYTEST_GPU:-}" ]; then
     CUDA_MPS_PIPE_DIRECTORY=$mps_dir OPD_SOCKET=$sock OPD_BIN=$PWD/build/opd \
       OPD_LIB=$PWD/build/libopd.so PYTHONPATH=$PWD/python timeout 200 python3 -m pytest -q \
