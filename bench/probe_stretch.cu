@@ -21,6 +21,15 @@
  *   none/pdl      no client word and no poll: the daemon's kernels as
  *                 before but its wait sees a word the daemon writes itself
  *                 (what the daemon's stream alone costs the client)
+ *   ...@legacy    (a suffix to any of them) the client's work on the legacy
+ *                 default stream (torch's default stream), the hand-off's
+ *                 word and poll kernel too; the earlier runs were all on a
+ *                 non-blocking stream, where the slow level never showed
+ *   ...@side      the work and the word on the legacy stream, the poll
+ *                 kernel on a non-blocking stream, the legacy stream waiting
+ *                 for it by an event (OPD_STREAM_LEGACY=side)
+ *   ...@fork      the word too on that stream, after an event of the legacy
+ *                 stream (OPD_STREAM_LEGACY=fork)
  * Build: make CUDA=1 build/bench/probe_stretch
  * Run (under MPS): build/bench/probe_stretch [S=200] [R=9] [variants] [J=4]
  *   [work_us=20] [L=2]
@@ -204,8 +213,31 @@ static void client_side(const char *variant, int S, int R, int J, unsigned long 
                                       cudaEnableDefault, &q));
   int by_kernel = strncmp(variant, "kernel", 6) == 0;
   int none = strncmp(variant, "none", 4) == 0;
-  cudaStream_t s;
-  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  /* the client's stream: a non-blocking one of its own, or @MODE: the
+   * legacy default stream (torch's default stream), with the hand-off's
+   * part on it (@legacy) or on a side stream as OPD_STREAM_LEGACY's modes
+   * put it (@side: the poll kernel; @fork: the word's memset too),
+   * ordered with the legacy stream by events */
+  const char *at = strchr(variant, '@');
+  int legacy = at != NULL, side_poll = at && strcmp(at, "@side") == 0,
+      fork_word = at && strcmp(at, "@fork") == 0;
+  if (at && !side_poll && !fork_word && strcmp(at, "@legacy") != 0) {
+    fprintf(stderr, "variant %s: @legacy, @side or @fork\n", variant);
+    exit(1);
+  }
+  cudaStream_t s, side = NULL;
+  cudaEvent_t ev_fork, ev_join;
+  if (legacy) {
+    s = cudaStreamLegacy;
+    CK(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
+    CK(cudaEventCreateWithFlags(&ev_fork, cudaEventDisableTiming));
+    CK(cudaEventCreateWithFlags(&ev_join, cudaEventDisableTiming));
+  } else {
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  }
+  cudaStream_t s_word = s, s_poll = s;
+  if (fork_word) s_word = side;
+  if (fork_word || side_poll) s_poll = side;
   float *x;
   CK(cudaMalloc(&x, 132 * 256 * sizeof(float)));
   CK(cudaMemset(x, 0, 132 * 256 * sizeof(float)));
@@ -234,15 +266,25 @@ static void client_side(const char *variant, int S, int R, int J, unsigned long 
         }
         k++;
         if (!none) {
+          if (s_word != s) {
+            CK(cudaEventRecord(ev_fork, s));
+            CK(cudaStreamWaitEvent(s_word, ev_fork, 0));
+          }
           if (by_kernel)
-            k_store<<<1, 1, 0, s>>>(flag, k);
-          else if (memset_d32((CUdeviceptr)flag, k, 1, (CUstream)s) != CUDA_SUCCESS) {
+            k_store<<<1, 1, 0, s_word>>>(flag, k);
+          else if (memset_d32((CUdeviceptr)flag, k, 1, (CUstream)s_word) != CUDA_SUCCESS) {
             fprintf(stderr, "cuMemsetD32Async failed\n");
             exit(1);
           }
         }
         if (write(fd, &k, sizeof k) != sizeof k) exit(1);
-        if (!none) k_poll<<<1, 1, 0, s>>>(flag + DAEMON_WORD, k);
+        if (!none) {
+          k_poll<<<1, 1, 0, s_poll>>>(flag + DAEMON_WORD, k);
+          if (s_poll != s) {
+            CK(cudaEventRecord(ev_join, s_poll));
+            CK(cudaStreamWaitEvent(s, ev_join, 0));
+          }
+        }
         if (L > 0) CK(cudaEventRecord(ring[i % 16], s));
       }
       CK(cudaEventRecord(e1, s));
