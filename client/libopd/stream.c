@@ -348,8 +348,8 @@ struct opd_cuda {
   batch_t batch;
 };
 
-/* OPD_STREAM_LEGACY: a call on CUDA's legacy default stream (torch's
- * default stream) puts ... */
+/* OPD_STREAM_LEGACY: where a call whose stream is CUDA's legacy default
+ * stream (torch's default stream) puts libopd's part of it */
 enum {
   LEGACY_DIRECT = 0,             /* "direct": everything on the caller's */
   LEGACY_SIDE = 1,               /* "side": the poll kernel on libopd's own
@@ -917,8 +917,10 @@ static int poll_launch(opd_client_t *c, struct opd_cuda *k, cevents_t *e,
   void *fn = k->stamps && e->fn_st != NULL ? e->fn_st : e->fn;
   void *on = idle && legacy() == LEGACY_BUSY ? stream : side_for(k, e, stream);
   cu_result r = cu.launch_kernel(fn, 1, 1, 1, 1, 1, 1, 0, on, args, NULL);
-  const char *what = "the poll kernel did not launch on the caller's stream "
-                     "(cuLaunchKernel";
+  const char *what = on == stream ? "the poll kernel did not launch on the "
+                                    "caller's stream (cuLaunchKernel"
+                                  : "the poll kernel did not launch on libopd's "
+                                    "stream (cuLaunchKernel";
   if (r == 0) e->polled = 1;
   /* on libopd's stream: the caller's waits for it */
   if (r == 0 && on != stream) {
@@ -1151,8 +1153,9 @@ static int ordered(opd_client_t *c, const char *who, const char *device,
                        cu_str(r));
       else if ((r = cu.memset_d32(e->flag + (cu_ptr_t)slot * OPD_STREAM_SLOT_BYTES,
                                   (unsigned)id, 1, on)) != 0)
-        rc = opd__fail(OPD_EBACKEND, "%s: cuMemsetD32Async on the caller's "
-                       "stream: %s", who, cu_str(r));
+        rc = opd__fail(OPD_EBACKEND, "%s: cuMemsetD32Async on %s: %s", who,
+                       on == stream ? "the caller's stream" : "libopd's stream",
+                       cu_str(r));
     } else if ((r = cu.event_record(e->pool[id % OPD_STREAM_EVENTS], stream)) != 0) {
       rc = opd__fail(OPD_EBACKEND, "%s: cuEventRecord on the caller's "
                      "stream: %s", who, cu_str(r));
