@@ -163,6 +163,31 @@ def legacy_setter():
     return set_legacy
 
 
+def add_legacy_arg(ap, what):
+    """--legacy MODES: `what` timed again per mode in the same rounds
+    (bench_models.py, bench_chain.py)."""
+    ap.add_argument("--legacy", default="", metavar="MODES",
+                    help="also time %s with libopd's part of each call on torch's "
+                    "default stream placed as each of these says (comma-separated: "
+                    "%s; OPD_STREAM_LEGACY, docs/async.md), in the same rounds"
+                    % (what, ",".join(LEGACY_MODES)))
+
+
+def legacy_modes(ap, value):
+    """--legacy's value as a list of modes; an unknown one is ap.error."""
+    modes = [m for m in value.split(",") if m]
+    bad = [m for m in modes if m not in LEGACY_MODES]
+    if bad:
+        ap.error("--legacy: unknown %s; choose from %s"
+                 % (",".join(bad), ",".join(LEGACY_MODES)))
+    return modes
+
+
+def in_mode(set_legacy, mode, fn):
+    """fn, run with libopd's legacy-stream mode set to `mode` first."""
+    return lambda: (set_legacy(mode), fn())
+
+
 def measure(torch, variants, rounds, iters, warmup):
     """variants: [(name, fn)]; fn() runs once (its result is dropped).
     Returns {name: [ms per run, one per round]}: per round, iters runs back

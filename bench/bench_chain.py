@@ -154,17 +154,9 @@ def main():
     ap.add_argument("--tol", type=float, default=1e-4,
                     help="bound on the result's max abs difference over its max "
                     "|value| (1e-4)")
-    ap.add_argument("--legacy", default="", metavar="MODES",
-                    help="also time the opd chain (and its batch) with libopd's "
-                    "part of each call on torch's default stream placed as each of "
-                    "these says (comma-separated: %s; OPD_STREAM_LEGACY, "
-                    "docs/async.md), in the same rounds" % ",".join(tb.LEGACY_MODES))
+    tb.add_legacy_arg(ap, "the opd chain (and its batch)")
     args = ap.parse_args()
-    args.legacy = [m for m in args.legacy.split(",") if m]
-    bad = [m for m in args.legacy if m not in tb.LEGACY_MODES]
-    if bad:
-        ap.error("--legacy: unknown %s; choose from %s" % (",".join(bad),
-                                                          ",".join(tb.LEGACY_MODES)))
+    args.legacy = tb.legacy_modes(ap, args.legacy)
     shape = parse_shape(ap, args.shape)
     for k in ("rounds", "iters"):
         if getattr(args, k) < 1:
@@ -216,10 +208,9 @@ def main():
             # started with
             set_legacy = tb.legacy_setter()
             start = set_legacy(None)
-            variants = [(n, (lambda f: lambda: (set_legacy(start), f()))(f))
-                        for n, f in variants]
+            variants = [(n, tb.in_mode(set_legacy, start, f)) for n, f in variants]
             for m in args.legacy:
-                variants += [(n + "@" + m, (lambda m, f: lambda: (set_legacy(m), f()))(m, f))
+                variants += [(n + "@" + m, tb.in_mode(set_legacy, m, f))
                              for n, f in (("opd", o_chain), ("opd_batch", b_chain))]
         per = timed_chains(torch, variants, args.rounds, args.iters, args.warmup)
         if args.legacy:

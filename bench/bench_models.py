@@ -350,11 +350,11 @@ def bench_model(name, args, dev):
         if args.legacy:
             # opd@MODE: the opd forward with libopd's part of each call on
             # torch's default stream placed as MODE says; "opd" in the mode
-            # the process started with
+            # the process started with (torch too: the same ctypes call in each)
             set_legacy = tb.legacy_setter()
             start = set_legacy(None)
-            variants[1] = ("opd", lambda: (set_legacy(start), run(mo)))
-            variants += [("opd@" + m, (lambda m: lambda: (set_legacy(m), run(mo)))(m))
+            variants = [(n, tb.in_mode(set_legacy, start, f)) for n, f in variants]
+            variants += [("opd@" + m, tb.in_mode(set_legacy, m, lambda: run(mo)))
                          for m in args.legacy]
         per = tb.measure(torch, variants, args.rounds, args.iters, args.warmup)
         if args.legacy:
@@ -451,17 +451,9 @@ def main():
         ap.add_argument("--tol-" + m, type=float, default=t,
                         help="bound on %s's max abs difference over the output's "
                         "max |value| (%g)" % (m, t))
-    ap.add_argument("--legacy", default="", metavar="MODES",
-                    help="also time the opd forward with libopd's part of each call "
-                    "on torch's default stream placed as each of these says "
-                    "(comma-separated: %s; OPD_STREAM_LEGACY, docs/async.md), in "
-                    "the same rounds" % ",".join(tb.LEGACY_MODES))
+    tb.add_legacy_arg(ap, "the opd forward")
     args = ap.parse_args()
-    args.legacy = [m for m in args.legacy.split(",") if m]
-    bad = [m for m in args.legacy if m not in tb.LEGACY_MODES]
-    if bad:
-        ap.error("--legacy: unknown %s; choose from %s" % (",".join(bad),
-                                                          ",".join(tb.LEGACY_MODES)))
+    args.legacy = tb.legacy_modes(ap, args.legacy)
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     unknown = [m for m in models if m not in MODELS]
     if unknown or not models:

@@ -181,7 +181,7 @@ def main():
             # (direct, side, fork, busy; docs/async.md), set before each run
             for v in want_v:
                 if v.startswith("opd_") and v[4:] in tb.LEGACY_MODES:
-                    variants.append((v, (lambda m: lambda: (set_legacy(m), run(mo)))(v[4:])))
+                    variants.append((v, tb.in_mode(set_legacy, v[4:], lambda: run(mo))))
             if "opd_mix" in want_v:
                 # torch's kernels on its default stream, each opd call on a
                 # stream of its own, ordered both ways by events
