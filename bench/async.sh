@@ -19,27 +19,22 @@ set -uo pipefail
 out=${1:-${OUT:-/tmp/opd-async}}
 modes=${2:-nomps mps}
 mkdir -p "$out"
-deps=
-[ -f /usr/include/uv.h ] || deps=DEPS=$PWD/.deps/gpu
+. "$(dirname "$0")/lib.sh"
 status=0
 if [ "${BUILD:-1}" != 0 ]; then
-  make -j"$(nproc)" CUDA=1 BLAS=0 $deps build/opd build/opctl build/libopd.so \
+  make -j"$(nproc)" CUDA=1 BLAS=0 $(opd_deps) build/opd build/opctl build/libopd.so \
     build/bench/bench_stream build/bench/bench_handoff build/bench/bench_enqueue >"$out/build.log" 2>&1 || { tail -n 30 "$out/build.log"; exit 1; }
 fi
 for mode in $modes; do
   o=$out/$mode; mkdir -p "$o"
   echo "== $mode"
   if [ "$mode" = mps ]; then
-    export CUDA_MPS_PIPE_DIRECTORY=$o/mps-pipe CUDA_MPS_LOG_DIRECTORY=$o/mps-log
-    mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-    nvidia-cuda-mps-control -d || { echo "no MPS"; status=1; continue; }
+    mps_start "$o" || { status=1; continue; }
   else
     unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
   fi
   sock=/tmp/opd-async-$mode.sock
-  build/opd --socket "$sock" >"$o/opd.log" 2>&1 &
-  pid=$!
-  for _ in $(seq 1 100); do build/opctl --socket "$sock" ping -c 1 >/dev/null 2>&1 && break; sleep 0.1; done
+  opd_up "$sock" "$o/opd.log" build/opd --socket "$sock" || { status=1; mps_stop; continue; }
   timeout 60 build/bench/bench_handoff 300 2>&1 | tee "$o/bench_handoff.txt"
   timeout 60 build/bench/bench_stream "$sock" 500 2>&1 | tee "$o/bench_stream.txt"
   timeout 120 build/bench/bench_enqueue "$sock" 400 2>&1 | tee "$o/bench_enqueue.txt"
@@ -71,8 +66,8 @@ for mode in $modes; do
     done
   fi
   unset OPD_SOCKET
-  kill -TERM "$pid"; wait "$pid"
+  opd_down || { echo "async: opd exit status $?"; status=1; }
   grep -E "cuda: .* jobs" "$o/opd.log" | tail -n 1
-  [ "$mode" = mps ] && echo quit | timeout 20 nvidia-cuda-mps-control
+  mps_stop
 done
 exit $status

@@ -15,8 +15,8 @@ old=${1:?usage: compare_trees.sh [--build] OLD [OUTDIR]}
 out=${2:-/tmp/opd-compare}
 rounds=${ROUNDS:-2}
 mkdir -p "$out"
-deps=
-[ -f /usr/include/uv.h ] || deps=DEPS=$PWD/.deps/gpu
+. "$(dirname "$0")/lib.sh"
+deps=$(opd_deps)
 targets="build/opd build/opctl build/libopd.so build/bench/bench_pingpong"
 if [ $build = 1 ]; then
   echo "== build (both trees)"
@@ -32,15 +32,14 @@ for r in $(seq 1 "$rounds"); do
   for t in "$old" .; do
     name=new; [ "$t" = "$old" ] && name=old
     sock=/tmp/opd-cmp-$name.sock
-    "$t/build/opd" --socket "$sock" --log-level warn >"$out/opd-$name-$r.log" 2>&1 &
-    pid=$!
-    for _ in $(seq 1 100); do "$t/build/opctl" --socket "$sock" ping -c 1 >/dev/null 2>&1 && break; sleep 0.1; done
+    OPCTL=$t/build/opctl opd_up "$sock" "$out/opd-$name-$r.log" "$t/build/opd" --socket "$sock" \
+      --log-level warn || continue
     echo "== round $r, $name tree ($t): bench_pingpong -n 50000"
     timeout 120 "$t/build/bench/bench_pingpong" -n 50000 -s "$sock" 2>&1 | grep -E "^latency" | sed "s/^/$name: /"
     echo "== round $r, $name tree: bench_gpu.py (tiny, 16 workers)"
     OPD_SOCKET=$sock OPD_LIB=$PWD/$t/build/libopd.so PYTHONPATH=$PWD/$t/python PYTHONUNBUFFERED=1 \
       timeout 200 python3 "$t/bench/bench_gpu.py" --calls 3000 --seconds 4 --skip mps 2>&1 \
       | grep -E "^gpu " | sed "s/^/$name: /"
-    kill -TERM $pid; wait $pid 2>/dev/null
+    opd_down 2>/dev/null
   done
 done

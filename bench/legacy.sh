@@ -28,19 +28,11 @@ cargs=${CHAIN_ARGS:---rounds 6}
 for f in build/opd build/opctl build/libopd.so; do
   [ -e "$f" ] || { echo "legacy: $f missing (a CUDA build first)"; exit 1; }
 done
-export CUDA_MPS_PIPE_DIRECTORY=$out/mps-pipe CUDA_MPS_LOG_DIRECTORY=$out/mps-log
-mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-nvidia-cuda-mps-control -d || { echo "legacy: no MPS control daemon"; exit 1; }
+. "$(dirname "$0")/lib.sh"
+mps_start "$out" || exit 1
 sock=/tmp/opd-legacy.sock
 export OPD_SOCKET=$sock OPD_LIB=$PWD/build/libopd.so PYTHONPATH=$PWD/python PYTHONUNBUFFERED=1
-taskset -c "$dcpus" build/opd --socket "$sock" >"$out/opd.log" 2>&1 &
-pid=$!
-up=0
-for _ in $(seq 1 100); do
-  build/opctl --socket "$sock" ping -c 1 >/dev/null 2>&1 && { up=1; break; }
-  sleep 0.1
-done
-[ "$up" = 1 ] || { echo "legacy: opd did not answer on $sock"; cat "$out/opd.log"; exit 1; }
+opd_up "$sock" "$out/opd.log" taskset -c "$dcpus" build/opd --socket "$sock" || { mps_stop; exit 1; }
 status=0
 for r in $(seq 1 "$repeat"); do
   # shellcheck disable=SC2086  # margs, cargs: argument lists
@@ -61,6 +53,6 @@ for r in $(seq 1 "$repeat"); do
     grep -E "^stream" "$out/probe-$r.txt" | sed "s/^/legacy run=$r /"
   fi
 done
-kill -TERM "$pid"; wait "$pid"
-echo quit | timeout 20 nvidia-cuda-mps-control
+opd_down || { echo "legacy: opd exit status $?"; status=1; }
+mps_stop
 exit $status

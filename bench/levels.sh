@@ -24,9 +24,8 @@ margs=${MODELS_ARGS:---models resnet18 --rounds 9 --iters 10}
 for f in build/opd build/opctl build/libopd.so; do
   [ -e "$f" ] || { echo "levels: $f missing (a CUDA build first)"; exit 1; }
 done
-export CUDA_MPS_PIPE_DIRECTORY=$out/mps-pipe CUDA_MPS_LOG_DIRECTORY=$out/mps-log
-mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-nvidia-cuda-mps-control -d || { echo "levels: no MPS control daemon"; exit 1; }
+. "$(dirname "$0")/lib.sh"
+mps_start "$out" || exit 1
 sock=/tmp/opd-levels.sock
 export OPD_SOCKET=$sock OPD_LIB=$PWD/build/libopd.so PYTHONPATH=$PWD/python PYTHONUNBUFFERED=1
 status=0
@@ -38,18 +37,15 @@ for r in $(seq 1 "$repeat"); do
   for cfg in "${list[@]}"; do
     n=$((n + 1))
     # shellcheck disable=SC2086  # cfg is a list of arguments
-    build/opd --socket "$sock" $cfg >"$out/opd-$n.log" 2>&1 &
-    pid=$!
-    for _ in $(seq 1 100); do build/opctl --socket "$sock" ping -c 1 >/dev/null 2>&1 && break; sleep 0.1; done
+    opd_up "$sock" "$out/opd-$n.log" build/opd --socket "$sock" $cfg || { status=1; continue; }
     # shellcheck disable=SC2086
     timeout 120 taskset -c "$cpus" python3 bench/bench_models.py $margs >"$out/models-$n.txt" 2>&1 || status=1
     grep -E "^model [a-z0-9]+ torch_ms" "$out/models-$n.txt" | while read -r _ name rest; do
       echo "level run=$n model=$name daemon=\"$cfg\" $(echo "$rest" | grep -oE "(torch_ms|opd_ms|ratio|torch_host_ms|opd_host_ms)=[^ ]+" | tr '\n' ' ')"
     done | tee -a "$out/levels.txt"
     grep -m1 -E "skipped" "$out/models-$n.txt"
-    kill -TERM "$pid" 2>/dev/null || { echo "levels: opd $cfg did not run: $(tail -n 1 "$out/opd-$n.log")"; status=1; }
-    wait "$pid" 2>/dev/null
+    opd_down || { echo "levels: opd $cfg exit status $?: $(tail -n 1 "$out/opd-$n.log")"; status=1; }
   done
 done
-echo quit | timeout 20 nvidia-cuda-mps-control
+mps_stop
 exit $status

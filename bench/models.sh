@@ -14,8 +14,7 @@ out=${OUT:-/tmp/opd-models}
 if [ $# -gt 0 ] && [ "$1" != "--" ]; then out=$1; shift; fi
 [ "${1:-}" = "--" ] && shift
 mkdir -p "$out"
-deps=
-[ -f /usr/include/uv.h ] || deps=DEPS=$PWD/.deps/gpu
+. "$(dirname "$0")/lib.sh"
 arch=${NVCC_ARCH:--gencode arch=compute_90,code=sm_90}
 status=0
 
@@ -25,25 +24,14 @@ python3 -c 'import torchvision; print("torchvision", torchvision.__version__)' 2
 if [ "${BUILD:-1}" != 0 ]; then
   echo "== build"
   t0=$(date +%s)
-  make -j"$(nproc)" CUDA=1 BLAS=0 $deps NVCC_ARCH="$arch" build/opd build/opctl \
+  make -j"$(nproc)" CUDA=1 BLAS=0 $(opd_deps) NVCC_ARCH="$arch" build/opd build/opctl \
     build/libopd.so >"$out/build.log" 2>&1 ||
     { tail -n 40 "$out/build.log"; exit 1; }
   echo "built in $(( $(date +%s) - t0 )) s"
 fi
 
 sock=$(mktemp -u /tmp/opd-models.XXXXXX.sock)
-build/opd --socket "$sock" >"$out/opd.log" 2>&1 &
-pid=$!
-up=0
-for _ in $(seq 1 100); do
-  build/opctl --socket "$sock" ping -c 1 >/dev/null 2>&1 && { up=1; break; }
-  kill -0 "$pid" 2>/dev/null || break
-  sleep 0.1
-done
-if [ "$up" != 1 ]; then
-  echo "models.sh: opd did not answer on $sock; its log:"; cat "$out/opd.log"
-  kill -TERM "$pid" 2>/dev/null; exit 1
-fi
+opd_up "$sock" "$out/opd.log" build/opd --socket "$sock" || exit 1
 run() {
   OPD_SOCKET=$sock OPD_LIB=$PWD/build/libopd.so PYTHONUNBUFFERED=1 "$@"
 }
@@ -55,7 +43,7 @@ echo "== bench_chain (8 dependent tiny ops, one sync)"
 run timeout 120 python3 bench/bench_chain.py --json "$out/chain.json" \
   2>&1 | tee "$out/chain.txt"
 [ "${PIPESTATUS[0]}" = 0 ] || status=1
-kill -TERM "$pid"; wait "$pid"; st=$?
+opd_down; st=$?
 echo "opd exit status $st"
 [ "$st" = 0 ] || { status=1; tail -n 20 "$out/opd.log"; }
 grep -iE "error|fault" "$out/opd.log" | head -n 5

@@ -13,19 +13,16 @@
 set -uo pipefail
 out=${1:-${OUT:-/tmp/opd-latency}}
 mkdir -p "$out"
-deps=
-[ -f /usr/include/uv.h ] || deps=DEPS=$PWD/.deps/gpu
-make -j"$(nproc)" CUDA=1 BLAS=0 $deps build/opd build/opctl build/libopd.so \
+. "$(dirname "$0")/../../bench/lib.sh"
+make -j"$(nproc)" CUDA=1 BLAS=0 $(opd_deps) build/opd build/opctl build/libopd.so \
   build/tests/daemon_gpu build/bench/bench_launch build/bench/bench_pingpong \
   >"$out/build.log" 2>&1 || { tail -n 30 "$out/build.log"; exit 1; }
 sock=/tmp/opd-lat.sock
 echo "== cpus (lscpu -e)"; lscpu -e=CPU,CORE,SOCKET,NODE 2>/dev/null | head -n 17
 # the limits of tests/gpu/run.sh, so that daemon_gpu's out-of-memory check
 # reaches CUDA
-taskset -c 2-7 build/opd --socket "$sock" --loop-cpu 2 --max-arena-bytes 4398046511104 \
-  --max-session-bytes 4398046511104 >"$out/opd.log" 2>&1 &
-pid=$!
-for _ in $(seq 1 100); do build/opctl --socket "$sock" ping -c 1 >/dev/null 2>&1 && break; sleep 0.1; done
+opd_up "$sock" "$out/opd.log" taskset -c 2-7 build/opd --socket "$sock" --loop-cpu 2 \
+  --max-arena-bytes 4398046511104 --max-session-bytes 4398046511104 || exit 1
 export OPD_SOCKET=$sock OPD_LIB=$PWD/build/libopd.so PYTHONPATH=$PWD/python PYTHONUNBUFFERED=1
 
 echo "== tiny op floor: in-process launch + sync, and the completion pieces"
@@ -44,5 +41,5 @@ timeout 200 build/bench/bench_pingpong -n 100000 -s "$sock" 2>&1 | tee "$out/tra
 echo "== noop per transport from Python"
 taskset -c 0 timeout 200 python3 bench/bench_python.py --socket "$sock" -n 100000 --sizes 4K \
   2>&1 | tee "$out/python.txt" | grep -E "^(latency transport|error|#)"
-kill -TERM "$pid"; wait "$pid"; echo "opd exit status $?"
+opd_down; echo "opd exit status $?"
 grep -a -E "jobs under 1 ms|spin: " "$out/opd.log" # where a tiny GPU job's time goes; the gaps between spin windows

@@ -11,24 +11,21 @@
 set -uo pipefail
 out=${1:-${OUT:-/tmp/opd-gpu}}
 mkdir -p "$out"
-deps=
-[ -f /usr/include/uv.h ] || deps=DEPS=$PWD/.deps/gpu
+. "$(dirname "$0")/../../bench/lib.sh"
 arch=${NVCC_ARCH:--gencode arch=compute_90,code=sm_90}
 status=0
 
 echo "== machine"; nvidia-smi -L; nvcc --version | tail -n 1; python3 -c 'import torch; print("torch", torch.__version__)'
 echo "== build"
 t0=$(date +%s)
-make -j"$(nproc)" CUDA=1 BLAS=0 $deps NVCC_ARCH="$arch" build/opd build/opctl \
+make -j"$(nproc)" CUDA=1 BLAS=0 $(opd_deps) NVCC_ARCH="$arch" build/opd build/opctl \
   build/libopd.so build/bench/bench_plugins plugins >"$out/build.log" 2>&1 ||
   { tail -n 40 "$out/build.log"; exit 1; }
 echo "built in $(( $(date +%s) - t0 )) s"; grep -E "warning" "$out/build.log" | head -n 5
 
 sock=/tmp/opd-plugins.sock
-build/opd --socket "$sock" --plugin build/plugins/hello.so \
-  --plugin build/plugins/conv3x3_bias_relu.so >"$out/opd.log" 2>&1 &
-pid=$!
-for _ in $(seq 1 100); do build/opctl --socket "$sock" ping -c 1 >/dev/null 2>&1 && break; sleep 0.1; done
+opd_up "$sock" "$out/opd.log" build/opd --socket "$sock" --plugin build/plugins/hello.so \
+  --plugin build/plugins/conv3x3_bias_relu.so || exit 1
 echo "== opctl plugins"; build/opctl --socket "$sock" plugins
 echo "== fused conv3x3_bias_relu vs opd conv2d + relu (CUDA, device memory)"
 timeout 120 build/bench/bench_plugins -d cuda -n 100 "$sock" || status=1
@@ -38,7 +35,7 @@ OPD_SOCKET=$sock OPD_LIB=$PWD/build/libopd.so PYTHONPATH=$PWD/python PYTHONUNBUF
 echo "== where a torch.ops.opd call spends its time (profile_torch_ops)"
 OPD_SOCKET=$sock OPD_LIB=$PWD/build/libopd.so PYTHONPATH=$PWD/python PYTHONUNBUFFERED=1 \
   timeout 60 python3 bench/profile_torch_ops.py -n 1000 --top 10 || status=1
-kill -TERM "$pid"; wait "$pid"; echo "opd exit status $?"
+opd_down; echo "opd exit status $?"
 grep -E "plugin|error" "$out/opd.log" | head -n 5
 
 echo "== pytest: plugins and opd.torch (opcheck of every op, CPU and CUDA)"

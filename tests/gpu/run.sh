@@ -12,8 +12,8 @@ bench=0
 [ "${1:-}" = --bench ] && { bench=1; shift; }
 out=${1:-${OUT:-/tmp/opd-gpu}}
 mkdir -p "$out"
-deps=
-[ -f /usr/include/uv.h ] || deps=DEPS=$PWD/.deps/gpu
+. "$(dirname "$0")/../../bench/lib.sh"
+deps=$(opd_deps)
 status=0
 
 echo "== machine"; nvidia-smi -L; nvcc --version | tail -n 1; gcc --version | head -n 1
@@ -38,10 +38,9 @@ echo "== the daemon's CUDA backend"
 sock=/tmp/opd-gpu.sock
 # limits above the card's memory, so that an allocation reaches CUDA and
 # fails there (daemon_gpu's out-of-memory check)
-build/opd --socket "$sock" --log-level info --max-arena-bytes 4398046511104 \
-  --max-session-bytes 4398046511104 >"$out/opd.log" 2>&1 &
-pid=$!
-for _ in $(seq 1 100); do build/opctl --socket "$sock" ping -c 1 >/dev/null 2>&1 && break; sleep 0.1; done
+opd_up "$sock" "$out/opd.log" build/opd --socket "$sock" --log-level info \
+  --max-arena-bytes 4398046511104 --max-session-bytes 4398046511104 || exit 1
+pid=$opd_pid
 timeout 120 build/tests/daemon_gpu "$sock" >"$out/daemon_gpu.txt" 2>&1 || status=1
 OPD_WAIT=spin timeout 120 build/tests/daemon_gpu "$sock" 2>&1 | grep -E "latency|passed" | sed 's/^/spin: /' >>"$out/daemon_gpu.txt"
 cat "$out/daemon_gpu.txt" | grep -v "^# stats"
@@ -87,50 +86,45 @@ s = json.load(sys.stdin)
 print("stats: " + " ".join("%s %s" % (k, s[k]) for k in ("sessions", "arenas", "bytes_mapped", "mappings", "mapped_bytes", "inflight")))'
 [ "$maps" = 0 ] || { echo "FAIL: $maps client mappings left"; status=1; }
 build/opctl --socket "$sock" stats | head -n 12
-kill -TERM "$pid"; wait "$pid"; echo "opd exit status $?"
+opd_down; echo "opd exit status $?"
 tail -n 3 "$out/opd.log"
 
 echo "== enqueued runs under MPS (the poll path: opd_enqueue_stream*, issue 13)"
 # a private MPS control daemon, its pipes in OUTDIR, for this daemon and its
 # clients only; async_gpu then keeps the order on the GPU by itself
-mps_dir=$out/mps-pipe
-mkdir -p "$mps_dir" "$out/mps-log"
-if CUDA_MPS_PIPE_DIRECTORY=$mps_dir CUDA_MPS_LOG_DIRECTORY=$out/mps-log nvidia-cuda-mps-control -d; then
-  CUDA_MPS_PIPE_DIRECTORY=$mps_dir build/opd --socket "$sock" >"$out/opd-mps.log" 2>&1 &
-  pid=$!
-  for _ in $(seq 1 100); do build/opctl --socket "$sock" ping -c 1 >/dev/null 2>&1 && break; sleep 0.1; done
-  CUDA_MPS_PIPE_DIRECTORY=$mps_dir timeout 120 build/tests/async_gpu "$sock" 2>&1 |
+# (exported by mps_start until mps_stop)
+if mps_start "$out"; then
+  opd_up "$sock" "$out/opd-mps.log" build/opd --socket "$sock" || status=1
+  timeout 120 build/tests/async_gpu "$sock" 2>&1 |
     tee "$out/async_gpu_mps.txt" | grep -E "FAIL|passed|note: [0-9]+ enqueued"
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
   # libopd's part of calls on the legacy default stream on a stream of its
   # own (OPD_STREAM_LEGACY, docs/async.md): the same checks in each mode
   for m in side fork busy; do
     echo "-- again, OPD_STREAM_LEGACY=$m in the client"
-    OPD_STREAM_LEGACY=$m CUDA_MPS_PIPE_DIRECTORY=$mps_dir timeout 120 build/tests/async_gpu "$sock" 2>&1 |
+    OPD_STREAM_LEGACY=$m timeout 120 build/tests/async_gpu "$sock" 2>&1 |
       tee "$out/async_gpu_mps_legacy_$m.txt" | grep -E "FAIL|passed"
     [ "${PIPESTATUS[0]}" = 0 ] || status=1
   done
   if [ -n "${PYTEST_GPU:-}" ]; then
-    CUDA_MPS_PIPE_DIRECTORY=$mps_dir OPD_SOCKET=$sock OPD_BIN=$PWD/build/opd \
+    OPD_SOCKET=$sock OPD_BIN=$PWD/build/opd \
       OPD_LIB=$PWD/build/libopd.so PYTHONPATH=$PWD/python timeout 200 python3 -m pytest -q \
       -p no:cacheprovider -rs tests/python/test_gpu_async.py >"$out/pytest_gpu_mps.txt" 2>&1 || status=1
     tail -n 3 "$out/pytest_gpu_mps.txt"
   fi
-  kill -TERM "$pid"; wait "$pid"; echo "opd exit status $?"
+  opd_down; echo "opd exit status $?"
   # async_gpu's checks again against another daemon under the same MPS:
   #   mps_again TAG "ENV=V ..." [opd ARGS...]   (files *_TAG)
   mps_again() {
     local tag=$1 denv=$2
     shift 2
     # shellcheck disable=SC2086  # denv: a list of assignments
-    env $denv CUDA_MPS_PIPE_DIRECTORY="$mps_dir" build/opd --socket "$sock" "$@" \
-      >"$out/opd-mps-$tag.log" 2>&1 &
-    pid=$!
-    for _ in $(seq 1 100); do build/opctl --socket "$sock" ping -c 1 >/dev/null 2>&1 && break; sleep 0.1; done
-    CUDA_MPS_PIPE_DIRECTORY=$mps_dir timeout 120 build/tests/async_gpu "$sock" 2>&1 |
+    opd_up "$sock" "$out/opd-mps-$tag.log" env $denv build/opd --socket "$sock" "$@" ||
+      { status=1; return; }
+    timeout 120 build/tests/async_gpu "$sock" 2>&1 |
       tee "$out/async_gpu_mps_$tag.txt" | grep -E "FAIL|passed|note: [0-9]+ enqueued"
     [ "${PIPESTATUS[0]}" = 0 ] || status=1
-    kill -TERM "$pid"; wait "$pid"; echo "opd exit status $?"
+    opd_down; echo "opd exit status $?"
   }
   # the path the default leaves on sm_90: the daemon without dependent
   # launches (OPD_PDL=0)
@@ -140,25 +134,21 @@ if CUDA_MPS_PIPE_DIRECTORY=$mps_dir CUDA_MPS_LOG_DIRECTORY=$out/mps-log nvidia-c
   # session's earlier runs completed
   echo "-- again, opd --word-ahead 1"
   mps_again wa1 "" --word-ahead 1
-  echo quit | CUDA_MPS_PIPE_DIRECTORY=$mps_dir timeout 20 nvidia-cuda-mps-control
+  mps_stop
 else
   echo "FAIL: no MPS control daemon"; status=1
 fi
 
 echo "== the poisoned-context drill (test build with the fault op)"
-build-test/opd --socket "$sock" >"$out/opd-poison.log" 2>&1 &
-pid=$!
-for _ in $(seq 1 100); do build/opctl --socket "$sock" ping -c 1 >/dev/null 2>&1 && break; sleep 0.1; done
+opd_up "$sock" "$out/opd-poison.log" build-test/opd --socket "$sock" || status=1
 timeout 60 build/tests/poison_gpu "$sock" 2>&1 | tee "$out/poison_gpu.txt" || status=1
-wait "$pid"; st=$?
+wait "$opd_pid"; st=$?
 echo "opd exit status $st (3 expected: restart me)"; [ $st = 3 ] || status=1
 grep -E "poison|illegal|exit" "$out/opd-poison.log" | tail -n 5
 echo "== the same drill with the fault in an asynchronous run (issue 13)"
-build-test/opd --socket "$sock" >"$out/opd-poison-async.log" 2>&1 &
-pid=$!
-for _ in $(seq 1 100); do build/opctl --socket "$sock" ping -c 1 >/dev/null 2>&1 && break; sleep 0.1; done
+opd_up "$sock" "$out/opd-poison-async.log" build-test/opd --socket "$sock" || status=1
 timeout 60 build/tests/poison_gpu "$sock" async 2>&1 | tee "$out/poison_gpu_async.txt" || status=1
-wait "$pid"; st=$?
+wait "$opd_pid"; st=$?
 echo "opd exit status $st (3 expected: restart me)"; [ $st = 3 ] || status=1
 
 if [ $bench = 1 ]; then
