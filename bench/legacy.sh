@@ -11,11 +11,18 @@
 # MODES (direct,side,fork,busy); REPEAT (2); CLIENT_CPUS (2-3); DAEMON_CPUS
 # (8-11); MODELS_ARGS (--models resnet18,gpt2,resnet18conv --rounds 15
 # --iters 10); CHAIN_ARGS (--rounds 6); PROBE=1 also runs
-# bench/probe_level.py --variants opd_MODE...,torch_s,opd_s. Prints, per
-# run, the models' lines (ratio=: the process's default mode; ratio@MODE=)
-# and the chain's:
+# bench/probe_level.py --variants opd_MODE...,torch_s,opd_s. Before the
+# figures, when build/tests/async_gpu is there, its checks against the same
+# daemon once per mode (OPD_STREAM_LEGACY=MODE): a mode that fails them is
+# not measured. After them, when build/bench/probe_stretch is there, the C
+# probe's hand-off on each stream (STRETCH: its variants, "memset/pdl,
+# memset/pdl@legacy,memset/pdl@side,memset/pdl@fork"; STRETCH_ARGS: S and R,
+# "200 9"). Prints, per run, the models' lines (ratio=: the process's
+# default mode; ratio@MODE=) and the chain's:
+#   legacy check mode=MODE passed|FAILED
 #   legacy run=R model=NAME torch_ms=... ratio=... ratio@direct=... ...
 #   legacy run=R chain legacy=MODE opd/torch=... opd_batch/torch=...
+#   legacy stretch variant=... per_handoff_us=... ratio=...   (probe_stretch)
 set -uo pipefail
 out=${1:-${OUT:-/tmp/opd-legacy}}
 mkdir -p "$out"
@@ -34,6 +41,19 @@ sock=/tmp/opd-legacy.sock
 export OPD_SOCKET=$sock OPD_LIB=$PWD/build/libopd.so PYTHONPATH=$PWD/python PYTHONUNBUFFERED=1
 opd_up "$sock" "$out/opd.log" taskset -c "$dcpus" build/opd --socket "$sock" || { mps_stop; exit 1; }
 status=0
+if [ -x build/tests/async_gpu ]; then
+  ok=
+  for m in ${modes//,/ }; do
+    if OPD_STREAM_LEGACY=$m timeout 120 build/tests/async_gpu "$sock" >"$out/async_gpu-$m.txt" 2>&1; then
+      echo "legacy check mode=$m passed"; ok=$ok${ok:+,}$m
+    else
+      echo "legacy check mode=$m FAILED: $(grep -m3 -E "FAIL|error" "$out/async_gpu-$m.txt" | tr '\n' ' ')"
+      status=1
+    fi
+  done
+  modes=$ok
+  [ -n "$modes" ] || { opd_down; mps_stop; exit 1; }
+fi
 for r in $(seq 1 "$repeat"); do
   # shellcheck disable=SC2086  # margs, cargs: argument lists
   timeout 300 taskset -c "$cpus" python3 bench/bench_models.py $margs --legacy "$modes" \
@@ -54,5 +74,12 @@ for r in $(seq 1 "$repeat"); do
   fi
 done
 opd_down || { echo "legacy: opd exit status $?"; status=1; }
+if [ -x build/bench/probe_stretch ]; then
+  # shellcheck disable=SC2086  # STRETCH_ARGS: S R
+  timeout 300 build/bench/probe_stretch ${STRETCH_ARGS:-200 9} \
+    "${STRETCH:-memset/pdl,memset/pdl@legacy,memset/pdl@side,memset/pdl@fork}" \
+    >"$out/stretch.txt" 2>&1 || status=1
+  grep -E "^stretch|failed" "$out/stretch.txt" | sed "s/^/legacy /"
+fi
 mps_stop
 exit $status
