@@ -8,9 +8,13 @@ export OPD_BIN=${OPD_BIN:-$B/opd}
 passed=0 failed=0 status=0
 
 run_criterion() { # name binary
-  local out
+  local out tmp
   echo "== $1"
-  out=$("$2" --jobs 2 2>&1); local rc=$?
+  # through a file, not a pipe: a process a failed test left behind (a
+  # daemon it forked) cannot hold the run open by keeping the pipe
+  tmp=$(mktemp /tmp/opd-run.XXXXXX)
+  "$2" --jobs 2 >"$tmp" 2>&1; local rc=$?
+  out=$(cat "$tmp"); rm -f "$tmp"
   echo "$out" | grep -v '^\[----\] *$' | grep -E '^\[(FAIL|----|====)\]' || true
   local line
   line=$(echo "$out" | grep 'Synthesis:' | tail -n 1)
@@ -51,8 +55,11 @@ done
 run_pytest() {
   echo "== python over ${OPD_WAIT:-adaptive}: the opd package (pytest tests/python)"
   local out rc
-  out=$(OPD_LIB=${OPD_LIB:-$B/libopd.so} /usr/bin/python3 -m pytest -q -p no:cacheprovider \
-        tests/python 2>&1); rc=$?
+  local tmp
+  tmp=$(mktemp /tmp/opd-run.XXXXXX)   # a file, as in run_criterion
+  OPD_LIB=${OPD_LIB:-$B/libopd.so} /usr/bin/python3 -m pytest -q -p no:cacheprovider \
+    tests/python >"$tmp" 2>&1; rc=$?
+  out=$(cat "$tmp"); rm -f "$tmp"
   echo "$out" | grep -E '^(FAILED|ERROR)|passed|failed|error' | tail -n 40
   local line p f e
   line=$(echo "$out" | grep -E '^=*.*[0-9]+ (passed|failed|error)' | tail -n 1)
