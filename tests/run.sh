@@ -107,8 +107,10 @@ run_criterion "chaos: kills, floods, unread replies, fd exhaustion (the daemon's
 # with pkg-config, the SysV script's LSB codes (as root)
 run_service() {
   echo "== service: make install layout, unit, README example, SysV script"
-  local out p f
-  out=$(OPD_BUILD="$B" bash tests/service/run.sh 2>&1)
+  local out p f tmp
+  tmp=$(mktemp /tmp/opd-run.XXXXXX)   # a file, as in run_criterion
+  OPD_BUILD="$B" bash tests/service/run.sh >"$tmp" 2>&1
+  out=$(cat "$tmp"); rm -f "$tmp"
   echo "$out" | grep -v ': ok$'
   p=$(echo "$out" | grep -c ': ok$')
   f=$(echo "$out" | grep -c ': FAILED')
