@@ -32,10 +32,8 @@ cpus=${CLIENT_CPUS:-2-3}
 dcpus=${DAEMON_CPUS:-8-11}
 margs=${MODELS_ARGS:---models resnet18,gpt2,resnet18conv --rounds 15 --iters 10}
 cargs=${CHAIN_ARGS:---rounds 6}
-for f in build/opd build/opctl build/libopd.so; do
-  [ -e "$f" ] || { echo "legacy: $f missing (a CUDA build first)"; exit 1; }
-done
 . "$(dirname "$0")/lib.sh"
+need_built build/opd build/opctl build/libopd.so || exit 1
 mps_start "$out" || exit 1
 sock=/tmp/opd-legacy.sock
 export OPD_SOCKET=$sock OPD_LIB=$PWD/build/libopd.so PYTHONPATH=$PWD/python PYTHONUNBUFFERED=1

@@ -21,10 +21,8 @@ configs=${CONFIGS:---loop-cpu 8|--loop-cpu 9|--loop-cpu 10|--loop-cpu 11|--loop-
 repeat=${REPEAT:-2}
 cpus=${CLIENT_CPUS:-2-3}
 margs=${MODELS_ARGS:---models resnet18 --rounds 9 --iters 10}
-for f in build/opd build/opctl build/libopd.so; do
-  [ -e "$f" ] || { echo "levels: $f missing (a CUDA build first)"; exit 1; }
-done
 . "$(dirname "$0")/lib.sh"
+need_built build/opd build/opctl build/libopd.so || exit 1
 mps_start "$out" || exit 1
 sock=/tmp/opd-levels.sock
 export OPD_SOCKET=$sock OPD_LIB=$PWD/build/libopd.so PYTHONPATH=$PWD/python PYTHONUNBUFFERED=1

@@ -13,6 +13,15 @@ opd_deps() {
   [ -f /usr/include/uv.h ] || echo "DEPS=$PWD/.deps/gpu"
 }
 
+# need_built FILE...: returns 1, naming the first one missing, unless every
+# FILE is there (what a script needs from a CUDA build made before it).
+need_built() {
+  local f
+  for f in "$@"; do
+    [ -e "$f" ] || { echo "$(basename "$0"): $f missing (a CUDA build first)"; return 1; }
+  done
+}
+
 # mps_start DIR: a private MPS control daemon for this script's processes,
 # its pipes in DIR/mps-pipe and logs in DIR/mps-log (exported, so that every
 # CUDA process started after it is its client). Returns 1, saying so, when

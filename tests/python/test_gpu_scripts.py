@@ -143,3 +143,12 @@ def test_opd_deps():
         assert r.stdout == "", r.stdout
     else:
         assert r.stdout.strip() == "DEPS=%s/.deps/gpu" % REPO, r.stdout
+
+
+def test_need_built(tmp_path):
+    there = tmp_path / "there"
+    there.write_text("")
+    r = bash('need_built "%s" && echo all\nneed_built "%s" "%s/gone" || echo "st=$?"'
+             % (there, there, tmp_path))
+    assert "all" in r.stdout and "st=1" in r.stdout, r.stdout + r.stderr
+    assert "gpu-test: %s/gone missing (a CUDA build first)" % tmp_path in r.stdout, r.stdout
