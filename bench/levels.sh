@@ -2,7 +2,7 @@
 # levels.sh: ResNet-18 with ReLU through opd against torch's own forward, one
 # bench_models.py run per daemon configuration, the configurations rotated
 # REPEAT times, to see which of them the "slow level" follows (issue 13,
-# docs/async.md "What it costs": +10-12 us per call in some programs, +4 in
+# docs/async-history.md: +10-12 us per call in some programs, +4 in
 # others, steady within one program and daemon). By default the daemon's
 # event loop is pinned to each of CPUs 8..15 in turn (--loop-cpu: does the
 # level follow the CPU the spinning loop runs on, against the client's?),

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """probe_level.py: which side of the hand-off makes ResNet-18's "slow level"
-(a diagnostic for issue 13's ReLU line, docs/async.md "What it costs"; the
+(a diagnostic for issue 13's ReLU line, docs/async-history.md; the
 speed claims stay in bench_models.py). At that level every gap between two
 of torch's kernels in the opd forward is ~2.4 us against torch's 1.2, and
 the C probes (probe_queue, probe_stretch) do not show it.

@@ -1,7 +1,7 @@
 /* probe_queue: does work waiting on the GPU in another MPS process slow a
  * client's own back-to-back kernels, and what would a wait kernel that
  * launches its op itself (CUDA dynamic parallelism) cost? A diagnosis probe
- * for issue 13 (docs/async.md, "What it costs"): under MPS, ResNet-18 with
+ * for issue 13 (docs/async-history.md): under MPS, ResNet-18 with
  * its ReLU through opd is ~4-6% slower when the daemon's stream holds a
  * resident wait kernel with the op and the word queued behind it.
  *
