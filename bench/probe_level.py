@@ -21,7 +21,7 @@ DESIGN
             k         torch's relu_ and the one-thread kernel alone
             torch_s, opd_s  torch's and the opd forward on a stream made by
                       torch.cuda.Stream() instead of torch's default
-            opd_direct, opd_side, opd_fork, opd_busy  the opd forward on
+            opd_direct, opd_side, opd_fork, opd_busy, opd_word  the opd forward on
                       torch's default stream, libopd's part of each call
                       placed as OPD_STREAM_LEGACY says (docs/async.md), set
                       in this process before each run (opd__stream_legacy);
@@ -178,7 +178,7 @@ def main():
                 variants.append(("opd_s", on_side(lambda: run(mo))))
             # opd_MODE: the opd forward with libopd's part of each call on
             # torch's default stream placed as OPD_STREAM_LEGACY=MODE says
-            # (direct, side, fork, busy; docs/async.md), set before each run
+            # (direct, side, fork, busy, word; docs/async.md), set before each run
             for v in want_v:
                 if v.startswith("opd_") and v[4:] in tb.LEGACY_MODES:
                     variants.append((v, tb.in_mode(set_legacy, v[4:], lambda: run(mo))))

@@ -21,6 +21,11 @@
  *   none/pdl      no client word and no poll: the daemon's kernels as
  *                 before but its wait sees a word the daemon writes itself
  *                 (what the daemon's stream alone costs the client)
+ *   ...+query     (a suffix to any of them, before an @ suffix) each
+ *                 hand-off first asks whether the client's stream is idle
+ *                 (cudaStreamQuery, the answer unused: the word is always
+ *                 written), as libopd's idle check does on every call;
+ *                 the earlier runs had no such query
  *   ...@legacy    (a suffix to any of them) the client's work on the legacy
  *                 default stream (torch's default stream), the hand-off's
  *                 word and poll kernel too; the earlier runs were all on a
@@ -213,6 +218,7 @@ static void client_side(const char *variant, int S, int R, int J, unsigned long 
                                       cudaEnableDefault, &q));
   int by_kernel = strncmp(variant, "kernel", 6) == 0;
   int none = strncmp(variant, "none", 4) == 0;
+  int query = strstr(variant, "+query") != NULL;
   /* the client's stream: a non-blocking one of its own, or @MODE: the
    * legacy default stream (torch's default stream), with the hand-off's
    * part on it (@legacy) or on a side stream as OPD_STREAM_LEGACY's modes
@@ -265,6 +271,9 @@ static void client_side(const char *variant, int S, int R, int J, unsigned long 
           continue;
         }
         k++;
+        /* libopd's idle check: its answer unused (the stream is busy here,
+         * and the word goes on it either way) */
+        if (query) (void)cudaStreamQuery(s);
         if (!none) {
           if (s_word != s) {
             CK(cudaEventRecord(ev_fork, s));

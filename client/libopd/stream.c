@@ -359,6 +359,9 @@ enum {
                                     event the caller's stream records */
   LEGACY_BUSY = 3,               /* "busy": as side, but a call that found
                                     the stream idle all on the caller's */
+  LEGACY_WORD = 4,               /* "word": as direct, but no idle check
+                                    (cuStreamQuery) on the legacy stream:
+                                    every call marks it with its word */
   LEGACY_DEFAULT = LEGACY_DIRECT, /* until measured in one process */
 };
 
@@ -367,7 +370,7 @@ enum {
  * process: bench/probe_level.py). */
 static int legacy_mode = -1;
 
-static const char *const legacy_name[] = {"direct", "side", "fork", "busy"};
+static const char *const legacy_name[] = {"direct", "side", "fork", "busy", "word"};
 
 static int legacy_parse(const char *v) {
   if (v == NULL) return LEGACY_DEFAULT;
@@ -382,8 +385,8 @@ static int legacy(void) {
     const char *env = getenv("OPD_STREAM_LEGACY");
     m = legacy_parse(env);
     if (m < 0) {
-      fprintf(stderr, "opd: OPD_STREAM_LEGACY=%s is not direct, side, fork or "
-              "busy: using %s\n", env, legacy_name[LEGACY_DEFAULT]);
+      fprintf(stderr, "opd: OPD_STREAM_LEGACY=%s is not direct, side, fork, "
+              "busy or word: using %s\n", env, legacy_name[LEGACY_DEFAULT]);
       m = LEGACY_DEFAULT;
     }
     __atomic_store_n(&legacy_mode, m, __ATOMIC_RELAXED);
@@ -396,7 +399,7 @@ int opd__stream_legacy(const char *mode) {
   int m = legacy_parse(mode);
   if (m < 0)
     return opd__fail(OPD_EINVAL, "OPD_STREAM_LEGACY: \"%s\" is not direct, "
-                     "side, fork or busy", mode);
+                     "side, fork, busy or word", mode);
   __atomic_store_n(&legacy_mode, m, __ATOMIC_RELAXED);
   return 0;
 }
@@ -881,8 +884,9 @@ static int is_legacy(const void *stream) {
  * stream"). Anything that fails to be made leaves the legacy stream in use
  * (said once under OPD_STREAM_TRACE). */
 static void *side_for(struct opd_cuda *k, cevents_t *e, void *stream) {
-  if (legacy() == LEGACY_DIRECT || !is_legacy(stream) || e->side_failed ||
-      cu.stream_create == NULL || cu.stream_destroy == NULL)
+  int m = legacy();
+  if (m == LEGACY_DIRECT || m == LEGACY_WORD || !is_legacy(stream) ||
+      e->side_failed || cu.stream_create == NULL || cu.stream_destroy == NULL)
     return stream;
   if (e->side != NULL) return e->side;
   cu_result r = cu.stream_create(&e->side, 0x1 /* CU_STREAM_NON_BLOCKING */);
@@ -1133,6 +1137,7 @@ static int ordered(opd_client_t *c, const char *who, const char *device,
     /* a stream whose work is all done (as if synchronized): the run needs
      * no wait; else the stream's word, else an event of the pool */
     int idle = !after && cu.stream_query != NULL && !k->no_idle &&
+               !(legacy() == LEGACY_WORD && is_legacy(stream)) &&
                cu.stream_query(stream) == 0;
     int slot = !after && !idle && e->words ? slot_for(e, stream) : 0;
     while (!after && !idle && slot == 0 && k->n_lazy > 0 &&

@@ -376,7 +376,8 @@ int opd_run_stream_ptrs(opd_client_t *c, const char *device, void *stream,
  * daemon, mapped here by IPC handle), so work queued on `stream` later
  * still waits for the run (OPD_STREAM_LEGACY=side|fork|busy puts that
  * kernel, and with fork the memset, on a stream of libopd's when `stream`
- * is the legacy default stream, `stream` waiting for it by an event:
+ * is the legacy default stream, `stream` waiting for it by an event;
+ * =word keeps both there but never queries that stream for idleness:
  * docs/async.md; default direct). The call costs the caller about a kernel
  * launch instead of a round trip to the daemon. If `stream` does not
  * reach the run within the session's wait (OPD_STREAM_WAIT_MS, default and
