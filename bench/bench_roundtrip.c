@@ -81,11 +81,16 @@ static stats_t summarize(uint64_t *v, size_t n) {
   return s;
 }
 
+/* the connection's transport (opd_transport: spin, adaptive or socket);
+ * the raw case is a socketpair whatever it is */
+static const char *transport = "socket";
+
 static void print_latency(const char *name, const stats_t *s, uint64_t raw_p50) {
-  printf("latency transport=socket case=%s p50_ns=%" PRIu64 " p99_ns=%" PRIu64
+  printf("latency transport=%s case=%s p50_ns=%" PRIu64 " p99_ns=%" PRIu64
          " p999_ns=%" PRIu64 " mean_ns=%.0f raw_p50_ns=%" PRIu64
          " ratio_p50=%.2f\n",
-         name, s->p50, s->p99, s->p999, s->mean, raw_p50,
+         strcmp(name, "raw") == 0 ? "socket" : transport, name, s->p50,
+         s->p99, s->p999, s->mean, raw_p50,
          raw_p50 ? (double)s->p50 / (double)raw_p50 : 0.0);
   fflush(stdout);
 }
@@ -98,6 +103,8 @@ static void print_header(opd_client_t *c, const char *sock, size_t n,
   print_machine();
   printf("# socket: %s; iterations: %zu (warmup %zu); pipeline depth: %d\n",
          sock, n, warm, k);
+  const char *why = opd_transport_why(c);
+  printf("# transport: %s%s%s\n", transport, why[0] ? ": " : "", why);
   char *info;
   size_t len;
   CHECK(opd_server_info(c, &info, &len));
@@ -234,6 +241,7 @@ int main(int argc, char **argv) {
 
   opd_client_t *c;
   CHECK(opd_connect(sock, &c));
+  transport = opd_transport(c);
   print_header(c, sock, n, warm, k);
 
   target_t t = {.c = c};
@@ -279,8 +287,8 @@ int main(int argc, char **argv) {
   size_t rounds = n / (size_t)k ? n / (size_t)k : 1;
   size_t warm_rounds = warm / (size_t)k;
   double ops = bench_pipelined(c, k, rounds, warm_rounds);
-  printf("throughput transport=socket case=noop_pipelined%d ops_per_s=%.0f\n",
-         k, ops);
+  printf("throughput transport=%s case=noop_pipelined%d ops_per_s=%.0f\n",
+         transport, k, ops);
 
   opd_close(c);
   return 0;

@@ -14,7 +14,8 @@
 #   CPU machine: bench_pingpong, bench_roundtrip (noop and small CPU ops over
 #   the default transport) and bench_python.py's latency lines and 4K/1M
 #   hand-offs (Debian's /usr/bin/python3 with numpy).
-# N (50000): round trips per bench_pingpong case.
+# N (50000): round trips per bench_pingpong case. NEW_ARGS: more options for
+# this tree's daemon only (e.g. --spin always, which an old tree may not know).
 set -uo pipefail
 build=0
 [ "${1:-}" = --build ] && { build=1; shift; }
@@ -49,9 +50,12 @@ fi
 for r in $(seq 1 "$rounds"); do
   for t in "$old" .; do
     name=new; [ "$t" = "$old" ] && name=old
+    ta=$(cd "$t" && pwd)
+    extra=""; [ $name = new ] && extra=${NEW_ARGS:-}
     sock=/tmp/opd-cmp-$name.sock
+    # shellcheck disable=SC2086  # extra: a word list
     OPCTL=$t/$b/opctl opd_up "$sock" "$out/opd-$name-$r.log" "$t/$b/opd" --socket "$sock" \
-      --log-level warn || continue
+      --log-level warn $extra || continue
     echo "== round $r, $name tree ($t): bench_pingpong -n $n"
     timeout 300 "$t/$b/bench/bench_pingpong" -n "$n" -s "$sock" 2>&1 | grep -E "^latency" |
       sed "s/^/$name: /"
@@ -60,12 +64,12 @@ for r in $(seq 1 "$rounds"); do
       timeout 300 "$t/$b/bench/bench_roundtrip" -n 20000 "$sock" 2>&1 |
         grep -vE "^#|^$" | sed "s/^/$name: /"
       echo "== round $r, $name tree: bench_python.py -n 20000 --sizes 4K,1M"
-      OPD_LIB=$PWD/$t/$b/libopd.so PYTHONPATH=$PWD/$t/python PYTHONUNBUFFERED=1 \
+      OPD_LIB=$ta/$b/libopd.so PYTHONPATH=$ta/python PYTHONUNBUFFERED=1 \
         timeout 300 /usr/bin/python3 "$t/bench/bench_python.py" --socket "$sock" -n 20000 \
         --sizes 4K,1M 2>&1 | grep -E "^(latency|handoff)" | sed "s/^/$name: /"
     else
       echo "== round $r, $name tree: bench_gpu.py (tiny, 16 workers)"
-      OPD_SOCKET=$sock OPD_LIB=$PWD/$t/$b/libopd.so PYTHONPATH=$PWD/$t/python PYTHONUNBUFFERED=1 \
+      OPD_SOCKET=$sock OPD_LIB=$ta/$b/libopd.so PYTHONPATH=$ta/python PYTHONUNBUFFERED=1 \
         timeout 200 python3 "$t/bench/bench_gpu.py" --calls 3000 --seconds 4 --skip mps 2>&1 \
         | grep -E "^gpu " | sed "s/^/$name: /"
     fi
