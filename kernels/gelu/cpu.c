@@ -120,6 +120,11 @@ static inline float gelu_tanh1(float v) {
   return v / (1.0f + exp_inf(-2.0f * u));
 }
 
+/* fp-contract=fast (both forms): the x86-64-v3 clone fuses the polynomials'
+ * and the exponential's multiply-adds into FMAs: 1.4-1.5x (erf) and
+ * 1.2-1.35x (tanh) the elements per second on the 2-core VM
+ * (bench_cpu_ops, 2026-12-05), within the same bounds of the tests. */
+__attribute__((optimize("fp-contract=fast")))
 OPD_FAST static void gelu_erf_range(void *arg, int64_t b, int64_t e) {
   const gelu_job_t *j = arg;
   const opd_v8u absmask = (opd_v8u){0} + 0x7fffffffu;
@@ -133,6 +138,7 @@ OPD_FAST static void gelu_erf_range(void *arg, int64_t b, int64_t e) {
   for (; i < e; i++) j->y[i] = gelu_erf1(j->x[i]);
 }
 
+__attribute__((optimize("fp-contract=fast")))
 OPD_FAST static void gelu_tanh_range(void *arg, int64_t b, int64_t e) {
   const gelu_job_t *j = arg;
   int64_t i = b;
