@@ -1,0 +1,41 @@
+"""bench/bench_cpu_torch.py against the test daemon: every case runs, checks
+opd's result against torch's and prints its line; bad options are refused.
+(The figures are the benchmark's business, bench/results; here only that
+it works.)"""
+import os
+import re
+import subprocess
+import sys
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SCRIPT = os.path.join(REPO, "bench", "bench_cpu_torch.py")
+
+
+def run(sock, *args):
+    env = dict(os.environ, PYTHONPATH=os.path.join(REPO, "python"))
+    return subprocess.run([sys.executable, SCRIPT, "--socket", sock, *args],
+                          capture_output=True, text=True, env=env, timeout=300)
+
+
+def test_every_small_case_runs_and_matches_torch(sock):
+    r = run(sock, "--reps", "3", "--sizes", "small", "--threads", "1")
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = [l for l in r.stdout.splitlines() if l.startswith("cpu ")]
+    ops = [re.search(r"op=(\S+)", l).group(1) for l in lines]
+    assert ops == ["relu", "add", "gelu", "gelu_tanh", "softmax", "layernorm",
+                   "matmul", "conv2d"], r.stdout
+    for l in lines:
+        kv = dict(re.findall(r"(\w+)=(\S+)", l))
+        assert kv["check"] == "ok", l
+        assert float(kv["opd_us"]) > 0 and float(kv["torch_us"]) > 0, l
+        want = float(kv["opd_us"]) / float(kv["torch_us"])   # of the rounded figures
+        assert abs(float(kv["ratio"]) - want) <= 0.05 * want + 0.01, l
+
+
+def test_options_are_checked(sock):
+    r = run(sock, "--sizes", "huge")
+    assert r.returncode == 2 and "unknown huge" in r.stderr, r.stderr
+    r = run(sock, "--ops", "relu,tanh")
+    assert r.returncode == 2 and "unknown tanh" in r.stderr, r.stderr
+    r = run(sock, "--reps", "0")
+    assert r.returncode == 2 and "--reps must be at least 1" in r.stderr, r.stderr
