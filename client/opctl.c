@@ -350,14 +350,16 @@ static int cmd_stats(opd_client_t *c, int json) {
   const jv_t *up = jget(root, "uptime_ns");
   printf("  %-16s %.1f s\n", "uptime", up ? up->num / 1e9 : 0.0);
   const jv_t *ops = jget(root, "ops");
-  printf("\n  %-10s %10s %8s %12s %10s\n", "op", "calls", "errors",
-         "kernel ms", "mean us");
+  printf("\n  %-10s %10s %8s %10s %12s %10s\n", "op", "calls", "errors",
+         "on loop", "kernel ms", "mean us");
   for (int i = 0; ops && i < ops->n; i++) {
     const jv_t *o = ops->vals[i];
     const jv_t *calls = jget(o, "calls"), *ns = jget(o, "ns");
+    const jv_t *inl = jget(o, "inline"); /* an older daemon: none */
     double nc = calls ? calls->num : 0, t = ns ? ns->num : 0;
-    printf("  %-10s %10.0f %8s %12.3f %10.2f\n", ops->keys[i], nc,
-           jstr(jget(o, "errors")), t / 1e6, nc > 0 ? t / nc / 1e3 : 0.0);
+    printf("  %-10s %10.0f %8s %10.0f %12.3f %10.2f\n", ops->keys[i], nc,
+           jstr(jget(o, "errors")), inl ? inl->num : 0.0, t / 1e6,
+           nc > 0 ? t / nc / 1e3 : 0.0);
   }
   int healthy = h && h->boolean;
   jfree(root);

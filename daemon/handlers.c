@@ -436,9 +436,11 @@ static void handle_stats(opd_req_t *r, int type,
   msgpack_pack_map(pk, (size_t)opd__n_ops);
   for (int i = 0; i < opd__n_ops; i++) {
     PACK_STR(pk, opd__ops[i]->name);
-    msgpack_pack_map(pk, 3);
+    msgpack_pack_map(pk, 4);
     PACK_STR(pk, "calls");
     msgpack_pack_uint64(pk, srv->op_stats[i].calls);
+    PACK_STR(pk, "inline"); /* of them, run on the loop thread */
+    msgpack_pack_uint64(pk, srv->op_stats[i].inlined);
     PACK_STR(pk, "errors");
     msgpack_pack_uint64(pk, srv->op_stats[i].errors);
     PACK_STR(pk, "ns");

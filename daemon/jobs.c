@@ -85,6 +85,10 @@ static void job_count(const opd_job_t *job) {
   st->calls++;
   st->ns += job->ns;
   if (job->rc != 0) st->errors++;
+  if (job->device < 0) {
+    st->inlined += job->call.exec == &opd__exec_serial;
+    opd__cpu_learn(job->s->srv, job);
+  }
 }
 
 /* The session's async error, reported (as request id's error) and

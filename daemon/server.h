@@ -71,6 +71,9 @@ typedef struct opd_limits {
                                     this long closes the connection */
   uint32_t inline_bytes;         /* runs touching at most this many bytes
                                     execute on the loop thread */
+  uint32_t inline_us;            /* and larger runs of one-pass ops whose
+                                    measured time says they take at most
+                                    this long (0: only inline_bytes) */
 } opd_limits_t;
 
 #define OPD_MAX_DEVICES 16
@@ -140,8 +143,18 @@ typedef struct opd_acct {
   uint32_t names;                /* names published */
 } opd_acct_t;
 
+/* Size classes of CPU runs whose kernel time is learnt (daemon/backend/
+ * cpu.c): [2^14, 2^15) bytes ... [2^23, 2^24). */
+#define OPD_COST_LG0 14
+#define OPD_COST_CLASSES 10
+
 typedef struct opd_op_stats {
   uint64_t calls, errors, ns;
+  uint64_t inlined;              /* of the calls, run on the loop thread */
+  uint32_t cpu_ns_kib[OPD_COST_CLASSES]; /* a serial run's kernel time per
+                                    KiB of its tensors, by size class (a
+                                    moving mean, each run 1/8; 0: none
+                                    yet) */
 } opd_op_stats_t;
 
 typedef struct opd_job opd_job_t;

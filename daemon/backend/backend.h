@@ -128,10 +128,12 @@ static inline const opd_backend_t *opd__backend_for(int device) {
 }
 
 /* cpu.c: the kernel call of a CPU run, timed (the run cache's fast path
- * calls it on a job on the stack), and whether a run is small enough to
- * execute on the loop thread (--inline-bytes). */
+ * calls it on a job on the stack), and whether a run is cheap enough to
+ * execute on the loop thread (--inline-bytes, --inline-us). */
 void opd__cpu_run_kernel(opd_job_t *job);
 int opd__cpu_inline(const opd_server_t *srv, const opd_job_t *job);
+/* A completed CPU run's kernel time into its op's estimate (loop thread). */
+void opd__cpu_learn(opd_server_t *srv, const opd_job_t *job);
 
 /* The row of op when the device backend's kernels take dtype (the dtype
  * of in[0]; 0: no input), or NULL with err saying why (tests). */

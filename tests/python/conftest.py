@@ -6,8 +6,8 @@ against the daemon $OPD_BIN (default build/opd), started once per session
 on a socket in a temp dir and stopped with SIGTERM at the end, which must
 exit 0. $OPD_SOCKET is set for the session, so children started with
 spawn or forkserver find the daemon too. The `start_daemon` fixture starts
-extra private daemons for tests that stop theirs (closed connections,
-shutdown).
+extra private daemons (start(*options)) for tests that stop theirs (closed
+connections, shutdown) or need options of their own.
 """
 import os
 import signal
@@ -138,10 +138,10 @@ def c(daemon):
 def start_daemon(tmp_path):
     started = []
 
-    def start():
+    def start(*args):
         d = tmp_path / ("d%d" % len(started))
         d.mkdir()
-        dm = Daemon(str(d))
+        dm = Daemon(str(d), args)
         started.append(dm)
         return dm
     yield start

@@ -1,0 +1,68 @@
+"""Which CPU runs the daemon executes on its event loop instead of its
+kernel threads (daemon/backend/cpu.c): at most --inline-bytes of tensors
+always; larger runs of one-pass ops (OPD_OPF_INPLACE: add, relu, softmax,
+...) up to 16 MiB once their measured kernel time at that size is within
+--inline-us. STATS counts them per op ("inline"). The budgets here are
+extreme (1 s, or 0) so that no machine's speed changes the answer."""
+import numpy as np
+
+import opd
+
+
+def ops(c):
+    return c.stats()["ops"]
+
+
+def test_one_pass_ops_learn_to_run_on_the_loop(start_daemon):
+    dm = start_daemon("--inline-us", "1000000")
+    with opd.connect(dm.socket) as c:
+        x = c.from_numpy(np.ones((8, 1024), np.float32))     # 32 KiB: 96 with y
+        y = c.empty((8, 1024))
+        for _ in range(10):
+            c.add(x, x, out=y)
+        st = ops(c)["add"]
+        # the first on the kernel threads (nothing learnt yet), then the loop
+        assert st["calls"] == 10 and st["inline"] == 9, st
+        np.testing.assert_array_equal(y.numpy(), 2.0)
+        # another size class is learnt on its own
+        z = c.from_numpy(np.full((64, 1024), -1, np.float32))
+        for _ in range(3):
+            c.relu(z, out=z)
+        assert ops(c)["relu"]["inline"] == 2
+        np.testing.assert_array_equal(z.numpy(), 0.0)
+        # not one pass (matmul): on the threads, however fast
+        a = c.from_numpy(np.eye(64, dtype=np.float32))       # 3 x 16 KiB
+        m = c.empty((64, 64))
+        for _ in range(5):
+            c.matmul(a, a, out=m)
+        assert ops(c)["matmul"]["inline"] == 0
+        np.testing.assert_array_equal(m.numpy(), np.eye(64))
+        # 16 MiB and more: past the size classes, on the threads
+        big = c.zeros((1024, 4096))
+        for _ in range(3):
+            c.relu(big, out=big)
+        assert ops(c)["relu"]["inline"] == 2
+
+
+def test_inline_us_0_keeps_them_on_the_threads(start_daemon):
+    dm = start_daemon("--inline-us", "0")
+    with opd.connect(dm.socket) as c:
+        x = c.from_numpy(np.ones((8, 1024), np.float32))
+        y = c.empty((8, 1024))
+        for _ in range(5):
+            c.add(x, x, out=y)
+        assert ops(c)["add"] == dict(ops(c)["add"], calls=5, inline=0)
+
+
+def test_small_runs_go_inline_by_their_bytes(start_daemon):
+    dm = start_daemon("--inline-us", "0")                    # bytes alone
+    with opd.connect(dm.socket) as c:
+        x = c.from_numpy(np.ones((1, 1024), np.float32))     # 3 x 4 KiB
+        y = c.empty((1, 1024))
+        for _ in range(4):
+            c.add(x, x, out=y)
+        assert ops(c)["add"]["calls"] == 4 and ops(c)["add"]["inline"] == 4
+        a = c.from_numpy(np.eye(32, dtype=np.float32))       # 3 x 4 KiB
+        m = c.empty((32, 32))
+        c.matmul(a, a, out=m)                                # any op, by bytes
+        assert ops(c)["matmul"]["inline"] == 1
