@@ -306,7 +306,8 @@ static const opt_row_t rows[] = {
     NUM32("inline-us", inline_us, 0, 1000000, 20,
           "so do larger runs (up to 16 MiB) of one-pass CPU ops (those that "
           "may write over their input: relu, add, softmax, ...) whose "
-          "measured kernel time at that size is at most this (0: off)")
+          "kernel, measured on earlier runs of the same shapes and "
+          "attributes, takes at most this (0: off)")
     {"pid-file", 0, "PATH", p_str, OFF(svc.pid_file), 0,
      sizeof(((opd_config_t *)0)->svc.pid_file), 0, 2,
      "write the daemon's pid here once it serves; removed at exit"},

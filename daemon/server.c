@@ -265,6 +265,8 @@ int opd__server_init(opd_server_t *srv, uv_loop_t *loop,
   msgpack_sbuffer_init(&srv->scratch);
   srv->op_stats = calloc((size_t)opd__n_ops, sizeof *srv->op_stats);
   if (srv->op_stats == NULL) return OPD_ENOMEM;
+  srv->cost = calloc(OPD_COST_SLOTS, sizeof *srv->cost);
+  if (srv->cost == NULL) return OPD_ENOMEM;
   if (opd__ops_pack(srv) != 0) return OPD_EINTERNAL;
   if (opd__access_init(srv) != 0) return OPD_EINVAL;
   srv->healthy = 1;
@@ -351,6 +353,7 @@ void opd__server_free(opd_server_t *srv) {
   }
   opd__backend_dev.shutdown(srv);
   free(srv->op_stats);
+  free(srv->cost);
   free(srv->ops_body);
   msgpack_sbuffer_destroy(&srv->scratch);
 }

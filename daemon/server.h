@@ -143,19 +143,18 @@ typedef struct opd_acct {
   uint32_t names;                /* names published */
 } opd_acct_t;
 
-/* Size classes of CPU runs whose kernel time is learnt (daemon/backend/
- * cpu.c): [2^14, 2^15) bytes ... [2^23, 2^24). */
-#define OPD_COST_LG0 14
-#define OPD_COST_CLASSES 10
-
 typedef struct opd_op_stats {
   uint64_t calls, errors, ns;
   uint64_t inlined;              /* of the calls, run on the loop thread */
-  uint32_t cpu_ns_kib[OPD_COST_CLASSES]; /* a serial run's kernel time per
-                                    KiB of its tensors, by size class (a
-                                    moving mean, each run 1/8; 0: none
-                                    yet) */
 } opd_op_stats_t;
+
+/* The learnt kernel time of CPU runs of one signature (op, dtypes, shapes,
+ * attributes: daemon/backend/cpu.c), in a direct-mapped table. */
+#define OPD_COST_SLOTS 1024
+typedef struct opd_cost {
+  uint64_t sig;                  /* the signature's hash; 0: empty */
+  uint64_t ns;                   /* serial kernel time, a moving mean */
+} opd_cost_t;
 
 typedef struct opd_job opd_job_t;
 typedef struct opd_session opd_session_t;
@@ -223,6 +222,7 @@ typedef struct opd_server {
   uint64_t sessions_total, requests, errors, bytes_mapped, arenas;
   uint64_t run_cache_hits;       /* runs that skipped decode and checks */
   opd_op_stats_t *op_stats;      /* one per registry entry */
+  opd_cost_t *cost;              /* OPD_COST_SLOTS (cpu.c, --inline-us) */
   /* the OPS reply body, packed once */
   char *ops_body;
   size_t ops_body_len;

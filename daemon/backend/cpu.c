@@ -6,23 +6,26 @@
  * A run whose tensors total at most --inline-bytes executes on the loop
  * thread: a thread hand-off would cost more than its kernel, and launch
  * returns OPD_LAUNCH_DONE. So does a larger run (up to 16 MiB) of an op
- * flagged OPD_OPF_INPLACE (one pass over its data: relu, add, mul, gelu,
- * softmax, the norms; its time grows with its bytes, whatever its
- * arguments) once the runs of that op and size class so far say its
- * kernel takes at most --inline-us serially: the hand-off and back cost
- * 60-90 us on the 2-core VM, where a 64 KiB relu takes 3 (bench/results,
- * "bench_cpu_torch.py"). The estimate (opd__cpu_learn, on the loop thread
- * as every run completes) is per op and power-of-two size class, in ns
- * per KiB; a run on the kernel threads counts as nthreads times its time
- * (it may have used them all), so an op comes inline only when even that
- * fits, and stays while its serial runs do. It is a moving mean (each
- * run weighs 1/8): a maximum followed every stray slow run (a preempted
- * thread, a cold cache) and kept a 3 us relu on the threads on the VM.
- * So a run the loop chose may take longer than --inline-us: by what one
- * op's runs of one size class differ (the erf gelu ~2.5x the tanh one,
- * softmax by its row length), and by what the machine adds. Ops
- * whose cost is not linear in their bytes (matmul, conv2d, nms, plugins
- * without the flag) never come inline this way. A larger one goes to libuv's pool
+ * flagged OPD_OPF_INPLACE (one pass over contiguous data: relu, add, mul,
+ * gelu, softmax, the norms) once earlier runs of the same signature (op,
+ * dtypes, shapes, attribute values) say its kernel takes at most
+ * --inline-us serially: the hand-off and back cost 60-90 us on the 2-core
+ * VM, where a 64 KiB add takes 3 (bench/results, "bench_cpu_torch.py").
+ * The estimate (opd__cpu_learn, on the loop thread as each run
+ * completes) is a moving mean of the kernel's time (each run weighs 1/8;
+ * a maximum followed every stray slow run and kept a 3 us relu on the
+ * threads), kept per signature in a direct-mapped table of
+ * OPD_COST_SLOTS (a signature that meets another's slot starts again); a
+ * run on the kernel threads counts as nthreads times its time, since it
+ * may have used them all, so a signature comes inline only when even that
+ * fits, and stays while its serial runs do. Keyed by the exact signature,
+ * a client cannot teach the daemon with cheap shapes and then send a
+ * costly shape of the same size inline: a new shape goes to the threads
+ * first. What is left is what the data does to one signature's time
+ * (denormals), which the next run's estimate takes in; a run of at most
+ * --inline-bytes already runs inline whatever its data. Ops whose time
+ * does not follow their bytes (matmul, conv2d, nms, plugins without the
+ * flag) never come inline this way. Any other run goes to libuv's pool
  * (uv_queue_work), so one client's big op never stalls another client's
  * I/O; after_work_cb calls the job's completion callback on the loop.
  * While such runs are out (srv->pool_jobs), the loop scheduler naps
@@ -30,6 +33,7 @@
  */
 #include <stdatomic.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "common/wire.h"
 #include "daemon/backend/backend.h"
@@ -45,37 +49,67 @@ void opd__cpu_run_kernel(opd_job_t *job) {
   job->ns = t1 > t0 ? opd__ticks_ns(t1 - t0) : 0; /* moved CPUs: no time */
 }
 
-/* The size class of a run of `bytes`, or -1 outside them. */
-static int cost_class(uint64_t bytes) {
-  if (bytes < (1u << OPD_COST_LG0)) return -1;
-  int lg = 63 - __builtin_clzll(bytes);
-  return lg - OPD_COST_LG0 < OPD_COST_CLASSES ? lg - OPD_COST_LG0 : -1;
+#define INLINE_MAX_BYTES (16u << 20) /* past this, never by measure */
+
+static uint64_t mix(uint64_t h, uint64_t v) {
+  h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+  return h;
 }
 
+/* The run's signature: op, dtypes, shapes and attribute values; nonzero.
+ * Strides are not in it: the ops that learn take contiguous tensors only. */
+static uint64_t signature(const opd_job_t *job) {
+  const opd_kcall_t *c = &job->call;
+  uint64_t h = mix(0x6f7064, (uint64_t)job->op_index);
+  for (int i = 0; i < c->n_in + c->n_out; i++) {
+    const opd_tview_t *t = i < c->n_in ? &c->in[i] : &c->out[i - c->n_in];
+    h = mix(h, ((uint64_t)(uint32_t)t->dtype << 32) | (uint32_t)t->rank);
+    for (int d = 0; d < t->rank; d++) h = mix(h, (uint64_t)t->shape[d]);
+  }
+  for (int a = 0; a < c->op->n_attrs && a < OPD_MAX_ATTRS; a++) {
+    const opd_attr_val_t *v = &c->attr[a];
+    uint64_t fb;
+    memcpy(&fb, &v->f, sizeof fb);
+    h = mix(mix(mix(h, (uint64_t)(uint32_t)v->type), (uint64_t)v->i), fb);
+    for (int k = 0; k < v->n && k < OPD_MAX_RANK; k++) h = mix(h, (uint64_t)v->ints[k]);
+    for (const char *p = v->s; *p && p < v->s + sizeof v->s; p++) h = mix(h, (unsigned char)*p);
+  }
+  return h ? h : 1;
+}
+
+/* Whether runs of this job's op may go inline by measure: one pass over
+ * contiguous data (OPD_OPF_INPLACE, not OPD_OPF_STRIDED), on the CPU,
+ * more than --inline-bytes and at most INLINE_MAX_BYTES. */
 static int learns(const opd_job_t *job) {
-  return job->device < 0 && (job->call.op->flags & OPD_OPF_INPLACE) &&
-         cost_class(job->bytes) >= 0;
+  uint32_t f = job->call.op->flags;
+  return job->device < 0 && (f & OPD_OPF_INPLACE) && !(f & OPD_OPF_STRIDED) &&
+         job->bytes <= INLINE_MAX_BYTES;
 }
 
 int opd__cpu_inline(const opd_server_t *srv, const opd_job_t *job) {
   if (job->device >= 0) return 0;
   if (job->bytes <= srv->cfg.limits.inline_bytes) return 1;
   if (srv->cfg.limits.inline_us == 0 || !learns(job)) return 0;
-  uint64_t per = srv->op_stats[job->op_index].cpu_ns_kib[cost_class(job->bytes)];
-  return per != 0 && per * job->bytes / 1024 <= srv->cfg.limits.inline_us * 1000ull;
+  uint64_t sig = signature(job);
+  const opd_cost_t *e = &srv->cost[sig % OPD_COST_SLOTS];
+  return e->sig == sig && e->ns <= srv->cfg.limits.inline_us * 1000ull;
 }
 
 void opd__cpu_learn(opd_server_t *srv, const opd_job_t *job) {
-  if (job->rc != 0 || job->ns == 0 || !learns(job)) return;
+  if (job->rc != 0 || job->ns == 0 || job->bytes <= srv->cfg.limits.inline_bytes ||
+      !learns(job))
+    return;
   uint64_t ns = job->ns;
   if (job->call.exec != &opd__exec_serial && srv->exec.nthreads > 1)
     ns *= (uint64_t)srv->exec.nthreads;
-  uint64_t per = ns * 1024 / job->bytes;
-  if (per == 0) per = 1;
-  if (per > UINT32_MAX) per = UINT32_MAX;
-  uint32_t *e = &srv->op_stats[job->op_index].cpu_ns_kib[cost_class(job->bytes)];
-  if (*e == 0) *e = (uint32_t)per;
-  else *e = (uint32_t)(((uint64_t)*e * 7 + per + 7) / 8);
+  uint64_t sig = signature(job);
+  opd_cost_t *e = &srv->cost[sig % OPD_COST_SLOTS];
+  if (e->sig != sig) { /* a new signature, or another one's slot */
+    e->sig = sig;
+    e->ns = ns;
+  } else {
+    e->ns = (e->ns * 7 + ns + 7) / 8;
+  }
 }
 
 static void work_cb(uv_work_t *w) {

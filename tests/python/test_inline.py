@@ -1,8 +1,8 @@
 """Which CPU runs the daemon executes on its event loop instead of its
 kernel threads (daemon/backend/cpu.c): at most --inline-bytes of tensors
 always; larger runs of one-pass ops (OPD_OPF_INPLACE: add, relu, softmax,
-...) up to 16 MiB once their measured kernel time at that size is within
---inline-us. STATS counts them per op ("inline"). The budgets here are
+...) up to 16 MiB once the measured kernel time of earlier runs of the same
+signature (op, dtypes, shapes, attributes) is within --inline-us. STATS counts them per op ("inline"). The budgets here are
 extreme (1 s, or 0) so that no machine's speed changes the answer."""
 import numpy as np
 
@@ -24,12 +24,23 @@ def test_one_pass_ops_learn_to_run_on_the_loop(start_daemon):
         # the first on the kernel threads (nothing learnt yet), then the loop
         assert st["calls"] == 10 and st["inline"] == 9, st
         np.testing.assert_array_equal(y.numpy(), 2.0)
-        # another size class is learnt on its own
+        # another shape is learnt on its own
         z = c.from_numpy(np.full((64, 1024), -1, np.float32))
         for _ in range(3):
             c.relu(z, out=z)
         assert ops(c)["relu"]["inline"] == 2
         np.testing.assert_array_equal(z.numpy(), 0.0)
+        # the same bytes in another shape, or with other attributes: a new
+        # signature, first on the threads
+        w = c.from_numpy(np.full((1024, 64), -1, np.float32))
+        c.relu(w, out=w)
+        assert ops(c)["relu"]["inline"] == 2
+        c.relu(w, out=w)
+        assert ops(c)["relu"]["inline"] == 3
+        g = c.empty((64, 1024))
+        for approximate in ("none", "tanh", "tanh", "none"):
+            c.gelu(z, approximate=approximate, out=g)
+        assert ops(c)["gelu"]["inline"] == 2
         # not one pass (matmul): on the threads, however fast
         a = c.from_numpy(np.eye(64, dtype=np.float32))       # 3 x 16 KiB
         m = c.empty((64, 64))
@@ -41,7 +52,7 @@ def test_one_pass_ops_learn_to_run_on_the_loop(start_daemon):
         big = c.zeros((1024, 4096))
         for _ in range(3):
             c.relu(big, out=big)
-        assert ops(c)["relu"]["inline"] == 2
+        assert ops(c)["relu"]["inline"] == 3
 
 
 def test_inline_us_0_keeps_them_on_the_threads(start_daemon):
