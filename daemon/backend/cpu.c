@@ -72,7 +72,7 @@ static uint64_t signature(const opd_job_t *job) {
     memcpy(&fb, &v->f, sizeof fb);
     h = mix(mix(mix(h, (uint64_t)(uint32_t)v->type), (uint64_t)v->i), fb);
     for (int k = 0; k < v->n && k < OPD_MAX_RANK; k++) h = mix(h, (uint64_t)v->ints[k]);
-    for (const char *p = v->s; *p && p < v->s + sizeof v->s; p++) h = mix(h, (unsigned char)*p);
+    for (const char *p = v->s; p < v->s + sizeof v->s && *p; p++) h = mix(h, (unsigned char)*p);
   }
   return h ? h : 1;
 }
