@@ -451,6 +451,9 @@ static void run_input(const uint8_t *data, size_t size) {
   uint8_t pre = size > 0 ? data[0] : 0;
   if (size > 0) data++, size--;
   srv.cfg.limits.inline_bytes = (pre & 0x20) ? 0 : INLINE_BYTES;
+  /* what --inline-us learnt from earlier inputs is forgotten: each input
+   * starts from the same state (its own runs still teach later ones) */
+  memset(srv.cost, 0, OPD_COST_SLOTS * sizeof *srv.cost);
   client_connect(c);
   const uint8_t *fill = (pre & 0x40) ? data : NULL;
   size_t fill_len = (pre & 0x40) ? (size < 4096 ? size : 4096) : 0;
