@@ -362,7 +362,8 @@ enum {
   LEGACY_WORD = 4,               /* "word": as direct, but no idle check
                                     (cuStreamQuery) on the legacy stream:
                                     every call marks it with its word */
-  LEGACY_DEFAULT = LEGACY_DIRECT, /* until measured in one process */
+  LEGACY_DEFAULT = LEGACY_DIRECT, /* no mode beat it in one process (H100,
+                                    bench/results/2026-12-05-h100-legacy.txt) */
 };
 
 /* The process's LEGACY_* mode: OPD_STREAM_LEGACY when first asked, or
