@@ -45,6 +45,10 @@ Test(opctl, stats_and_version) {
   cr_assert_eq(opctl(out, sizeof out, "stats", NULL, NULL), 0, "%s", out);
   cr_assert(strstr(out, "opd daemon: healthy") != NULL, "%s", out);
   cr_assert(strstr(out, "noop                1") != NULL, "%s", out);
+  /* the per-op column of runs executed on the event loop (a noop touches
+   * no bytes: --inline-bytes) */
+  cr_assert(strstr(out, "on loop") != NULL, "%s", out);
+  cr_assert(strstr(out, "noop                1        0          1") != NULL, "%s", out);
   cr_assert_eq(opctl(out, sizeof out, "version", NULL, NULL), 0, "%s", out);
   cr_assert(strstr(out, "opd " OPD_VERSION " (protocol 1)") != NULL, "%s", out);
   opd_close(c);

@@ -77,3 +77,19 @@ def test_small_runs_go_inline_by_their_bytes(start_daemon):
         m = c.empty((32, 32))
         c.matmul(a, a, out=m)                                # any op, by bytes
         assert ops(c)["matmul"]["inline"] == 1
+
+
+def test_inline_us_is_checked_and_shown():
+    """A bad value is refused naming the option and its range; the
+    effective value shows in --check-config."""
+    import subprocess
+    from conftest import OPD_BIN
+    for bad in ("2000000", "-1", "abc"):
+        r = subprocess.run([OPD_BIN, "--inline-us", bad, "--check-config"],
+                           capture_output=True, text=True, timeout=30)
+        assert r.returncode == 1, (bad, r.stdout, r.stderr)
+        assert "--inline-us expects a number from 0 to 1000000, got \"%s\"" % bad \
+            in r.stderr, r.stderr
+    r = subprocess.run([OPD_BIN, "--inline-us", "7", "--check-config"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0 and "inline-us = 7" in r.stdout, (r.stdout, r.stderr)
