@@ -15,6 +15,9 @@
  *   memset/pdl    the client's word by cuMemsetD32Async, the daemon's op and
  *                 word dependent launches of its wait kernel (opd today)
  *   kernel/pdl    the client's word stored by a one-thread kernel
+ *   one/pdl       the client's word stored by the poll kernel as it starts
+ *                 (after the request: one kernel, no memset; with @legacy
+ *                 OPD_STREAM_LEGACY=kernel)
  *   memset/plain  the daemon's op and word plain launches
  *   memset/ahead1 the daemon launches run k only once run k-1 completed
  *                 (opd --word-ahead 1)
@@ -100,6 +103,15 @@ __global__ void k_store(unsigned *w, unsigned v) {
 
 /* wait for *w >= want (signed difference), at most 1 s */
 __global__ void k_poll(const unsigned *w, unsigned want) {
+  unsigned long long t0 = gt();
+  while ((int)(ld_acq(w) - want) < 0 && gt() - t0 < 1000000000ull) {
+  }
+}
+
+/* k_store then k_poll as one kernel (OPD_STREAM_LEGACY=kernel) */
+__global__ void k_store_poll(unsigned *mine, const unsigned *w, unsigned want) {
+  __threadfence_system();
+  asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(mine), "r"(want) : "memory");
   unsigned long long t0 = gt();
   while ((int)(ld_acq(w) - want) < 0 && gt() - t0 < 1000000000ull) {
   }
@@ -217,6 +229,7 @@ static void client_side(const char *variant, int S, int R, int J, unsigned long 
   CK(cudaGetDriverEntryPointByVersion("cuMemsetD32Async", (void **)&memset_d32, 12000,
                                       cudaEnableDefault, &q));
   int by_kernel = strncmp(variant, "kernel", 6) == 0;
+  int by_one = strncmp(variant, "one", 3) == 0;
   int none = strncmp(variant, "none", 4) == 0;
   int query = strstr(variant, "+query") != NULL;
   /* the client's stream: a non-blocking one of its own, or @MODE: the
@@ -274,7 +287,7 @@ static void client_side(const char *variant, int S, int R, int J, unsigned long 
         /* libopd's idle check: its answer unused (the stream is busy here,
          * and the word goes on it either way) */
         if (query) (void)cudaStreamQuery(s);
-        if (!none) {
+        if (!none && !by_one) {
           if (s_word != s) {
             CK(cudaEventRecord(ev_fork, s));
             CK(cudaStreamWaitEvent(s_word, ev_fork, 0));
@@ -287,7 +300,9 @@ static void client_side(const char *variant, int S, int R, int J, unsigned long 
           }
         }
         if (write(fd, &k, sizeof k) != sizeof k) exit(1);
-        if (!none) {
+        if (by_one) {
+          k_store_poll<<<1, 1, 0, s>>>(flag, flag + DAEMON_WORD, k);
+        } else if (!none) {
           k_poll<<<1, 1, 0, s_poll>>>(flag + DAEMON_WORD, k);
           if (s_poll != s) {
             CK(cudaEventRecord(ev_join, s_poll));

@@ -230,7 +230,14 @@ static const char poll_ptx[] =
     POLL_ENTRY("opd_poll_st", ", .param .u64 p_st", "  ld.param.u64 %rd10, [p_st];\n",
                "  mov.u64 %rd11, %globaltimer;\n"
                "  st.global.u64 [%rd10], %rd5;\n"
-               "  st.global.u64 [%rd10+8], %rd11;\n");
+               "  st.global.u64 [%rd10+8], %rd11;\n")
+    /* the same, first writing `want` to the caller's stream's word at
+     * p_mine (OPD_STREAM_LEGACY=kernel: the word and the wait one
+     * operation on the stream, not a memset and a kernel) */
+    POLL_ENTRY("opd_poll_w", ", .param .u64 p_mine",
+               "  ld.param.u64 %rd10, [p_mine];\n"
+               "  membar.sys;\n"
+               "  st.release.sys.global.u32 [%rd10], %r1;\n", "");
 
 static int cu_ready(const char *who) {
   pthread_once(&cu_once, cu_load);
@@ -265,6 +272,7 @@ typedef struct {
                                     which the daemon waits for */
   void *mod, *fn;
   void *fn_st;                   /* opd_poll_st (OPD_STREAM_STAMPS), or NULL */
+  void *fn_w;                    /* opd_poll_w (LEGACY_KERNEL), or NULL */
   volatile uint32_t *err;        /* [0] 1: timed out, [1] the request */
   cu_ptr_t err_dev;
   int polled;                    /* a poll kernel queued (close syncs) */
@@ -362,6 +370,9 @@ enum {
   LEGACY_WORD = 4,               /* "word": as direct, but no idle check
                                     (cuStreamQuery) on the legacy stream:
                                     every call marks it with its word */
+  LEGACY_KERNEL = 5,             /* "kernel": as word, but the word written
+                                    by the poll kernel as it starts: one
+                                    operation on the legacy stream a call */
   LEGACY_DEFAULT = LEGACY_DIRECT, /* no mode beat it in one process (H100,
                                     bench/results/2026-12-05-h100-legacy.txt) */
 };
@@ -371,7 +382,8 @@ enum {
  * process: bench/probe_level.py). */
 static int legacy_mode = -1;
 
-static const char *const legacy_name[] = {"direct", "side", "fork", "busy", "word"};
+static const char *const legacy_name[] = {"direct", "side", "fork", "busy", "word",
+                                            "kernel"};
 
 static int legacy_parse(const char *v) {
   if (v == NULL) return LEGACY_DEFAULT;
@@ -387,7 +399,7 @@ static int legacy(void) {
     m = legacy_parse(env);
     if (m < 0) {
       fprintf(stderr, "opd: OPD_STREAM_LEGACY=%s is not direct, side, fork, "
-              "busy or word: using %s\n", env, legacy_name[LEGACY_DEFAULT]);
+              "busy, word or kernel: using %s\n", env, legacy_name[LEGACY_DEFAULT]);
       m = LEGACY_DEFAULT;
     }
     __atomic_store_n(&legacy_mode, m, __ATOMIC_RELAXED);
@@ -400,7 +412,7 @@ int opd__stream_legacy(const char *mode) {
   int m = legacy_parse(mode);
   if (m < 0)
     return opd__fail(OPD_EINVAL, "OPD_STREAM_LEGACY: \"%s\" is not direct, "
-                     "side, fork, busy or word", mode);
+                     "side, fork, busy, word or kernel", mode);
   __atomic_store_n(&legacy_mode, m, __ATOMIC_RELAXED);
   return 0;
 }
@@ -437,7 +449,7 @@ static void pool_destroy(cevents_t *e) {
 static void poll_forget(cevents_t *e) {
   pool_destroy(e);
   e->flag = 0;
-  e->mod = e->fn = e->fn_st = NULL;
+  e->mod = e->fn = e->fn_st = e->fn_w = NULL;
   e->err = NULL;
   e->err_dev = 0;
   e->polled = 0;
@@ -688,6 +700,8 @@ static void poll_setup(struct opd_cuda *k, cevents_t *e, const msgpack_object *f
         if ((r = cu.module_get_function(&e->fn, e->mod, "opd_poll")) == 0) {
           if (k->stamps && cu.module_get_function(&e->fn_st, e->mod, "opd_poll_st") != 0)
             e->fn_st = NULL;
+          if (cu.module_get_function(&e->fn_w, e->mod, "opd_poll_w") != 0)
+            e->fn_w = NULL;
           step = "cuMemHostAlloc";
           if ((r = cu.mem_host_alloc(&p, 64, 0x1 | 0x2 /* PORTABLE|DEVICEMAP */)) == 0) {
             e->err = p;
@@ -886,7 +900,7 @@ static int is_legacy(const void *stream) {
  * (said once under OPD_STREAM_TRACE). */
 static void *side_for(struct opd_cuda *k, cevents_t *e, void *stream) {
   int m = legacy();
-  if (m == LEGACY_DIRECT || m == LEGACY_WORD || !is_legacy(stream) ||
+  if (m == LEGACY_DIRECT || m == LEGACY_WORD || m == LEGACY_KERNEL || !is_legacy(stream) ||
       e->side_failed || cu.stream_create == NULL || cu.stream_destroy == NULL)
     return stream;
   if (e->side != NULL) return e->side;
@@ -914,12 +928,12 @@ static void *side_for(struct opd_cuda *k, cevents_t *e, void *stream) {
  * the call fails. */
 static int poll_launch(opd_client_t *c, struct opd_cuda *k, cevents_t *e,
                        void *stream, uint64_t id, int fresh, int idle,
-                       const char *who) {
+                       cu_ptr_t mine, const char *who) {
   uint32_t want = (uint32_t)id;
   unsigned long long ns = k->poll_ns;
   cu_ptr_t st = e->flag + OPD_STAMPS_OFFSET + 16u * (want % OPD_STAMPS_N);
-  void *args[5] = {&e->flag, &want, &e->err_dev, &ns, &st};
-  void *fn = k->stamps && e->fn_st != NULL ? e->fn_st : e->fn;
+  void *args[5] = {&e->flag, &want, &e->err_dev, &ns, mine ? &mine : &st};
+  void *fn = mine ? e->fn_w : k->stamps && e->fn_st != NULL ? e->fn_st : e->fn;
   void *on = idle && legacy() == LEGACY_BUSY ? stream : side_for(k, e, stream);
   cu_result r = cu.launch_kernel(fn, 1, 1, 1, 1, 1, 1, 0, on, args, NULL);
   const char *what = on == stream ? "the poll kernel did not launch on the "
@@ -938,7 +952,9 @@ static int poll_launch(opd_client_t *c, struct opd_cuda *k, cevents_t *e,
     if (fresh) k->lazy[k->n_lazy++] = id;
     return 0;
   }
-  /* no GPU wait: the runs' end on the host, then the stream */
+  /* no GPU wait: the runs' end on the host, then the stream (the word the
+   * kernel would have written, written so the daemon's stream goes on) */
+  if (mine != 0 && on == stream) (void)cu.memset_d32(mine, want, 1, stream);
   int rc = fresh ? opd__wait_reply(c, id, -1, NULL, NULL, NULL) : 0;
   if (!fresh) lazy_reap(c, k, 0);
   if (rc == 0) rc = opd__call(c, OPD_MSG_SYNC, NULL, NULL, -1, NULL, NULL);
@@ -957,7 +973,7 @@ static int batch_join(opd_client_t *c, struct opd_cuda *k, const char *who) {
   batch_t *b = &k->batch;
   int rc = 0;
   if (b->runs > 0) {
-    rc = poll_launch(c, k, b->e, b->stream, b->last, 0, 0, who);
+    rc = poll_launch(c, k, b->e, b->stream, b->last, 0, 0, 0, who);
     b->runs = 0;
     b->n_joins++;
   }
@@ -1137,18 +1153,26 @@ static int ordered(opd_client_t *c, const char *who, const char *device,
     int after = in_batch && b->runs > 0;
     /* a stream whose work is all done (as if synchronized): the run needs
      * no wait; else the stream's word, else an event of the pool */
+    int on_legacy = is_legacy(stream);
     int idle = !after && cu.stream_query != NULL && !k->no_idle &&
-               !(legacy() == LEGACY_WORD && is_legacy(stream)) &&
+               !((legacy() == LEGACY_WORD || legacy() == LEGACY_KERNEL) && on_legacy) &&
                cu.stream_query(stream) == 0;
     int slot = !after && !idle && e->words ? slot_for(e, stream) : 0;
     while (!after && !idle && slot == 0 && k->n_lazy > 0 &&
            k->lazy[0] + OPD_STREAM_EVENTS <= id)
       lazy_reap(c, k, k->n_lazy - 1);
     if (k->trace) t[1] = opd__now_ns();
+    /* LEGACY_KERNEL: the poll kernel writes the word (not stamped) */
+    cu_ptr_t mine = slot != 0 && on_legacy && legacy() == LEGACY_KERNEL &&
+                            e->fn_w != NULL && !k->stamps
+                        ? e->flag + (cu_ptr_t)slot * OPD_STREAM_SLOT_BYTES
+                        : 0;
     if (after) {
       b->n_runs++;
     } else if (idle) {
       k->idle++;
+    } else if (mine != 0) {
+      /* written by the poll kernel below, as it starts */
     } else if (slot != 0) { /* the stream's word: the daemon's stream polls it */
       /* LEGACY_FORK: written on libopd's stream once it reached here */
       void *on = legacy() == LEGACY_FORK ? side_for(k, e, stream) : stream;
@@ -1179,7 +1203,7 @@ static int ordered(opd_client_t *c, const char *who, const char *device,
       b->e = e;
       if (b->runs >= BATCH_RUNS) rc = batch_join(c, k, who);
     } else if (rc == 0) {
-      rc = poll_launch(c, k, e, stream, id, 1, idle, who);
+      rc = poll_launch(c, k, e, stream, id, 1, idle, mine, who);
     }
     if (k->trace && rc == 0) {
       t[4] = opd__now_ns();
