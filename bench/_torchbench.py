@@ -140,7 +140,7 @@ def tf32_str(torch):
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
 
 
-LEGACY_MODES = ("direct", "side", "fork", "busy", "word", "kernel")
+LEGACY_MODES = ("direct", "side", "fork", "busy", "word", "kernel", "pdl")
 
 
 def legacy_setter():

@@ -8,7 +8,7 @@
 # daemon, its pipes in OUTDIR). Needs build/opd, build/opctl, build/libopd.so
 # (a CUDA build) and torch with CUDA.
 #   bash bench/legacy.sh [OUTDIR]
-# MODES (direct,side,fork,busy,word,kernel); REPEAT (2); CLIENT_CPUS (2-3); DAEMON_CPUS
+# MODES (direct,side,fork,busy,word,kernel,pdl); REPEAT (2); CLIENT_CPUS (2-3); DAEMON_CPUS
 # (8-11); MODELS_ARGS (--models resnet18,gpt2,resnet18conv --rounds 15
 # --iters 10); CHAIN_ARGS (--rounds 6); PROBE=1 also runs
 # bench/probe_level.py --variants opd_MODE...,torch_s,opd_s. Before the
@@ -17,9 +17,9 @@
 # not measured. After them, when build/bench/probe_stretch is there, the C
 # probe's hand-off on each stream (STRETCH: its variants, "memset/pdl,
 # memset/pdl@legacy,memset/pdl@side,memset/pdl@fork,memset/pdl+query,
-# memset/pdl+query@legacy,one/pdl,one/pdl@legacy": +query is libopd's idle
-# check, one/ the word written by the poll kernel; STRETCH_ARGS: S and R,
-# "200 9"). Prints, per run, the models' lines (ratio=: the process's
+# memset/pdl+query@legacy,one/pdl,one/pdl@legacy,onepdl/pdl@legacy": +query
+# is libopd's idle check, one/ the word written by the poll kernel, onepdl/
+# that kernel a dependent launch; STRETCH_ARGS: S and R, "200 9"). Prints, per run, the models' lines (ratio=: the process's
 # default mode; ratio@MODE=) and the chain's:
 #   legacy check mode=MODE passed|FAILED
 #   legacy run=R model=NAME torch_ms=... ratio=... ratio@direct=... ...
@@ -28,7 +28,7 @@
 set -uo pipefail
 out=${1:-${OUT:-/tmp/opd-legacy}}
 mkdir -p "$out"
-modes=${MODES:-direct,side,fork,busy,word,kernel}
+modes=${MODES:-direct,side,fork,busy,word,kernel,pdl}
 repeat=${REPEAT:-2}
 cpus=${CLIENT_CPUS:-2-3}
 dcpus=${DAEMON_CPUS:-8-11}
@@ -77,7 +77,7 @@ opd_down || { echo "legacy: opd exit status $?"; status=1; }
 if [ -x build/bench/probe_stretch ]; then
   # shellcheck disable=SC2086  # STRETCH_ARGS: S R
   timeout 300 build/bench/probe_stretch ${STRETCH_ARGS:-200 9} \
-    "${STRETCH:-memset/pdl,memset/pdl@legacy,memset/pdl@side,memset/pdl@fork,memset/pdl+query,memset/pdl+query@legacy,one/pdl,one/pdl@legacy}" \
+    "${STRETCH:-memset/pdl,memset/pdl@legacy,memset/pdl@side,memset/pdl@fork,memset/pdl+query,memset/pdl+query@legacy,one/pdl,one/pdl@legacy,onepdl/pdl@legacy}" \
     >"$out/stretch.txt" 2>&1 || status=1
   grep -E "^stretch|failed" "$out/stretch.txt" | sed "s/^/legacy /"
 fi

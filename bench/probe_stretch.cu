@@ -18,6 +18,9 @@
  *   one/pdl       the client's word stored by the poll kernel as it starts
  *                 (after the request: one kernel, no memset; with @legacy
  *                 OPD_STREAM_LEGACY=kernel)
+ *   onepdl/pdl    that kernel a programmatic dependent launch, which waits
+ *                 for the kernel before it (griddepcontrol.wait) before it
+ *                 stores (OPD_STREAM_LEGACY=pdl)
  *   memset/plain  the daemon's op and word plain launches
  *   memset/ahead1 the daemon launches run k only once run k-1 completed
  *                 (opd --word-ahead 1)
@@ -110,6 +113,17 @@ __global__ void k_poll(const unsigned *w, unsigned want) {
 
 /* k_store then k_poll as one kernel (OPD_STREAM_LEGACY=kernel) */
 __global__ void k_store_poll(unsigned *mine, const unsigned *w, unsigned want) {
+  __threadfence_system();
+  asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(mine), "r"(want) : "memory");
+  unsigned long long t0 = gt();
+  while ((int)(ld_acq(w) - want) < 0 && gt() - t0 < 1000000000ull) {
+  }
+}
+
+/* the same as a dependent launch's (OPD_STREAM_LEGACY=pdl): the grid before
+ * it ended and seen first */
+__global__ void k_store_poll_pdl(unsigned *mine, const unsigned *w, unsigned want) {
+  asm volatile("griddepcontrol.wait;" ::: "memory");
   __threadfence_system();
   asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(mine), "r"(want) : "memory");
   unsigned long long t0 = gt();
@@ -230,6 +244,7 @@ static void client_side(const char *variant, int S, int R, int J, unsigned long 
                                       cudaEnableDefault, &q));
   int by_kernel = strncmp(variant, "kernel", 6) == 0;
   int by_one = strncmp(variant, "one", 3) == 0;
+  int one_pdl = strncmp(variant, "onepdl", 6) == 0;
   int none = strncmp(variant, "none", 4) == 0;
   int query = strstr(variant, "+query") != NULL;
   /* the client's stream: a non-blocking one of its own, or @MODE: the
@@ -300,7 +315,11 @@ static void client_side(const char *variant, int S, int R, int J, unsigned long 
           }
         }
         if (write(fd, &k, sizeof k) != sizeof k) exit(1);
-        if (by_one) {
+        if (one_pdl) {
+          cudaLaunchAttribute at;
+          cudaLaunchConfig_t cfg = opd__pdl_config(dim3(1), dim3(1), s, &at);
+          CK(cudaLaunchKernelEx(&cfg, k_store_poll_pdl, flag, (const unsigned *)(flag + DAEMON_WORD), k));
+        } else if (by_one) {
           k_store_poll<<<1, 1, 0, s>>>(flag, flag + DAEMON_WORD, k);
         } else if (!none) {
           k_poll<<<1, 1, 0, s_poll>>>(flag + DAEMON_WORD, k);

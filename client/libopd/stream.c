@@ -102,7 +102,25 @@ static struct {
    * the legacy stream itself) */
   cu_result (*stream_create)(void **, unsigned);
   cu_result (*stream_destroy)(void *);
+  /* optional (OPD_STREAM_LEGACY=pdl: the poll kernel a programmatic
+   * dependent launch; without it, as kernel) */
+  cu_result (*launch_kernel_ex)(const void *, void *, void **, void **);
 } cu;
+
+/* cuLaunchKernelEx's CUlaunchConfig and CUlaunchAttribute (cuda.h, CUDA
+ * 12), for the one attribute libopd sets */
+typedef struct {
+  unsigned id;                   /* CUlaunchAttributeID */
+  char pad[4];
+  union { char pad[64]; int allowed; } value;
+} cu_launch_attr_t;
+typedef struct {
+  unsigned grid[3], block[3], shared;
+  void *stream;
+  cu_launch_attr_t *attrs;
+  unsigned n_attrs;
+} cu_launch_config_t;
+enum { CU_LAUNCH_ATTR_PROGRAMMATIC_SERIALIZATION = 6 };
 enum { CU_ATTR_MPS_ENABLED = 133 }; /* CU_DEVICE_ATTRIBUTE_MPS_ENABLED */
 static pthread_once_t cu_once = PTHREAD_ONCE_INIT;
 
@@ -161,6 +179,8 @@ static void cu_load(void) {
   cu.stream_query = (cu_result(*)(void *))dlsym(h, "cuStreamQuery");
   cu.stream_create = (cu_result(*)(void **, unsigned))dlsym(h, "cuStreamCreate");
   cu.stream_destroy = (cu_result(*)(void *))dlsym(h, "cuStreamDestroy_v2");
+  cu.launch_kernel_ex = (cu_result(*)(const void *, void *, void **, void **))dlsym(
+      h, "cuLaunchKernelEx");
   cu.poll_ok = 1;
   for (size_t i = 0; i < sizeof poll / sizeof poll[0]; i++) {
     *poll[i].fn = dlsym(h, poll[i].name);
@@ -239,6 +259,20 @@ static const char poll_ptx[] =
                "  membar.sys;\n"
                "  st.release.sys.global.u32 [%rd10], %r1;\n", "");
 
+/* opd_poll_w as a programmatic dependent launch's (sm_90 and later; PTX
+ * 7.8): it first waits for the grids before it on the stream to end and
+ * their writes to be seen (griddepcontrol.wait), then writes the word.
+ * Loaded where the device takes it (OPD_STREAM_LEGACY=pdl). */
+static const char poll_ptx90[] =
+    ".version 7.8\n"
+    ".target sm_90\n"
+    ".address_size 64\n"
+    POLL_ENTRY("opd_poll_wp", ", .param .u64 p_mine",
+               "  griddepcontrol.wait;\n"
+               "  ld.param.u64 %rd10, [p_mine];\n"
+               "  membar.sys;\n"
+               "  st.release.sys.global.u32 [%rd10], %r1;\n", "");
+
 static int cu_ready(const char *who) {
   pthread_once(&cu_once, cu_load);
   return cu.ok ? 0 : opd__fail(OPD_EBACKEND, "%s: %s", who, cu.why);
@@ -273,6 +307,7 @@ typedef struct {
   void *mod, *fn;
   void *fn_st;                   /* opd_poll_st (OPD_STREAM_STAMPS), or NULL */
   void *fn_w;                    /* opd_poll_w (LEGACY_KERNEL), or NULL */
+  void *mod90, *fn_wp;           /* opd_poll_wp (LEGACY_PDL), or NULL */
   volatile uint32_t *err;        /* [0] 1: timed out, [1] the request */
   cu_ptr_t err_dev;
   int polled;                    /* a poll kernel queued (close syncs) */
@@ -373,6 +408,11 @@ enum {
   LEGACY_KERNEL = 5,             /* "kernel": as word, but the word written
                                     by the poll kernel as it starts: one
                                     operation on the legacy stream a call */
+  LEGACY_PDL = 6,                /* "pdl": as kernel, the poll kernel a
+                                    programmatic dependent launch (sm_90):
+                                    it starts as the kernel before it ends,
+                                    and waits for it (griddepcontrol.wait)
+                                    before it writes the word */
   LEGACY_DEFAULT = LEGACY_DIRECT, /* no mode beat it in one process (H100,
                                     bench/results/2026-12-05-h100-legacy.txt) */
 };
@@ -383,7 +423,7 @@ enum {
 static int legacy_mode = -1;
 
 static const char *const legacy_name[] = {"direct", "side", "fork", "busy", "word",
-                                            "kernel"};
+                                            "kernel", "pdl"};
 
 static int legacy_parse(const char *v) {
   if (v == NULL) return LEGACY_DEFAULT;
@@ -399,7 +439,7 @@ static int legacy(void) {
     m = legacy_parse(env);
     if (m < 0) {
       fprintf(stderr, "opd: OPD_STREAM_LEGACY=%s is not direct, side, fork, "
-              "busy, word or kernel: using %s\n", env, legacy_name[LEGACY_DEFAULT]);
+              "busy, word, kernel or pdl: using %s\n", env, legacy_name[LEGACY_DEFAULT]);
       m = LEGACY_DEFAULT;
     }
     __atomic_store_n(&legacy_mode, m, __ATOMIC_RELAXED);
@@ -412,7 +452,7 @@ int opd__stream_legacy(const char *mode) {
   int m = legacy_parse(mode);
   if (m < 0)
     return opd__fail(OPD_EINVAL, "OPD_STREAM_LEGACY: \"%s\" is not direct, "
-                     "side, fork, busy, word or kernel", mode);
+                     "side, fork, busy, word, kernel or pdl", mode);
   __atomic_store_n(&legacy_mode, m, __ATOMIC_RELAXED);
   return 0;
 }
@@ -449,7 +489,7 @@ static void pool_destroy(cevents_t *e) {
 static void poll_forget(cevents_t *e) {
   pool_destroy(e);
   e->flag = 0;
-  e->mod = e->fn = e->fn_st = e->fn_w = NULL;
+  e->mod = e->fn = e->fn_st = e->fn_w = e->mod90 = e->fn_wp = NULL;
   e->err = NULL;
   e->err_dev = 0;
   e->polled = 0;
@@ -461,6 +501,7 @@ static void poll_forget(cevents_t *e) {
 static void poll_release(cevents_t *e) {
   if (e->flag) cu.ipc_close_mem(e->flag);
   if (e->mod) cu.module_unload(e->mod);
+  if (e->mod90) cu.module_unload(e->mod90);
   if (e->err) cu.mem_free_host((void *)e->err);
   if (e->side) cu.stream_destroy(e->side);
   if (e->fork_ev) cu.event_destroy(e->fork_ev);
@@ -702,6 +743,11 @@ static void poll_setup(struct opd_cuda *k, cevents_t *e, const msgpack_object *f
             e->fn_st = NULL;
           if (cu.module_get_function(&e->fn_w, e->mod, "opd_poll_w") != 0)
             e->fn_w = NULL;
+          /* not before sm_90: left NULL */
+          if (cu.launch_kernel_ex != NULL &&
+              cu.module_load_data(&e->mod90, poll_ptx90) == 0 &&
+              cu.module_get_function(&e->fn_wp, e->mod90, "opd_poll_wp") != 0)
+            e->fn_wp = NULL;
           step = "cuMemHostAlloc";
           if ((r = cu.mem_host_alloc(&p, 64, 0x1 | 0x2 /* PORTABLE|DEVICEMAP */)) == 0) {
             e->err = p;
@@ -900,7 +946,8 @@ static int is_legacy(const void *stream) {
  * (said once under OPD_STREAM_TRACE). */
 static void *side_for(struct opd_cuda *k, cevents_t *e, void *stream) {
   int m = legacy();
-  if (m == LEGACY_DIRECT || m == LEGACY_WORD || m == LEGACY_KERNEL || !is_legacy(stream) ||
+  if (m == LEGACY_DIRECT || m == LEGACY_WORD || m == LEGACY_KERNEL ||
+      m == LEGACY_PDL || !is_legacy(stream) ||
       e->side_failed || cu.stream_create == NULL || cu.stream_destroy == NULL)
     return stream;
   if (e->side != NULL) return e->side;
@@ -935,7 +982,15 @@ static int poll_launch(opd_client_t *c, struct opd_cuda *k, cevents_t *e,
   void *args[5] = {&e->flag, &want, &e->err_dev, &ns, mine ? &mine : &st};
   void *fn = mine ? e->fn_w : k->stamps && e->fn_st != NULL ? e->fn_st : e->fn;
   void *on = idle && legacy() == LEGACY_BUSY ? stream : side_for(k, e, stream);
-  cu_result r = cu.launch_kernel(fn, 1, 1, 1, 1, 1, 1, 0, on, args, NULL);
+  cu_result r;
+  if (mine && legacy() == LEGACY_PDL && e->fn_wp != NULL) {
+    cu_launch_attr_t at = {.id = CU_LAUNCH_ATTR_PROGRAMMATIC_SERIALIZATION,
+                           .value.allowed = 1};
+    cu_launch_config_t cfg = {{1, 1, 1}, {1, 1, 1}, 0, on, &at, 1};
+    r = cu.launch_kernel_ex(&cfg, e->fn_wp, args, NULL);
+  } else {
+    r = cu.launch_kernel(fn, 1, 1, 1, 1, 1, 1, 0, on, args, NULL);
+  }
   const char *what = on == stream ? "the poll kernel did not launch on the "
                                     "caller's stream (cuLaunchKernel"
                                   : "the poll kernel did not launch on libopd's "
@@ -1155,7 +1210,7 @@ static int ordered(opd_client_t *c, const char *who, const char *device,
      * no wait; else the stream's word, else an event of the pool */
     int on_legacy = is_legacy(stream);
     int idle = !after && cu.stream_query != NULL && !k->no_idle &&
-               !((legacy() == LEGACY_WORD || legacy() == LEGACY_KERNEL) && on_legacy) &&
+               !(legacy() >= LEGACY_WORD && on_legacy) &&
                cu.stream_query(stream) == 0;
     int slot = !after && !idle && e->words ? slot_for(e, stream) : 0;
     while (!after && !idle && slot == 0 && k->n_lazy > 0 &&
@@ -1163,7 +1218,7 @@ static int ordered(opd_client_t *c, const char *who, const char *device,
       lazy_reap(c, k, k->n_lazy - 1);
     if (k->trace) t[1] = opd__now_ns();
     /* LEGACY_KERNEL: the poll kernel writes the word (not stamped) */
-    cu_ptr_t mine = slot != 0 && on_legacy && legacy() == LEGACY_KERNEL &&
+    cu_ptr_t mine = slot != 0 && on_legacy && legacy() >= LEGACY_KERNEL &&
                             e->fn_w != NULL && !k->stamps
                         ? e->flag + (cu_ptr_t)slot * OPD_STREAM_SLOT_BYTES
                         : 0;

@@ -81,7 +81,7 @@ def test_legacy_setter(monkeypatch):
                            env=dict(os.environ, OPD_LIB=lib, OPD_STREAM_LEGACY=word),
                            timeout=60)
         assert r.returncode == 0 and r.stdout.strip() == want, (r.stdout, r.stderr)
-        assert ("is not direct, side, fork, busy, word or kernel: using direct" in r.stderr) == (
+        assert ("is not direct, side, fork, busy, word, kernel or pdl: using direct" in r.stderr) == (
             word == "sideways"), r.stderr
 
 
