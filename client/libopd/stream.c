@@ -1217,8 +1217,9 @@ static int ordered(opd_client_t *c, const char *who, const char *device,
            k->lazy[0] + OPD_STREAM_EVENTS <= id)
       lazy_reap(c, k, k->n_lazy - 1);
     if (k->trace) t[1] = opd__now_ns();
-    /* LEGACY_KERNEL: the poll kernel writes the word (not stamped) */
-    cu_ptr_t mine = slot != 0 && on_legacy && legacy() >= LEGACY_KERNEL &&
+    /* LEGACY_KERNEL: the poll kernel writes the word (not stamped; not in
+     * a batch, whose runs get their poll kernel only at the join) */
+    cu_ptr_t mine = slot != 0 && !in_batch && on_legacy && legacy() >= LEGACY_KERNEL &&
                             e->fn_w != NULL && !k->stamps
                         ? e->flag + (cu_ptr_t)slot * OPD_STREAM_SLOT_BYTES
                         : 0;
