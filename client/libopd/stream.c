@@ -413,8 +413,11 @@ enum {
                                     it starts as the kernel before it ends,
                                     and waits for it (griddepcontrol.wait)
                                     before it writes the word */
-  LEGACY_DEFAULT = LEGACY_DIRECT, /* no mode beat it in one process (H100,
-                                    bench/results/2026-12-05-h100-legacy.txt) */
+  LEGACY_DEFAULT = LEGACY_PDL,   /* never behind direct in one process on
+                                    the H200, ahead where the host is the
+                                    bound (bench/results/2026-12-05-h200-
+                                    legacy.txt); as kernel where there is
+                                    no sm_90 or cuLaunchKernelEx */
 };
 
 /* The process's LEGACY_* mode: OPD_STREAM_LEGACY when first asked, or

@@ -76,12 +76,12 @@ def test_legacy_setter(monkeypatch):
     # the environment's word, read once; an unknown one is said and ignored
     code = ("import sys; sys.path.insert(0, %r); import _torchbench as tb; "
             "print(tb.legacy_setter()(None))" % os.path.join(REPO, "bench"))
-    for word, want in (("fork", "fork"), ("sideways", "direct")):
+    for word, want in (("fork", "fork"), ("sideways", "pdl")):
         r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                            env=dict(os.environ, OPD_LIB=lib, OPD_STREAM_LEGACY=word),
                            timeout=60)
         assert r.returncode == 0 and r.stdout.strip() == want, (r.stdout, r.stderr)
-        assert ("is not direct, side, fork, busy, word, kernel or pdl: using direct" in r.stderr) == (
+        assert ("is not direct, side, fork, busy, word, kernel or pdl: using pdl" in r.stderr) == (
             word == "sideways"), r.stderr
 
 
