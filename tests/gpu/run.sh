@@ -100,7 +100,7 @@ if mps_start "$out"; then
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
   # libopd's part of calls on the legacy default stream on a stream of its
   # own (OPD_STREAM_LEGACY, docs/async.md): the same checks in each mode
-  for m in side fork busy word kernel pdl; do
+  for m in direct side fork busy word kernel; do
     echo "-- again, OPD_STREAM_LEGACY=$m in the client"
     OPD_STREAM_LEGACY=$m timeout 120 build/tests/async_gpu "$sock" 2>&1 |
       tee "$out/async_gpu_mps_legacy_$m.txt" | grep -E "FAIL|passed"
