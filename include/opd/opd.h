@@ -374,12 +374,14 @@ int opd_run_stream_ptrs(opd_client_t *c, const char *device, void *stream,
  * libopd's on `stream` that waits, on the GPU, for the daemon's stream to
  * write the run's request id to the daemon's word (device memory of the
  * daemon, mapped here by IPC handle), so work queued on `stream` later
- * still waits for the run (OPD_STREAM_LEGACY=side|fork|busy puts that
- * kernel, and with fork the memset, on a stream of libopd's when `stream`
- * is the legacy default stream, `stream` waiting for it by an event;
- * =word keeps both there but never queries that stream for idleness:
- * docs/async.md; default direct). The call costs the caller about a kernel
- * launch instead of a round trip to the daemon. If `stream` does not
+ * still waits for the run. When `stream` is the legacy default stream
+ * (OPD_STREAM_LEGACY, docs/async.md) the default, pdl, neither queries it
+ * nor memsets: that kernel writes the word as it starts, launched as a
+ * programmatic dependent launch on sm_90; direct treats it as any other
+ * stream, side|fork|busy put the kernel (fork the memset too) on a stream
+ * of libopd's, word and kernel are pdl's steps one at a time. The call
+ * costs the caller about a kernel launch instead of a round trip to the
+ * daemon. If `stream` does not
  * reach the run within the session's wait (OPD_STREAM_WAIT_MS, default and
  * most the daemon's --stream-wait-ms, 60 s) the daemon's wait gives up,
  * the run goes ahead, and opd_synchronize fails with OPD_ETIMEDOUT.
