@@ -416,8 +416,8 @@ enum {
   LEGACY_DEFAULT = LEGACY_PDL,   /* never behind direct in one process on
                                     the H200, ahead where the host is the
                                     bound (bench/results/2026-12-05-h200-
-                                    legacy.txt); as kernel where there is
-                                    no sm_90 or cuLaunchKernelEx */
+                                    legacy-pdl.txt); as kernel where there
+                                    is no sm_90 or cuLaunchKernelEx */
 };
 
 /* The process's LEGACY_* mode: OPD_STREAM_LEGACY when first asked, or
