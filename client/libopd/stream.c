@@ -240,6 +240,12 @@ static void cu_load(void) {
   "  ret;\n"                                                               \
   "}\n"
 
+/* LOAD_EXTRA of the forms that write the caller's word (p_mine) first */
+#define STORE_MINE                                                         \
+  "  ld.param.u64 %rd10, [p_mine];\n"                                      \
+  "  membar.sys;\n"                                                        \
+  "  st.release.sys.global.u32 [%rd10], %r1;\n"
+
 static const char poll_ptx[] =
     ".version 7.0\n"
     ".target sm_70\n"
@@ -254,10 +260,7 @@ static const char poll_ptx[] =
     /* the same, first writing `want` to the caller's stream's word at
      * p_mine (OPD_STREAM_LEGACY=kernel: the word and the wait one
      * operation on the stream, not a memset and a kernel) */
-    POLL_ENTRY("opd_poll_w", ", .param .u64 p_mine",
-               "  ld.param.u64 %rd10, [p_mine];\n"
-               "  membar.sys;\n"
-               "  st.release.sys.global.u32 [%rd10], %r1;\n", "");
+    POLL_ENTRY("opd_poll_w", ", .param .u64 p_mine", STORE_MINE, "");
 
 /* opd_poll_w as a programmatic dependent launch's (sm_90 and later; PTX
  * 7.8): it first waits for the grids before it on the stream to end and
@@ -268,10 +271,7 @@ static const char poll_ptx90[] =
     ".target sm_90\n"
     ".address_size 64\n"
     POLL_ENTRY("opd_poll_wp", ", .param .u64 p_mine",
-               "  griddepcontrol.wait;\n"
-               "  ld.param.u64 %rd10, [p_mine];\n"
-               "  membar.sys;\n"
-               "  st.release.sys.global.u32 [%rd10], %r1;\n", "");
+               "  griddepcontrol.wait;\n" STORE_MINE, "");
 
 static int cu_ready(const char *who) {
   pthread_once(&cu_once, cu_load);
@@ -402,6 +402,7 @@ enum {
                                     event the caller's stream records */
   LEGACY_BUSY = 3,               /* "busy": as side, but a call that found
                                     the stream idle all on the caller's */
+  /* WORD and the modes after it make no idle check (ordered) */
   LEGACY_WORD = 4,               /* "word": as direct, but no idle check
                                     (cuStreamQuery) on the legacy stream:
                                     every call marks it with its word */
@@ -949,8 +950,7 @@ static int is_legacy(const void *stream) {
  * (said once under OPD_STREAM_TRACE). */
 static void *side_for(struct opd_cuda *k, cevents_t *e, void *stream) {
   int m = legacy();
-  if (m == LEGACY_DIRECT || m == LEGACY_WORD || m == LEGACY_KERNEL ||
-      m == LEGACY_PDL || !is_legacy(stream) ||
+  if ((m != LEGACY_SIDE && m != LEGACY_FORK && m != LEGACY_BUSY) || !is_legacy(stream) ||
       e->side_failed || cu.stream_create == NULL || cu.stream_destroy == NULL)
     return stream;
   if (e->side != NULL) return e->side;
