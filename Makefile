@@ -355,7 +355,8 @@ $(B)/tests/fake_torch: tests/torch/fake_torch.c $(B)/libopd.a
 test: all plugins $(B)/tests/unit $(B)/tests/ops $(B)/tests/integration $(B)/tests/chaos \
       $(B)/tests/fake_torch
 	@OPD_BIN=$(abspath $(B)/opd) OPD_BUILD=$(abspath $(B)) \
-	  OPD_DAEMON_OBJ="$(DAEMON_OBJ) $(B)/obj/daemon/main.o" bash tests/run.sh
+	  OPD_DAEMON_OBJ="$(B)/obj/daemon/main.o $(DAEMON_OBJ) $(KERNEL_OBJ) $(CUDA_OBJ) $(COMMON_OBJ)" \
+	  OPD_CLIENT_OBJ="$(CLIENT_OBJ) $(COMMON_OBJ)" bash tests/run.sh
 
 # The unit, integration (once per transport) and chaos suites with the
 # daemon, libopd and the tests built with ASAN=1 (address + undefined) in

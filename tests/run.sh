@@ -31,16 +31,31 @@ run_criterion() { # name binary
   [ "$rc" = 0 ] && [ "$f" = 0 ] && [ "$c" = 0 ] || status=1
 }
 
-# the daemon's shape (issue 11): no file calls into one that calls back
-# (tests/arch/no_cycles.py, over the objects this build linked:
-# OPD_DAEMON_OBJ from make test, else every object under $B/obj/daemon)
-echo "== architecture: no call cycles between daemon files"
-if /usr/bin/python3 tests/arch/no_cycles.py --self-test &&
-   /usr/bin/python3 tests/arch/no_cycles.py ${OPD_DAEMON_OBJ:-$B/obj/daemon}; then
-  passed=$((passed + 1))
-else
-  failed=$((failed + 1)); status=1
+# The tree's shape (tests/arch): no object file calls into one that calls
+# back, over the objects linked into the daemon (daemon, kernels, common)
+# and into libopd (client, common), as this build linked them (make test
+# passes OPD_DAEMON_OBJ and OPD_CLIENT_OBJ; alone: every object under
+# $B/obj/daemon, $B/obj/kernels, $B/obj/common and $B/obj/client); no
+# import cycle in the Python package; no source file over 600 lines.
+arch() { # name command...
+  echo "== architecture: $1"
+  shift
+  if "$@"; then passed=$((passed + 1)); else failed=$((failed + 1)); status=1; fi
+}
+objs_under() { find "$@" -name '*.o' 2>/dev/null | sort; }
+arch "the checks' own self-tests" /usr/bin/python3 tests/arch/no_cycles.py --self-test
+arch "no call cycles in the daemon's objects (daemon, kernels, common)" \
+  /usr/bin/python3 tests/arch/no_cycles.py \
+  ${OPD_DAEMON_OBJ:-$(objs_under $B/obj/daemon $B/obj/kernels $B/obj/common)}
+arch "no call cycles in libopd's objects (client, common)" \
+  /usr/bin/python3 tests/arch/no_cycles.py \
+  ${OPD_CLIENT_OBJ:-$(objs_under $B/obj/client $B/obj/common)}
+if [ -f tests/arch/py_imports.py ]; then
+  arch "no import cycles in the Python package" sh -c \
+    '/usr/bin/python3 tests/arch/py_imports.py --self-test && /usr/bin/python3 tests/arch/py_imports.py python/opd'
 fi
+arch "no source file over 600 lines" /usr/bin/python3 tests/arch/no_cycles.py \
+  --max-lines 600 daemon client kernels common include python tests bench examples
 
 run_criterion "unit: framing, msgpack, descriptors, rings" "$B/tests/unit"
 run_criterion "ops: every CPU operator against its reference" "$B/tests/ops"
