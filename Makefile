@@ -54,6 +54,14 @@ ifeq ($(ASAN),1)
   LDFLAGS += -fsanitize=address,undefined
 endif
 LDFLAGS += -pthread
+# TRACE=1: every C function's entry recorded (tests/arch/ftrace.c, linked
+# into opd and libopd.so) for the request-path check,
+# tests/arch/request_path.py; build it in its own B= (make trace).
+TRACE ?= 0
+ifeq ($(TRACE),1)
+  CFLAGS += -finstrument-functions
+  TRACE_OBJ := $(B)/obj/tests/arch/ftrace.o
+endif
 # DEPS=dir: take libuv and msgpack-c from a folder of unpacked Debian
 # packages (headers in dir/include, static archives in dir/lib) — how the
 # daemon is built on a machine where they cannot be installed (the GPU
@@ -215,10 +223,10 @@ $(B)/obj/%.cu.o: %.cu
 
 cuda: $(CUDA_OBJ)
 
-$(B)/opd: $(B)/obj/daemon/main.o $(DAEMON_OBJ) $(KERNEL_OBJ) $(CUDA_OBJ) $(COMMON_OBJ)
+$(B)/opd: $(B)/obj/daemon/main.o $(DAEMON_OBJ) $(KERNEL_OBJ) $(CUDA_OBJ) $(COMMON_OBJ) $(TRACE_OBJ)
 	$(CC) $(LDFLAGS) $^ -o $@ $(DAEMON_LIBS) $(CUDA_LIBS) $(if $(CUDA_OBJ),-lstdc++)
 
-$(B)/libopd.so: $(CLIENT_OBJ) $(COMMON_OBJ)
+$(B)/libopd.so: $(CLIENT_OBJ) $(COMMON_OBJ) $(TRACE_OBJ)
 	$(CC) $(LDFLAGS) -shared -Wl,-soname,libopd.so.0 $^ -o $@ $(SO_MSGPACK_LIB) -ldl
 
 $(B)/libopd.a: $(CLIENT_OBJ) $(COMMON_OBJ)
@@ -556,6 +564,15 @@ deb:
 # package looks in /usr/local/lib). See docs/python.md.
 python-lib: $(B)/libopd.so
 	install -m 755 $(B)/libopd.so python/opd/libopd.so
+
+# The path of one CPU run from Python to the kernel and back, file by file,
+# over both transports (tests/arch/request_path.py): a TRACE=1 build of its
+# own in $(B)/trace (CUDA=0), run by make test.
+.PHONY: trace
+trace:
+	@$(MAKE) --no-print-directory TRACE=1 CUDA=0 B=$(B)/trace $(B)/trace/opd $(B)/trace/libopd.so
+	@for w in socket adaptive; do echo "-- over $$w"; \
+	  OPD_WAIT=$$w /usr/bin/python3 tests/arch/request_path.py $(B)/trace || exit 1; done
 
 clean:
 	rm -rf $(B)
