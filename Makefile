@@ -128,7 +128,7 @@ ifeq ($(CUDA_ON),1)
 endif
 CLIENT_LIBS := $(MSGPACK_LIB)
 
-# CUDA code: machine code for sm_80 and sm_90 (H100/H200) plus compute_90
+# CUDA code: machine code for sm_80 and sm_90 plus compute_90
 # PTX for newer GPUs. -MMD: header dependencies, as for C.
 NVCC_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
              -gencode arch=compute_90,code=compute_90

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# async.sh: the GPU machine's run for issue 13's figures: builds with CUDA,
+# async.sh: the GPU machine's run for the asynchronous runs' figures: builds with CUDA,
 # then with and without MPS (a private MPS control daemon, its pipes in
 # OUTDIR) runs bench_handoff (two processes, no daemon), starts a daemon and
 # runs bench_stream (a CUDA client in C), bench_enqueue (libopd's variants in one process),

@@ -1,4 +1,4 @@
-"""Where the time of an asynchronous torch.ops.opd call goes (issue 13),
+"""Where the time of an asynchronous torch.ops.opd call goes,
 against torch's own op in the same run, on torch CUDA tensors:
   host   the CPU cost of one call (N calls enqueued back to back, no sync,
          divided by N) for opd and for torch;

@@ -2,7 +2,7 @@
 """bench_chain.py: a chain of 8 dependent tiny ops from one client,
 enqueued one after the other with one synchronization at the end, through
 opd (torch.ops.opd.*) against torch doing the same chain in-process
-(issue 13's target: opd <= 1.2x torch).
+(the target: opd <= 1.2x torch).
 
 DESIGN
 The chain, on x (--shape, default 1x1024 float32 on CUDA) and w, b (the

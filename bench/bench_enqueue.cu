@@ -1,5 +1,5 @@
 /* What libopd's choices for an enqueued run cost a CUDA client, the
- * variants side by side in one process (issue 13): each variant is a new
+ * variants side by side in one process: each variant is a new
  * connection made with its environment set (libopd reads OPD_STREAM_* when
  * a connection first orders a stream), and the variants take turns, in a
  * rotated order, ROUNDS times; the figure is each one's median. Runs in

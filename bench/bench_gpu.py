@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """bench_gpu.py: the opd Python package on the GPU, against torch, on the
-GPU machine (issue 4, item 10). One `key=value` line per measurement.
+GPU machine. One `key=value` line per measurement.
 
 DESIGN
 Phases, each in try/except (an `error` line, then the next phase), the
@@ -285,7 +285,7 @@ def main():
     ap.add_argument("--gpus", type=int, default=1,
                     help="also spread the workers over this many GPUs (the "
                     "daemon's cuda:0..N-1; worker i on i %% N) and print the "
-                    "ratio against one GPU (issue 15: >= 1.8 on two)")
+                    "ratio against one GPU (the target: >= 1.8 on two)")
     args = ap.parse_args()
     skip = set(filter(None, args.skip.split(",")))
     if args.socket:

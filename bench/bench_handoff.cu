@@ -1,5 +1,5 @@
 /* How long the GPU takes to hand work from one process's stream to
- * another's and back (issue 13: what a stream-ordered opd run costs on the
+ * another's and back (what a stream-ordered opd run costs on the
  * GPU, apart from the host): a "client" and a "daemon" process, the
  * client's stream busy with a 300 us kernel while both enqueue the
  * hand-off, kernels stamping %globaltimer so that the gaps are GPU time:

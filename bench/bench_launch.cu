@@ -1,7 +1,7 @@
 /* The floor for a tiny GPU op: opd's own softmax kernel on a 1x1024 float32
  * device tensor, launched in-process and synchronized, no daemon, no
  * socket. The "bare C launch + sync" baseline that a tiny op requested
- * through opd is compared with (issue 4's latency target).
+ * through opd is compared with (the latency target).
  *   build/bench/bench_launch [N]
  * Prints `latency op=softmax shape=1x1024 impl=bare_launch_sync p50_us=...`,
  * then the pieces of the daemon's way of finishing a job, so that its

@@ -1,7 +1,6 @@
 #!/usr/bin/env python3
 """bench_models.py: real models with some of their operators routed
-through opd (torch.ops.opd.*), against torch's own forward, in one run
-(issue 13, item 6).
+through opd (torch.ops.opd.*), against torch's own forward, in one run.
 
 DESIGN
 Each model is built once with random weights (seed 0), on CUDA, in eval

@@ -1,4 +1,4 @@
-/* bench_pingpong: raw cross-process ping-pong baselines (issue 5, item 5).
+/* bench_pingpong: raw cross-process ping-pong baselines.
  *
  * DESIGN
  * The floors that opd's transports are compared against: one round trip
@@ -44,7 +44,7 @@
  * ones), so that a drift of the shared host's speed over the run reaches
  * both sides of the ratio alike. Each raw block maps a fresh page: a
  * cross-core transfer's latency depends on where in the CPU's mesh the
- * line's home is (on the H200 host one fixed pair of lines gave raw spin
+ * line's home is (on the GPU machine's host one fixed pair of lines gave raw spin
  * p50s from 350 to 540 ns from run to run), and opd's rings spread over
  * hundreds of lines. The opd client runs in the parent (the
  * raw parent's CPU); start the daemon with --loop-cpu on the raw child's

@@ -1,5 +1,5 @@
 /* Where the time of a stream-ordered opd run goes, from a CUDA client, in
- * one run (issue 13): the client's own tiny kernel as the baseline; opd_run
+ * one run: the client's own tiny kernel as the baseline; opd_run
  * (answered at completion); opd_run_stream (answered at enqueue) per call
  * and to completion; chains alternating a client kernel and an opd run
  * (each waits for the other, across the processes) against the same chain

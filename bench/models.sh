@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# models.sh: the GPU machine's real-model run (issue 13, item 6): builds the
+# models.sh: the GPU machine's real-model run: builds the
 # daemon and libopd with CUDA, starts a private daemon, runs
 # bench/bench_models.py (GPT-2 and ResNet-18 through torch.ops.opd against
 # torch's own forward) and bench/bench_chain.py (8 dependent tiny ops, one
 # sync), and keeps what they print and their --json figures in OUTDIR.
 #   bash bench/models.sh [OUTDIR] [-- BENCH_MODELS_ARGS...]
-# OUTDIR defaults to $OUT or /tmp/opd-models; NVCC_ARCH to sm_90 (the H200);
+# OUTDIR defaults to $OUT or /tmp/opd-models; NVCC_ARCH to sm_90 (H100 and H200);
 # BUILD=0 skips the build (build/opd, build/opctl, build/libopd.so must be
 # there). Exit status: 1 when the build, the daemon or either benchmark
 # failed (a benchmark fails on a result that differs from torch's).

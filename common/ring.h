@@ -1,5 +1,5 @@
 /* Single-producer single-consumer message rings in shared memory, for the
- * shared-memory transport (issue 5).
+ * shared-memory transport.
  *
  * DESIGN
  * A ring lives in memory both processes map (a sealed memfd, like an

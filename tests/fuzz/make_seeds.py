@@ -233,7 +233,7 @@ def session_seeds():
     s["ring_setup_by_hand"] = session(hello, cmd(FDS, b"\x00" + req(RING_SETUP, 61, {
         "size": 4096, "sq_slots": 2, "sq_slot_size": 16, "cq_slots": 2,
         "cq_slot_size": 16, "wait": "spin"})))
-    # issue 13: asynchronous runs (answered at completion on the cpu), SYNC
+    # asynchronous runs (answered at completion on the cpu), SYNC
     # (waits for the runs before it), STREAM without a device, bad flags
     s["async_runs_and_syncs"] = session(ab, *[frame(req(RUN, 80 + k, {
         "op": "relu", "in": [t(A, 0, [64])], "out": [t(B, 0, [64])],
@@ -241,13 +241,13 @@ def session_seeds():
         *[frame(req(SYNC, 90 + k, {})) for k in range(10)], cmd(READ))
     s["stream_no_device"] = session(hello, frame(req(STREAM, 100, {
         "device": "cuda:0", "event": b"\x00" * 64})), frame(req(SYNC, 101, {})))
-    # session 9: STREAM asking for the flag word, refused FLAG runs
+    # STREAM asking for the flag word, refused FLAG runs
     s["stream_flag_no_device"] = session(hello, frame(req(STREAM, 102, {
         "device": "cuda:0", "event": b"\x00" * 64, "flag": True,
         "events": b"\x00" * 128})), frame(req(RUN, 103, {
             "op": "nope", "device": "cuda:0", "async": 11})),
         frame(req(RUN, 104, {"op": "relu", "async": 8})), frame(req(SYNC, 105, {})))
-    # session 10: STREAM's wait_ms, WORD runs with slots (good and bad)
+    # STREAM's wait_ms, WORD runs with slots (good and bad)
     s["stream_words_no_device"] = session(ab, frame(req(STREAM, 106, {
         "device": "cuda:0", "event": b"\x00" * 64, "flag": True,
         "events": b"\x00" * 64, "wait_ms": 5})), *[frame(req(RUN, 107 + k, {

@@ -22,7 +22,7 @@ Test(devices, cuda_requests_without_a_gpu_are_refused_clearly) {
              OPD_EDEVICE, "is not cuda, cuda:N, cpu or auto");
   EXPECT_ERR(opd_run_on(c, "tpu", "relu", &x, 1, &y, 1, NULL, 0), OPD_EDEVICE,
              "unknown device \"tpu\"");
-  /* a device by UUID (issue 15), with or without "GPU-": named, refused */
+  /* a device by UUID, with or without "GPU-": named, refused */
   EXPECT_ERR(opd_run_on(c, "GPU-cf2acb7f-3742-2fd9-e71f-713aa12e33e3", "relu",
                         &x, 1, &y, 1, NULL, 0), OPD_EDEVICE,
              "no CUDA device with UUID GPU-cf2acb7f-3742-2fd9-e71f-713aa12e33e3: "

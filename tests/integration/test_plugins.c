@@ -1,4 +1,4 @@
-/* Integration: operator plugins (issue 12) in a real daemon — the example
+/* Integration: operator plugins in a real daemon — the example
  * plugins (examples/plugins: scale, conv3x3_bias_relu) loaded and checked
  * against plain C and against opd's own conv2d + relu; the refusals that
  * keep the daemon from starting; the run-time checks of a plugin's shape

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# opd installed like a package (issue 14), in a scratch root:
+# opd installed like a package, in a scratch root:
 #   install   `make install DESTDIR=... PREFIX=/usr`: every file in place,
 #             the unit's and the script's paths substituted, the unit's
 #             systemd-analyze security exposure <= 2.0, opd --check-config

@@ -1,7 +1,7 @@
 /* Unit: descriptor validation at the edges of the size computation: empty
  * tensors with huge other dimensions, strides near INT64_MAX, contiguity of
  * shapes whose products overflow. Each case here once passed a check it
- * should fail or overflowed a signed multiply (UBSan, issue 10); run it
+ * should fail or overflowed a signed multiply (UBSan); run it
  * under ASAN=1 with UBSAN_OPTIONS=halt_on_error=1 to see the UB gone. */
 #include <criterion/criterion.h>
 #include <stdint.h>

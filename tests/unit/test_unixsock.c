@@ -1,4 +1,4 @@
-/* Unit: what daemon and client share in common/ (issue 11, item 6): fd
+/* Unit: what daemon and client share in common/: fd
  * passing over a unix socket (common/unixsock.c: order, truncation to the
  * room given, fds only where asked) and sealed memfds (common/memfd.c: the
  * client's creation passes the daemon's check; a plain file, a memfd

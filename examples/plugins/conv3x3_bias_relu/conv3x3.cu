@@ -36,7 +36,7 @@
  * for scratch, the columns (9C, H*W) of up to 32 MiB of images; a smaller
  * workspace works (fewer images per GEMM, or one image's columns from
  * cudaMallocAsync).
- * Measured (H200, bench/results/2026-12-01-plugins-fused-h200.txt, per
+ * Measured (2026-12-01, bench/results/2026-12-01-plugins-fused-h200.txt, per
  * call through the daemon, against conv2d + relu): N1 C3 224² K64 direct
  * 1.81x; N1 C64 56² K64 igemm S 1.34x; N8 C256 14² K256 gemm 1.70x;
  * N32 C64 56² K64 igemm L 1.17x. A 3xTF32 tensor-core variant (WMMA) was
@@ -415,7 +415,7 @@ done:
   } while (0)
 
 /* columns per batched GEMM: a small batch is one im2col and one GEMM, and
- * the GEMM reads the columns back mostly from L2 (50 MiB on the H200) */
+ * the GEMM reads the columns back mostly from L2 (50-60 MiB on sm_90 cards) */
 #define CHUNK_BYTES ((size_t)32 << 20)
 
 static int run_gemm(opd_kcall_t *call, const opd_cuda_ctx_t *ctx, int64_t N, int64_t C,
@@ -464,7 +464,7 @@ static int sm_count(int device) {
   int sms;
   if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
     (void)cudaGetLastError(); /* must not surface at a later launch */
-    return 132;                 /* an H200 */
+    return 132;                 /* an sm_90 card's count */
   }
   return sms;
 }
