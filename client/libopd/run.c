@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "client/libopd/cuda.h"
 #include "client/libopd/internal.h"
 
 int opd_tensor_init(opd_tensor_t *t, uint64_t arena, uint64_t offset,

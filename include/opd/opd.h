@@ -473,6 +473,22 @@ int opd_cuda_forget(opd_client_t *c);
  * daemon's still names the right GPU. buf: at least 41 bytes. */
 int opd_cuda_device_name(int dev, char *buf, size_t cap);
 
+/* Maps an exported device arena here (no connection needed): fd is
+ * opd_export_cuda's (not closed here), size its alloc_size, device this
+ * process's ordinal of the arena's GPU. The memory is imported
+ * (cuMemImportFromShareableHandle), given addresses (cuMemAddressReserve,
+ * cuMemMap) and made read-write for the device (cuMemSetAccess), all in
+ * the device's primary context (the CUDA runtime's and torch's), so *ptr
+ * is a device address torch can view; *handle keeps the memory alive
+ * after the daemon frees its side. Undo with opd_cuda_unmap. Returns 0,
+ * or OPD_EBACKEND naming the driver call that failed (nothing is left
+ * mapped) or that the driver or its VMM calls are not here. */
+int opd_cuda_map_export(int fd, uint64_t size, int device, uint64_t *ptr,
+                        uint64_t *handle);
+/* Unmaps what opd_cuda_map_export mapped (cuMemUnmap, cuMemAddressFree,
+ * cuMemRelease): 0 or OPD_EBACKEND. */
+int opd_cuda_unmap(uint64_t ptr, uint64_t size, uint64_t handle, int device);
+
 /* ---- torch's dispatcher (used by the Python package's opd.torch) -------- */
 /* C kernels for torch's CUDA dispatch key, so that torch.ops.opd.<op> on
  * CUDA tensors runs with no Python in the call (client/libopd/torchops.c;
