@@ -346,7 +346,8 @@ int opd_submit_async(opd_client_t *c, const char *device, const char *op,
  * The order is kept on the GPU when this process's context and the
  * daemon's device are both under MPS (the hello's "mps"); otherwise each
  * GPU wait across the two processes would cost a context switch (about
- * 140 us each way on an H200), so the call synchronizes `stream` instead
+ * 140 us each way, bench/results/2026-12-02-h200-words.txt), so the call
+ * synchronizes `stream` instead
  * and returns when the run is done. OPD_STREAM_ORDER=gpu or =host in the
  * environment decides instead (docs/async.md). */
 int opd_run_stream(opd_client_t *c, const char *device, void *stream,
@@ -378,8 +379,9 @@ int opd_run_stream_ptrs(opd_client_t *c, const char *device, void *stream,
  * (OPD_STREAM_LEGACY, docs/async.md) the default, pdl, neither queries it
  * nor memsets: that kernel writes the word as it starts, launched as a
  * programmatic dependent launch on sm_90; direct treats it as any other
- * stream, side|fork|busy put the kernel (fork the memset too) on a stream
- * of libopd's, word and kernel are pdl's steps one at a time. The call
+ * stream; in a bench build (make BENCH=1) side|fork|busy put the kernel
+ * (fork the memset too) on a stream of libopd's, word and kernel are
+ * pdl's steps one at a time. The call
  * costs the caller about a kernel launch instead of a round trip to the
  * daemon. If `stream` does not
  * reach the run within the session's wait (OPD_STREAM_WAIT_MS, default and
