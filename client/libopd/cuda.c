@@ -25,6 +25,9 @@
 
 opd__cu_t opd__cu; /* cuda.h */
 static pthread_once_t cu_once = PTHREAD_ONCE_INIT;
+static void cu_load(void);
+/* Loads the driver once (any thread; later calls return at once). */
+static void load_once(void) { pthread_once(&cu_once, cu_load); }
 
 /* The VMM calls of opd_cuda_map_export (optional: vmm_ok). */
 static void vmm_load(void *h) {
@@ -112,10 +115,9 @@ static void cu_load(void) {
   opd__cu.ok = 1;
 }
 
-void opd__cu_load(void) { pthread_once(&cu_once, cu_load); }
 
 int opd__cu_ready(const char *who) {
-  opd__cu_load();
+  load_once();
   return opd__cu.ok ? 0 : opd__fail(OPD_EBACKEND, "%s: %s", who, opd__cu.why);
 }
 
@@ -169,7 +171,7 @@ int opd_cuda_device_name(int dev, char *buf, size_t cap) {
   if (buf == NULL || cap == 0 || dev < 0 || dev >= OPD_CUDA_DEVICES)
     return opd__fail(OPD_EINVAL, "opd_cuda_device_name: device %d out of "
                      "0..%d or no buffer", dev, OPD_CUDA_DEVICES - 1);
-  opd__cu_load();
+  load_once();
   char tmp[16];
   const char *n = opd__cuda_wire_name(dev, tmp);
   if (strlen(n) >= cap)
@@ -193,7 +195,7 @@ static int uuid_index(const char *uuid) {
 }
 
 /* N of "cuda" (0) or "cuda:N" (N < OPD_CUDA_DEVICES), else -1. */
-int opd__cuda_n(const char *device) {
+static int cuda_n(const char *device) {
   if (device == NULL || strncmp(device, "cuda", 4) != 0) return -1;
   if (device[4] == '\0') return 0;
   char *end;
@@ -202,7 +204,7 @@ int opd__cuda_n(const char *device) {
 }
 
 int opd__cuda_index(const char *who, const char *device, int *dev) {
-  if ((*dev = opd__cuda_n(device)) >= 0) return 0;
+  if ((*dev = cuda_n(device)) >= 0) return 0;
   if (device != NULL && strncmp(device, "cuda", 4) != 0 && strlen(device) >= 32) {
     int rc = opd__cu_ready(who);
     if (rc != 0) return rc;
@@ -231,8 +233,8 @@ void opd__ctx_leave(int pushed) {
 /* The device string a prepared stream-ordered run sends (cuda.h). */
 void opd__cuda_wire(const char *device, char *out, size_t cap) {
   snprintf(out, cap, "%s", device);
-  opd__cu_load();
-  int dev = opd__cuda_n(device);
+  load_once();
+  int dev = cuda_n(device);
   const char *u = dev >= 0 ? opd__cuda_uuid(dev) : NULL;
   if (u != NULL) snprintf(out, cap, "%s", u);
 }
@@ -260,7 +262,7 @@ static int primary_push(const char *who, int dev) {
   if (dev < 0 || dev >= OPD_CUDA_DEVICES)
     return opd__fail(OPD_EINVAL, "%s: device %d out of 0..%d", who, dev,
                      OPD_CUDA_DEVICES - 1);
-  opd__cu_load();
+  load_once();
   if (!opd__cu.ok || !opd__cu.vmm_ok || opd__cu.device_get == NULL)
     return opd__fail(OPD_EBACKEND, "%s: a zero-copy view of daemon memory "
                      "needs the CUDA VMM calls of libcuda.so.1: %s", who,

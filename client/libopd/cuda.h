@@ -51,7 +51,7 @@ typedef struct {
 #define OPD_CUDA_DEVICES 16 /* devices of this process libopd names */
 
 /* The driver's entry points; ok: the required ones are there (else why
- * says what is missing). Filled once by opd__cu_load. */
+ * says what is missing). Filled once, at the first opd__cu_ready or naming call. */
 typedef struct {
   int ok;
   char why[240];
@@ -119,11 +119,9 @@ typedef struct {
   cu_result (*mem_release)(unsigned long long);
 } opd__cu_t;
 
-/* The driver (read-only outside cuda.c; valid once opd__cu_load ran). */
+/* The driver (read-only outside cuda.c; valid once opd__cu_ready returned 0). */
 extern opd__cu_t opd__cu;
 
-/* Loads the driver once (any thread; later calls return at once). */
-void opd__cu_load(void);
 /* Loads it; 0, or OPD_EBACKEND naming `who` and why it is not there. */
 int opd__cu_ready(const char *who);
 /* The driver's words for r ("unknown CUDA error" where it has none). */
@@ -135,8 +133,6 @@ const char *opd__cu_str(cu_result r);
 const char *opd__cuda_wire_name(int dev, char *buf);
 /* Its UUID, or NULL where the driver cannot tell. */
 const char *opd__cuda_uuid(int dev);
-/* N of "cuda" (0) or "cuda:N" (N < OPD_CUDA_DEVICES), else -1. */
-int opd__cuda_n(const char *device);
 /* *dev: this process's index of "cuda", "cuda:N" or a device's UUID; 0,
  * or OPD_EINVAL / OPD_EDEVICE / OPD_EBACKEND naming `who`. */
 int opd__cuda_index(const char *who, const char *device, int *dev);

@@ -133,8 +133,6 @@ typedef struct fbuf {
   char local[1024];              /* the common case */
 } fbuf_t;
 
-/* Grows b to hold len more bytes; -1 (b->oom set) when out of memory. */
-int opd__fbuf_grow(fbuf_t *b, size_t len);
 /* Starts a request frame [type, id, body...] in b (any previous content is
  * dropped, nothing allocated); the caller packs the body map next, with pk
  * (msgpack-c's packer into b, initialized here when not NULL) or in place. */
@@ -189,12 +187,8 @@ void opd__reply_free(reply_t *r);
 
 /* ---- run.c ------------------------------------------------------------- */
 
-/* A RUN with OPD_RUN_F_* flags submitted, not waited for: *req its id;
- * _id: with the id given (opd__new_id). */
-int opd__submit_flags(opd_client_t *c, const char *device, uint32_t flags,
-                      const char *op, const opd_tensor_t *in, uint32_t n_in,
-                      const opd_tensor_t *out, uint32_t n_out,
-                      const opd_attr_t *attrs, uint32_t n_attrs, uint64_t *req);
+/* A RUN with OPD_RUN_F_* flags and the id given (opd__new_id) submitted,
+ * not waited for. */
 int opd__submit_flags_id(opd_client_t *c, const char *device, uint32_t flags,
                          const char *op, const opd_tensor_t *in, uint32_t n_in,
                          const opd_tensor_t *out, uint32_t n_out,
