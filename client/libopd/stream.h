@@ -118,11 +118,13 @@ struct opd_cuda {
   int no_words;                  /* OPD_STREAM_WORDS=0: events only */
   int no_idle;                   /* OPD_STREAM_IDLE=0: always wait */
   int stamps;                    /* OPD_STREAM_STAMPS=1: the poll kernels
-                                    stamp their start and end (diagnosis) */
+                                    stamp their start and end (diagnosis;
+                                    bench builds) */
   uint32_t wait_ms;              /* OPD_STREAM_WAIT_MS: the daemon's wait for
                                     a word gives up after this (0: its own) */
-  /* OPD_STREAM_TRACE: where ordered calls spend their time (tensors,
-   * record, the run's round trip, the wait), printed at close */
+  /* OPD_STREAM_TRACE (bench builds): where ordered calls spend their
+   * time (tensors, record, the run's round trip, the wait), printed at
+   * close */
   int trace;
   opd_steps_t steps;
   uint64_t idle;                 /* enqueued runs whose stream was idle */
