@@ -17,6 +17,7 @@
 
 #include "client/libopd/stream.h"
 
+#ifdef OPD_BENCH
 static const char *const trace_step[4] = {"tensors", "cuEventRecord / the word",
                                           "the run", "cuStreamWaitEvent / the poll"};
 
@@ -33,6 +34,7 @@ void opd__trace_print(const struct opd_cuda *k) {
             "wait); %llu batched runs, %llu joins\n", (unsigned long long)k->idle,
             (unsigned long long)k->batch.n_runs, (unsigned long long)k->batch.n_joins);
 }
+#endif
 
 /* conn.c's hook after the socket closed: what the connection holds of
  * CUDA (events, the poll paths, what a batch kept) released. */

@@ -226,8 +226,12 @@ int opd__batch_join_in(opd_client_t *c, struct opd_cuda *k, const char *who);
 /* c's CUDA state, made (with conn.c's hooks) the first time; NULL and
  * OPD_ENOMEM as the last error when it cannot be. */
 struct opd_cuda *opd__cuda_of(opd_client_t *c);
-/* OPD_STREAM_TRACE's lines (bench builds). */
+/* OPD_STREAM_TRACE's lines (bench builds; elsewhere nothing). */
+#ifdef OPD_BENCH
 void opd__trace_print(const struct opd_cuda *k);
+#else
+static inline void opd__trace_print(const struct opd_cuda *k) { (void)k; }
+#endif
 
 /* ---- imports.c --------------------------------------------------------- */
 
