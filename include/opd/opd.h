@@ -165,8 +165,9 @@ int opd_alloc_flags(opd_client_t *c, const char *device, uint64_t size,
 /* Exports an exportable device arena of this connection: *fd (the caller's
  * to close) is a CUDA VMM POSIX-fd shareable handle received over this
  * authenticated socket, *alloc_size the bytes to map. A CUDA client maps it
- * with cuMemImportFromShareableHandle, cuMemAddressReserve, cuMemMap and
- * cuMemSetAccess (docs/gpu.md), and sees the daemon's writes with no copy.
+ * with opd_cuda_map_export (or itself: cuMemImportFromShareableHandle,
+ * cuMemAddressReserve, cuMemMap and cuMemSetAccess, docs/gpu.md), and sees
+ * the daemon's writes with no copy.
  * Returns 0, OPD_EARENA, OPD_EINVAL (not exportable) or OPD_EREADONLY. */
 int opd_export_cuda(opd_client_t *c, uint64_t arena, int *fd,
                     uint64_t *alloc_size);
