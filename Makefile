@@ -154,7 +154,17 @@ ifeq ($(CUDA_ON),1)
 else
   DAEMON_SRC += daemon/backend/none.c
 endif
-CLIENT_SRC  := $(sort $(wildcard client/libopd/*.c)) client/json.c
+CLIENT_SRC  := $(sort $(wildcard client/libopd/*.c))
+# BENCH=1: libopd with what exists only to compare and diagnose (OPD_BENCH:
+# OPD_STREAM_LEGACY's side|fork|busy|word|kernel, OPD_STREAM_TRACE,
+# OPD_STREAM_STAMPS, the exported opd__stream_legacy), for bench/ and the
+# GPU suite; libopd's objects rebuild when it changes (stamp file)
+BENCH ?= 0
+BENCH_STAMP := $(B)/.bench
+$(shell mkdir -p $(B); [ "$$(cat $(BENCH_STAMP) 2>/dev/null)" = "$(BENCH)" ] || echo $(BENCH) > $(BENCH_STAMP))
+ifeq ($(BENCH),1)
+  $(info opd: BENCH=1 (libopd with the comparison-only stream modes))
+endif
 UNIT_SRC    := $(sort $(wildcard tests/unit/*.c))
 OPS_SRC     := $(sort $(wildcard tests/ops/*.c))
 INTEG_SRC   := $(sort $(wildcard tests/integration/*.c))
@@ -165,6 +175,10 @@ COMMON_OBJ := $(call obj,$(COMMON_SRC))
 KERNEL_OBJ := $(call obj,$(KERNEL_SRC))
 DAEMON_OBJ := $(call obj,$(DAEMON_SRC))
 CLIENT_OBJ := $(call obj,$(CLIENT_SRC))
+$(CLIENT_OBJ): $(BENCH_STAMP)
+ifeq ($(BENCH),1)
+$(CLIENT_OBJ): CPPFLAGS += -DOPD_BENCH
+endif
 UNIT_OBJ   := $(call obj,$(UNIT_SRC))
 OPS_OBJ    := $(call obj,$(OPS_SRC))
 INTEG_OBJ  := $(call obj,$(INTEG_SRC))

@@ -145,12 +145,16 @@ LEGACY_MODES = ("direct", "side", "fork", "busy", "word", "kernel", "pdl")
 
 def legacy_setter():
     """set(mode) for libopd's opd__stream_legacy in this process (the
-    library torch.ops.opd loaded: $OPD_LIB): where libopd's part of a call
-    on torch's default stream goes (docs/async.md); set(None) returns the
-    mode now."""
+    library torch.ops.opd loaded: $OPD_LIB, a `make BENCH=1` build): where
+    libopd's part of a call on torch's default stream goes (docs/async.md);
+    set(None) returns the mode now. RuntimeError if the library is not a
+    bench build."""
     import ctypes
     lib = ctypes.CDLL(os.environ.get("OPD_LIB", "libopd.so.0"))
-    f = lib.opd__stream_legacy
+    f = getattr(lib, "opd__stream_legacy", None)
+    if f is None:   # exported by a bench build only
+        raise RuntimeError("libopd (%s) has no opd__stream_legacy: build it "
+                           "with `make BENCH=1`" % os.environ.get("OPD_LIB", "libopd.so.0"))
     f.argtypes = [ctypes.c_char_p]
     f.restype = ctypes.c_int
 

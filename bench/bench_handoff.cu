@@ -317,8 +317,9 @@ int main(int argc, char **argv) {
   printf("handoff host_us launch_set_flag=%.2f event_record=%.2f launch_poll=%.2f "
          "stream_wait_event=%.2f memset_d32=%.2f launch_pdl=%.2f\n", t_set, t_rec, t_poll,
          t_wait, t_memset, t_pdl);
-  /* what libopd's enqueue asks the driver besides (client/libopd/stream.c:
-   * ordered(), tensor_at()), on the idle stream */
+  /* what libopd's enqueue asks the driver besides (client/libopd/stream.c
+   * ordered(), client/libopd/imports.c opd__tensor_at()), on the idle
+   * stream */
   CUdeviceptr dp = (CUdeviceptr)flag_c;
   t0 = now_us();
   for (int i = 0; i < 1000; i++) CU(cuStreamQuery((CUstream)s));

@@ -6,7 +6,8 @@
 # bench_chain.py --legacy: an opd@MODE variant per mode in the same rounds),
 # REPEAT processes in turn against one daemon, under MPS (a private control
 # daemon, its pipes in OUTDIR). Needs build/opd, build/opctl, build/libopd.so
-# (a CUDA build) and torch with CUDA.
+# (a CUDA build with BENCH=1: the modes but direct and pdl, and
+# opd__stream_legacy, are in that build only) and torch with CUDA.
 #   bash bench/legacy.sh [OUTDIR]
 # MODES (direct,side,fork,busy,word,kernel,pdl); REPEAT (2); CLIENT_CPUS (2-3); DAEMON_CPUS
 # (8-11); MODELS_ARGS (--models resnet18,gpt2,resnet18conv --rounds 15
@@ -36,6 +37,10 @@ margs=${MODELS_ARGS:---models resnet18,gpt2,resnet18conv --rounds 15 --iters 10}
 cargs=${CHAIN_ARGS:---rounds 6}
 . "$(dirname "$0")/lib.sh"
 need_built build/opd build/opctl build/libopd.so || exit 1
+nm -D --defined-only build/libopd.so | grep -q ' opd__stream_legacy$' || {
+  echo "legacy.sh: build/libopd.so is not a bench build: make CUDA=1 BENCH=1 build/libopd.so"
+  exit 1
+}
 mps_start "$out" || exit 1
 sock=/tmp/opd-legacy.sock
 export OPD_SOCKET=$sock OPD_LIB=$PWD/build/libopd.so PYTHONPATH=$PWD/python PYTHONUNBUFFERED=1

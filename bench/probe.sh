@@ -3,14 +3,15 @@
 # a call's time goes": under MPS (a private control daemon, pipes in
 # OUTDIR), a fresh build/opd with DAEMON_ARGS, then bench/probe_calls.py
 # (per-call host time inside GPT-2 and ResNet-18) and, with PROFILE=1,
-# bench/profile_torch_ops.py. Everything goes to OUTDIR/probe*.txt.
+# bench/profile_torch_ops.py. Everything goes to OUTDIR/probe*.txt. libopd
+# is built with BENCH=1 (OPD_STREAM_TRACE).
 #   bash bench/probe.sh [OUTDIR] [DAEMON_ARGS...]
 set -uo pipefail
 out=${1:-${OUT:-/tmp/opd-probe}}
 shift || true
 mkdir -p "$out"
 . "$(dirname "$0")/lib.sh"
-make -j"$(nproc)" CUDA=1 BLAS=0 $(opd_deps) build/opd build/opctl build/libopd.so \
+make -j"$(nproc)" CUDA=1 BLAS=0 BENCH=1 $(opd_deps) build/opd build/opctl build/libopd.so \
   >"$out/build.log" 2>&1 || { tail -n 30 "$out/build.log"; exit 1; }
 mps_start "$out" || exit 1
 sock=/tmp/opd-probe.sock

@@ -23,7 +23,8 @@ Python runner to time; with OPD_TORCH_C=1 only `call` and `rest` mean
 anything).
 
 Usage: python3 bench/probe_calls.py [--models gpt2,resnet18] [--iters 20]
-         [--no-loop]   (OPD_STREAM_TRACE=1: libopd's steps, every 2000 calls)
+         [--no-loop]   (OPD_STREAM_TRACE=1 with a `make BENCH=1` libopd:
+                        libopd's steps, every 2000 calls)
 Needs what bench_models needs; OPD_SOCKET, OPD_LIB as there.
 """
 import argparse

@@ -19,8 +19,8 @@ is the wall time over the calls (us per call), median of --rounds:
   torch.mul                torch's own
 The opd entries minus aten's say what opd's C kernel and libopd add to
 torch's dispatch; aten's minus torch's what torch.ops costs by itself.
-With OPD_STREAM_TRACE=1 libopd also prints its steps per call (every 2000
-calls and at exit).
+With OPD_STREAM_TRACE=1 a `make BENCH=1` libopd also prints its steps per
+call (every 2000 calls and at exit).
 
 Usage: python3 bench/probe_chain.py [--calls 2000] [--rounds 5] [--only opd.relu,...]
 Needs torch >= 2.10 with CUDA and a daemon at $OPD_SOCKET (OPD_LIB as in

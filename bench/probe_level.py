@@ -24,7 +24,8 @@ DESIGN
             opd_direct, opd_side, opd_fork, opd_busy, opd_word  the opd forward on
                       torch's default stream, libopd's part of each call
                       placed as OPD_STREAM_LEGACY says (docs/async.md), set
-                      in this process before each run (opd__stream_legacy);
+                      in this process before each run (opd__stream_legacy,
+                      in a `make BENCH=1` libopd);
                       "opd" then runs in the mode set last: do not mix them
           Says whether what libopd puts on the caller's stream, without the
           daemon, slows torch's kernels (--variants picks).

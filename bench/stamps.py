@@ -4,7 +4,7 @@ stamps taken by the kernels of both processes (a diagnostic; docs/async.md
 "Timestamps").
 
 Run the daemon with OPD_GPU_STAMPS=DIR and the client with
-OPD_STREAM_STAMPS=1: each session's stamps go to DIR/stamps-PID-SID-DEV.txt
+OPD_STREAM_STAMPS=1 (a libopd built with `make BENCH=1`): each session's stamps go to DIR/stamps-PID-SID-DEV.txt
 when it ends, one line per enqueued run that stamped (the last 16384 of
 the session): request id, the client's poll kernel start and seen (the
 daemon's word there), the daemon's wait kernel start, the client's word

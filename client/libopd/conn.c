@@ -33,8 +33,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "client/json.h"
 #include "client/libopd/internal.h"
+#include "client/libopd/json.h"
 #include "common/memfd.h"
 #include "common/paths.h"
 
@@ -381,8 +381,10 @@ void opd_close(opd_client_t *c) {
   if (c == NULL) return;
   /* after fork() the child only drops its copy: the parent's session and
    * mappings are the parent's */
-  if (c->fork_gen == __atomic_load_n(&opd__fork_gen, __ATOMIC_RELAXED))
-    opd__cuda_close(c); /* enqueued runs finished while the daemon answers */
+  if (c->cuda_hooks != NULL &&
+      c->fork_gen == __atomic_load_n(&opd__fork_gen, __ATOMIC_RELAXED))
+    c->cuda_hooks->close(c); /* enqueued runs finished while the daemon
+                                answers */
   if (c->fd >= 0) close(c->fd);
   for (size_t i = 0; i < c->n_arenas; i++) {
     munmap(c->arenas[i].base, c->arenas[i].size);
@@ -395,7 +397,7 @@ void opd_close(opd_client_t *c) {
   for (int i = 0; i < c->n_rfds; i++) close(c->rfds[i]);
   if (c->ring_base) munmap(c->ring_base, c->ring_size);
   if (c->ring_efd >= 0) close(c->ring_efd);
-  opd__cuda_free(c);
+  if (c->cuda_hooks != NULL) c->cuda_hooks->free(c);
   free(c->slots);
   free(c->arenas);
   free(c->rbuf);

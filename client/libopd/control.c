@@ -20,8 +20,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "client/json.h"
 #include "client/libopd/internal.h"
+#include "client/libopd/json.h"
 #include "common/memfd.h"
 
 /* A request whose reply is {"arena": id}: register, alloc, import. */

@@ -16,7 +16,7 @@
 
 #include "client/libopd/internal.h"
 
-int opd__fbuf_grow(fbuf_t *b, size_t len) {
+static int fbuf_grow(fbuf_t *b, size_t len) {
   size_t cap = b->cap * 2;
   while (cap < b->size + len) cap *= 2;
   char *nd = b->data == b->local ? malloc(cap) : realloc(b->data, cap);
@@ -53,7 +53,7 @@ static inline void copy_small(char *d, const char *s, size_t len) {
  * for every header and every string body. */
 static int fbuf_write(void *data, const char *buf, size_t len) {
   fbuf_t *b = data;
-  if (b->size + len > b->cap && opd__fbuf_grow(b, len) != 0) return -1;
+  if (b->size + len > b->cap && fbuf_grow(b, len) != 0) return -1;
   copy_small(b->data + b->size, buf, len);
   b->size += len;
   return 0;
@@ -61,7 +61,7 @@ static int fbuf_write(void *data, const char *buf, size_t len) {
 
 /* Room for n more bytes at the end of b, or NULL (b->oom is set). */
 static inline unsigned char *fbuf_room(fbuf_t *b, size_t n) {
-  if (b->cap - b->size < n && opd__fbuf_grow(b, n) != 0) return NULL;
+  if (b->cap - b->size < n && fbuf_grow(b, n) != 0) return NULL;
   return (unsigned char *)b->data + b->size;
 }
 

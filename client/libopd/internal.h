@@ -14,10 +14,20 @@
  *                handling (opd__check_usable), the transport's name
  *   control.c    control messages: arenas, alloc, publish/attach,
  *                import/export, ping, ops/stats as JSON
+ *   json.c       msgpack to JSON (hello, ops, stats; json.h)
+ *   cuda.c       the CUDA driver (loaded at first use), this process's
+ *                devices named for the daemon, exported arenas mapped
+ *                here (cuda.h)
  *   run.c        runs: submit/wait/run, prepared runs, infer
- *   stream.c     runs ordered with a CUDA stream, device pointers
+ *   ptx.c, poll.c, cudaconn.c, batch.c, imports.c, stream.c
+ *                runs ordered with a CUDA stream, batches, device
+ *                pointers as tensors (stream.h)
  *   torchops.c   C kernels for torch's dispatcher (opd_torch_*), over
  *                opd_infer and opd_run_stream_ptrs
+ * The core (errors, frame, transport, conn, control, json, run) names
+ * nothing of the CUDA side but opd__cuda_wire (cuda.c, itself on the
+ * core only): conn.c ends a connection's CUDA state through the hooks
+ * that state was made with (opd__conn_hooks_t).
  * Every function here is hidden (not exported from libopd.so): the ABI is
  * include/opd/opd.h's functions and nothing else of the client.
  */
@@ -88,9 +98,20 @@ struct opd_client {
   void *ring_base;               /* the rings' mapping */
   size_t ring_size;              /* its bytes */
   int ring_efd;                  /* adaptive: the daemon's doorbell */
-  struct opd_cuda *cuda;         /* stream events, imports (stream.c), made
+  struct opd_cuda *cuda;         /* stream events, imports (stream.h), made
                                     on first use */
+  const struct opd__conn_hooks *cuda_hooks; /* how conn.c ends it (set
+                                    with it; NULL before) */
 };
+
+/* What conn.c calls of a layer that keeps state per connection (the CUDA
+ * side: cudaconn.c), so that conn.c names none of its symbols. */
+typedef struct opd__conn_hooks {
+  void (*close)(opd_client_t *c); /* opd_close, before the socket closes:
+                                    an open batch ended, enqueued runs
+                                    finished (not in a fork()'s child) */
+  void (*free)(opd_client_t *c);  /* after it closed: the state released */
+} opd__conn_hooks_t;
 
 /* ---- errors.c ---------------------------------------------------------- */
 
@@ -112,8 +133,6 @@ typedef struct fbuf {
   char local[1024];              /* the common case */
 } fbuf_t;
 
-/* Grows b to hold len more bytes; -1 (b->oom set) when out of memory. */
-int opd__fbuf_grow(fbuf_t *b, size_t len);
 /* Starts a request frame [type, id, body...] in b (any previous content is
  * dropped, nothing allocated); the caller packs the body map next, with pk
  * (msgpack-c's packer into b, initialized here when not NULL) or in place. */
@@ -168,12 +187,8 @@ void opd__reply_free(reply_t *r);
 
 /* ---- run.c ------------------------------------------------------------- */
 
-/* A RUN with OPD_RUN_F_* flags submitted, not waited for: *req its id;
- * _id: with the id given (opd__new_id). */
-int opd__submit_flags(opd_client_t *c, const char *device, uint32_t flags,
-                      const char *op, const opd_tensor_t *in, uint32_t n_in,
-                      const opd_tensor_t *out, uint32_t n_out,
-                      const opd_attr_t *attrs, uint32_t n_attrs, uint64_t *req);
+/* A RUN with OPD_RUN_F_* flags and the id given (opd__new_id) submitted,
+ * not waited for. */
 int opd__submit_flags_id(opd_client_t *c, const char *device, uint32_t flags,
                          const char *op, const opd_tensor_t *in, uint32_t n_in,
                          const opd_tensor_t *out, uint32_t n_out,
@@ -185,32 +200,18 @@ int opd__run_flags(opd_client_t *c, const char *device, uint32_t flags,
                    const opd_attr_t *attrs, uint32_t n_attrs);
 /* A prepared run's device (NULL: auto) and OPD_RUN_F_* flags. */
 const char *opd__prepared_device(const opd_prepared_t *p);
-/* stream.c: the device string a stream-ordered run sends for `device`
- * (this process's device by UUID where the driver can tell) */
-void opd__cuda_wire(const char *device, char *out, size_t cap);
 uint32_t opd__prepared_flags(const opd_prepared_t *p);
 
-/* ---- stream.c ---------------------------------------------------------- */
+/* ---- batch.c (stream.h declares the rest of the CUDA side) -------------- */
 
-/* What the connection holds of CUDA (events, the import cache), at close. */
-void opd__cuda_free(opd_client_t *c);
-/* opd_close, before the socket closes: an open batch (opd_batch_begin)
- * ended, enqueued runs finished (stream.c); opd__batch_keep: obj is dropped with drop(obj) once the batch's
- * runs so far are joined back to `stream` (1: kept; 0: no batch is open
- * on stream, nothing kept); opd__batch_open: 1 while one is (stream.c). */
-void opd__cuda_close(opd_client_t *c);
+/* opd__batch_keep: obj is dropped with drop(obj) once the batch's runs so
+ * far are joined back to `stream` (1: kept; 0: no batch is open on
+ * stream, nothing kept). opd__batch_open: 1 while one is. opd__batch_join:
+ * the open batch on stream, if any, joined to it now (its later runs wait
+ * for the stream again, as a first run does): 0 or the join's error. */
 int opd__batch_keep(opd_client_t *c, void *stream, void *obj,
                     void (*drop)(void *));
 int opd__batch_open(opd_client_t *c, void *stream);
-/* Where libopd's part of a call on the legacy default stream goes, for the
- * whole process from now on: "direct", "side", "fork" or "busy" (what
- * OPD_STREAM_LEGACY says at start; docs/async.md): 0, or OPD_EINVAL for
- * another word; NULL: the mode now, as its index in that list. Exported
- * for the benchmarks that compare them in one process (bench_models.py
- * --legacy, probe_level.py). */
-__attribute__((visibility("default"))) int opd__stream_legacy(const char *mode);
-/* The open batch on stream, if any, joined to it now (its later runs wait
- * for the stream again, as a first run does): 0 or the join's error. */
 int opd__batch_join(opd_client_t *c, void *stream);
 
 /* ---- conn.c ------------------------------------------------------------ */

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "client/libopd/cuda.h"
 #include "client/libopd/internal.h"
 
 int opd_tensor_init(opd_tensor_t *t, uint64_t arena, uint64_t offset,
@@ -39,11 +40,11 @@ int opd_submit(opd_client_t *c, const char *op, const opd_tensor_t *in,
 }
 
 /* Submits a RUN with flags; *req its id. */
-int opd__submit_flags(opd_client_t *c, const char *device, uint32_t flags,
-                      const char *op, const opd_tensor_t *in, uint32_t n_in,
-                      const opd_tensor_t *out, uint32_t n_out,
-                      const opd_attr_t *attrs, uint32_t n_attrs,
-                      uint64_t *req) {
+static int submit_flags(opd_client_t *c, const char *device, uint32_t flags,
+                        const char *op, const opd_tensor_t *in, uint32_t n_in,
+                        const opd_tensor_t *out, uint32_t n_out,
+                        const opd_attr_t *attrs, uint32_t n_attrs,
+                        uint64_t *req) {
   int rc = opd__check_usable(c);
   if (rc) return rc;
   if (req == NULL) return opd__fail(OPD_EINVAL, "req is NULL");
@@ -73,7 +74,7 @@ int opd_submit_on(opd_client_t *c, const char *device, const char *op,
                   const opd_tensor_t *in, uint32_t n_in,
                   const opd_tensor_t *out, uint32_t n_out,
                   const opd_attr_t *attrs, uint32_t n_attrs, uint64_t *req) {
-  return opd__submit_flags(c, device, 0, op, in, n_in, out, n_out, attrs,
+  return submit_flags(c, device, 0, op, in, n_in, out, n_out, attrs,
                            n_attrs, req);
 }
 
@@ -81,7 +82,7 @@ int opd_submit_async(opd_client_t *c, const char *device, const char *op,
                      const opd_tensor_t *in, uint32_t n_in,
                      const opd_tensor_t *out, uint32_t n_out,
                      const opd_attr_t *attrs, uint32_t n_attrs, uint64_t *req) {
-  return opd__submit_flags(c, device, OPD_RUN_F_ASYNC, op, in, n_in, out,
+  return submit_flags(c, device, OPD_RUN_F_ASYNC, op, in, n_in, out,
                            n_out, attrs, n_attrs, req);
 }
 
@@ -102,7 +103,7 @@ int opd__run_flags(opd_client_t *c, const char *device, uint32_t flags,
                    const opd_tensor_t *out, uint32_t n_out,
                    const opd_attr_t *attrs, uint32_t n_attrs) {
   uint64_t req;
-  int rc = opd__submit_flags(c, device, flags, op, in, n_in, out, n_out, attrs,
+  int rc = submit_flags(c, device, flags, op, in, n_in, out, n_out, attrs,
                         n_attrs, &req);
   if (rc != 0) return rc;
   return opd__wait_reply(c, req, -1, NULL, NULL, NULL);

@@ -76,8 +76,8 @@ static void set_broken(opd_client_t *c, int code, const char *msg) {
 }
 
 /* The common reply without the decoder: [REPLY, id, 0, body] with body
- * {} or {"ns": uint}, as the daemon writes them in place (daemon/session.c
- * send_msg, daemon/run.c job_finish). Returns 1 if p is one (delivered),
+ * {} or {"ns": uint}, as the daemon writes them in place (daemon/outbox.c
+ * send_msg, daemon/jobs.c opd__job_finish). Returns 1 if p is one (delivered),
  * 0 for the full path. */
 static int deliver_ok(opd_client_t *c, const unsigned char *p, uint32_t len) {
   uint64_t id, ns;

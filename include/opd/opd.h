@@ -165,8 +165,9 @@ int opd_alloc_flags(opd_client_t *c, const char *device, uint64_t size,
 /* Exports an exportable device arena of this connection: *fd (the caller's
  * to close) is a CUDA VMM POSIX-fd shareable handle received over this
  * authenticated socket, *alloc_size the bytes to map. A CUDA client maps it
- * with cuMemImportFromShareableHandle, cuMemAddressReserve, cuMemMap and
- * cuMemSetAccess (docs/gpu.md), and sees the daemon's writes with no copy.
+ * with opd_cuda_map_export (or itself: cuMemImportFromShareableHandle,
+ * cuMemAddressReserve, cuMemMap and cuMemSetAccess, docs/gpu.md), and sees
+ * the daemon's writes with no copy.
  * Returns 0, OPD_EARENA, OPD_EINVAL (not exportable) or OPD_EREADONLY. */
 int opd_export_cuda(opd_client_t *c, uint64_t arena, int *fd,
                     uint64_t *alloc_size);
@@ -347,7 +348,8 @@ int opd_submit_async(opd_client_t *c, const char *device, const char *op,
  * daemon's device are both under MPS (the hello's "mps"); otherwise each
  * GPU wait across the two processes would cost a context switch (about
  * 140 us each way, measured 2026-12-01,
- * bench/results/2026-12-01-h200-async.txt), so the call synchronizes `stream` instead
+ * bench/results/2026-12-01-h200-async.txt), so the call synchronizes
+ * `stream` instead
  * and returns when the run is done. OPD_STREAM_ORDER=gpu or =host in the
  * environment decides instead (docs/async.md). */
 int opd_run_stream(opd_client_t *c, const char *device, void *stream,
@@ -379,8 +381,9 @@ int opd_run_stream_ptrs(opd_client_t *c, const char *device, void *stream,
  * (OPD_STREAM_LEGACY, docs/async.md) the default, pdl, neither queries it
  * nor memsets: that kernel writes the word as it starts, launched as a
  * programmatic dependent launch on sm_90; direct treats it as any other
- * stream, side|fork|busy put the kernel (fork the memset too) on a stream
- * of libopd's, word and kernel are pdl's steps one at a time. The call
+ * stream; in a bench build (make BENCH=1) side|fork|busy put the kernel
+ * (fork the memset too) on a stream of libopd's, word and kernel are
+ * pdl's steps one at a time. The call
  * costs the caller about a kernel launch instead of a round trip to the
  * daemon. If `stream` does not
  * reach the run within the session's wait (OPD_STREAM_WAIT_MS, default and
@@ -473,6 +476,22 @@ int opd_cuda_forget(opd_client_t *c);
  * naming it), so a client whose CUDA_VISIBLE_DEVICES differs from the
  * daemon's still names the right GPU. buf: at least 41 bytes. */
 int opd_cuda_device_name(int dev, char *buf, size_t cap);
+
+/* Maps an exported device arena here (no connection needed): fd is
+ * opd_export_cuda's (not closed here), size its alloc_size, device this
+ * process's ordinal of the arena's GPU. The memory is imported
+ * (cuMemImportFromShareableHandle), given addresses (cuMemAddressReserve,
+ * cuMemMap) and made read-write for the device (cuMemSetAccess), all in
+ * the device's primary context (the CUDA runtime's and torch's), so *ptr
+ * is a device address torch can view; *handle keeps the memory alive
+ * after the daemon frees its side. Undo with opd_cuda_unmap. Returns 0,
+ * or OPD_EBACKEND naming the driver call that failed (nothing is left
+ * mapped) or that the driver or its VMM calls are not here. */
+int opd_cuda_map_export(int fd, uint64_t size, int device, uint64_t *ptr,
+                        uint64_t *handle);
+/* Unmaps what opd_cuda_map_export mapped (cuMemUnmap, cuMemAddressFree,
+ * cuMemRelease): 0 or OPD_EBACKEND. */
+int opd_cuda_unmap(uint64_t ptr, uint64_t size, uint64_t handle, int device);
 
 /* ---- torch's dispatcher (used by the Python package's opd.torch) -------- */
 /* C kernels for torch's CUDA dispatch key, so that torch.ops.opd.<op> on

@@ -3,26 +3,26 @@
 DESIGN
 A device arena the daemon allocated as exportable (opd_alloc_flags with
 OPD_ALLOC_EXPORTABLE: cuMemCreate'd memory) is exported by opd_export_cuda
-as a POSIX file descriptor passed over the authenticated socket; map()
-imports it with the CUDA driver API, loaded from libcuda.so.1 with ctypes
-only when first needed (no compiled extension, no link-time dependency):
-cuMemImportFromShareableHandle (handle type POSIX_FILE_DESCRIPTOR, the fd
-passed as the pointer-sized value), cuMemAddressReserve, cuMemMap and
-cuMemSetAccess (read-write for the device). The driver calls run with the
-device's primary context pushed (cuDevicePrimaryCtxRetain, retained once
-per device for the life of the process): the same context the CUDA
-runtime and torch use, so the address is valid in torch, and a thread
-that has no current context yet still works.
+as a POSIX file descriptor passed over the authenticated socket; map_fd()
+imports and maps it through libopd's opd_cuda_map_export, which does the
+driver's work (cuMemImportFromShareableHandle, cuMemAddressReserve,
+cuMemMap, cuMemSetAccess read-write for the device) with the device's
+primary context pushed: the same context the CUDA runtime and torch use,
+so the address is valid in torch, and a thread that has no current
+context yet still works. libopd is the one loader of the CUDA driver in
+opd's clients (client/libopd/cuda.c): this module loads no driver itself,
+and imports without one.
 
 A Mapping owns (ptr, size, handle, device): the Client caches one per
 arena (arena serial -> Mapping) and drops it from the cache when the
 arena is released or the connection closes; every torch view holds its
-Mapping (through View), so the unmapping (cuMemUnmap, cuMemAddressFree,
-cuMemRelease) happens when the last holder is gone, never under a live
-view. The imported handle keeps the physical memory alive even after the
-daemon frees its side (session closed), so a view outlives its client.
-Finalizers do not run at interpreter exit (the process's exit frees it
-all), and never in a child after fork() (CUDA is not usable there).
+Mapping (through View), so the unmapping (opd_cuda_unmap: cuMemUnmap,
+cuMemAddressFree, cuMemRelease) happens when the last holder is gone,
+never under a live view. The imported handle keeps the physical memory
+alive even after the daemon frees its side (session closed), so a view
+outlives its client. Finalizers do not run at interpreter exit (the
+process's exit frees it all), and never in a child after fork() (CUDA is
+not usable there).
 
 View is the object torch.as_tensor() consumes: __cuda_array_interface__
 version 3 (shape, typestr, data=(address, False), strides in bytes or
@@ -32,133 +32,33 @@ alive for as long as the torch tensor (and its views) live. bfloat16 has
 no typestr: it is viewed as int16, then .view(torch.bfloat16).
 """
 import ctypes
-import threading
 import weakref
 
-from . import errors, memory, protocol
+from . import _lib, errors, memory, protocol
+from .errors import check
 
 _TYPESTR = {"float32": "<f4", "float16": "<f2", "bfloat16": "<i2",
             "float64": "<f8", "int8": "|i1", "uint8": "|u1", "int32": "<i4",
             "int64": "<i8", "bool": "|b1"}
 
-_CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR = 1
-_CU_MEM_LOCATION_TYPE_DEVICE = 1
-_CU_MEM_ACCESS_FLAGS_PROT_READWRITE = 3
 
-CUdeviceptr = ctypes.c_uint64
-CUhandle = ctypes.c_uint64      # CUmemGenericAllocationHandle
-
-
-class CUmemLocation(ctypes.Structure):
-    _fields_ = [("type", ctypes.c_int), ("id", ctypes.c_int)]
-
-
-class CUmemAccessDesc(ctypes.Structure):
-    _fields_ = [("location", CUmemLocation), ("flags", ctypes.c_int)]
-
-
-_cu = None
-_ctxs = {}                      # device ordinal -> retained primary CUcontext
-_lock = threading.Lock()
-
-
-def driver():
-    """Returns libcuda (loaded once, functions declared). Raises
-    BackendError (EBACKEND) if libcuda.so.1 cannot be loaded."""
-    global _cu
-    if _cu is not None:
-        return _cu
-    try:
-        lib = ctypes.CDLL("libcuda.so.1")
-    except OSError as e:
+def _driver():
+    """libopd with opd_cuda_map_export and opd_cuda_unmap. Raises
+    BackendError (EBACKEND) when the library predates them."""
+    lib = _lib.load()
+    if getattr(lib, "opd_cuda_map_export", None) is None or \
+            getattr(lib, "opd_cuda_unmap", None) is None:
         raise errors.error(protocol.EBACKEND, "a zero-copy view of daemon "
-                           "memory needs the CUDA driver library "
-                           "libcuda.so.1, which cannot be loaded here (%s)" % e)
-    R, I, U, sz, vp = ctypes.c_int, ctypes.c_int, ctypes.c_ulonglong, \
-        ctypes.c_size_t, ctypes.c_void_p
-    P = ctypes.POINTER
-    sigs = {
-        "cuInit": [ctypes.c_uint],
-        "cuDeviceGet": [P(I), I],
-        "cuDevicePrimaryCtxRetain": [P(vp), I],
-        "cuCtxPushCurrent_v2": [vp],
-        "cuCtxPopCurrent_v2": [P(vp)],
-        "cuGetErrorName": [R, P(ctypes.c_char_p)],
-        "cuMemImportFromShareableHandle": [P(CUhandle), vp, I],
-        "cuMemAddressReserve": [P(CUdeviceptr), sz, sz, CUdeviceptr, U],
-        "cuMemMap": [CUdeviceptr, sz, sz, CUhandle, U],
-        "cuMemSetAccess": [CUdeviceptr, sz, P(CUmemAccessDesc), sz],
-        "cuMemUnmap": [CUdeviceptr, sz],
-        "cuMemAddressFree": [CUdeviceptr, sz],
-        "cuMemRelease": [CUhandle],
-    }
-    try:
-        for name, args in sigs.items():
-            f = getattr(lib, name)
-            f.restype, f.argtypes = R, args
-    except AttributeError as e:
-        raise errors.error(protocol.EBACKEND, "libcuda.so.1 lacks the CUDA "
-                           "VMM calls (%s): the driver is too old for "
-                           "zero-copy views" % e)
-    _cu = lib
+                           "memory needs libopd's opd_cuda_map_export "
+                           "(libopd at %s predates it)" % _lib.path)
     return lib
 
 
-def _name(r):
-    s = ctypes.c_char_p()
-    if _cu is not None and _cu.cuGetErrorName(r, ctypes.byref(s)) == 0 and s.value:
-        return "%s (%d)" % (s.value.decode(), r)
-    return "CUresult %d" % r
-
-
-def _primary(dev):
-    ctx = _ctxs.get(dev)
-    if ctx is not None:
-        return ctx
-    cu = driver()
-    with _lock:
-        ctx = _ctxs.get(dev)
-        if ctx is not None:
-            return ctx
-        r = cu.cuInit(0)
-        d = ctypes.c_int()
-        if r == 0:
-            r = cu.cuDeviceGet(ctypes.byref(d), dev)
-        c = ctypes.c_void_p()
-        if r == 0:
-            r = cu.cuDevicePrimaryCtxRetain(ctypes.byref(c), d.value)
-        if r != 0:
-            raise errors.error(protocol.EBACKEND, "cuda:%d: no CUDA context "
-                               "here: %s" % (dev, _name(r)))
-        _ctxs[dev] = c.value
-        return c.value
-
-
-class _Current:
-    """with _Current(dev): the device's primary context is current."""
-
-    def __init__(self, dev):
-        self.ctx = _primary(dev)
-
-    def __enter__(self):
-        r = _cu.cuCtxPushCurrent_v2(self.ctx)
-        if r != 0:
-            raise errors.error(protocol.EBACKEND, "cuCtxPushCurrent: %s"
-                               % _name(r))
-
-    def __exit__(self, *exc):
-        c = ctypes.c_void_p()
-        _cu.cuCtxPopCurrent_v2(ctypes.byref(c))
-
-
 def _unmap(ptr, size, handle, dev, gen):
-    if gen != memory._fork_gen[0] or _cu is None:
+    if gen != memory._fork_gen[0]:
         return
     try:
-        with _Current(dev):
-            _cu.cuMemUnmap(ptr, size)
-            _cu.cuMemAddressFree(ptr, size)
-            _cu.cuMemRelease(handle)
+        _driver().opd_cuda_unmap(ptr, size, handle, dev)
     except Exception:
         pass
 
@@ -185,44 +85,11 @@ def map_fd(fd, size, dev):
     """Imports the VMM fd (not closed here) of `size` bytes on device
     ordinal `dev` and maps it read-write; returns a Mapping. Raises
     BackendError (EBACKEND) with the failing call and its CUresult."""
-    cu = driver()
-    with _Current(dev):
-        h = CUhandle()
-        ptr = CUdeviceptr()
-        step = "cuMemImportFromShareableHandle"
-        r = cu.cuMemImportFromShareableHandle(
-            ctypes.byref(h), ctypes.c_void_p(fd),
-            _CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
-        if r != 0:
-            raise errors.error(protocol.EBACKEND, "cuda:%d: %s: %s"
-                               % (dev, step, _name(r)))
-        ok = 0
-        try:
-            step = "cuMemAddressReserve"
-            r = cu.cuMemAddressReserve(ctypes.byref(ptr), size, 0, 0, 0)
-            if r == 0:
-                ok = 1
-                step = "cuMemMap"
-                r = cu.cuMemMap(ptr.value, size, 0, h.value, 0)
-            if r == 0:
-                ok = 2
-                acc = CUmemAccessDesc(CUmemLocation(
-                    _CU_MEM_LOCATION_TYPE_DEVICE, dev),
-                    _CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
-                step = "cuMemSetAccess"
-                r = cu.cuMemSetAccess(ptr.value, size, ctypes.byref(acc), 1)
-            if r != 0:
-                raise errors.error(protocol.EBACKEND, "cuda:%d: %s of %d "
-                                   "bytes: %s" % (dev, step, size, _name(r)))
-            ok = 3
-        finally:
-            if ok < 3:
-                if ok >= 2:
-                    cu.cuMemUnmap(ptr.value, size)
-                if ok >= 1:
-                    cu.cuMemAddressFree(ptr.value, size)
-                cu.cuMemRelease(h.value)
-    return Mapping(ptr.value, size, h.value, dev)
+    lib = _driver()
+    ptr, handle = ctypes.c_uint64(), ctypes.c_uint64()
+    check(lib.opd_cuda_map_export(fd, size, dev, ctypes.byref(ptr),
+                                  ctypes.byref(handle)))
+    return Mapping(ptr.value, size, handle.value, dev)
 
 
 class View:

@@ -149,6 +149,10 @@ def _declare(lib):
         "opd_transport": (cp, [vp]),
         "opd_transport_why": (cp, [vp]),
         "opd_cuda_device_name": (c_int, [c_int, cp, sz]),
+        # the daemon's exported device arenas mapped here (opd._cuda)
+        "opd_cuda_map_export": (c_int, [c_int, c_uint64, c_int, P(c_uint64),
+                                        P(c_uint64)]),
+        "opd_cuda_unmap": (c_int, [c_uint64, c_uint64, c_uint64, c_int]),
         # libopd's C kernels for torch's dispatcher (opd.torch)
         "opd_torch_available": (c_int, [cp, sz]),
         "opd_torch_kernel": (c_int, [cp, cp, c_int, c_uint32, c_uint32,

@@ -4,7 +4,8 @@
 # libopd, then (with --bench) the kernel benchmarks.
 #   bash tests/gpu/run.sh [--bench] [OUTDIR]
 # BUILD=0: no make; build/ and build-test/ are used as they are (a build
-# made elsewhere and carried here, docs/gpu.md).
+# made elsewhere and carried here, docs/gpu.md; build/ with BENCH=1, for
+# the OPD_STREAM_LEGACY modes checked below).
 # Needs nvcc + gcc; libuv and msgpack-c come from .deps/gpu (unpacked
 # Debian packages, see docs/gpu.md) when they are not installed.
 set -uo pipefail
@@ -21,7 +22,7 @@ echo "== build"
 if [ "${BUILD:-1}" = 0 ]; then
   echo "BUILD=0: build/ and build-test/ as they are"
 else
-  make -j"$(nproc)" CUDA=1 BLAS=0 $deps build/opd build/opctl build/tests/daemon_gpu \
+  make -j"$(nproc)" CUDA=1 BLAS=0 BENCH=1 $deps build/opd build/opctl build/tests/daemon_gpu \
     build/tests/poison_gpu build/tests/ipc_gpu build/tests/async_gpu build/tests/gpu_kernels build/libopd.so \
     build/bench/bench_launch build/bench/bench_pingpong plugins \
     >"$out/build.log" 2>&1 &&
@@ -100,6 +101,7 @@ if mps_start "$out"; then
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
   # libopd's part of calls on the legacy default stream on a stream of its
   # own (OPD_STREAM_LEGACY, docs/async.md): the same checks in each mode
+  # (all but direct and pdl are in the BENCH=1 build only)
   for m in direct side fork busy word kernel; do
     echo "-- again, OPD_STREAM_LEGACY=$m in the client"
     OPD_STREAM_LEGACY=$m timeout 120 build/tests/async_gpu "$sock" 2>&1 |

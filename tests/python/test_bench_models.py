@@ -12,6 +12,7 @@ take, on a small model shaped like transformers' GPT-2 (h[i].ln_1, .attn
 calling nn.functional.softmax, .ln_2, .mlp.act, ln_f); the real models and
 the real ops run on the GPU machine (bench/models.sh).
 """
+import ctypes
 import os
 import subprocess
 import sys
@@ -56,11 +57,14 @@ def test_bad_options():
 
 def test_legacy_setter(monkeypatch):
     """_torchbench.legacy_setter drives libopd's opd__stream_legacy (the
-    process's OPD_STREAM_LEGACY mode) in the library $OPD_LIB names."""
+    process's OPD_STREAM_LEGACY mode) in the library $OPD_LIB names (a
+    bench build: make BENCH=1)."""
     import _torchbench as tb
     lib = os.environ.get("OPD_LIB") or os.path.join(REPO, "build", "libopd.so")
     if not os.path.exists(lib):
         pytest.skip("no libopd.so at %s" % lib)
+    if not hasattr(ctypes.CDLL(lib), "opd__stream_legacy"):
+        pytest.skip("%s is not a bench build (make BENCH=1)" % lib)
     monkeypatch.setenv("OPD_LIB", lib)
     set_legacy = tb.legacy_setter()
     start = set_legacy(None)

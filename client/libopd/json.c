@@ -1,5 +1,11 @@
-/* msgpack -> JSON; see json.h. */
-#include "client/json.h"
+/* msgpack -> JSON: libopd's replies handed out as JSON text (json.h).
+ *
+ * DESIGN
+ * One recursive writer into a growing buffer; what JSON cannot say
+ * (non-string keys, bin, ext, NaN) is written as json.h describes rather
+ * than refused, since the text is for printing and parsing, not for a
+ * round trip. */
+#include "client/libopd/json.h"
 
 #include <math.h>
 #include <stdio.h>
