@@ -246,7 +246,7 @@ $(B)/libopd.so: $(CLIENT_OBJ) $(COMMON_OBJ) $(TRACE_OBJ)
 $(B)/libopd.a: $(CLIENT_OBJ) $(COMMON_OBJ)
 	rm -f $@ && ar rcs $@ $^
 
-$(B)/opctl: $(B)/obj/client/opctl.o $(B)/libopd.a
+$(B)/opctl: $(B)/obj/client/opctl.o $(B)/obj/client/jread.o $(B)/libopd.a
 	$(CC) $(LDFLAGS) $^ -o $@ $(CLIENT_LIBS) -lm
 
 $(B)/examples/%: examples/%.c $(B)/libopd.a

@@ -23,134 +23,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "client/jread.h"
 #include "opd/opd.h"
 
-/* ---- a minimal JSON reader: enough to walk libopd's output --------------- */
-
-typedef struct jv {
-  char type;                       /* 'o' object, 'a' array, 's' string,
-                                      'n' number, 'b' bool, 'z' null */
-  char *str;                       /* 's' (unescaped), 'n' (text) */
-  double num;
-  int boolean;
-  int n;                           /* children */
-  char **keys;                     /* 'o' */
-  struct jv **vals;                /* 'o' and 'a' */
-} jv_t;
-
-static const char *jp;
-
-static void ws(void) { while (isspace((unsigned char)*jp)) jp++; }
-
-static jv_t *jparse(void);
-
-static char *jstring(void) {
-  size_t cap = 16, n = 0;
-  char *s = malloc(cap);
-  jp++; /* opening quote */
-  while (*jp && *jp != '"') {
-    char ch = *jp++;
-    if (ch == '\\' && *jp) {
-      ch = *jp++;
-      if (ch == 'n') ch = '\n';
-      else if (ch == 't') ch = '\t';
-      else if (ch == 'u') { /* control chars only, from our own encoder */
-        ch = (char)strtol((char[]){jp[0], jp[1], jp[2], jp[3], 0}, NULL, 16);
-        jp += 4;
-      }
-    }
-    if (n + 2 > cap) s = realloc(s, cap *= 2);
-    s[n++] = ch;
-  }
-  if (*jp == '"') jp++;
-  s[n] = '\0';
-  return s;
-}
-
-static jv_t *jparse(void) {
-  jv_t *v = calloc(1, sizeof *v);
-  ws();
-  if (*jp == '{' || *jp == '[') {
-    char close = *jp == '{' ? '}' : ']';
-    v->type = *jp == '{' ? 'o' : 'a';
-    jp++;
-    ws();
-    while (*jp && *jp != close) {
-      v->keys = realloc(v->keys, sizeof(char *) * (size_t)(v->n + 1));
-      v->vals = realloc(v->vals, sizeof(jv_t *) * (size_t)(v->n + 1));
-      v->keys[v->n] = NULL;
-      if (v->type == 'o') {
-        v->keys[v->n] = jstring();
-        ws();
-        if (*jp == ':') jp++;
-      }
-      v->vals[v->n++] = jparse();
-      ws();
-      if (*jp == ',') jp++;
-      ws();
-    }
-    if (*jp) jp++;
-  } else if (*jp == '"') {
-    v->type = 's';
-    v->str = jstring();
-  } else if (strncmp(jp, "true", 4) == 0 || strncmp(jp, "false", 5) == 0) {
-    v->type = 'b';
-    v->boolean = *jp == 't';
-    jp += v->boolean ? 4 : 5;
-  } else if (strncmp(jp, "null", 4) == 0) {
-    v->type = 'z';
-    jp += 4;
-  } else {
-    const char *start = jp;
-    v->type = 'n';
-    v->num = strtod(jp, (char **)&jp);
-    if (jp == start) jp++; /* never loop on garbage */
-    v->str = strndup(start, (size_t)(jp - start));
-  }
-  return v;
-}
-
-static void jfree(jv_t *v) {
-  if (v == NULL) return;
-  for (int i = 0; i < v->n; i++) {
-    if (v->keys) free(v->keys[i]);
-    jfree(v->vals[i]);
-  }
-  free(v->keys);
-  free(v->vals);
-  free(v->str);
-  free(v);
-}
-
-static jv_t *jget(const jv_t *o, const char *key) {
-  if (o == NULL || o->type != 'o') return NULL;
-  for (int i = 0; i < o->n; i++)
-    if (strcmp(o->keys[i], key) == 0) return o->vals[i];
-  return NULL;
-}
-
-static const char *jstr(const jv_t *v) {
-  return v && (v->type == 's' || v->type == 'n') ? v->str : "";
-}
-
-/* Renders a scalar or a flat array as text ("[1,2]", "1e-05", "none"). */
-static void jtext(const jv_t *v, char *buf, size_t cap) {
-  if (v == NULL || v->type == 'z') {
-    snprintf(buf, cap, "-");
-  } else if (v->type == 'b') {
-    snprintf(buf, cap, "%s", v->boolean ? "true" : "false");
-  } else if (v->type == 'a') {
-    size_t n = (size_t)snprintf(buf, cap, "[");
-    for (int i = 0; i < v->n && n < cap; i++)
-      n += (size_t)snprintf(buf + n, cap - n, "%s%s", i ? "," : "",
-                            jstr(v->vals[i]));
-    if (n < cap) snprintf(buf + n, cap - n, "]");
-  } else if (v->type == 'n' && strpbrk(v->str, ".eE") != NULL) {
-    snprintf(buf, cap, "%g", v->num); /* 1.0000000000000001e-05 -> 1e-05 */
-  } else {
-    snprintf(buf, cap, "%s", v->str);
-  }
-}
 
 /* ---- commands -------------------------------------------------------------- */
 
@@ -224,16 +99,14 @@ static int cmd_ops(opd_client_t *c, int json) {
   char *text;
   int got = fetch_json(c, opd_ops_json, "ops", json, &text);
   if (got != 0) return got == 2 ? 0 : 1;
-  jp = text;
-  jv_t *root = jparse();
+  jv_t *root = jread(text);
   jv_t *ops = jget(root, "ops");
   /* where each op comes from: the PLUGINS reply's "origins" */
   char *ptext = NULL;
   size_t plen;
   jv_t *proot = NULL;
   if (opd_plugins_json(c, &ptext, &plen) == 0) {
-    jp = ptext;
-    proot = jparse();
+    proot = jread(ptext);
   }
   const jv_t *origins = jget(proot, "origins");
   printf("%d operators\n", ops ? ops->n : 0);
@@ -275,8 +148,7 @@ static int cmd_plugins(opd_client_t *c, int json) {
   char *text;
   int got = fetch_json(c, opd_plugins_json, "plugins", json, &text);
   if (got != 0) return got == 2 ? 0 : 1;
-  jp = text;
-  jv_t *root = jparse();
+  jv_t *root = jread(text);
   const jv_t *list = jget(root, "plugins");
   int n = list ? list->n : 0;
   printf("%d plugin%s\n", n, n == 1 ? "" : "s");
@@ -308,9 +180,7 @@ static void print_devices(opd_client_t *c) {
   char *info;
   size_t len;
   if (opd_server_info(c, &info, &len) != 0) return;
-  const char *saved = jp;
-  jp = info;
-  jv_t *root = jparse();
+  jv_t *root = jread(info);
   const jv_t *devs = jget(root, "devices");
   for (int i = 0; devs && i < devs->n; i++) {
     const jv_t *d = devs->vals[i], *mem = jget(d, "memory"), *mps = jget(d, "mps");
@@ -320,7 +190,6 @@ static void print_devices(opd_client_t *c) {
            mps && mps->boolean ? ", MPS" : "");
   }
   jfree(root);
-  jp = saved;
   opd_free(info);
 }
 
@@ -328,8 +197,7 @@ static int cmd_stats(opd_client_t *c, int json) {
   char *text;
   int got = fetch_json(c, opd_stats_json, "stats", json, &text);
   if (got != 0) return got == 2 ? 0 : 1;
-  jp = text;
-  jv_t *root = jparse();
+  jv_t *root = jread(text);
   const jv_t *h = jget(root, "healthy");
   printf("opd daemon: %s\n", h && h->boolean ? "healthy" : "UNHEALTHY");
   print_num("cuda devices", jget(root, "devices"));
@@ -391,8 +259,7 @@ static int cmd_health(const char *sock) {
     opd_close(c);
     return H_UNHEALTHY;
   }
-  jp = text;
-  jv_t *root = jparse();
+  jv_t *root = jread(text);
   const jv_t *h = jget(root, "healthy"), *n = jget(root, "sessions");
   int ok = h && h->boolean;
   if (ok)
@@ -591,8 +458,7 @@ int main(int argc, char **argv) {
     size_t len;
     printf("opctl %s (protocol %d)\n", opd_version(), OPD_PROTOCOL_VERSION);
     if (opd_server_info(cl, &text, &len) == 0) {
-      jp = text;
-      jv_t *root = jparse();
+      jv_t *root = jread(text);
       printf("opd %s (protocol %s) at session %s\n",
              jstr(jget(root, "version")), jstr(jget(root, "protocol")),
              jstr(jget(root, "session")));
