@@ -5,7 +5,7 @@
 # torch's own forward) and bench/bench_chain.py (8 dependent tiny ops, one
 # sync), and keeps what they print and their --json figures in OUTDIR.
 #   bash bench/models.sh [OUTDIR] [-- BENCH_MODELS_ARGS...]
-# OUTDIR defaults to $OUT or /tmp/opd-models; NVCC_ARCH to sm_90 (H100 and H200);
+# OUTDIR defaults to $OUT or /tmp/opd-models; NVCC_ARCH to sm_90;
 # BUILD=0 skips the build (build/opd, build/opctl, build/libopd.so must be
 # there). Exit status: 1 when the build, the daemon or either benchmark
 # failed (a benchmark fails on a result that differs from torch's).

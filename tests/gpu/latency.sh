@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The latency figures of issues 4 and 5 on the GPU machine, in one run:
+# The latency figures on the GPU machine, in one run:
 # the in-process floor of a tiny op (bench_launch, with the pieces of the
 # daemon's completion path), the tiny op through the daemon from C and
 # from Python over each transport, and the noop round trip per transport

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU machine's plugin run (issue 12): build the daemon, libopd and the
+# The GPU machine's plugin run: build the daemon, libopd and the
 # example plugins with CUDA, check the plugins' CUDA kernels through the
 # daemon and as torch ops (pytest: tests/python/test_torch_ops.py and
 # test_plugins.py, torch >= 2.4 there), then the benchmarks: the fused
@@ -7,7 +7,7 @@
 # and torch.ops.opd.* against torch (bench/bench_torch_ops.py), and where a
 # torch.ops.opd call spends its time (bench/profile_torch_ops.py).
 #   bash tests/gpu/plugins.sh [OUTDIR]
-# NVCC_ARCH defaults to sm_90 only (the H200) to keep the build short.
+# NVCC_ARCH defaults to sm_90 only to keep the build short.
 set -uo pipefail
 out=${1:-${OUT:-/tmp/opd-gpu}}
 mkdir -p "$out"

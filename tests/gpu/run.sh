@@ -49,7 +49,7 @@ echo "== transports: opd noop over spin / adaptive / socket next to raw ping-pon
 timeout 120 build/bench/bench_pingpong -n 100000 -s "$sock" 2>&1 | tee "$out/transports.txt" | grep -E "^(latency|error|# placement)"
 echo "== CUDA IPC import"
 timeout 60 build/tests/ipc_gpu "$sock" 2>&1 | tee "$out/ipc_gpu.txt" || status=1
-echo "== asynchronous, stream-ordered runs from a CUDA client (issue 13)"
+echo "== asynchronous, stream-ordered runs from a CUDA client"
 for order in gpu host; do
   echo "-- order kept on the $order (OPD_STREAM_ORDER=$order)"
   OPD_STREAM_ORDER=$order timeout 120 build/tests/async_gpu "$sock" 2>&1 |
@@ -76,7 +76,7 @@ if [ -n "${BENCH_GPU_PY:-}" ]; then
     timeout 120 python3 bench/bench_gpu.py --skip workers16,mps >>"$out/bench_gpu.txt" 2>&1 || status=1
   cat "$out/bench_gpu.txt"
 fi
-echo "== what the daemon holds once its clients are gone (issue 10)"
+echo "== what the daemon holds once its clients are gone"
 # host arenas were registered with CUDA; each must be unregistered and
 # unmapped with its last reference (the daemon's /proc against its stats)
 sleep 0.5
@@ -90,7 +90,7 @@ build/opctl --socket "$sock" stats | head -n 12
 opd_down; echo "opd exit status $?"
 tail -n 3 "$out/opd.log"
 
-echo "== enqueued runs under MPS (the poll path: opd_enqueue_stream*, issue 13)"
+echo "== enqueued runs under MPS (the poll path: opd_enqueue_stream*)"
 # a private MPS control daemon, its pipes in OUTDIR, for this daemon and its
 # clients only; async_gpu then keeps the order on the GPU by itself
 # (exported by mps_start until mps_stop)
@@ -147,7 +147,7 @@ timeout 60 build/tests/poison_gpu "$sock" 2>&1 | tee "$out/poison_gpu.txt" || st
 wait "$opd_pid"; st=$?
 echo "opd exit status $st (3 expected: restart me)"; [ $st = 3 ] || status=1
 grep -E "poison|illegal|exit" "$out/opd-poison.log" | tail -n 5
-echo "== the same drill with the fault in an asynchronous run (issue 13)"
+echo "== the same drill with the fault in an asynchronous run"
 opd_up "$sock" "$out/opd-poison-async.log" build-test/opd --socket "$sock" || status=1
 timeout 60 build/tests/poison_gpu "$sock" async 2>&1 | tee "$out/poison_gpu_async.txt" || status=1
 wait "$opd_pid"; st=$?
