@@ -319,14 +319,15 @@ $(B)/bench/bench_launch: bench/bench_launch.cu $(KERNEL_OBJ) $(CUDA_OBJ)
 	$(NVCC) $(NVCCFLAGS) $< $(filter %.o,$^) -o $@ -lcublasLt $(BLAS_LIBS)
 
 # GPU machine: another MPS process's queued work against a client's own
-# kernels (a diagnosis probe, issue 13; sm_90: dependent launches)
-$(B)/bench/probe_queue: bench/probe_queue.cu
+# kernels (a probe kept with its record, docs/records/2026-12-01-stream-ordered-cost;
+# sm_90: dependent launches)
+$(B)/bench/probe_queue: docs/records/2026-12-01-stream-ordered-cost/probe_queue.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) -O2 -Iinclude -I. -gencode arch=compute_90,code=sm_90 $< -o $@
 
 # GPU machine: an opd-ordered forward in C, both processes (a diagnosis
-# probe, issue 13; sm_90: dependent launches)
-$(B)/bench/probe_stretch: bench/probe_stretch.cu
+# probe kept with its record; sm_90: dependent launches)
+$(B)/bench/probe_stretch: docs/records/2026-12-01-stream-ordered-cost/probe_stretch.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) -O2 -Iinclude -I. -gencode arch=compute_90,code=sm_90 $< -o $@
 

@@ -27,7 +27,7 @@
 
 /* The process's LEGACY_* mode: OPD_STREAM_LEGACY when first asked, or
  * (bench builds) what opd__stream_legacy set: the benchmarks compare the
- * modes in one process (bench/probe_level.py). A build without OPD_BENCH
+ * modes in one process (docs/records/2026-12-01-stream-ordered-cost/probe_level.py). A build without OPD_BENCH
  * knows direct and pdl only. */
 static int legacy_mode = -1;
 
@@ -238,7 +238,7 @@ int opd__slot_for(cevents_t *e, void *stream) {
  * non-blocking stream of libopd's, made (with its two events) the first
  * time. Why: under MPS, ResNet-18 with its ReLUs through opd ran 1.09x
  * torch's forward on torch's default stream and 1.03x with the whole
- * forward on a stream of its own (bench/probe_level.py); which of libopd's
+ * forward on a stream of its own (docs/records/2026-12-01-stream-ordered-cost/probe_level.py); which of libopd's
  * operations on the legacy stream costs that is not known yet, and the
  * modes are there to find out (docs/async.md "The legacy default
  * stream"). Anything that fails to be made leaves the legacy stream in use

@@ -188,7 +188,7 @@ int opd__legacy(void);
 /* Sets the mode for the whole process from now on: one of the names of
  * the LEGACY_* list; 0, or OPD_EINVAL for another word; NULL: the mode
  * now, as its index. Exported for the benchmarks that compare the modes
- * in one process (bench/_torchbench.py, bench/probe_level.py). */
+ * in one process (bench/_torchbench.py, docs/records/2026-12-01-stream-ordered-cost/probe_level.py). */
 __attribute__((visibility("default"))) int opd__stream_legacy(const char *mode);
 #endif
 /* CUDA's legacy default stream: the handle 0, or CU_STREAM_LEGACY. */

@@ -1,4 +1,5 @@
-"""bench/bench_models.py, bench/bench_chain.py and bench/probe_chain.py
+"""bench/bench_models.py, bench/bench_chain.py and probe_chain.py (a probe
+kept with its record, docs/records/2026-12-01-stream-ordered-cost/)
 without a GPU: they skip with exit 0 when torch sees no CUDA device,
 refuse bad options, and the
 module swaps bench_models makes (LayerNorm, the MLP activation, the
@@ -24,13 +25,15 @@ import torch.nn.functional as F
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(REPO, "bench"))
+RECORD = os.path.join("docs", "records", "2026-12-01-stream-ordered-cost")
 
 import bench_models as bm  # noqa: E402
 
 
 def script(name, *args):
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="")   # no GPU, even on one
-    return subprocess.run([sys.executable, os.path.join(REPO, "bench", name), *args],
+    where = "bench" if os.path.exists(os.path.join(REPO, "bench", name)) else RECORD
+    return subprocess.run([sys.executable, os.path.join(REPO, where, name), *args],
                           capture_output=True, text=True, env=env, timeout=120)
 
 

@@ -2,14 +2,14 @@
 # levels.sh: ResNet-18 with ReLU through opd against torch's own forward, one
 # bench_models.py run per daemon configuration, the configurations rotated
 # REPEAT times, to see which of them the "slow level" follows (issue 13,
-# docs/async-history.md: +10-12 us per call in some programs, +4 in
+# docs/records/2026-12-01-stream-ordered-cost/README.md: +10-12 us per call in some programs, +4 in
 # others, steady within one program and daemon). By default the daemon's
 # event loop is pinned to each of CPUs 8..15 in turn (--loop-cpu: does the
 # level follow the CPU the spinning loop runs on, against the client's?),
 # then run with --linger-us 0 (the loop not spinning after each run) and as
 # it is. Under MPS (a private control daemon, its pipes in OUTDIR); needs
 # build/opd, build/opctl, build/libopd.so (a CUDA build) and torch with CUDA.
-#   bash bench/levels.sh [OUTDIR]
+#   bash docs/records/2026-12-01-stream-ordered-cost/levels.sh [OUTDIR]
 # CONFIGS: "|"-separated daemon argument lists ("" is the default daemon);
 # REPEAT (2); CLIENT_CPUS (2-3); MODELS_ARGS (--models resnet18 --rounds 9
 # --iters 10). Prints one line per run:
@@ -21,7 +21,7 @@ configs=${CONFIGS:---loop-cpu 8|--loop-cpu 9|--loop-cpu 10|--loop-cpu 11|--loop-
 repeat=${REPEAT:-2}
 cpus=${CLIENT_CPUS:-2-3}
 margs=${MODELS_ARGS:---models resnet18 --rounds 9 --iters 10}
-. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/../../../bench/lib.sh"
 need_built build/opd build/opctl build/libopd.so || exit 1
 mps_start "$out" || exit 1
 sock=/tmp/opd-levels.sock

@@ -22,7 +22,7 @@ says otherwise (libopd's C kernels, the default on torch >= 2.10, have no
 Python runner to time; with OPD_TORCH_C=1 only `call` and `rest` mean
 anything).
 
-Usage: python3 bench/probe_calls.py [--models gpt2,resnet18] [--iters 20]
+Usage: python3 docs/records/2026-12-01-stream-ordered-cost/probe_calls.py [--models gpt2,resnet18] [--iters 20]
          [--no-loop]   (OPD_STREAM_TRACE=1 with a `make BENCH=1` libopd:
                         libopd's steps, every 2000 calls)
 Needs what bench_models needs; OPD_SOCKET, OPD_LIB as there.
@@ -33,7 +33,8 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "..", "bench"))  # _torchbench, bench_models
 os.environ.setdefault("OPD_TORCH_C", "0")   # the Python path (see DESIGN)
 import _torchbench as tb  # noqa: E402
 import bench_models as bm  # noqa: E402

@@ -22,7 +22,7 @@ torch's dispatch; aten's minus torch's what torch.ops costs by itself.
 With OPD_STREAM_TRACE=1 a `make BENCH=1` libopd also prints its steps per
 call (every 2000 calls and at exit).
 
-Usage: python3 bench/probe_chain.py [--calls 2000] [--rounds 5] [--only opd.relu,...]
+Usage: python3 docs/records/2026-12-01-stream-ordered-cost/probe_chain.py [--calls 2000] [--rounds 5] [--only opd.relu,...]
 Needs torch >= 2.10 with CUDA and a daemon at $OPD_SOCKET (OPD_LIB as in
 bench_models.py).
 """
@@ -32,7 +32,8 @@ import statistics
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "..", "bench"))  # _torchbench, bench_models
 import _torchbench as tb  # noqa: E402
 
 PROG = "probe_chain"

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """probe_level.py: which side of the hand-off makes ResNet-18's "slow level"
-(a diagnostic for issue 13's ReLU line, docs/async-history.md; the
+(a diagnostic for issue 13's ReLU line, docs/records/2026-12-01-stream-ordered-cost/README.md; the
 speed claims stay in bench_models.py). At that level every gap between two
 of torch's kernels in the opd forward is ~2.4 us against torch's 1.2, and
 the C probes (probe_queue, probe_stretch) do not show it.
@@ -42,7 +42,7 @@ DESIGN
           Rotated --repeat times. Says which shape slows torch's own kernels.
 
 Run (under MPS, an opd daemon at $OPD_SOCKET, a CUDA build):
-    python3 bench/probe_level.py [--rounds 9] [--iters 10] [--skip stream|hold]
+    python3 docs/records/2026-12-01-stream-ordered-cost/probe_level.py [--rounds 9] [--iters 10] [--skip stream|hold]
 Prints "stream VARIANT ms=... host_ms=... x_torch=..." and
 "hold HOLDER torch_ms=... opd_ms=... ratio=... torch_x_none=...".
 """
@@ -55,7 +55,8 @@ import subprocess
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "..", "bench"))  # _torchbench, bench_models
 import _torchbench as tb  # noqa: E402
 import bench_models as bm  # noqa: E402
 

@@ -8,11 +8,11 @@
 # daemon, its pipes in OUTDIR). Needs build/opd, build/opctl, build/libopd.so
 # (a CUDA build with BENCH=1: the modes but direct and pdl, and
 # opd__stream_legacy, are in that build only) and torch with CUDA.
-#   bash bench/legacy.sh [OUTDIR]
+#   bash docs/records/2026-12-01-stream-ordered-cost/legacy.sh [OUTDIR]
 # MODES (direct,side,fork,busy,word,kernel,pdl); REPEAT (2); CLIENT_CPUS (2-3); DAEMON_CPUS
 # (8-11); MODELS_ARGS (--models resnet18,gpt2,resnet18conv --rounds 15
 # --iters 10); CHAIN_ARGS (--rounds 6); PROBE=1 also runs
-# bench/probe_level.py --variants opd_MODE...,torch_s,opd_s. Before the
+# docs/records/2026-12-01-stream-ordered-cost/probe_level.py --variants opd_MODE...,torch_s,opd_s. Before the
 # figures, when build/tests/async_gpu is there, its checks against the same
 # daemon once per mode (OPD_STREAM_LEGACY=MODE): a mode that fails them is
 # not measured. After them, when build/bench/probe_stretch is there, the C
@@ -35,7 +35,7 @@ cpus=${CLIENT_CPUS:-2-3}
 dcpus=${DAEMON_CPUS:-8-11}
 margs=${MODELS_ARGS:---models resnet18,gpt2,resnet18conv --rounds 15 --iters 10}
 cargs=${CHAIN_ARGS:---rounds 6}
-. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/../../../bench/lib.sh"
 need_built build/opd build/opctl build/libopd.so || exit 1
 nm -D --defined-only build/libopd.so | grep -q ' opd__stream_legacy$' || {
   echo "legacy.sh: build/libopd.so is not a bench build: make CUDA=1 BENCH=1 build/libopd.so"
@@ -73,7 +73,7 @@ for r in $(seq 1 "$repeat"); do
   grep -E "^chain (ratio|legacy)" "$out/chain-$r.txt" | sed "s/^/legacy run=$r /"
   if [ "${PROBE:-0}" = 1 ]; then
     pv="opd_${modes//,/,opd_},torch_s,opd_s"
-    timeout 200 taskset -c "$cpus" python3 bench/probe_level.py --skip hold \
+    timeout 200 taskset -c "$cpus" python3 docs/records/2026-12-01-stream-ordered-cost/probe_level.py --skip hold \
       --rounds 15 --variants "$pv" >"$out/probe-$r.txt" 2>&1 || status=1
     grep -E "^stream" "$out/probe-$r.txt" | sed "s/^/legacy run=$r /"
   fi

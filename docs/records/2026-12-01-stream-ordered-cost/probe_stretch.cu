@@ -1,6 +1,6 @@
 /* probe_stretch: an opd-ordered forward in C, both sides, to find which
  * piece of the hand-off makes ResNet-18's slow level (issue 13,
- * docs/async-history.md): a "client" process runs S stretches, each
+ * docs/records/2026-12-01-stream-ordered-cost/README.md): a "client" process runs S stretches, each
  * J work kernels followed by a hand-off to a "daemon" process and back, the
  * way libopd and opd order a run under MPS:
  *   client  [J work kernels] [its word := k] (request k to the daemon)

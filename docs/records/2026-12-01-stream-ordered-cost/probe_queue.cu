@@ -1,7 +1,7 @@
 /* probe_queue: does work waiting on the GPU in another MPS process slow a
  * client's own back-to-back kernels, and what would a wait kernel that
  * launches its op itself (CUDA dynamic parallelism) cost? A diagnosis probe
- * for issue 13 (docs/async-history.md): under MPS, ResNet-18 with
+ * for issue 13 (docs/records/2026-12-01-stream-ordered-cost/README.md): under MPS, ResNet-18 with
  * its ReLU through opd is ~4-6% slower when the daemon's stream holds a
  * resident wait kernel with the op and the word queued behind it.
  *
@@ -46,7 +46,7 @@
  * Build: make CUDA=1 build/bench/probe_queue (nvcc -O2 -arch=sm_90)
  * Run (under MPS): ./probe_queue [K=1000] [R=15] [mode,mode,...] [lead_ms=20]
  *   or ./probe_queue hold MODE: the holder alone, one byte on stdout once it
- *   holds MODE, until SIGTERM (bench/probe_level.py --holders)
+ *   holds MODE, until SIGTERM (docs/records/2026-12-01-stream-ordered-cost/probe_level.py --holders)
  *   lead_ms: the sleep the K kernels are queued behind; 2 ms is less than
  *   the host takes to launch 1000 (then the GPU's figure is the host's pace)
  *   PROBE_HOLDER_ENV="CUDA_MPS_CLIENT_PRIORITY=1,...": the holder's environment
@@ -451,7 +451,7 @@ static void latency(void) {
 
 int main(int argc, char **argv) {
   if (argc > 2 && strcmp(argv[1], "hold") == 0) {
-    /* the holder alone (bench/probe_level.py's victim is torch's forward):
+    /* the holder alone (docs/records/2026-12-01-stream-ordered-cost/probe_level.py's victim is torch's forward):
      * one byte on stdout once it holds MODE, until SIGTERM */
     holder(argv[2], 1);
   }

@@ -39,7 +39,7 @@ DESIGN
            costs torch's kernels time.
 --skip takes any of spin, chain, profile (profile and everything after it),
 profile2 (the two CUPTI profiles only), xread.
-Usage: python3 bench/probe_resnet.py [--iters 10] [--rounds 9] [--socket P]
+Usage: python3 docs/records/2026-12-01-stream-ordered-cost/probe_resnet.py [--iters 10] [--rounds 9] [--socket P]
          [--skip spin,chain,profile,profile2,xread] [--dump D]
 """
 import argparse
@@ -51,7 +51,8 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "..", "bench"))  # _torchbench, bench_models
 import _torchbench as tb  # noqa: E402
 import bench_models as bm  # noqa: E402
 
