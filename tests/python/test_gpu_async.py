@@ -1,4 +1,4 @@
-"""Asynchronous, stream-ordered runs on the GPU machine (issue 13), from
+"""Asynchronous, stream-ordered runs on the GPU machine, from
 Python: torch.ops.opd and Client.run on torch CUDA tensors return without
 a CPU sync and are ordered with torch's current stream both ways; inputs
 and outputs dropped and their memory reused right after a call (torch's
