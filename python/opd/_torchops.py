@@ -91,7 +91,7 @@ def infer(c, name, schema, ins, attrs, cache):
         d.dtype = _DT[dt]
         d.rank = len(shape)
         d.shape[:len(shape)] = shape
-    attr_arr, keep, akey = c._attrs(schema, attrs)
+    attr_arr, keep, akey = c._runner.attrs(schema, attrs)
     outs = (_lib.TensorDesc * protocol.MAX_TENSORS)()
     n_out = ctypes.c_uint32()
     errors.check(c._lib.opd_infer(h, name.encode(), descs if specs else None,
@@ -181,7 +181,7 @@ def cuda_desc(c, h, devb, t, keep):
             return d
     v = c._from_torch_cuda(t)
     keep.append(v)
-    return c._desc(v)
+    return c._runner.desc(v)
 
 
 _SLOW = object()             # _call_cuda: take the general path
@@ -292,7 +292,7 @@ class OpRunner:
             p.dev, p.index = "cpu", None
         p.devb = p.dev.encode()
         if attrs:
-            p.attr_arr, p.attr_keep, akey = c._attrs(self.schema, attrs)
+            p.attr_arr, p.attr_keep, akey = c._runner.attrs(self.schema, attrs)
             p.n_attrs = len(akey)
         else:
             p.attr_arr, p.attr_keep, p.n_attrs = None, (), 0
@@ -319,7 +319,7 @@ class OpRunner:
         st = p.stage[i] if shared else None
         if st is None:
             o = c.empty(tuple(t.shape), dtype_name(t.dtype))
-            st = (o, host_view(o), c._desc(o))
+            st = (o, host_view(o), c._runner.desc(o))
             if shared:
                 n = o.nbytes
                 with _staged_lock:
@@ -341,7 +341,7 @@ class OpRunner:
             if v is None:
                 return cuda_desc(c, h, p.devb, t, keep)
             keep.append(v)
-            return c._desc(v)
+            return c._runner.desc(v)
         loc = in_arena(c, t)
         if loc is None:
             return self._staging(c, p, i, t, shared, keep)
@@ -414,7 +414,7 @@ class OpRunner:
             if v is None:
                 parr[i] = ptr
             else:                  # the daemon's own memory, in place
-                d = c._desc(v)
+                d = c._runner.desc(v)
                 parr[i] = None
                 tarr[i].arena, tarr[i].offset = d.arena, d.offset
         copies = ()
@@ -510,7 +510,7 @@ class OpRunner:
                     v = c.empty(shape, dt, device=p.dev)
                     copies.append((o, _device_view(v)))
                 keep.append(v)
-                odescs.append(c._desc(v))
+                odescs.append(c._runner.desc(v))
                 continue
             loc = in_arena(c, o)
             if loc is not None:
@@ -519,7 +519,7 @@ class OpRunner:
             v = c.empty(shape, dt)
             keep.append(v)
             copies.append((o, host_view(v)))
-            odescs.append(c._desc(v))
+            odescs.append(c._runner.desc(v))
         return outs, odescs, copies
 
 

@@ -303,7 +303,7 @@ def test_client_exits_with_runs_in_flight(daemon):
 
 
 def test_torch_devices_go_to_the_daemon_by_uuid(c, daemon):
-    """Issue 15: the daemon is sent the UUID of the torch tensor's GPU, so a
+    """The daemon is sent the UUID of the torch tensor's GPU, so a
     daemon with other CUDA_VISIBLE_DEVICES still opens the right one; the
     hello lists it; an import by it computes in place."""
     name = c.wire_device(0)
