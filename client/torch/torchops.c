@@ -50,6 +50,8 @@
 #define T opd__torch
 #define MAX_OPS 160       /* kernels one process registers */
 #define FORM_KIND 0x3     /* OPD_TORCH_FUNCTIONAL, _INPLACE or _OUT */
+#define OPD_STR_(x) #x
+#define OPD_STR(x) OPD_STR_(x)
 
 /* ---- kernels and their plans ---------------------------------------------- */
 
@@ -155,7 +157,8 @@ static int read_inputs(const top_t *o, call_t *k, const siv_t *stack,
     if (h != NULL) T.list_del(h);
     k->n_in = (uint32_t)(n < OPD_MAX_TENSORS ? n : OPD_MAX_TENSORS);
     if (n > OPD_MAX_TENSORS)
-      return fail(k, o, "%s", "more than 8 tensors in the input list");
+      return fail(k, o, "more than %s tensors in the input list",
+                  OPD_STR(OPD_MAX_TENSORS));
     return 0;
   }
   for (uint32_t i = 0; i < o->n_in; i++, (*pos)++) {
