@@ -16,8 +16,8 @@
  *                import/export, ping, ops/stats as JSON
  *   run.c        runs: submit/wait/run, prepared runs, infer
  *   stream.c     runs ordered with a CUDA stream, device pointers
- *   torchops.c   C kernels for torch's dispatcher (opd_torch_*), over
- *                opd_infer and opd_run_stream_ptrs
+ * and, built in with TORCH=1, client/torch/: C kernels for torch's
+ * dispatcher (opd_torch_*), over opd_infer and opd_run_stream_ptrs.
  * Every function here is hidden (not exported from libopd.so): the ABI is
  * include/opd/opd.h's functions and nothing else of the client.
  */

@@ -18,6 +18,8 @@
 
 #include "opd/opd.h"
 
+#pragma GCC visibility push(hidden)
+
 #define OPD_TORCH_PLANS 16 /* signatures cached per kernel */
 
 typedef struct opd_torch_sig {
@@ -56,5 +58,7 @@ void opd__torch_plan_store(opd_torch_plans_t *c, const opd_torch_sig_t *s,
                            const opd_tensor_t *outs, uint32_t n_out);
 /* Marks s as answered: its later calls are not waited for. */
 void opd__torch_plan_ran(opd_torch_plans_t *c, const opd_torch_sig_t *s);
+
+#pragma GCC visibility pop
 
 #endif

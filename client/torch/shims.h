@@ -18,6 +18,8 @@
 
 #include "opd/opd.h"
 
+#pragma GCC visibility push(hidden)
+
 typedef uint64_t siv_t;   /* StableIValue */
 typedef void *ath_t;      /* AtenTensorHandle */
 typedef int32_t aerr_t;   /* AOTITorchError: 0 success */
@@ -76,5 +78,7 @@ int opd__torch_copy(ath_t dst, ath_t src);
 opd_client_t *opd__torch_connection(char *msg, size_t cap);
 /* The bound connection if it is current, else NULL (asks nothing). */
 opd_client_t *opd__torch_bound(void);
+
+#pragma GCC visibility pop
 
 #endif

@@ -124,13 +124,14 @@ def _c_kernels():
 
 def test_c_kernels_serve_cuda_calls(ops):
     """torch >= 2.10: libopd's C kernels are the CUDA kernels of the ops
-    (client/libopd/torchops.c), torch's dispatcher calls them directly."""
+    (client/torch/torchops.c), torch's dispatcher calls them directly."""
     import opd.torch as ot
     if not _c_kernels():
-        pytest.skip("torch.ops.opd on CUDA goes through Python here: %s"
+        pytest.skip("torch.ops.opd on CUDA is refused here: %s"
                     % ot.c_kernels_why())
     names = ot.c_kernels()
-    for n in ("softmax", "layernorm", "gelu", "relu", "relu_", "conv2d"):
+    for n in ("softmax", "layernorm", "gelu", "relu", "relu_", "conv2d",
+              "softmax_out", "noop"):
         assert n in names, (n, names)
     # the same signature twice (a plan hit), then a new one (a miss)
     for shape in ((8, 300), (8, 300), (3, 5, 7)):
