@@ -47,6 +47,8 @@ ifeq ($(TORCH),auto)
 else
   TORCH_ON := $(TORCH)
 endif
+# libopd is relinked when TORCH_ON changes (its objects differ)
+$(shell mkdir -p $(B); [ "$$(cat $(B)/.torch 2>/dev/null)" = "$(TORCH_ON)" ] || { echo $(TORCH_ON) > $(B)/.torch; rm -f $(B)/libopd.so $(B)/libopd.a; })
 
 OPENBLAS_INC := /usr/include/x86_64-linux-gnu/openblas-pthread
 OPENBLAS_LIB := /usr/lib/x86_64-linux-gnu/openblas-pthread
