@@ -201,7 +201,7 @@ class Runner:
     def prepare(self, op, inputs, out, attrs, device):
         """The Run of these arguments, the outputs (given, or new ones) and
         the device as bytes (None: the daemon's auto)."""
-        c, torch = self._c, self._torch
+        c, ti = self._c, self._torch        # ti: the TorchInterop part
         h = c._handle()
         ins = list(inputs)
         while ins and ins[-1] is None:        # optional trailing inputs
@@ -209,7 +209,7 @@ class Runner:
         torch_dev = None                      # a torch CUDA tensor's device
         odev = "cpu"                          # where new outputs go
         on_dev = False                        # a tensor in device memory
-        maps = torch.maps
+        maps = ti.maps
         for i, x in enumerate(ins):
             if type(x) is not Tensor:
                 if x is None:
@@ -219,7 +219,7 @@ class Runner:
                     if _is_torch(x) and x.is_cuda:
                         torch_dev = x.device
                     ins[i] = x = self.convert(x)
-            if maps and torch.viewed(x):
+            if maps and ti.viewed(x):
                 torch_dev = x.arena.device        # torch may use its view
             if odev == "cpu":
                 odev = x.arena.device
@@ -254,8 +254,8 @@ class Runner:
                                            "are not in shared memory)"
                                            % (op, type(o).__name__))
                     torch_dev = o.device
-                    o = torch.from_torch_cuda(o)
-                elif torch.maps and torch.viewed(o):
+                    o = ti.from_torch_cuda(o)
+                elif ti.maps and ti.viewed(o):
                     torch_dev = o.arena.device
                 if not on_dev:
                     on_dev = o.arena.device != "cpu"
