@@ -27,6 +27,10 @@ class Publications:
         self._c, self._arenas = client, arenas
         self.names = {}                # name -> the Tensor published
 
+    def reset(self):
+        """Forgets the names of the previous connection (closed with it)."""
+        self.names = {}
+
     def publish(self, name, t, readers=None):
         """Publishes a copy of tensor t (a host or device Tensor, or a torch
         tensor) under `name` (at most 63 bytes, no "/"), for other

@@ -11,7 +11,7 @@ _gen, _token, _lock, _lib), the tensor factories, the public run API
 and the daemon's information (ops, stats, server_info, ...). The rest is
 done by parts, each an object that owns its state, made in __init__ and
 reached through its attribute (each holds the Client for the connection
-and the parts it uses; none reads another's state):
+and the parts it uses, and changes only its own state):
   _arenas   _arenas.py   Arenas: the arenas this connection registers
                          (host by fd, device by opd_alloc), their ids,
                          the allocators and deferred releases
@@ -159,7 +159,7 @@ class Client:
             self._h = None
             self._arenas.reset()
             self._runner.reset()
-            self._pubs.names = {}
+            self._pubs.reset()
             self._torch.reset()
             h = ctypes.c_void_p()
             flags = _PRIORITY[self.priority] | _WAIT[self.wait]
@@ -185,8 +185,8 @@ class Client:
                 if unbind is not None:   # opd.torch's C kernels drop it
                     unbind(h)
                 self._lib.opd_close(h)
-            self._arenas.reg, self._arenas.dallocs = {}, {}
-            self._pubs.names = {}
+            self._arenas.reset()
+            self._pubs.reset()
             self._torch.reset()           # live torch views keep their maps
             _clients.discard(self)
 
