@@ -16,7 +16,10 @@
 # Variables: CUDA=auto|0|1 (auto: CUDA sources compile when nvcc is found),
 # BLAS=1|0 (0: no OpenBLAS, the CPU matmul/conv2d fast kernels fall back to
 # the reference), ASAN=1 (address + undefined sanitizers), DEBUG=1 (-O0
-# -g3), PREFIX.
+# -g3), PREFIX, TORCH=auto|0|1 (1: libopd carries the C kernels of
+# torch.ops.opd on CUDA tensors, client/torch/, which look torch up at run
+# time and need nothing of it to build; auto: 1 when python3 or
+# /usr/bin/python3 finds torch).
 #
 #   make CUDA=1 BLAS=0 build/tests/gpu_kernels
 #                   the CUDA kernels' check against the CPU reference and
@@ -38,6 +41,14 @@ ifeq ($(CUDA),auto)
 else
   CUDA_ON := $(CUDA)
 endif
+TORCH   ?= auto
+ifeq ($(TORCH),auto)
+  TORCH_ON := $(shell for p in python3 /usr/bin/python3; do $$p -c 'import importlib.util as u, sys; sys.exit(u.find_spec("torch") is None)' 2>/dev/null && { echo 1; exit; }; done; echo 0)
+else
+  TORCH_ON := $(TORCH)
+endif
+# libopd is relinked when TORCH_ON changes (its objects differ)
+$(shell mkdir -p $(B); [ "$$(cat $(B)/.torch 2>/dev/null)" = "$(TORCH_ON)" ] || { echo $(TORCH_ON) > $(B)/.torch; rm -f $(B)/libopd.so $(B)/libopd.a; })
 
 OPENBLAS_INC := /usr/include/x86_64-linux-gnu/openblas-pthread
 OPENBLAS_LIB := /usr/lib/x86_64-linux-gnu/openblas-pthread
@@ -141,7 +152,7 @@ ifeq ($(TEST_OPS),1)
   NVCCFLAGS += -DOPD_TEST_OPS
 endif
 
-$(info opd: CC=$(CC) CUDA=$(CUDA)->$(CUDA_ON)$(if $(NVCC), (nvcc: $(NVCC)),) BLAS=$(BLAS) ASAN=$(ASAN) DEBUG=$(DEBUG) INIH=$(INIH_ON) SYSTEMD=$(SYSTEMD_ON) MHD=$(MHD_ON))
+$(info opd: CC=$(CC) CUDA=$(CUDA)->$(CUDA_ON)$(if $(NVCC), (nvcc: $(NVCC)),) BLAS=$(BLAS) ASAN=$(ASAN) DEBUG=$(DEBUG) INIH=$(INIH_ON) SYSTEMD=$(SYSTEMD_ON) MHD=$(MHD_ON) TORCH=$(TORCH)->$(TORCH_ON))
 
 COMMON_SRC  := $(sort $(wildcard common/*.c))
 KERNEL_SRC  := $(sort $(wildcard kernels/*.c kernels/*/*.c))
@@ -165,6 +176,8 @@ $(shell mkdir -p $(B); [ "$$(cat $(BENCH_STAMP) 2>/dev/null)" = "$(BENCH)" ] || 
 ifeq ($(BENCH),1)
   $(info opd: BENCH=1 (libopd with the comparison-only stream modes))
 endif
+# torch's dispatcher kernels (client/torch), in libopd with TORCH=1
+TORCH_SRC   := $(sort $(wildcard client/torch/*.c))
 UNIT_SRC    := $(sort $(wildcard tests/unit/*.c))
 OPS_SRC     := $(sort $(wildcard tests/ops/*.c))
 INTEG_SRC   := $(sort $(wildcard tests/integration/*.c))
@@ -179,6 +192,8 @@ $(CLIENT_OBJ): $(BENCH_STAMP)
 ifeq ($(BENCH),1)
 $(CLIENT_OBJ): CPPFLAGS += -DOPD_BENCH
 endif
+# torch's dispatcher kernels (client/torch), in libopd with TORCH=1
+TORCH_SRC   := $(sort $(wildcard client/torch/*.c))
 UNIT_OBJ   := $(call obj,$(UNIT_SRC))
 OPS_OBJ    := $(call obj,$(OPS_SRC))
 INTEG_OBJ  := $(call obj,$(INTEG_SRC))
@@ -225,8 +240,8 @@ check-deps:
 	 if [ -n "$$missing" ]; then echo "opd: installing missing packages"; $(MAKE) --no-print-directory deps; fi
 
 # ---- build ---------------------------------------------------------------
-# torch calls the C kernels of torchops.c and they throw through their frames
-$(B)/obj/client/libopd/torchops.o: CFLAGS += -fexceptions
+# torch calls the C kernels of client/torch and they throw through their frames
+$(TORCH_OBJ): CFLAGS += -fexceptions
 $(B)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
@@ -368,12 +383,13 @@ $(B)/tests/chaos: $(CHAOS_OBJ) $(B)/obj/tests/integration/harness.o $(B)/libopd.
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $^ -o $@ -lcriterion $(CLIENT_LIBS) -lm
 
-# libopd's C kernels for torch's dispatcher against toy shims of torch's
-# stable C ABI (tests/torch/fake_torch.c; run by tests/python): -rdynamic so
-# that libopd's dlsym finds the shims in the program itself
-$(B)/tests/fake_torch: tests/torch/fake_torch.c $(B)/libopd.a
+# the C kernels for torch's dispatcher (client/torch, linked here whatever
+# TORCH says) against toy shims of torch's stable C ABI
+# (tests/torch/fake_torch.c; run by tests/python): -rdynamic so that their
+# dlsym finds the shims in the program itself
+$(B)/tests/fake_torch: tests/torch/fake_torch.c $(TORCH_OBJ) $(B)/libopd.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(CFLAGS) -rdynamic $< -o $@ $(B)/libopd.a $(CLIENT_LIBS) -ldl
+	$(CC) $(CPPFLAGS) $(CFLAGS) -rdynamic $< -o $@ $(TORCH_OBJ) $(B)/libopd.a $(CLIENT_LIBS) -ldl
 
 test: all plugins $(B)/tests/unit $(B)/tests/ops $(B)/tests/integration $(B)/tests/chaos \
       $(B)/tests/fake_torch

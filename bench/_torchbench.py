@@ -121,8 +121,8 @@ def header(prog, torch, opd, c, extra=()):
         import opd.torch as ot
         why = ot.c_kernels_why()
         print("# torch.ops.opd on CUDA tensors: %s" % (
-            "libopd's C kernels (%d registered; OPD_TORCH_C=0 for the Python path)"
-            % len(ot.c_kernels()) if not why else "the Python path (%s)" % why))
+            "libopd's C kernels (%d registered)" % len(ot.c_kernels())
+            if not why else "refused: no C kernels (%s)" % why))
     except ImportError:
         pass
     for line in extra:

@@ -4,16 +4,15 @@
 # OUTDIR) runs bench_handoff (two processes, no daemon), starts a daemon and
 # runs bench_stream (a CUDA client in C), bench_enqueue (libopd's variants in one process),
 # bench_async_ops.py, and bench_models.py + bench_chain.py (GPT-2 and
-# ResNet-18 through torch.ops.opd against torch; both again with
-# OPD_TORCH_C=0, opd.torch's Python path). Everything they print
+# ResNet-18 through torch.ops.opd against torch). Everything they print
 # goes to OUTDIR/<mode>/.
 #   bash bench/async.sh [OUTDIR] [MODES]    (MODES: "nomps mps", the default)
 # BUILD=0: use build/ as it is; NO_MODELS=1: no models or chain; AGAIN="ENV=V:tag
 # ...": the models and the chain again under each ENV=V, files *_tag (default
 # OPD_STREAM_POLL=0:wait, each call waiting for the daemon's answer;
 # OPD_STREAM_WORDS=0:events, the daemon's stream waiting on the client's
-# interprocess events instead of polling its words; OPD_TORCH_C=0:py,
-# torch.ops.opd through Python); MODELS_ARGS: bench_models.py's (--rounds 5
+# interprocess events instead of polling its words); MODELS_ARGS:
+# bench_models.py's (--rounds 5
 # --iters 10).
 set -uo pipefail
 out=${1:-${OUT:-/tmp/opd-async}}
@@ -57,10 +56,9 @@ for mode in $modes; do
       tee "$o/chain_$tag.txt" | grep -E "ratio" || status=1
   }
   # AGAIN: "ENV=VALUE:tag ..." (default: each call waiting for the daemon's
-  # answer; the daemon's stream waiting on the client's events, not its words;
-  # torch.ops.opd through Python)
+  # answer; the daemon's stream waiting on the client's events, not its words)
   if [ -z "${NO_MODELS:-}" ]; then
-    for a in ${AGAIN:-OPD_STREAM_POLL=0:wait OPD_STREAM_WORDS=0:events OPD_TORCH_C=0:py}; do
+    for a in ${AGAIN:-OPD_STREAM_POLL=0:wait OPD_STREAM_WORDS=0:events}; do
       echo "-- the same, ${a%%:*}"
       again "${a%%:*}" "${a##*:}"
     done

@@ -22,12 +22,12 @@
  *   ptx.c, poll.c, cudaconn.c, batch.c, imports.c, stream.c
  *                runs ordered with a CUDA stream, batches, device
  *                pointers as tensors (stream.h)
- *   torchops.c   C kernels for torch's dispatcher (opd_torch_*), over
- *                opd_infer and opd_run_stream_ptrs
  * The core (errors, frame, transport, conn, control, json, run) names
  * nothing of the CUDA side but opd__cuda_wire (cuda.c, itself on the
  * core only): conn.c ends a connection's CUDA state through the hooks
  * that state was made with (opd__conn_hooks_t).
+ * Built in with TORCH=1, client/torch/ holds the C kernels for torch's
+ * dispatcher (opd_torch_*), over opd_infer and opd_run_stream_ptrs.
  * Every function here is hidden (not exported from libopd.so): the ABI is
  * include/opd/opd.h's functions and nothing else of the client.
  */

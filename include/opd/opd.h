@@ -495,20 +495,30 @@ int opd_cuda_unmap(uint64_t ptr, uint64_t size, uint64_t handle, int device);
 
 /* ---- torch's dispatcher (used by the Python package's opd.torch) -------- */
 /* C kernels for torch's CUDA dispatch key, so that torch.ops.opd.<op> on
- * CUDA tensors runs with no Python in the call (client/libopd/torchops.c;
- * docs/python.md). They use torch's stable C ABI (torch >= 2.10), looked up
- * in this process: nothing links against torch.
+ * CUDA tensors runs with no Python in the call (client/torch/; in libopd
+ * when built with TORCH=1, the default where Python has torch;
+ * docs/python.md). They use torch's stable C ABI (torch >= 2.10), looked
+ * up in this process: nothing links against torch.
  * opd_torch_available: 1 when torch's shims are here, else 0 with the
  *   reason in why[cap].
- * opd_torch_kernel: registers the kernel of ns::op (ns::op_ with inplace:
- *   the output written over input 0) whose torch schema (already defined)
- *   has n_in Tensor inputs (those from min_in on `Tensor?`), then the
- *   attributes in order (types OPD_ATTR_*), and n_out Tensor returns.
+ * opd_torch_kernel: registers the kernel of a form of ns::op whose torch
+ *   schema (already defined) has n_in Tensor inputs (those from min_in on
+ *   `Tensor?`; with OPD_TORCH_VARIADIC one `Tensor[]`, n_in 1), then the
+ *   out= tensors (OPD_TORCH_OUT: n_out of them), then the attributes in
+ *   order (types OPD_ATTR_*), and returns n_out Tensors (functional) or
+ *   nothing. form: OPD_TORCH_FUNCTIONAL (ns::op), OPD_TORCH_INPLACE
+ *   (ns::op_, the output written over input 0) or OPD_TORCH_OUT
+ *   (ns::op_out, the outputs written into the given tensors), or'd with
+ *   OPD_TORCH_VARIADIC.
  * opd_torch_bind: the connection the kernels run on, and a function they
  *   call (no arguments) to have one bound again when there is none or it
  *   is the parent's after fork(); opd_torch_unbind(c): c is closing. */
+#define OPD_TORCH_FUNCTIONAL 0
+#define OPD_TORCH_INPLACE 1
+#define OPD_TORCH_OUT 2
+#define OPD_TORCH_VARIADIC 0x10
 int opd_torch_available(char *why, size_t cap);
-int opd_torch_kernel(const char *ns, const char *op, int inplace,
+int opd_torch_kernel(const char *ns, const char *op, int form,
                      uint32_t n_in, uint32_t min_in, uint32_t n_out,
                      uint32_t n_attrs, const char *const *attr_names,
                      const int32_t *attr_types);

@@ -1,14 +1,16 @@
-"""opd._publish: published tensors (mixed into opd.Client).
+"""opd._publish: published tensors (a part of opd.Client).
 
 DESIGN
-Publishing is a mixin of Client: publish() copies a tensor into an arena
+Publications, held by its Client as `_pubs`, owns the names this
+connection published (`names`: name -> the Tensor published). publish() copies a tensor into an arena
 of its own (host memory, or device memory for a device tensor) and
 publishes that arena under a name with its dtype, shape and offset as
 JSON meta (opd_publish, or opd_publish2 with a readers list); _pubs
 keeps the copy while the name lasts. attach() returns a read-only Tensor
 on the attached arena, typed from the meta (raw bytes when there is none
-of ours). Uses the connection's helpers (_handle, _need, _new_arena,
-_new_device_arena, _remote, _arena_id, _convert, run).
+of ours). It reaches the connection through its Client (handle, need,
+run, settle, the conversion of a torch tensor or array) and arenas
+through the Arenas part.
 """
 import ctypes
 import json
@@ -18,8 +20,16 @@ from .errors import check
 from .tensor import Tensor, dtype_name
 
 
-class Publishing:
-    """Client's publish, unpublish and attach."""
+class Publications:
+    """A connection's publish, unpublish and attach."""
+
+    def __init__(self, client, arenas):
+        self._c, self._arenas = client, arenas
+        self.names = {}                # name -> the Tensor published
+
+    def reset(self):
+        """Forgets the names of the previous connection (closed with it)."""
+        self.names = {}
 
     def publish(self, name, t, readers=None):
         """Publishes a copy of tensor t (a host or device Tensor, or a torch
@@ -38,14 +48,15 @@ class Publishing:
         writing it changes what attachers read). Raises BadArgumentError
         (EINVAL: name taken by this uid, empty or with a "/"; an unknown
         user or group in readers)."""
-        h = self._handle()
+        c, arenas = self._c, self._arenas
+        h = c._handle()
         if readers is None:
-            fn, extra = self._need("opd_publish"), ()
+            fn, extra = c._need("opd_publish"), ()
         else:
             if isinstance(readers, (str, bytes, numbers.Integral)):
                 raise TypeError("readers must be a list of uids, user names, "
                                 "'group:NAME' or '*', not %r" % (readers,))
-            fn = self._need("opd_publish2")
+            fn = c._need("opd_publish2")
             rs = [str(int(r)) if isinstance(r, numbers.Integral) and
                   not isinstance(r, bool) else r for r in readers]
             for r in rs:
@@ -56,34 +67,35 @@ class Publishing:
                 *[r.encode() for r in rs])
             extra = (arr, len(rs))
         if not isinstance(t, Tensor):
-            t = self._convert(t)
+            t = c._runner.convert(t)
         nbytes = max(t.nbytes, 1)
         if t.device == "cpu":
-            arena = self._new_arena((nbytes + 4095) & ~4095)
+            arena = arenas.new_arena((nbytes + 4095) & ~4095)
             own = Tensor(arena, 0, t.dtype, t.shape, None, arena)
             if t.arena.base is not None and t.is_contiguous():
                 ctypes.memmove(own.data_ptr(), t.data_ptr(), t.nbytes)
             elif t.size:
-                self.run("copy", t, out=own)
+                c.run("copy", t, out=own)
         else:
-            arena = self._new_device_arena(t.device, (nbytes + 255) & ~255)
+            arena = arenas.new_device_arena(t.device, (nbytes + 255) & ~255)
             own = Tensor(arena, 0, t.dtype, t.shape, None, arena)
             if t.size:
-                self.run("copy", t, out=own)
-        self._settle()   # the copy, and what wrote t, done for attachers
+                c.run("copy", t, out=own)
+        c._settle()   # the copy, and what wrote t, done for attachers
         meta = json.dumps({"dtype": t.dtype, "shape": list(t.shape),
                            "offset": 0}, separators=(",", ":"))
-        check(fn(h, self._arena_id(arena), name.encode(), meta.encode(),
+        check(fn(h, arenas.arena_id(arena), name.encode(), meta.encode(),
                  *extra))
-        self._pubs[name] = own
+        self.names[name] = own
         return own
 
     def unpublish(self, name):
         """Withdraws `name`; attachments made before keep working. Raises
         BadArgumentError (ENOENT: nothing published under it; EINVAL:
         another connection published it). Returns None."""
-        check(self._need("opd_unpublish")(self._handle(), name.encode()))
-        self._pubs.pop(name, None)
+        c = self._c
+        check(c._need("opd_unpublish")(c._handle(), name.encode()))
+        self.names.pop(name, None)
 
     def attach(self, name):
         """Returns the tensor published under `name` as a read-only Tensor of
@@ -95,14 +107,16 @@ class Publishing:
         one. Raises BadArgumentError (ENOENT) if nothing is published under
         that name, or it is another uid's and not shared with this uid (the
         two are not told apart)."""
-        h = self._handle()
+        c = self._c
+        h = c._handle()
         aid, size = ctypes.c_uint64(), ctypes.c_uint64()
         dev = ctypes.create_string_buffer(64)
         meta = ctypes.create_string_buffer(512)
-        check(self._need("opd_attach")(h, name.encode(), ctypes.byref(aid),
+        check(c._need("opd_attach")(h, name.encode(), ctypes.byref(aid),
                                        ctypes.byref(size), dev, 64, meta, 512))
         device = dev.value.decode() or "cpu"
-        a = self._remote(aid.value, size.value, device, "attach", readonly=True)
+        a = self._arenas.remote(aid.value, size.value, device, "attach",
+                                readonly=True)
         try:
             m = json.loads(meta.value.decode()) if meta.value else {}
             dt = dtype_name(m["dtype"])

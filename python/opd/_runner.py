@@ -1,29 +1,31 @@
 """opd._runner: a run's arguments as libopd takes them, and their caches.
 
 DESIGN
-Runner is a mixin of Client (client.py): it turns what run(), submit(),
+Runner, held by its Client as `_runner`, turns what run(), submit(),
 prepare(), infer() and the generated operator methods are given into
-libopd's arguments, and keeps the caches that make a repeated call cheap.
-It uses the connection state Client.__init__ sets and the connection's
-helpers (_handle, _need, _arena_id, _schema, empty); torch tensors are
-converted by _torch.py.
+libopd's arguments, and owns the caches that make a repeated call cheap
+(infer_cache, desc_arrays, op_bytes, the run memo) and `unsynced`, the
+flag of asynchronous runs sent since the last synchronize(). It reaches
+the connection through its Client (handle, token, lib, empty,
+from_numpy), arena ids through the Arenas part, torch tensors through
+the TorchInterop part and schemas through the Ops part.
 
-_prepare() converts inputs (a numpy array is copied into a new shared
+prepare() converts inputs (a numpy array is copied into a new shared
 tensor, a torch tensor through from_torch), converts attributes using the
-schema's types (_attrs), asks opd_infer for the output shapes (_infer:
+schema's types (attrs), asks opd_infer for the output shapes (infer:
 cached by op, input dtypes/shapes and attributes), allocates the outputs
 from the client's Allocator on the device of the device-tensor inputs,
-builds the descriptors (_desc: cached per tensor and connection;
-_desc_array: arrays of several, cached by the descriptors) and returns
-libopd's arguments. _run() is the body of run() and of every generated
-operator method: from the run memo when the call is the memo's, else
-through _prepare() and _exec() (ctypes releases the GIL, so threads
-overlap their requests). _exec() picks how the run is sent: ordered with
-torch's current stream when torch's memory or a live torch view is in it
-(opd_run_stream), asynchronous when any tensor is in device memory
-(opd_run_async: answered once enqueued; the client notes it has runs to
-settle, _unsynced, which synchronize(), publish() and a new torch view
-settle), else plain opd_run.
+builds the descriptors (desc: cached per tensor and connection;
+desc_array: arrays of several, cached by the descriptors) and returns a
+Run, the record of libopd's arguments and what they keep alive. run() is
+the body of Client.run and of every generated operator method: from the
+run memo when the call is the memo's, else through prepare() and
+execute() (ctypes releases the GIL, so threads overlap their requests).
+execute() picks how the run is sent: ordered with torch's current stream
+when torch's memory or a live torch view is in it (opd_run_stream),
+asynchronous when any tensor is in device memory (opd_run_async:
+answered once enqueued; `unsynced` is set, which synchronize(), publish()
+and a new torch view settle), else plain opd_run.
 """
 import ctypes
 import numbers
@@ -39,20 +41,78 @@ _DT = protocol.DTYPE_CODES
 _AT = protocol.ATTR_TYPE_CODES
 
 
+class Run:
+    """One run's arguments as libopd takes them (after the connection's
+    handle h: op, in_arr, n_in, out_arr, n_out, attr_arr, n_attrs) and
+    what they need alive and say: the inputs and outputs (opd Tensors),
+    keep (the attribute buffers), torch_dev (a torch CUDA device whose
+    memory or views are in it, else None) and on_dev (a tensor in device
+    memory)."""
+    __slots__ = ("h", "op", "in_arr", "n_in", "out_arr", "n_out", "attr_arr",
+                 "n_attrs", "ins", "outs", "keep", "torch_dev", "on_dev")
+
+    def __init__(self, h, op, in_arr, n_in, out_arr, n_out, attr_arr, n_attrs,
+                 ins, outs, keep, torch_dev, on_dev):
+        self.h, self.op, self.in_arr, self.n_in = h, op, in_arr, n_in
+        self.out_arr, self.n_out = out_arr, n_out
+        self.attr_arr, self.n_attrs = attr_arr, n_attrs
+        self.ins, self.outs, self.keep = ins, outs, keep
+        self.torch_dev, self.on_dev = torch_dev, on_dev
+
+    def c_args(self):
+        """(op, in_arr, n_in, out_arr, n_out, attr_arr, n_attrs): libopd's
+        arguments after the handle (and device)."""
+        return (self.op, self.in_arr, self.n_in, self.out_arr, self.n_out,
+                self.attr_arr, self.n_attrs)
+
+
+class _Memo:
+    """A run memo entry (see Runner.run): the connection it was made on,
+    the inputs and outputs (weakly), the device and attributes asked
+    for, libopd's arguments after the handle (c_args) and device bytes
+    (devb), the attribute buffers they use (keep), the encoded request
+    (prep: an _Encoded, from the second call on) and whether the run is
+    asynchronous (on_dev)."""
+    __slots__ = ("token", "ins", "outs", "device", "attrs", "c_args", "devb",
+                 "keep", "prep", "on_dev")
+
+    def __init__(self, token, ins, outs, device, attrs, c_args, devb, keep,
+                 on_dev):
+        self.token, self.ins, self.outs = token, ins, outs
+        self.device, self.attrs = device, attrs
+        self.c_args, self.devb, self.keep = c_args, devb, keep
+        self.prep, self.on_dev = None, on_dev
+
+
 class Runner:
-    """Client's argument conversion, caches and run memo."""
+    """A connection's argument conversion, caches and run memo."""
+
+    def __init__(self, client, arenas, torch, ops):
+        self._c, self._arenas, self._torch, self._ops = client, arenas, torch, ops
+        self.infer_cache = {}          # (op, inputs, attrs) -> output specs
+        self.desc_arrays = {}          # descriptors -> their ctypes array
+        self.memo = {}                 # (op, id(out)) -> _Memo
+        self.op_bytes = {}             # op name -> its bytes
+        self.unsynced = False          # async runs sent since synchronize()
+        self.run_async = None          # libopd's opd_run_async (False: none)
+
+    def reset(self):
+        """Forgets what belonged to the previous connection."""
+        self.memo.clear()
+        self.unsynced = False
 
     # ---- descriptors ---------------------------------------------------------
-    def _desc(self, t):
+    def desc(self, t):
         d = t._descs
-        if d is not None and d[0] is self._token:
+        token = self._c._token
+        if d is not None and d[0] is token:
             return d[1]
         n = len(t.shape)
         if n > protocol.MAX_RANK:
             raise errors.error(protocol.ELIMIT, "rank %d out of 0..%d"
                                % (n, protocol.MAX_RANK))
         desc = _lib.TensorDesc()
-        desc.arena = self._arena_id(t.arena)
+        desc.arena = self._arenas.arena_id(t.arena)
         desc.offset = t.offset
         desc.dtype = _DT[t.dtype]
         desc.rank = n
@@ -60,11 +120,10 @@ class Runner:
         if not t.is_contiguous():
             desc.strided = 1
             desc.strides[:n] = t.strides
-        t._descs = (self._token, desc)
+        t._descs = (token, desc)
         return desc
 
-
-    def _desc_array(self, ts):
+    def desc_array(self, ts):
         """The descriptors of tensors ts as libopd takes them (a pointer to
         the first of n): one descriptor as itself (ctypes passes its
         address), several as an array, cached by the descriptors (each
@@ -73,30 +132,26 @@ class Runner:
         if not ts:
             return None
         if len(ts) == 1:
-            return self._desc(ts[0])
-        descs = [self._desc(t) for t in ts]
+            return self.desc(ts[0])
+        descs = [self.desc(t) for t in ts]
         key = tuple(map(id, descs))   # the entry keeps descs alive: ids hold
-        hit = self._desc_arrays.get(key)
+        hit = self.desc_arrays.get(key)
         if hit is None:
-            if len(self._desc_arrays) >= 256:
-                self._desc_arrays.clear()
-            hit = self._desc_arrays[key] = ((_lib.TensorDesc * len(descs))(*descs),
-                                            descs)
+            if len(self.desc_arrays) >= 256:
+                self.desc_arrays.clear()
+            hit = self.desc_arrays[key] = ((_lib.TensorDesc * len(descs))(*descs),
+                                           descs)
         return hit[0]
 
-    def _viewed(self, t):
-        m = self._maps.get(t.arena.serial)
-        return m is not None and len(m.views) > 0
-
-
     # ---- inputs and attributes -----------------------------------------------
-    def _convert(self, x):
+    def convert(self, x):
+        """An opd Tensor for x: a torch tensor's (from_torch), else a copy
+        of an array-like (from_numpy)."""
         if _is_torch(x):
-            return self.from_torch(x)
-        return self.from_numpy(x)
+            return self._torch.from_torch(x)
+        return self._c.from_numpy(x)
 
-
-    def _attrs(self, schema, kw):
+    def attrs(self, schema, kw):
         if not kw:
             return None, (), ()
         types_ = {a["name"]: a["type"] for a in schema["attrs"]} if schema else {}
@@ -143,15 +198,18 @@ class Runner:
         return arr, keep, tuple(key)
 
 
-    def _prepare(self, op, inputs, out, attrs, device):
-        h = self._handle()
+    def prepare(self, op, inputs, out, attrs, device):
+        """The Run of these arguments, the outputs (given, or new ones) and
+        the device as bytes (None: the daemon's auto)."""
+        c, ti = self._c, self._torch        # ti: the TorchInterop part
+        h = c._handle()
         ins = list(inputs)
         while ins and ins[-1] is None:        # optional trailing inputs
             ins.pop()
         torch_dev = None                      # a torch CUDA tensor's device
         odev = "cpu"                          # where new outputs go
         on_dev = False                        # a tensor in device memory
-        maps = self._maps
+        maps = ti.maps
         for i, x in enumerate(ins):
             if type(x) is not Tensor:
                 if x is None:
@@ -160,8 +218,8 @@ class Runner:
                 if not isinstance(x, Tensor):
                     if _is_torch(x) and x.is_cuda:
                         torch_dev = x.device
-                    ins[i] = x = self._convert(x)
-            if maps and self._viewed(x):
+                    ins[i] = x = self.convert(x)
+            if maps and ti.viewed(x):
                 torch_dev = x.arena.device        # torch may use its view
             if odev == "cpu":
                 odev = x.arena.device
@@ -173,15 +231,15 @@ class Runner:
                 odev = "cpu"
             devb = dev.encode()
         if attrs:
-            attr_arr, keep, akey = self._attrs(self._schema(op), attrs)
+            attr_arr, keep, akey = self.attrs(self._ops.schema(op), attrs)
         else:
             attr_arr, keep, akey = None, (), ()
-        ob = self._op_bytes.get(op)
+        ob = self.op_bytes.get(op)
         if ob is None:
-            ob = self._op_bytes[op] = op.encode()
+            ob = self.op_bytes[op] = op.encode()
         if out is None:
-            spec = self._infer(h, ob, ins, attr_arr, akey)
-            ret = outs = tuple([self.empty(shape, dt, odev) for dt, shape in
+            spec = self.infer(h, ob, ins, attr_arr, akey)
+            ret = outs = tuple([c.empty(shape, dt, odev) for dt, shape in
                                 spec]) if spec else ()
             on_dev = on_dev or (odev != "cpu" and bool(outs))
         else:
@@ -196,81 +254,83 @@ class Runner:
                                            "are not in shared memory)"
                                            % (op, type(o).__name__))
                     torch_dev = o.device
-                    o = self._from_torch_cuda(o)
-                elif self._maps and self._viewed(o):
+                    o = ti.from_torch_cuda(o)
+                elif ti.maps and ti.viewed(o):
                     torch_dev = o.arena.device
                 if not on_dev:
                     on_dev = o.arena.device != "cpu"
                 outs.append(o)
             outs = tuple(outs)
         n_in, n_out = len(ins), len(outs)
-        in_arr = self._desc_array(ins)
-        out_arr = self._desc_array(outs)
-        return (h, ob, in_arr, n_in, out_arr, n_out, attr_arr, len(attrs),
-                (ins, outs, keep, torch_dev, on_dev)), ret, devb
+        in_arr = self.desc_array(ins)
+        out_arr = self.desc_array(outs)
+        return Run(h, ob, in_arr, n_in, out_arr, n_out, attr_arr, len(attrs),
+                   ins, outs, keep, torch_dev, on_dev), ret, devb
 
-    def _exec(self, args, devb):
-        """Runs _prepare()'s arguments: in torch's stream order when torch's
-        memory or live torch views are involved (_run_ordered), else
-        asynchronously when a tensor is in device memory (answered once
-        enqueued; settled by synchronize() or a host read), else plainly.
-        Returns libopd's code."""
-        torch_dev, on_dev = args[8][3], args[8][4]
-        if torch_dev is not None:
-            idx = cuda_index(torch_dev)
-            return self._run_ordered(args[0], ("cuda:%d" % idx).encode(), idx,
-                                     *args[1:8])
-        if on_dev:
-            fn = self._run_async
+    def execute(self, r, devb):
+        """Runs Run r: in torch's stream order when torch's memory or live
+        torch views are involved (run_ordered), else asynchronously when
+        a tensor is in device memory (answered once enqueued; settled by
+        synchronize() or a host read), else plainly. Returns libopd's
+        code."""
+        if r.torch_dev is not None:
+            idx = cuda_index(r.torch_dev)
+            return self._torch.run_ordered(r.h, ("cuda:%d" % idx).encode(), idx,
+                                           *r.c_args())
+        lib = self._c._lib
+        if r.on_dev:
+            fn = self.run_async
             if fn is None:
-                fn = self._run_async = getattr(self._lib, "opd_run_async", False)
+                fn = self.run_async = getattr(lib, "opd_run_async", False)
             if fn:
-                self._unsynced = True
-                return fn(args[0], devb, *args[1:8])
+                self.unsynced = True
+                return fn(r.h, devb, *r.c_args())
         if devb is None:
-            return self._lib.opd_run(*args[:8])
-        return self._need("opd_run_on")(args[0], devb, *args[1:8])
+            return lib.opd_run(r.h, r.op, r.in_arr, r.n_in, r.out_arr, r.n_out,
+                               r.attr_arr, r.n_attrs)
+        return self._c._need("opd_run_on")(r.h, devb, *r.c_args())
 
-
-    def _infer(self, h, ob, ins, attr_arr, akey):
+    def infer(self, h, ob, ins, attr_arr, akey):
+        """[(dtype, shape)] of the outputs (opd_infer, cached)."""
         key = (ob, tuple([(t.dtype, t.shape) for t in ins]), akey)
-        r = self._infer_cache.get(key)
+        r = self.infer_cache.get(key)
         if r is not None:
             return r
         n = len(ins)
-        in_arr = (_lib.TensorDesc * n)(*[self._desc(t) for t in ins]) if n else None
+        in_arr = (_lib.TensorDesc * n)(*[self.desc(t) for t in ins]) if n else None
         outs = (_lib.TensorDesc * protocol.MAX_TENSORS)()
         n_out = ctypes.c_uint32()
-        check(self._lib.opd_infer(h, ob, in_arr, n, attr_arr, len(akey), outs,
+        check(self._c._lib.opd_infer(h, ob, in_arr, n, attr_arr, len(akey), outs,
                                   protocol.MAX_TENSORS, ctypes.byref(n_out)))
         r = tuple((protocol.DTYPE_NAMES[o.dtype], tuple(o.shape[:o.rank]))
                   for o in outs[:n_out.value])
-        if len(self._infer_cache) > 4096:
-            self._infer_cache.clear()
-        self._infer_cache[key] = r
+        if len(self.infer_cache) > 4096:
+            self.infer_cache.clear()
+        self.infer_cache[key] = r
         return r
 
 
     # ---- the run and its memo ------------------------------------------------
-    def _run(self, op, inputs, out, device, attrs):
-        m = self._run_memo.get((op, id(out)))
-        if (m is not None and m[0] is self._token and m[3] == device and
-                m[4] == attrs):
+    def run(self, op, inputs, out, device, attrs):
+        """Client.run's body: the outputs (see there)."""
+        m = self.memo.get((op, id(out)))
+        if (m is not None and m.token is self._c._token and
+                m.device == device and m.attrs == attrs):
             hit = self._memo_run(m, inputs, out)
             if hit is not _MISS:
                 return hit
-        args, outs, devb = self._prepare(op, inputs, out, attrs, device)
-        rc = self._exec(args, devb)
+        r, outs, devb = self.prepare(op, inputs, out, attrs, device)
+        rc = self.execute(r, devb)
         if rc:
             check(rc)
         if out is not None or not outs:
-            self._memo_store(op, inputs, out, device, attrs, args, outs, devb)
+            self._memo_store(op, inputs, out, device, attrs, r, outs, devb)
         if len(outs) == 1:
             return outs[0]
         return outs if outs else None
 
     # A loop that calls run() (c.softmax(x, out=y)) with the same opd
-    # Tensors, attributes and device each time reuses what _prepare built
+    # Tensors, attributes and device each time reuses what prepare built
     # the first time, and from the second call on a request libopd encoded
     # once (as Client.prepare does). The memo, per (op, id(out)), holds the
     # tensors weakly and is used only while each argument is the very
@@ -280,8 +340,8 @@ class Runner:
     # full path.
     _MEMO_MAX = 16
 
-    def _memo_store(self, op, inputs, out, device, attrs, args, outs, devb):
-        if self._maps or args[8][3] is not None:
+    def _memo_store(self, op, inputs, out, device, attrs, r, outs, devb):
+        if self._torch.maps or r.torch_dev is not None:
             return
         for v in attrs.values():   # compared by ==: immutable values only
             t = type(v)
@@ -297,22 +357,20 @@ class Runner:
         for o in outs:
             if type(o) is not Tensor:
                 return
-        memo = self._run_memo
+        memo = self.memo
         if len(memo) >= self._MEMO_MAX:
             memo.clear()
-        # [connection, inputs, outputs, device, attrs, libopd's arguments
-        # after the handle, device bytes, the attribute buffers they use,
-        # the encoded request (_Encoded, from the second call on)]
-        memo[(op, id(out))] = [
-            self._token, tuple([weakref.ref(x) for x in inputs]),
+        memo[(op, id(out))] = _Memo(
+            self._c._token, tuple([weakref.ref(x) for x in inputs]),
             tuple([weakref.ref(o) for o in outs]), device, dict(attrs),
-            args[1:8], devb, args[8][2], None, args[8][4]]
+            r.c_args(), devb, r.keep, r.on_dev)
 
     def _memo_run(self, m, inputs, out):
-        refs, orefs = m[1], m[2]
-        h = self._h
-        if (len(inputs) != len(refs) or h is None or self._pending_release or
-                self._gen != memory._fork_gen[0] or self._maps):
+        c = self._c
+        refs, orefs = m.ins, m.outs
+        h = c._h
+        if (len(inputs) != len(refs) or h is None or self._arenas.pending or
+                c._gen != memory._fork_gen[0] or self._torch.maps):
             return _MISS
         for r, x in zip(refs, inputs):
             if r() is not x:
@@ -331,15 +389,15 @@ class Runner:
             res = outs[0] if len(outs) == 1 else (outs if outs else None)
         else:
             return _MISS
-        prep = m[8]
+        prep = m.prep
         if prep is None:
             p = ctypes.c_void_p()
-            flags = OPD_RUN_ASYNC if m[9] else 0
-            check(prepare_flags(self, h, m[6], m[5], flags, p))
-            prep = m[8] = _Encoded(p, self._need("opd_prepared_free"),
-                                   self._need("opd_run_prepared"))
-        if m[9]:
-            self._unsynced = True
+            flags = OPD_RUN_ASYNC if m.on_dev else 0
+            check(prepare_flags(c, h, m.devb, m.c_args, flags, p))
+            prep = m.prep = _Encoded(p, c._need("opd_prepared_free"),
+                                     c._need("opd_run_prepared"))
+        if m.on_dev:
+            self.unsynced = True
         rc = prep.run(h, prep.p)
         if rc:
             check(rc)

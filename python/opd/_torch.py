@@ -1,35 +1,35 @@
-"""opd._torch: torch interop of a Client (mixed into opd.Client).
+"""opd._torch: torch interop of a connection (a part of opd.Client).
 
 DESIGN
 Everything that knows torch lives here, and torch is imported lazily
 (only when a torch tensor is in hand), so the package works without it.
-TorchInterop is a mixin of Client: its methods use the connection state
-Client.__init__ sets (_imports, _maps, _lock, _reg) and the connection's
-arena helpers (_handle, _need, _remote, _arena_id, _drain_releases).
+TorchInterop, held by its Client as `_torch`, owns `imports` (torch
+storages imported by IPC handle, an LRU) and `maps` (device arenas mapped
+here for zero-copy torch views); it reaches the connection through its
+Client (handle, lock, lib) and arena ids through the Arenas part, which
+tells it (unmap) when an arena id is released.
 
 torch CUDA tensors given as inputs or outputs are used in place. In a
-run (torch.ops.opd, Client.run) they are described by libopd's
-opd_tensor_cuda: the cudaMalloc allocation (a segment of torch's caching
-allocator) a tensor lies in is imported once per connection, cached by
-the driver's buffer id, and nothing of torch's memory is held alive.
-from_torch (an opd Tensor to keep) imports the storage by its legacy
-CUDA IPC handle instead (opd_import_cuda), once per storage and
-connection (an LRU of IMPORT_CACHE storages, each held alive while
-cached). Runs that touch torch's memory are ORDERED WITH torch's current
-stream (_run_ordered, libopd's opd_run_stream): the daemon's stream
-waits on the GPU for what torch queued before, torch's later work waits
-on the GPU for the run, and the call returns once the run is enqueued;
-no torch.cuda.synchronize. A libopd without opd_run_stream falls back to
-synchronizing torch's device first (sync_device, when Client.sync_torch)
-and a run that returns when done. The other direction: the per-device
-arenas are allocated exportable (opd_alloc_flags, CUDA VMM; plain
-opd_alloc when the daemon has no VMM), and Tensor.torch() of a device
-tensor maps its arena here once (opd_export_cuda's fd, see _cuda.py;
-_maps: arena serial -> Mapping, dropped when the arena is released or
-the client closes, unmapped when the last torch view is gone too) and
-returns a torch view; runs touching a tensor of an arena with live torch
-views also synchronize torch first (_runner.py).
+run (Client.run) they are described by libopd's opd_tensor_cuda or, for
+from_torch (an opd Tensor to keep), imported by their legacy CUDA IPC
+handle (opd_import_cuda), once per storage and connection (an LRU of
+IMPORT_CACHE storages, each held alive while cached). Runs that touch
+torch's memory are ORDERED WITH torch's current stream (run_ordered,
+libopd's opd_run_stream): the daemon's stream waits on the GPU for what
+torch queued before, torch's later work waits on the GPU for the run,
+and the call returns once the run is enqueued; no torch.cuda.synchronize.
+A libopd without opd_run_stream falls back to synchronizing torch's
+device first (sync_device, when Client.sync_torch) and a run that
+returns when done. The other direction: the per-device arenas are
+allocated exportable (opd_alloc_flags, CUDA VMM; plain opd_alloc when
+the daemon has no VMM), and Tensor.torch() of a device tensor maps its
+arena here once (opd_export_cuda's fd, see _cuda.py; maps: arena serial
+-> Mapping, dropped when the arena is released or the client closes,
+unmapped when the last torch view is gone too) and returns a torch view;
+runs touching a tensor of an arena with live torch views are ordered
+with torch too (_runner.py).
 """
+import collections
 import ctypes
 import os
 
@@ -91,8 +91,29 @@ def current_stream(index):
 
 
 class TorchInterop:
-    """Client's torch methods: from_torch, import_cuda, forget_imports,
-    torch_views, and the zero-copy torch views behind Tensor.torch()."""
+    """A connection's torch interop: from_torch, import_cuda,
+    forget_imports, torch_views, and the zero-copy torch views behind
+    Tensor.torch()."""
+
+    def __init__(self, client, arenas):
+        self._c, self._arenas = client, arenas
+        self.imports = collections.OrderedDict()  # torch storage -> arena
+        self.maps = {}                 # arena serial -> _cuda.Mapping (views)
+
+    def reset(self):
+        """Forgets the imports and mappings of the previous connection
+        (live torch views keep their mapping)."""
+        self.imports = collections.OrderedDict()
+        self.maps = {}
+
+    def unmap(self, serial):
+        """Arena `serial` was released: its mapping goes with its last view."""
+        self.maps.pop(serial, None)
+
+    def viewed(self, t):
+        """True when tensor t's arena has live torch views here."""
+        m = self.maps.get(t.arena.serial)
+        return m is not None and len(m.views) > 0
 
     def from_torch(self, x):
         """Returns a Tensor for torch tensor x. A CUDA tensor is used in
@@ -107,16 +128,16 @@ class TorchInterop:
             raise errors.error(protocol.EINVAL, "from_torch: %r is not a torch "
                                "tensor" % type(x).__name__)
         if x.is_cuda:
-            return self._from_torch_cuda(x)
+            return self.from_torch_cuda(x)
         x = x.detach()
         dt = dtype_name(x.dtype)
-        t = self.empty(tuple(x.shape), dt)
+        t = self._c.empty(tuple(x.shape), dt)
         if t.size:
             t.torch().copy_(x)
         return t
 
 
-    def _from_torch_cuda(self, x):
+    def from_torch_cuda(self, x):
         if x.dim() > protocol.MAX_RANK:
             raise errors.error(protocol.ELIMIT, "rank %d out of 0..%d"
                                % (x.dim(), protocol.MAX_RANK))
@@ -128,14 +149,14 @@ class TorchInterop:
         dev = "cuda:%d" % idx
         st = x.untyped_storage()
         if st.nbytes() == 0 or x.numel() == 0:
-            return self.empty(tuple(x.shape), dt, device=dev)
+            return self._c.empty(tuple(x.shape), dt, device=dev)
         key = (idx, st.data_ptr(), st.nbytes())
-        a = self._imports.get(key)
+        a = self.imports.get(key)
         if a is None:
             a = self._import_storage(st, dev, key, self.wire_device(idx))
         else:
             try:
-                self._imports.move_to_end(key)
+                self.imports.move_to_end(key)
             except KeyError:
                 pass
         strides = None if x.is_contiguous() else tuple(x.stride())
@@ -147,7 +168,7 @@ class TorchInterop:
         (torch's index): its UUID ("GPU-..."), so that a daemon whose
         CUDA_VISIBLE_DEVICES differs from this process's opens the memory on
         the right GPU; "cuda:idx" where libopd cannot tell."""
-        fn = getattr(self._lib, "opd_cuda_device_name", None)
+        fn = getattr(self._c._lib, "opd_cuda_device_name", None)
         if fn is not None:
             buf = ctypes.create_string_buffer(48)
             if fn(idx, buf, 48) == 0:
@@ -155,8 +176,9 @@ class TorchInterop:
         return "cuda:%d" % idx
 
     def _import_storage(self, st, dev, key, wire=None):
-        h = self._handle()
-        fn = self._need("opd_import_cuda")
+        c = self._c
+        h = c._handle()
+        fn = c._need("opd_import_cuda")
         try:
             info = st._share_cuda_()
         except RuntimeError as e:
@@ -170,37 +192,38 @@ class TorchInterop:
             type(st)._release_ipc_counter_cuda(info[4], info[5])
         except Exception:
             pass
-        with self._lock:
-            a = self._imports.get(key)
+        with c._lock:
+            a = self.imports.get(key)
             if a is not None:
                 return a
             aid = ctypes.c_uint64()
             wb = (wire or dev).encode()
             rc = fn(h, raw, 64, offset, size, wb, ctypes.byref(aid))
-            if rc == protocol.ELIMIT and self._imports:
-                self._imports.clear()            # arena ids back, try again
-                self._drain_releases(h)
+            if rc == protocol.ELIMIT and self.imports:
+                self.imports.clear()             # arena ids back, try again
+                self._arenas.drain(h)
                 rc = fn(h, raw, 64, offset, size, wb, ctypes.byref(aid))
             check(rc)
-            a = self._remote(aid.value, size, dev, "import", keep=st)
-            self._imports[key] = a
-            while len(self._imports) > IMPORT_CACHE:
-                self._imports.popitem(last=False)
+            a = self._arenas.remote(aid.value, size, dev, "import", keep=st)
+            self.imports[key] = a
+            while len(self.imports) > IMPORT_CACHE:
+                self.imports.popitem(last=False)
             return a
 
     # ---- runs on torch's memory, in torch's stream order ---------------------
-    def _run_ordered(self, h, devb, index, ob, in_arr, n_in, out_arr, n_out,
-                     attr_arr, n_attrs):
+    def run_ordered(self, h, devb, index, ob, in_arr, n_in, out_arr, n_out,
+                    attr_arr, n_attrs):
         """Runs in order with torch's current stream of cuda:index and
         returns libopd's code (see DESIGN)."""
-        fn = getattr(self._lib, "opd_run_stream", None)
+        c = self._c
+        fn = getattr(c._lib, "opd_run_stream", None)
         if fn is not None:
             return fn(h, devb, current_stream(index), ob, in_arr, n_in,
                       out_arr, n_out, attr_arr, n_attrs)
-        if self.sync_torch:
+        if c.sync_torch:
             sync_device(index)
-        return self._lib.opd_run_on(h, devb, ob, in_arr, n_in, out_arr, n_out,
-                                    attr_arr, n_attrs)
+        return c._lib.opd_run_on(h, devb, ob, in_arr, n_in, out_arr, n_out,
+                                 attr_arr, n_attrs)
 
     def import_cuda(self, handle, offset, size, device="cuda:0"):
         """Imports bytes [offset, offset+size) of another allocation of this
@@ -209,34 +232,36 @@ class TorchInterop:
         (size,) on `device`. The low-level path under from_torch. Raises
         BadArgumentError: EINVAL (the handle does not open), EBOUNDS (the
         range exceeds the allocation); BackendError (EDEVICE)."""
-        h = self._handle()
+        c = self._c
+        h = c._handle()
         dev = device_name(device)
         aid = ctypes.c_uint64()
-        check(self._need("opd_import_cuda")(h, _ipc_handle(handle), 64, offset,
-                                            size, dev.encode(), ctypes.byref(aid)))
-        a = self._remote(aid.value, size, dev, "import")
+        check(c._need("opd_import_cuda")(h, _ipc_handle(handle), 64, offset,
+                                         size, dev.encode(), ctypes.byref(aid)))
+        a = self._arenas.remote(aid.value, size, dev, "import")
         return Tensor(a, 0, "uint8", (size,), None, a)
 
     def forget_imports(self):
         """Drops the cache of imported torch storages: their arena ids are
         released and torch may free the memory. Returns None."""
-        with self._lock:
-            self._imports.clear()
-        if self._h is not None:
-            h = self._handle()
-            fn = getattr(self._lib, "opd_cuda_forget", None)
+        c = self._c
+        with c._lock:
+            self.imports.clear()
+        if c._h is not None:
+            h = c._handle()
+            fn = getattr(c._lib, "opd_cuda_forget", None)
             if fn is not None:
                 check(fn(h))
 
     # ---- zero-copy torch views of device tensors -----------------------------
-    def _torch_view(self, t):
+    def torch_view(self, t):
         """Returns a zero-copy torch CUDA tensor over device tensor t (of
         this connection), or None if its arena cannot be exported (not
         allocated exportable, or the daemon or libopd cannot export)."""
         a = t.arena
         if not getattr(a, "exportable", False):
             return None
-        m = self._maps.get(a.serial)
+        m = self.maps.get(a.serial)
         if m is None:
             m = self._map_arena(a)
             if m is None:
@@ -247,13 +272,14 @@ class TorchInterop:
         import torch
         torch.cuda.init()
         dev = int(a.device[5:])
-        with self._lock:
-            m = self._maps.get(a.serial)
+        c = self._c
+        with c._lock:
+            m = self.maps.get(a.serial)
             if m is not None:
                 return m
-            h = self._handle()
-            aid = self._arena_id(a)
-            fn = getattr(self._lib, "opd_export_cuda", None)
+            h = c._handle()
+            aid = self._arenas.arena_id(a)
+            fn = getattr(c._lib, "opd_export_cuda", None)
             if fn is None:
                 a.exportable = False
                 return None
@@ -267,11 +293,11 @@ class TorchInterop:
                 m = _cuda.map_fd(fd.value, size.value, dev)
             finally:
                 os.close(fd.value)
-            self._maps[a.serial] = m
+            self.maps[a.serial] = m
             return m
 
     def torch_views(self):
         """Returns the number of device arenas of this connection mapped
         here for zero-copy torch views (Tensor.torch)."""
-        return len(self._maps)
+        return len(self.maps)
 

@@ -5,22 +5,27 @@ A Client wraps one libopd connection (opd_client_t*). It connects when
 made (connect=True, the default) or on first use, and again on first use
 in a child after fork(): a connection is never shared with a parent (the
 fork generation in memory.py tells; libopd would answer OPD_ESTATE).
-This file holds the connection (connect, close, fork, pickling), the
-tensor factories, the public run API (run, submit, prepare with
-Prepared, Request, infer, nms) and the daemon's information (ops, stats,
-server_info, ...). The rest of Client comes from mixins, one concern
-each (a method is looked up once per type, so a mixin's method costs a
-call what a method of Client costs):
-  _runner.py   Runner: arguments as libopd takes them (tensors, attrs,
-               devices to descriptors), the infer/descriptor caches and
-               the run memo (requests libopd encoded once)
-  _torch.py    TorchInterop: from_torch, torch CUDA tensors imported by
-               IPC handle, zero-copy torch views of device tensors
-  _arenas.py   Arenas: the arenas this connection registers (host by fd,
-               device by opd_alloc), their ids and deferred releases
-  _publish.py  Publishing: publish, unpublish, attach
-  _ops.py      OpMethods: the operator methods generated from the schema
-All of Client's state is made in Client.__init__ and reset in _connect.
+This file holds the connection (connect, close, fork, pickling: _h,
+_gen, _token, _lock, _lib), the tensor factories, the public run API
+(run, submit, prepare, infer, nms; Request and Prepared in _prepared.py)
+and the daemon's information (ops, stats, server_info, ...). The rest is
+done by parts, each an object that owns its state, made in __init__ and
+reached through its attribute (each holds the Client for the connection
+and the parts it uses, and changes only its own state):
+  _arenas   _arenas.py   Arenas: the arenas this connection registers
+                         (host by fd, device by opd_alloc), their ids,
+                         the allocators and deferred releases
+  _torch    _torch.py    TorchInterop: from_torch, torch CUDA tensors
+                         imported by IPC handle, zero-copy torch views
+  _pubs     _publish.py  Publications: publish, unpublish, attach
+  _ops      _ops.py      Ops: the daemon's schemas and the operator
+                         methods generated from them (__getattr__)
+  _runner   _runner.py   Runner: arguments as libopd takes them (a Run),
+                         the infer/descriptor caches, the run memo
+_connect resets each part for a new connection. The private names other
+modules and the tests use (_pending_release, _alloc, _maps, _run_memo,
+_unsynced, _arena_id, _settle, ...) are delegations to the part that owns
+them.
 
 Deferred work: arenas that died and blocks that were freed are queued by
 finalizers and handled at the client's next call (never from inside the
@@ -35,7 +40,6 @@ another connection, or a child after fork, gets EARENA for them. run()
 allocates outputs on the device of its device-tensor inputs and sends the
 run with opd_run_on when a device is named (else the daemon's "auto").
 """
-import collections
 import ctypes
 import itertools
 import json
@@ -47,11 +51,11 @@ import weakref
 
 from . import _lib, errors, memory, protocol
 from ._arenas import Arenas
-from ._ops import OpMethods
-from ._publish import Publishing
+from ._ops import Ops
+from ._prepared import Prepared, Request
+from ._publish import Publications
 from ._runner import Runner
-from ._runner import OPD_RUN_ASYNC, OPD_RUN_STREAM, cuda_index, prepare_flags
-from ._torch import TorchInterop, _is_torch, current_stream, sync_device
+from ._torch import TorchInterop, _is_torch, sync_device
 from ._torch import IMPORT_CACHE  # noqa: F401 (opd.client.IMPORT_CACHE, as before)
 from .errors import check
 from .tensor import Tensor, device_name, dtype_name, _prod
@@ -82,143 +86,7 @@ def socket_path(given=None):
     return buf.value.decode()
 
 
-class Request:
-    """A submitted run (Client.submit). wait() returns its outputs."""
-    __slots__ = ("_client", "_id", "_keep", "_result", "_done", "_token",
-                 "_settle")
-
-    def __init__(self, client, rid, keep, result, token, settle=False):
-        self._client, self._id, self._keep = client, rid, keep
-        self._result, self._done, self._token = result, False, token
-        self._settle = settle
-
-    def wait(self, timeout=None):
-        """Waits for the run; returns what run() would (the outputs).
-        timeout in seconds (None: forever). Raises OpdTimeoutError if it
-        is still running (wait again later), or the run's OpdError."""
-        if self._done:
-            return self._result
-        c = self._client
-        h = c._handle()
-        if c._token is not self._token:
-            raise errors.error(protocol.ESTATE, "this request was submitted "
-                               "on a connection that is gone (fork or close)")
-        ms = -1 if timeout is None else max(0, int(timeout * 1000))
-        rc = c._lib.opd_wait(h, self._id, ms)
-        if rc == protocol.ETIMEDOUT:
-            check(rc)
-        self._done, self._keep = True, None
-        check(rc)
-        if self._settle:        # answered at enqueue: torch reads it next
-            c.synchronize()
-        return self._result
-
-
-class Prepared:
-    """A run prepared once by Client.prepare(). Call it to run it (returns
-    the outputs, as run() would: the same Tensors every time); submit()
-    sends it without waiting. It is rebuilt by itself after the
-    connection changes (fork). close() frees it (also on garbage
-    collection). It is sent as run() would send it: in torch's stream
-    order when it touches torch's memory, asynchronously on device
-    memory."""
-    __slots__ = ("_client", "_op", "_inputs", "_out", "_device", "_attrs",
-                 "_p", "_token", "_keep", "_result", "_torch_dev", "_free",
-                 "_run", "_h", "_stream", "_async")
-
-    def __init__(self, client, op, inputs, out, device, attrs):
-        self._client, self._op, self._inputs = client, op, tuple(inputs)
-        self._out, self._device, self._attrs = out, device, dict(attrs)
-        self._p, self._token, self._h = None, None, None
-        self._free = client._need("opd_prepared_free")
-        self._run = client._need("opd_run_prepared")
-        self._build()
-
-    def _build(self):
-        c = self._client
-        args, ret, devb = c._prepare(self._op, self._inputs, self._out,
-                                     self._attrs, self._device)
-        if self._out is None:             # the outputs allocated once
-            self._out = ret
-        self._torch_dev, on_dev = args[8][3], args[8][4]
-        self._stream = self._async = None
-        flags = 0
-        if self._torch_dev is not None and \
-                getattr(c._lib, "opd_run_prepared_stream", None) is not None:
-            self._stream = cuda_index(self._torch_dev)   # in torch's order
-            devb, flags = ("cuda:%d" % self._stream).encode(), OPD_RUN_STREAM
-        elif on_dev and self._torch_dev is None:
-            flags = OPD_RUN_ASYNC
-        p = ctypes.c_void_p()
-        check(prepare_flags(c, args[0], devb, args[1:8], flags, p))
-        if flags == OPD_RUN_ASYNC and getattr(c._lib, "opd_prepare_flags", None):
-            self._async = True
-        self.close()
-        self._p, self._token, self._keep = p, c._token, args
-        self._result = ret[0] if len(ret) == 1 else (ret if ret else None)
-
-    def _ready(self):
-        c = self._client
-        h = c._handle()
-        if c._token is not self._token:   # a new connection: its arena ids
-            self._build()
-            h = c._handle()
-        fallback = self._torch_dev is not None and self._stream is None
-        if fallback and c.sync_torch:
-            sync_device(self._torch_dev)
-        # the fast path of __call__: this handle, while the connection, the
-        # fork generation and the client's release queue stay as they are
-        self._h = None if fallback else h
-        return h
-
-    def __call__(self):
-        c = self._client
-        h = self._h
-        # the fast path (a loop of tiny ops): nothing to rebuild, release
-        # or synchronize since the last call; else _ready() does it all
-        if (h is None or h is not c._h or c._gen != memory._fork_gen[0] or
-                c._pending_release):
-            h = self._ready()
-        if self._stream is not None:
-            rc = c._lib.opd_run_prepared_stream(h, self._p,
-                                                current_stream(self._stream))
-        else:
-            if self._async:
-                c._unsynced = True
-            rc = self._run(h, self._p)
-        if rc:
-            check(rc)
-        return self._result
-
-    def submit(self):
-        """Sends the run without waiting; returns a Request (wait() returns
-        the outputs: a run on device memory is then enqueued, one on
-        torch's memory complete)."""
-        h = self._ready()
-        c = self._client
-        if self._stream is not None and c.sync_torch:
-            sync_device(self._torch_dev)  # what torch queued, done first
-        if self._async:
-            c._unsynced = True
-        rid = ctypes.c_uint64()
-        check(c._lib.opd_submit_prepared(h, self._p, ctypes.byref(rid)))
-        return Request(c, rid.value, self._keep, self._result, self._token,
-                       settle=self._stream is not None)
-
-    def close(self):
-        """Frees the encoded request (the tensors stay as they are)."""
-        p, self._p = self._p, None
-        if p is not None and p.value:
-            self._free(p)
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
-
-
-class Client(OpMethods, Runner, Arenas, TorchInterop, Publishing):
+class Client:
     """A connection to the opd daemon; also a factory of shared tensors and
     the runner of operators (one method per daemon operator). Thread-safe.
     Use opd.connect() to make one."""
@@ -255,30 +123,17 @@ class Client(OpMethods, Runner, Arenas, TorchInterop, Publishing):
         self._token = None            # identity of the current connection
         self._closed = False
         self._lock = threading.RLock()
-        # _arenas.py
-        self._reg = {}                # arena serial -> daemon arena id
-        self._pending_release = collections.deque()  # serials to release
-        self._alloc = None            # Allocator of host arenas
-        self._dallocs = {}            # "cuda:N" -> Allocator of device arenas
-        self._no_vmm = set()          # devices whose exportable alloc failed
-        # _torch.py
-        self._imports = collections.OrderedDict()  # torch storage -> arena
-        self._maps = {}               # arena serial -> _cuda.Mapping (views)
-        # _publish.py
-        self._pubs = {}               # name -> the Tensor published
-        # _ops.py and ops()
-        self._schemas = None          # op name -> schema
-        self._methods = {}            # op name -> generated bound method
-        # _runner.py
-        self._infer_cache = {}        # (op, inputs, attrs) -> output specs
-        self._desc_arrays = {}        # descriptors -> their ctypes array
-        self._run_memo = {}           # (op, id(out)) -> a run's arguments
-        self._op_bytes = {}           # op name -> its bytes
-        self._unsynced = False        # async runs sent since synchronize()
-        self._tensor_cuda = None      # libopd's opd_tensor_cuda (False: none)
-        self._run_ptrs = None         # ... opd_run_stream_ptrs (False: none)
-        self._run_async = None        # ... opd_run_async (False: none)
         self._serial = next(_serials)
+        # the parts (see DESIGN)
+        self._arenas = arenas = Arenas(self)
+        self._torch = TorchInterop(self, arenas)
+        arenas.on_release = self._torch.unmap
+        self._pubs = Publications(self, arenas)
+        self._ops = Ops(self)
+        self._runner = Runner(self, arenas, self._torch, self._ops)
+        # memory.py's finalizers queue released arenas here: the Arenas
+        # part's deque (cleared, never replaced)
+        self._pending_release = arenas.pending
         _clients.add(self)
         if connect:
             self._handle()
@@ -288,7 +143,7 @@ class Client(OpMethods, Runner, Arenas, TorchInterop, Publishing):
         h = self._h
         if h is not None and self._gen == memory._fork_gen[0]:
             if self._pending_release:
-                self._drain_releases(h)
+                self._arenas.drain(h)
             return h
         return self._connect()
 
@@ -301,13 +156,11 @@ class Client(OpMethods, Runner, Arenas, TorchInterop, Publishing):
             if self._h is not None and self._gen == gen:
                 return self._h
             # a handle from before fork() is the parent's: drop it unused
-            self._h, self._reg = None, {}
-            self._run_memo.clear()
-            self._pending_release.clear()
-            self._dallocs, self._pubs = {}, {}
-            self._maps, self._no_vmm = {}, set()
-            self._imports = collections.OrderedDict()
-            self._unsynced = False
+            self._h = None
+            self._arenas.reset()
+            self._runner.reset()
+            self._pubs.reset()
+            self._torch.reset()
             h = ctypes.c_void_p()
             flags = _PRIORITY[self.priority] | _WAIT[self.wait]
             if flags:
@@ -315,8 +168,7 @@ class Client(OpMethods, Runner, Arenas, TorchInterop, Publishing):
                     self.socket.encode(), flags, ctypes.byref(h)))
             else:
                 check(self._lib.opd_connect(self.socket.encode(), ctypes.byref(h)))
-            self._alloc = memory.Allocator(self._new_arena, self._drop_arena,
-                                           gen, owner=weakref.ref(self))
+            self._arenas.reset(gen)      # the host Allocator of this one
             self._token = object()
             self._h, self._gen = h, gen
             return h
@@ -333,10 +185,9 @@ class Client(OpMethods, Runner, Arenas, TorchInterop, Publishing):
                 if unbind is not None:   # opd.torch's C kernels drop it
                     unbind(h)
                 self._lib.opd_close(h)
-            self._reg = {}
-            self._dallocs, self._pubs = {}, {}
-            self._maps = {}               # live torch views keep theirs
-            self._imports = collections.OrderedDict()
+            self._arenas.reset()
+            self._pubs.reset()
+            self._torch.reset()           # live torch views keep their maps
             _clients.discard(self)
 
     @property
@@ -395,9 +246,9 @@ class Client(OpMethods, Runner, Arenas, TorchInterop, Publishing):
         self._handle()
         nbytes = _prod(shape) * protocol.DTYPE_SIZES[dt]
         if dev == "cpu":
-            block = self._alloc.alloc(nbytes)
+            block = self._arenas.alloc.alloc(nbytes)
         else:
-            block = self._dalloc(dev).alloc(nbytes)
+            block = self._arenas.dalloc(dev).alloc(nbytes)
         return Tensor(block.state.arena, block.offset, dt, shape, None, block)
 
     def zeros(self, shape, dtype="float32", device=None):
@@ -460,11 +311,6 @@ class Client(OpMethods, Runner, Arenas, TorchInterop, Publishing):
         return x if isinstance(x, Tensor) else self.from_numpy(x)
 
     # ---- running operators ---------------------------------------------------
-    def _schema(self, op):
-        if self._schemas is None:
-            self.ops()
-        return self._schemas.get(op)
-
     def run(self, op, *inputs, out=None, device=None, **attrs):
         """Runs operator `op` on inputs (Tensors; numpy arrays are copied in;
         torch CUDA tensors are used in place; trailing None drops optional
@@ -479,24 +325,24 @@ class Client(OpMethods, Runner, Arenas, TorchInterop, Publishing):
         the op has several, or None if it has none. Raises
         BadArgumentError (and other OpdError subclasses) with the daemon's
         message."""
-        return self._run(op, inputs, out, device, attrs)
+        return self._runner.run(op, inputs, out, device, attrs)
 
     def submit(self, op, *inputs, out=None, device=None, **attrs):
         """Sends a run without waiting (as run()); returns a Request whose
         wait() returns the outputs. Runs of one client execute in order.
         The Request keeps every tensor it uses alive until waited for;
         outputs (torch ones included) are complete only after wait()."""
-        args, outs, devb = self._prepare(op, inputs, out, attrs, device)
-        if args[8][3] is not None and self.sync_torch:
-            sync_device(args[8][3])       # answered when done: torch's first
+        r, outs, devb = self._runner.prepare(op, inputs, out, attrs, device)
+        if r.torch_dev is not None and self.sync_torch:
+            sync_device(r.torch_dev)      # answered when done: torch's first
         rid = ctypes.c_uint64()
         if devb is None:
-            check(self._lib.opd_submit(*args[:8], ctypes.byref(rid)))
+            check(self._lib.opd_submit(r.h, *r.c_args(), ctypes.byref(rid)))
         else:
-            check(self._need("opd_submit_on")(args[0], devb, *args[1:8],
+            check(self._need("opd_submit_on")(r.h, devb, *r.c_args(),
                                               ctypes.byref(rid)))
         res = outs[0] if len(outs) == 1 else (outs if outs else None)
-        return Request(self, rid.value, args, res, self._token)
+        return Request(self, rid.value, r, res, self._token)
 
     def synchronize(self):
         """Waits until every run this client sent has completed (runs on
@@ -506,13 +352,13 @@ class Client(OpMethods, Runner, Arenas, TorchInterop, Publishing):
         <op> (request N): ...")."""
         h = self._handle()
         fn = getattr(self._lib, "opd_synchronize", None)
-        self._unsynced = False
+        self._runner.unsynced = False
         if fn is not None:
             check(fn(h))
 
     def _settle(self):
         """synchronize() when asynchronous runs may be in flight."""
-        if self._unsynced:
+        if self._runner.unsynced:
             self.synchronize()
 
     def prepare(self, op, *inputs, out=None, device=None, **attrs):
@@ -530,10 +376,11 @@ class Client(OpMethods, Runner, Arenas, TorchInterop, Publishing):
         """Returns [(dtype, shape)] of the outputs `op` would write for these
         inputs and attributes (cached). Raises BadArgumentError."""
         h = self._handle()
-        ins = [x if isinstance(x, Tensor) else self._convert(x)
+        runner = self._runner
+        ins = [x if isinstance(x, Tensor) else runner.convert(x)
                for x in inputs if x is not None]
-        attr_arr, keep, akey = self._attrs(self._schema(op), attrs)
-        return list(self._infer(h, op.encode(), ins, attr_arr, akey))
+        attr_arr, keep, akey = runner.attrs(self._ops.schema(op), attrs)
+        return list(runner.infer(h, op.encode(), ins, attr_arr, akey))
 
     def nms(self, boxes, scores, iou_threshold, out=None):
         """Non-maximum suppression (torchvision.ops.nms): boxes (N, 4) as
@@ -552,37 +399,18 @@ class Client(OpMethods, Runner, Arenas, TorchInterop, Publishing):
         return keep[:n]
 
     # ---- daemon information --------------------------------------------------
-    def _json(self, fn):
-        h = self._handle()
-        p, n = ctypes.c_void_p(), ctypes.c_size_t()
-        check(fn(h, ctypes.byref(p), ctypes.byref(n)))
-        return json.loads(_lib.take_string(p, n))
-
     def ops(self):
         """Returns {name: schema} for every operator of the daemon (schema as
         in docs/protocol.md: inputs, outputs, attrs, shape, inplace, ...,
         and "origin": "built-in" or the file of the plugin it comes from)."""
-        if self._schemas is None:
-            schemas = {o["name"]: o for o in
-                       self._json(self._lib.opd_ops_json)["ops"]}
-            origins = self.plugins().get("origins", {})
-            for name, o in schemas.items():
-                o["origin"] = origins.get(name, "built-in")
-            self._schemas = schemas
-        return dict(self._schemas)
+        return dict(self._ops.all())
 
     def plugins(self):
         """Returns the daemon's operator plugins: {"plugins": [{"name",
         "version", "path", "abi", "ops": [names]}], "origins": {op:
         "built-in" or the plugin's path}} (docs/operators.md). A daemon or
         libopd without plugins gives {"plugins": [], "origins": {}}."""
-        fn = getattr(self._lib, "opd_plugins_json", None)
-        if fn is None:
-            return {"plugins": [], "origins": {}}
-        try:
-            return self._json(fn)
-        except errors.ProtocolError:      # a daemon older than PLUGINS
-            return {"plugins": [], "origins": {}}
+        return self._ops.plugins()
 
     @property
     def transport(self):
@@ -603,16 +431,16 @@ class Client(OpMethods, Runner, Arenas, TorchInterop, Publishing):
         errors, arenas, bytes_mapped, ops, ...), after releasing what this
         client had pending, so the figures are current."""
         h = self._handle()
-        if self._alloc is not None:
-            self._alloc.drain()
-        self._drain_releases(h)
+        if self._arenas.alloc is not None:
+            self._arenas.alloc.drain()
+        self._arenas.drain(h)
         return self._json(self._lib.opd_stats_json)
 
     def memory_stats(self):
         """Returns this client's allocator figures: {"arenas",
         "bytes_mapped", "bytes_used"}."""
         self._handle()
-        return self._alloc.stats()
+        return self._arenas.alloc.stats()
 
     def server_info(self):
         """Returns the daemon's hello reply (version, session, backends,
@@ -627,6 +455,94 @@ class Client(OpMethods, Runner, Arenas, TorchInterop, Publishing):
     def ping(self):
         """Makes one round trip that runs nothing. Returns None."""
         check(self._lib.opd_ping(self._handle()))
+
+    def _json(self, fn):
+        """fn(h, &text, &len)'s JSON reply, parsed."""
+        h = self._handle()
+        p, n = ctypes.c_void_p(), ctypes.c_size_t()
+        check(fn(h, ctypes.byref(p), ctypes.byref(n)))
+        return json.loads(_lib.take_string(p, n))
+
+    # ---- the operator methods (the Ops part) ---------------------------------
+    def __getattr__(self, name):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        m = self._ops.method(name)
+        if m is None:
+            raise AttributeError("%r is neither a Client attribute nor an "
+                                 "operator of the daemon (c.ops() lists them)"
+                                 % name)
+        self.__dict__[name] = m  # found directly from now on, no __getattr__
+        return m
+
+    def __dir__(self):
+        names = set(super().__dir__())
+        try:
+            names.update(self.ops())
+        except errors.OpdError:
+            pass
+        return sorted(names)
+
+    # ---- torch (the TorchInterop part) -----------------------------------------
+    def from_torch(self, x):
+        return self._torch.from_torch(x)
+
+    def import_cuda(self, handle, offset, size, device="cuda:0"):
+        return self._torch.import_cuda(handle, offset, size, device)
+
+    def forget_imports(self):
+        return self._torch.forget_imports()
+
+    def wire_device(self, idx):
+        return self._torch.wire_device(idx)
+
+    def torch_views(self):
+        return self._torch.torch_views()
+
+    # ---- publications (the Publications part) --------------------------------
+    def publish(self, name, t, readers=None):
+        return self._pubs.publish(name, t, readers)
+
+    def unpublish(self, name):
+        return self._pubs.unpublish(name)
+
+    def attach(self, name):
+        return self._pubs.attach(name)
+
+    # ---- the parts' state and helpers, by the names the package and tests use
+    def _arena_id(self, arena):
+        return self._arenas.arena_id(arena)
+
+    def _dalloc(self, device):
+        return self._arenas.dalloc(device)
+
+    def _from_torch_cuda(self, x):
+        return self._torch.from_torch_cuda(x)
+
+    def _torch_view(self, t):
+        return self._torch.torch_view(t)
+
+    _alloc = property(lambda self: self._arenas.alloc,
+                      doc="the Allocator of host arenas (Arenas part)")
+    _reg = property(lambda self: self._arenas.reg,
+                    doc="arena serial -> daemon arena id (Arenas part)")
+    _maps = property(lambda self: self._torch.maps,
+                     doc="arena serial -> torch view mapping (TorchInterop)")
+    _imports = property(lambda self: self._torch.imports,
+                        doc="imported torch storages (TorchInterop part)")
+    _run_memo = property(lambda self: self._runner.memo,
+                         doc="the run memo (Runner part)")
+    _unsynced = property(lambda self: self._runner.unsynced,
+                         doc="asynchronous runs sent since synchronize()")
+
+
+for _name, _part in (("from_torch", TorchInterop), ("import_cuda", TorchInterop),
+                     ("forget_imports", TorchInterop),
+                     ("wire_device", TorchInterop), ("torch_views", TorchInterop),
+                     ("publish", Publications), ("unpublish", Publications),
+                     ("attach", Publications)):
+    getattr(Client, _name).__doc__ = getattr(_part, _name).__doc__
+del _name, _part
 
 
 def connect(socket=None, connect=True, priority=None, wait=None):

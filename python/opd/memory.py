@@ -21,7 +21,7 @@ blocks, first fit over a per-arena free list sorted by offset (freed
 blocks coalesce with their neighbours). When nothing fits it adds an arena
 of max(16 MiB, request rounded up to 2 MiB); when an arena becomes empty
 and another empty one exists, the smaller is released, so one spare stays
-mapped. Device allocators (Client._dalloc) add arenas of at least 64 MiB,
+mapped. Device allocators (Client._arenas.dalloc) add arenas of at least 64 MiB,
 as large as all their arenas so far (up to 1 GiB), and keep up to 512 MiB
 of empty arenas besides the spare: a device arena costs an allocation in
 the daemon, an export and a mapping here (milliseconds), which a model
@@ -130,7 +130,7 @@ class RemoteArena:
     (Tensor.torch). .size, .device ("cuda:0", or "cpu"
     for an attached host arena), .readonly, .kind, .client (weakref to the
     Client whose session owns it). Its id is known to that client only
-    (client._reg); the id is released at the client's next call after
+    (client._arenas.reg); the id is released at the client's next call after
     this object dies. .base is None: nothing here can read it directly."""
     __slots__ = ("serial", "size", "device", "kind", "readonly", "client",
                  "keep", "regs", "exportable", "__weakref__")

@@ -23,6 +23,7 @@ It works the same under the fork, spawn and forkserver start methods.
 import os
 import threading
 
+from . import tensor
 from .client import Client
 
 _default = None
@@ -61,6 +62,9 @@ def pool_initializer(socket=None):
     fails at start-up rather than in the first task. Returns None."""
     set_default_socket(socket)
     client()._handle()
+
+
+tensor.set_default_client(client)   # copies of tensors no client owns
 
 
 def _after_fork():

@@ -28,6 +28,11 @@ it; torch() of a device tensor the package allocated is a zero-copy
 torch CUDA view (the daemon exports the arena as a CUDA VMM fd, mapped
 here by _cuda.py), else a copy; it does not pickle (device memory
 belongs to one connection: publish it, or send t.cpu()).
+
+The connection a copy falls back to when a tensor names none is the
+process's default client (opd.client()); mp.py, which makes it and sits
+above client.py, hands its getter to set_default_client() when imported
+(the package's __init__ imports it), so this module imports neither.
 """
 import ctypes
 import os
@@ -114,8 +119,22 @@ def _client_of(t, client=None):
         c = owner()
         if c is not None and not c.closed:
             return c
-    from . import mp
-    return mp.client()
+    return _default_client()
+
+
+def _no_default_client():
+    raise errors.error(protocol.ESTATE, "opd.tensor: no default client "
+                       "(import opd, whose mp.py provides opd.client())")
+
+
+_default_client = _no_default_client
+
+
+def set_default_client(getter):
+    """Sets the function that returns the process's default Client (mp.py's
+    client), used by copies of tensors no connection owns. Returns None."""
+    global _default_client
+    _default_client = getter
 
 
 def contiguous_strides(shape):

@@ -27,16 +27,23 @@ bool, str, int[]), the outputs as the returned Tensor(s). Two more forms:
               with one output: `Tensor(a!) x` first; writes the output over
               the first input (its dtype and shape must be the output's)
               and returns None
-The real implementation (_torchops.py: per-signature plans, staging
-reused, no INFER per call) runs the op in the daemon: CPU tensors go
-through shared memory (an input is copied into a cached staging tensor
-unless it already lies in one of the client's arenas, as the output of an
-earlier torch.ops.opd call does; the outputs are zero-copy torch views of
-the arena memory the daemon wrote), CUDA inputs are used in place
-(imported by CUDA IPC handle once per storage, the path of
-Client.from_torch) and the outputs are allocated in the daemon's device
-memory and returned as zero-copy torch CUDA views (Tensor.torch()). The
-fake implementation asks the daemon's shape rule (an INFER request,
+Each form has two real implementations, one per device, so that a call
+runs the op in the daemon one way only:
+  CUDA  libopd's C kernel for torch's CUDA dispatch key (client/torch/,
+        registered here by _c_kernel for every form: functional, _out,
+        in-place, variadic inputs; torch >= 2.10): torch's memory used in
+        place, the run ordered with torch's current stream, no Python in
+        the call. Without it (an older torch, a libopd built with
+        TORCH=0, a form torch refused) a call on CUDA tensors raises
+        BackendError naming what is missing (_no_cuda).
+  CPU   the Python implementation (_torchops.py: per-signature plans,
+        staging reused, no INFER per call), registered for every backend
+        (CompositeExplicitAutograd): an input is copied into a cached
+        staging tensor of shared memory unless it already lies in one of
+        the client's arenas (as the output of an earlier torch.ops.opd
+        call does); the outputs are zero-copy torch views of the arena
+        memory the daemon wrote.
+The fake implementation asks the daemon's shape rule (an INFER request,
 cached per shapes and attributes) for the outputs' dtypes and shapes (and
 checks given outputs against them), so torch.compile and opcheck trace
 the ops without running them.
@@ -47,7 +54,6 @@ to one Client; register(client) later rebinds them to another daemon and
 adds the ops that are new there.
 """
 import ctypes
-import os
 import re
 import threading
 
@@ -79,6 +85,7 @@ _infer_cache = {}
 _library = None         # the torch.library.Library fragment of the ops
 
 _ckernels = {}          # torch name -> 1: its CUDA kernel is libopd's C one
+C_TORCH = (2, 10)       # the torch whose stable C ABI the C kernels use
 _cstate = {}            # "lib", "why", "cb", "failed": the C kernels' state
 
 _TORCH_TYPES = {"int": "int", "float": "float", "bool": "bool", "str": "str",
@@ -201,9 +208,18 @@ def _in_arena(c, t):
 
 def _in_device_view(c, t):
     """The opd Tensor behind torch CUDA tensor t when t is (part of) a
-    zero-copy view of one of c's device arenas; else t."""
-    v = _torchops.in_device_view(c, t)
-    return t if v is None else v
+    zero-copy view of one of c's device arenas (Tensor.torch() of a device
+    tensor: the daemon's memory, not torch's); else t."""
+    maps = c._maps
+    if not maps or not t.is_contiguous():
+        return t
+    p, n = t.data_ptr(), t.numel() * t.element_size()
+    for m in list(maps.values()):
+        if m.ptr <= p and p + n <= m.ptr + m.size:
+            for v in list(m.views):
+                return Tensor(v.tensor.arena, p - m.ptr, dtype_name(t.dtype),
+                              tuple(t.shape), None, t)
+    return t
 
 
 def _bound():
@@ -237,8 +253,20 @@ def _define(name, fn, fake, schema_str):
     return getattr(getattr(_torch.ops, NAMESPACE), name)
 
 
+def _no_cuda(tname):
+    """The error of torch.ops.opd.<tname> on CUDA tensors where libopd's C
+    kernel does not serve it (the only CUDA path)."""
+    why = c_kernels_failed().get(tname) or c_kernels_why() or \
+        "no C kernel was registered for this form"
+    return errors.error(protocol.EBACKEND, "opd.torch: torch.ops.opd.%s on "
+                        "CUDA tensors runs libopd's C kernel, which needs "
+                        "torch >= %d.%d (its stable C ABI) and a libopd built "
+                        "with it (make TORCH=1); this is torch %s: %s"
+                        % ((tname,) + C_TORCH + (_torch.__version__, why)))
+
+
 def _make(name, schema):
-    run = _torchops.OpRunner(name, schema)
+    run = _torchops.OpRunner(name, schema, _no_cuda)
     _runners[name] = run
     onames = out_names(schema)
     made = {}
@@ -253,7 +281,7 @@ def _make(name, schema):
                          for dt, shape in _infer(client(), name, schema, ins, attrs))
 
     made[name] = _define(name, real, fake, torch_schema(schema))
-    _c_kernel(name, schema, False)
+    _c_kernel(name, schema, FUNCTIONAL)
 
     if onames and name + "_out" not in _daemon_names:
         def real_out(*args, **kwargs):
@@ -268,6 +296,7 @@ def _make(name, schema):
 
         made[name + "_out"] = _define(name + "_out", real_out, fake_out,
                                       out_schema(schema))
+        _c_kernel(name, schema, OUT)
 
     if has_inplace(schema) and name + "_" not in _daemon_names:
         def real_(*args, **kwargs):
@@ -281,47 +310,47 @@ def _make(name, schema):
                         _infer(client(), name, schema, ins, attrs), [x])
 
         made[name + "_"] = _define(name + "_", real_, fake_, inplace_schema(schema))
-        _c_kernel(name, schema, True)
+        _c_kernel(name, schema, INPLACE)
     return made
 
 
 _ATTR_CODES = {"int": 1, "float": 2, "bool": 3, "str": 4, "ints": 5}
+# opd_torch_kernel's forms (include/opd/opd.h: OPD_TORCH_*) and their suffix
+FUNCTIONAL, INPLACE, OUT, VARIADIC = 0, 1, 2, 0x10
+_SUFFIX = {FUNCTIONAL: "", INPLACE: "_", OUT: "_out"}
 
 
 def _c_lib():
     """libopd when its C kernels can serve torch's CUDA dispatch key here
-    (client/libopd/torchops.c: torch >= 2.10 exports the C shims they use;
-    OPD_TORCH_C=0 turns them off), else None; the reason is kept in
-    c_kernels_why()."""
+    (client/torch/: torch >= 2.10 exports the C shims they use), else
+    None; the reason is kept in c_kernels_why()."""
     if "lib" in _cstate:
         return _cstate["lib"]
     lib, why = None, ""
-    if os.environ.get("OPD_TORCH_C", "1") == "0":
-        why = "OPD_TORCH_C=0"
-    else:
-        try:
-            cand = _lib.load()
-        except Exception as e:          # no libopd: the Python path says so
-            cand, why = None, str(e)
-        f = getattr(cand, "opd_torch_available", None) if cand else None
-        if cand is not None and f is None:
-            why = "this libopd has no torch kernels"
-        elif f is not None:
-            buf = ctypes.create_string_buffer(200)
-            if f(buf, len(buf)):
-                lib = cand
-                # a call after fork() or with no connection bound asks for one
-                cb = ctypes.CFUNCTYPE(ctypes.c_void_p)(_c_rebind)
-                _cstate["cb"] = cb
-            else:
-                why = buf.value.decode(errors="replace")
+    try:
+        cand = _lib.load()
+    except Exception as e:              # no libopd: a CUDA call says so
+        cand, why = None, str(e)
+    f = getattr(cand, "opd_torch_available", None) if cand else None
+    if cand is not None and f is None:
+        why = "this libopd has no torch kernels (built with TORCH=0)"
+    elif f is not None:
+        buf = ctypes.create_string_buffer(200)
+        if f(buf, len(buf)):
+            lib = cand
+            # a call after fork() or with no connection bound asks for one
+            cb = ctypes.CFUNCTYPE(ctypes.c_void_p)(_c_rebind)
+            _cstate["cb"] = cb
+        else:
+            why = buf.value.decode(errors="replace")
     _cstate["lib"], _cstate["why"] = lib, why
     return lib
 
 
 def c_kernels_why():
-    """Why torch.ops.opd.* on CUDA tensors run through Python here ("" when
-    libopd's C kernels serve them)."""
+    """Why libopd's C kernels cannot serve torch.ops.opd.* on CUDA tensors
+    here, so that such calls raise BackendError ("" when they serve
+    them)."""
     _c_lib()
     return _cstate["why"]
 
@@ -340,24 +369,28 @@ def _c_rebind():
     return None
 
 
-def _c_kernel(name, schema, inplace):
-    """Registers libopd's C kernel as the CUDA kernel of opd::<name> (or
-    of <name>_ with inplace) when it can read the op's arguments."""
+def _c_kernel(name, schema, form):
+    """Registers libopd's C kernel as the CUDA kernel of one form of
+    opd::<name> (FUNCTIONAL: <name>, INPLACE: <name>_, OUT: <name>_out).
+    An op with no tensor input has no CUDA call to serve."""
     lib = _c_lib()
-    if lib is None or _variadic(schema) or not schema["inputs"]:
+    if lib is None or not schema["inputs"]:
         return
     attrs = schema["attrs"]
     if any(a["type"] not in _ATTR_CODES for a in attrs):
         return
     names = (ctypes.c_char_p * max(1, len(attrs)))(*[a["name"].encode() for a in attrs])
     types = (ctypes.c_int32 * max(1, len(attrs)))(*[_ATTR_CODES[a["type"]] for a in attrs])
-    rc = lib.opd_torch_kernel(NAMESPACE.encode(), name.encode(), int(inplace),
-                              len(schema["inputs"]), schema["min_inputs"],
-                              len(schema["outputs"]), len(attrs), names, types)
-    tname = name + ("_" if inplace else "")
+    variadic = _variadic(schema)
+    rc = lib.opd_torch_kernel(NAMESPACE.encode(), name.encode(),
+                              form | (VARIADIC if variadic else 0),
+                              len(schema["inputs"]), 0 if variadic else
+                              schema["min_inputs"], len(schema["outputs"]),
+                              len(attrs), names, types)
+    tname = name + _SUFFIX[form]
     if rc == 0:
         _ckernels[tname] = 1
-    else:                               # that form stays in Python
+    else:                               # its CUDA calls raise, saying why
         msg = lib.opd_last_error()
         _cstate.setdefault("failed", {})[tname] = (
             msg.decode(errors="replace") if msg else str(rc))
@@ -365,7 +398,8 @@ def _c_kernel(name, schema, inplace):
 
 def c_kernels():
     """The torch names whose CUDA kernel is libopd's C one (a form whose
-    registration failed stays in Python: c_kernels_failed() says why)."""
+    registration failed refuses CUDA tensors: c_kernels_failed() says
+    why)."""
     return sorted(_ckernels)
 
 
@@ -426,9 +460,9 @@ class batch:
     the block is NOT ordered with the batch's calls: it must not read or
     write their tensors (the calls keep their own tensors alive until the
     block ends). Calls that need torch's work around them (a non-contiguous
-    tensor), the first call of a signature, and the Python path
-    (OPD_TORCH_C=0, c_kernels_why()) are ordered as outside the block;
-    where libopd's C kernels are not available the block changes nothing.
+    tensor) and the first call of a signature are ordered as outside the
+    block; where libopd's C kernels are not available (c_kernels_why())
+    the block changes nothing.
     One batch per connection at a time; blocks do not nest."""
 
     def __init__(self, stream=None):

@@ -1,4 +1,4 @@
-"""Asynchronous, stream-ordered runs on the GPU machine (issue 13), from
+"""Asynchronous, stream-ordered runs on the GPU machine, from
 Python: torch.ops.opd and Client.run on torch CUDA tensors return without
 a CPU sync and are ordered with torch's current stream both ways; inputs
 and outputs dropped and their memory reused right after a call (torch's
@@ -124,13 +124,14 @@ def _c_kernels():
 
 def test_c_kernels_serve_cuda_calls(ops):
     """torch >= 2.10: libopd's C kernels are the CUDA kernels of the ops
-    (client/libopd/torchops.c), torch's dispatcher calls them directly."""
+    (client/torch/torchops.c), torch's dispatcher calls them directly."""
     import opd.torch as ot
     if not _c_kernels():
-        pytest.skip("torch.ops.opd on CUDA goes through Python here: %s"
+        pytest.skip("torch.ops.opd on CUDA is refused here: %s"
                     % ot.c_kernels_why())
     names = ot.c_kernels()
-    for n in ("softmax", "layernorm", "gelu", "relu", "relu_", "conv2d"):
+    for n in ("softmax", "layernorm", "gelu", "relu", "relu_", "conv2d",
+              "softmax_out", "noop"):
         assert n in names, (n, names)
     # the same signature twice (a plan hit), then a new one (a miss)
     for shape in ((8, 300), (8, 300), (3, 5, 7)):
@@ -303,7 +304,7 @@ def test_client_exits_with_runs_in_flight(daemon):
 
 
 def test_torch_devices_go_to_the_daemon_by_uuid(c, daemon):
-    """Issue 15: the daemon is sent the UUID of the torch tensor's GPU, so a
+    """The daemon is sent the UUID of the torch tensor's GPU, so a
     daemon with other CUDA_VISIBLE_DEVICES still opens the right one; the
     hello lists it; an import by it computes in place."""
     name = c.wire_device(0)

@@ -1,4 +1,4 @@
-"""Two GPUs in one daemon (issue 15): torch tensors on each GPU imported and
+"""Two GPUs in one daemon: torch tensors on each GPU imported and
 computed in place, a client whose CUDA_VISIBLE_DEVICES differs from the
 daemon's (its cuda:0 is the daemon's cuda:1: the daemon must be told the
 UUID), "auto" placement of host tensors over both GPUs. Skips, saying why,
@@ -8,7 +8,7 @@ fewer than two.
 Not here (not built yet, docs/gpu.md "Devices by UUID"): a published
 tensor attached on the other GPU, peer-to-peer copies between the GPUs. A
 poisoned context on one GPU stops the whole daemon (exit 3 for the init
-system, issue 4's drill in tests/gpu/run.sh): no GPU keeps serving alone.
+system, the poisoned-context drill in tests/gpu/run.sh): no GPU keeps serving alone.
 """
 import os
 import subprocess

@@ -1,5 +1,4 @@
-/* libopd's C kernels for torch's dispatcher (client/libopd/torchops.c)
- * without torch: this program defines the stable-ABI shims they look up
+/* libopd's C kernels for torch's dispatcher (client/torch/) without torch: this program defines the stable-ABI shims they look up
  * (aoti_torch_*, torch_*, and libstdc++'s throw, which here jumps back to
  * the test) over a toy tensor, registers the kernels and calls them as
  * torch's boxed dispatcher would, against a real daemon.
@@ -10,7 +9,8 @@
  * handles), the daemon's shape rule is asked once per signature, the
  * outputs are allocated with the shapes it gives, every handle the kernel
  * was given or made is released (also when it throws), and each error
- * names the op and the problem. Without a CUDA driver the run itself then
+ * names the op and the problem, for the functional, in-place (<op>_) and
+ * out= (<op>_out) forms and a variadic (Tensor[]) op. Without a CUDA driver the run itself then
  * fails in libopd: that error is thrown too, and checked for.
  * Linked with -rdynamic so that dlsym(RTLD_DEFAULT) finds the shims.
  */
@@ -164,7 +164,7 @@ int32_t torch_delete_string(void *h) {
   live--;
   return 0;
 }
-typedef struct { size_t n; siv_t v[8]; } flist_t;
+typedef struct { size_t n; siv_t v[24]; } flist_t;
 int32_t torch_list_size(void *h, size_t *n) {
   *n = ((flist_t *)h)->n;
   return 0;
@@ -224,6 +224,13 @@ static siv_t S(const char *s) {
 static siv_t L2(int64_t a, int64_t b) {
   flist_t *h = calloc(1, sizeof *h);
   h->n = 2, h->v[0] = (siv_t)a, h->v[1] = (siv_t)b;
+  live++;
+  return (siv_t)(uintptr_t)h;
+}
+static siv_t TL(ft_t *const *ts, size_t n) { /* Tensor[]: a list handle */
+  flist_t *h = calloc(1, sizeof *h);
+  h->n = n;
+  for (size_t i = 0; i < n; i++) h->v[i] = T(ts[i]);
   live++;
   return (siv_t)(uintptr_t)h;
 }
@@ -387,6 +394,67 @@ int main(int argc, char **argv) {
         "contiguous copy released (%s)", thrown);
   unref(a), unref(bb);
   CHECK(live == 0, "in place: every handle released (%d alive)", live);
+
+  /* out= forms: the given tensor is checked against the shape rule and
+   * written in place (contiguous) or through a temporary copied back */
+  rc = opd_torch_kernel("opd", "softmax", OPD_TORCH_OUT, 1, 1, 1, 1, dim, i1) |
+       opd_torch_kernel("opd", "noop", OPD_TORCH_VARIADIC, 1, 0, 0, 0, NULL, NULL);
+  CHECK(rc == 0 && kernel_of("softmax_out") && kernel_of("noop"),
+        "softmax_out and the variadic noop registered (%s)",
+        rc ? opd_last_error() : "ok");
+  CHECK(opd_torch_kernel("opd", "noop", OPD_TORCH_OUT, 1, 0, 0, 0, NULL, NULL) ==
+                OPD_EINVAL &&
+            opd_torch_kernel("opd", "relu", OPD_TORCH_INPLACE | OPD_TORCH_VARIADIC,
+                             1, 1, 1, 0, NULL, NULL) == OPD_EINVAL,
+        "an out= form with no output and a variadic in-place form are refused");
+  x = cuda(8, 300, 0, 0);
+  ft_t *y = cuda(8, 300, 0, 0);
+  siv_t so[3] = {T(x), T(y), (siv_t)-1};
+  last_dim = -1;
+  threw = call("softmax_out", so, 3, 0);
+  CHECK(threw && strstr(thrown, "opd: softmax_out: ") == thrown && last_dim == -1,
+        "softmax_out into a contiguous tensor: no output allocated, the run "
+        "tried (%s)", thrown);
+  ft_t *y3 = cuda(3, 0, 0, 0);
+  x->refs++;
+  siv_t so2[3] = {T(x), T(y3), (siv_t)-1};
+  threw = call("softmax_out", so2, 3, 0);
+  CHECK(threw && strstr(thrown, "softmax_out: output 0 has dtype float32 and "
+                        "shape (3,); the op's output here is float32 (8, 300)"),
+        "softmax_out into a (3,): %s", thrown);
+  y->contig = false;
+  x->refs++, y->refs++;
+  siv_t so3[3] = {T(x), T(y), (siv_t)-1};
+  threw = call("softmax_out", so3, 3, 0);
+  CHECK(threw && last_dim == 2 && last_sizes[0] == 8 && last_sizes[1] == 300,
+        "softmax_out into a non-contiguous tensor: a temporary (8, 300) (%s)",
+        thrown);
+  ft_t *yc = cuda(8, 300, 0, 0);
+  yc->dev_type = 0;
+  x->refs++;
+  siv_t so4[3] = {T(x), T(yc), (siv_t)-1};
+  threw = call("softmax_out", so4, 3, 0);
+  CHECK(threw && strstr(thrown, "output 0 is not a CUDA tensor"),
+        "softmax_out into a CPU tensor: %s", thrown);
+  unref(x), unref(y), unref(y3), unref(yc);
+  CHECK(live == 0, "out=: every handle released (%d alive)", live);
+
+  /* a variadic op: its inputs are one Tensor[]; each handle in it is ours */
+  ft_t *v[17];
+  for (int i = 0; i < 17; i++) v[i] = cuda(3, 0, 0, 0);
+  siv_t nv[1] = {TL(v, 2)};
+  threw = call("noop", nv, 1, 0);
+  CHECK(threw && strstr(thrown, "opd: noop: ") == thrown &&
+            !strstr(thrown, "not the one registered"),
+        "noop on a list of 2: read and run (%s)", thrown);
+  for (int i = 2; i < 17; i++) v[i]->refs--; /* the list gives them away */
+  for (int i = 0; i < 17; i++) v[i]->refs++;
+  siv_t nv2[1] = {TL(v, 17)};
+  threw = call("noop", nv2, 1, 0);
+  CHECK(threw && strstr(thrown, "more than 16 tensors"), "noop on 17: %s", thrown);
+  for (int i = 0; i < 17; i++) unref(v[i]);
+  CHECK(live == 0, "variadic: every handle and the list released (%d alive)",
+        live);
 
   /* hostile stacks: a schema other than the one registered is refused
    * before the stack is read; an int[] over the rank limit is named, and
