@@ -187,13 +187,13 @@ obj = $(patsubst %.c,$(B)/obj/%.o,$(1))
 COMMON_OBJ := $(call obj,$(COMMON_SRC))
 KERNEL_OBJ := $(call obj,$(KERNEL_SRC))
 DAEMON_OBJ := $(call obj,$(DAEMON_SRC))
+TORCH_OBJ  := $(call obj,$(TORCH_SRC))
 CLIENT_OBJ := $(call obj,$(CLIENT_SRC))
-$(CLIENT_OBJ): $(BENCH_STAMP)
+$(CLIENT_OBJ) $(TORCH_OBJ): $(BENCH_STAMP)
 ifeq ($(BENCH),1)
-$(CLIENT_OBJ): CPPFLAGS += -DOPD_BENCH
+$(CLIENT_OBJ) $(TORCH_OBJ): CPPFLAGS += -DOPD_BENCH
 endif
-# torch's dispatcher kernels (client/torch), in libopd with TORCH=1
-TORCH_SRC   := $(sort $(wildcard client/torch/*.c))
+CLIENT_OBJ += $(if $(filter 1,$(TORCH_ON)),$(TORCH_OBJ))
 UNIT_OBJ   := $(call obj,$(UNIT_SRC))
 OPS_OBJ    := $(call obj,$(OPS_SRC))
 INTEG_OBJ  := $(call obj,$(INTEG_SRC))
