@@ -50,10 +50,8 @@ arch "no call cycles in the daemon's objects (daemon, kernels, common)" \
 arch "no call cycles in libopd's objects (client, common)" \
   /usr/bin/python3 tests/arch/no_cycles.py \
   ${OPD_CLIENT_OBJ:-$(objs_under $B/obj/client $B/obj/common)}
-if [ -f tests/arch/py_imports.py ]; then
-  arch "no import cycles in the Python package" sh -c \
-    '/usr/bin/python3 tests/arch/py_imports.py --self-test && /usr/bin/python3 tests/arch/py_imports.py python/opd'
-fi
+arch "no import cycles in the Python package (tests/arch/py_imports.py)" sh -c \
+  '/usr/bin/python3 tests/arch/py_imports.py --self-test && /usr/bin/python3 tests/arch/py_imports.py python/opd'
 arch "no source file over 600 lines" /usr/bin/python3 tests/arch/no_cycles.py \
   --max-lines 600 daemon client kernels common include python tests bench examples
 
