@@ -34,8 +34,9 @@
 #endif
 
 /* Declares op `name`'s kernels: opd__<name>_cpu_ref, _cpu_fast (defined in
- * kernels/<name>/cpu.c) and the weak opd__<name>_cuda (kernels/<name>/
- * cuda.cu, NULL without CUDA). Only in C files (op.c, cpu.c): a .cu file
+ * kernels/<name>/cpu.c, or its family's kernels/<family>/cpu.c) and the
+ * weak opd__<name>_cuda (the folder's cuda.cu, NULL without CUDA). Only in
+ * C files (op.c or ops.c, cpu.c): a .cu file
  * defines its kernel with extern "C" and must not see the weak declaration. */
 #define OPD_OP_DECLARE(name)                                               \
   int opd__##name##_cpu_ref(opd_kcall_t *call);                           \

@@ -5,8 +5,9 @@
  * The context a CUDA kernel launches in (opd_cuda_ctx_t), its calling
  * convention, the workspace layout and the error codes are part of the
  * operator ABI, include/opd/op.h; each op's CUDA kernel, the dtypes it
- * takes and its scratch needs are fields of the op's row (kernels/<op>/op.c
- * names opd__<op>_cuda, defined in kernels/<op>/cuda.cu). There is no
+ * takes and its scratch needs are fields of the op's row (kernels/<op>/op.c,
+ * or a family's kernels/<family>/ops.c, names opd__<op>_cuda, defined in
+ * the folder's cuda.cu). There is no
  * table of CUDA kernels besides the rows.
  *
  * OPD_CUDA_WORKSPACE_DEFAULT is what a caller that keeps one workspace per
@@ -50,7 +51,7 @@ int opd__conv2d_cuda_variant(opd_kcall_t *call, const opd_cuda_ctx_t *ctx,
  * stream as a dependent launch (the one-thread wait kernel before it
  * triggers as soon as the client's word is there, so the op's blocks start
  * without a launch's gap, and wait with griddepcontrol.wait for the wait
- * kernel's end). A kernel that takes it (kernels/unary/unary.cuh:
+ * kernel's end). A kernel that takes it (kernels/unary/cuda.cu:
  * griddepcontrol.wait first, then launch_dependents) says so with
  * opd__cuda_pdl_took(); the daemon then writes the flag word with a
  * one-thread dependent kernel that starts while the op runs and stores

@@ -10,9 +10,9 @@
  * the built-in ops: generic code reads rows, tests iterate opd__ops (and
  * tests that cannot link it read the X lines of OPD_OPS in this file).
  *
- * The table is extendable at start-up: plugins (kernels/runtime/plugin.c) append
- * their rows with opd__op_register before the daemon serves anyone, and
- * nothing changes it afterwards, so readers on any thread need no lock.
+ * The table is extendable at start-up: plugins
+ * (kernels/runtime/plugin.c) append their rows with opd__op_register
+ * before the daemon serves anyone, and nothing changes it afterwards, so readers on any thread need no lock.
  * Built-ins come first, at indexes [0, opd__n_builtin_ops).
  */
 #include "kernels/runtime/registry.h"

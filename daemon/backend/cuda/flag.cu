@@ -28,7 +28,7 @@
  * its own session one timeout, not one per run, and never the others.
  * On sm_90 and later the wait kernel triggers its dependents once the
  * word is there, and after an op that went on as its dependent launch
- * (kernels/unary/unary.cuh; the offer: kernels/cuda/pdl.cu) the daemon's
+ * (kernels/unary/cuda.cu; the offer: kernels/cuda/pdl.cu) the daemon's
  * word is
  * opd_set_flag_pdl, a one-thread dependent kernel, instead of the memset:
  * ~4.5 us less GPU time per ordered run (docs/async.md "Dependent
