@@ -53,8 +53,8 @@ __device__ __forceinline__ unsigned long long gtime(void) {
 /* The flag word as a dependent launch of the op: resident while the op
  * runs, it stores once the op has ended and its writes are visible.
  * stamps: NULL, or the run's entry of OPD_GPU_STAMPS (include/opd/protocol.h) */
-__global__ void opd_set_flag_pdl(unsigned *word, unsigned value,
-                                 unsigned long long *stamps) {
+static __global__ void opd_set_flag_pdl(unsigned *word, unsigned value,
+                                        unsigned long long *stamps) {
   opd__pdl_wait();
   __threadfence_system();
   unsigned long long t = stamps != NULL ? gtime() : 0;
@@ -65,7 +65,7 @@ __global__ void opd_set_flag_pdl(unsigned *word, unsigned value,
   }
 }
 
-__global__ void opd_set_flag(unsigned *word, unsigned value) {
+static __global__ void opd_set_flag(unsigned *word, unsigned value) {
   __threadfence_system();
   asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(word), "r"(value) : "memory");
 }
@@ -76,10 +76,10 @@ __device__ __forceinline__ unsigned ld_acquire(const unsigned *p) {
   return x;
 }
 
-__global__ void opd_wait_word(const unsigned *word, unsigned want, unsigned *sticky,
-                              opd_cuda_board_t *board, unsigned sid,
-                              unsigned long long timeout_ns,
-                              unsigned long long *stamps) {
+static __global__ void opd_wait_word(const unsigned *word, unsigned want, unsigned *sticky,
+                                     opd_cuda_board_t *board, unsigned sid,
+                                     unsigned long long timeout_ns,
+                                     unsigned long long *stamps) {
   unsigned long long t0 = gtime();
   for (;;) {
     if ((int)(ld_acquire(word) - want) >= 0) {
