@@ -6,9 +6,9 @@
  * softmax is in the family with the two norms: each reduces a row to
  * statistics and rewrites it from them, and the three share that body on
  * each backend (cpu.c over kernels/common/rowred.h, cuda.cu over
- * rows.cuh). All are INPLACE (y may be exactly x). The rows differ in
- * their inputs and attributes, so each is written out here with its shape
- * rule; layernorm and rmsnorm share theirs (norm_shape). A new op of the
+ * rows.cuh). All are INPLACE (y may be exactly x). What the rows
+ * share is NORM_ROW's; each row adds its inputs, attribute and shape
+ * rule (layernorm and rmsnorm share theirs: norm_shape). A new op of the
  * family is its row here plus its section in cpu.c and cuda.cu (and its X
  * line in kernels/runtime/registry.c).
  *
@@ -28,6 +28,24 @@
 OPD_OP_DECLARE(softmax);
 OPD_OP_DECLARE(layernorm);
 OPD_OP_DECLARE(rmsnorm);
+
+/* The row of norm op `op` (its shape rule is <op>_shape); the remaining
+ * arguments are the row's own fields: summary, inputs, output, attribute,
+ * shape_doc. */
+#define NORM_ROW(op, ...)                                                  \
+  {                                                                        \
+    .name = #op,                                                           \
+    .n_in_min = 1,                                                         \
+    .n_out = 1,                                                            \
+    .flags = OPD_OPF_INPLACE,                                              \
+    .cpu_dtypes = OPD_DT_FLOAT,                                            \
+    .shape = op##_shape,                                                   \
+    .cpu_ref = opd__##op##_cpu_ref,                                        \
+    .cpu_fast = opd__##op##_cpu_fast,                                      \
+    .cuda = opd__##op##_cuda,                                              \
+    .cuda_dtypes = OPD_DT(FLOAT32) | OPD_DT(FLOAT16) | OPD_DT(BFLOAT16),   \
+    __VA_ARGS__                                                            \
+  }
 
 /* Shape rule of the norms: x (..., C), then optional per-channel params of
  * shape (C) as inputs 1.. (named by `names`, e.g. {"weight", "bias"}).
@@ -70,12 +88,10 @@ static int softmax_shape(opd_kcall_t *call, opd_tshape_t *out) {
   return opd__same_shape(call, out);
 }
 
-const opd_op_def_t opd__op_softmax = {
-    .name = "softmax",
+const opd_op_def_t opd__op_softmax = NORM_ROW(
+    softmax,
     .summary = "softmax along the last dim, max-subtracted (torch.softmax)",
-    .n_in_min = 1,
     .n_in_max = 1,
-    .n_out = 1,
     .in = {{"x", OPD_DT_FLOATS, "(..., C)"}},
     .out = {{"y", OPD_DT_FLOATS, "(..., C) rows sum to 1"}},
     .n_attrs = 1,
@@ -83,27 +99,17 @@ const opd_op_def_t opd__op_softmax = {
                .type = OPD_ATTR_INT,
                .def = {.type = OPD_ATTR_INT, .i = -1},
                .doc = "the dim to normalize; must be the last (-1 or rank-1)"}},
-    .flags = OPD_OPF_INPLACE,
-    .cpu_dtypes = OPD_DT_FLOAT,
-    .shape_doc = "x (..., C) -> y (..., C)",
-    .shape = softmax_shape,
-    .cpu_ref = opd__softmax_cpu_ref,
-    .cpu_fast = opd__softmax_cpu_fast,
-    .cuda = opd__softmax_cuda,
-    .cuda_dtypes = OPD_DT(FLOAT32) | OPD_DT(FLOAT16) | OPD_DT(BFLOAT16),
-};
+    .shape_doc = "x (..., C) -> y (..., C)");
 
 static int layernorm_shape(opd_kcall_t *call, opd_tshape_t *out) {
   static const char *const names[] = {"weight", "bias"};
   return norm_shape(call, out, names);
 }
 
-const opd_op_def_t opd__op_layernorm = {
-    .name = "layernorm",
+const opd_op_def_t opd__op_layernorm = NORM_ROW(
+    layernorm,
     .summary = "layer norm over the last dim (F.layer_norm(x, (C,), w, b, eps))",
-    .n_in_min = 1,
     .n_in_max = 3,
-    .n_out = 1,
     .in = {{"x", OPD_DT_FLOATS, "(..., C)"},
            {"weight", OPD_DT_FLOATS, "(C) optional scale"},
            {"bias", OPD_DT_FLOATS, "(C) optional shift (needs weight)"}},
@@ -113,27 +119,17 @@ const opd_op_def_t opd__op_layernorm = {
                .type = OPD_ATTR_FLOAT,
                .def = {.type = OPD_ATTR_FLOAT, .f = 1e-5},
                .doc = "added to the variance before the square root"}},
-    .flags = OPD_OPF_INPLACE,
-    .cpu_dtypes = OPD_DT_FLOAT,
-    .shape_doc = "x (..., C), weight (C)?, bias (C)? -> y (..., C)",
-    .shape = layernorm_shape,
-    .cpu_ref = opd__layernorm_cpu_ref,
-    .cpu_fast = opd__layernorm_cpu_fast,
-    .cuda = opd__layernorm_cuda,
-    .cuda_dtypes = OPD_DT(FLOAT32) | OPD_DT(FLOAT16) | OPD_DT(BFLOAT16),
-};
+    .shape_doc = "x (..., C), weight (C)?, bias (C)? -> y (..., C)");
 
 static int rmsnorm_shape(opd_kcall_t *call, opd_tshape_t *out) {
   static const char *const names[] = {"weight"};
   return norm_shape(call, out, names);
 }
 
-const opd_op_def_t opd__op_rmsnorm = {
-    .name = "rmsnorm",
+const opd_op_def_t opd__op_rmsnorm = NORM_ROW(
+    rmsnorm,
     .summary = "RMS norm over the last dim (F.rms_norm(x, (C,), w, eps))",
-    .n_in_min = 1,
     .n_in_max = 2,
-    .n_out = 1,
     .in = {{"x", OPD_DT_FLOATS, "(..., C)"},
            {"weight", OPD_DT_FLOATS, "(C) optional scale"}},
     .out = {{"y", OPD_DT_FLOATS, "(..., C)"}},
@@ -143,12 +139,4 @@ const opd_op_def_t opd__op_rmsnorm = {
                .def = {.type = OPD_ATTR_FLOAT, .f = 1.1920928955078125e-07},
                .doc = "added to mean(x^2) before the square root "
                       "(default: float32 eps, as torch with eps=None)"}},
-    .flags = OPD_OPF_INPLACE,
-    .cpu_dtypes = OPD_DT_FLOAT,
-    .shape_doc = "x (..., C), weight (C)? -> y (..., C)",
-    .shape = rmsnorm_shape,
-    .cpu_ref = opd__rmsnorm_cpu_ref,
-    .cpu_fast = opd__rmsnorm_cpu_fast,
-    .cuda = opd__rmsnorm_cuda,
-    .cuda_dtypes = OPD_DT(FLOAT32) | OPD_DT(FLOAT16) | OPD_DT(BFLOAT16),
-};
+    .shape_doc = "x (..., C), weight (C)? -> y (..., C)");
