@@ -7,7 +7,7 @@
  * as torch. groups is not supported. The output size is
  * P = (H + 2 ph - dh (R - 1) - 1) / sh + 1, and likewise Q; it must be
  * positive. Every product is checked for overflow, since attrs come from
- * the client.
+ * the client (the geometry: plan.c, shared with the kernels).
  */
 #include "kernels/common/cpu.h"
 #include "kernels/common/kutil.h"

@@ -7,8 +7,6 @@
  * disagree on torch's 1-D and batch cases. The output must not alias the
  * inputs: no INPLACE flag.
  */
-#include <string.h>
-
 #include "kernels/common/cpu.h"
 #include "kernels/common/kutil.h"
 #include "kernels/matmul/plan.h"
