@@ -109,7 +109,7 @@ Test(registry, all_ops_present_and_documented) {
       int n = row_file(e->d_name, files[fi], rows, 64, &test_only);
       if (fi == 0 && n > 0) { /* an op folder: its row has its name */
         cr_assert_eq(n, 1, "kernels/%s/op.c defines %d rows", e->d_name, n);
-        snprintf(rows[0], OPD_MAX_NAME, "%s", e->d_name);
+        snprintf(rows[0], OPD_MAX_NAME, "%.63s", e->d_name);
       }
 #ifdef OPD_TEST_OPS
       test_only = 0;
