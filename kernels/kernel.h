@@ -44,6 +44,12 @@
   OPD_CUDA_WEAK int opd__##name##_cuda(opd_kcall_t *call,                 \
                                        const opd_cuda_ctx_t *ctx)
 
+/* The kernel fields of op `name`'s row, by their conventional names (for
+ * a family's row macro: kernels/<family>/ops.c). */
+#define OPD_ROW_KERNELS(name)                                              \
+  .cpu_ref = opd__##name##_cpu_ref, .cpu_fast = opd__##name##_cpu_fast,    \
+  .cuda = opd__##name##_cuda
+
 /* Declares the weak opd__<name>_cuda_workspace (for an op.c whose op has
  * a cuda_workspace). */
 #define OPD_OP_DECLARE_CUDA_WORKSPACE(name) \

@@ -64,9 +64,7 @@ static int binary_shape(opd_kcall_t *call, opd_tshape_t *out) {
     .cpu_dtypes = OPD_DT_FLOAT,                                            \
     .shape_doc = "a (...), b (...) -> out (broadcast(a, b))",              \
     .shape = binary_shape,                                                 \
-    .cpu_ref = opd__##op##_cpu_ref,                                        \
-    .cpu_fast = opd__##op##_cpu_fast,                                      \
-    .cuda = opd__##op##_cuda,                                              \
+    OPD_ROW_KERNELS(op),                                                   \
     .cuda_dtypes = OPD_DT(FLOAT32) | OPD_DT(FLOAT16) | OPD_DT(BFLOAT16),   \
   }
 

@@ -40,9 +40,7 @@ OPD_OP_DECLARE(rmsnorm);
     .flags = OPD_OPF_INPLACE,                                              \
     .cpu_dtypes = OPD_DT_FLOAT,                                            \
     .shape = op##_shape,                                                   \
-    .cpu_ref = opd__##op##_cpu_ref,                                        \
-    .cpu_fast = opd__##op##_cpu_fast,                                      \
-    .cuda = opd__##op##_cuda,                                              \
+    OPD_ROW_KERNELS(op),                                                   \
     .cuda_dtypes = OPD_DT(FLOAT32) | OPD_DT(FLOAT16) | OPD_DT(BFLOAT16),   \
     __VA_ARGS__                                                            \
   }

@@ -34,9 +34,7 @@
     .cpu_dtypes = OPD_DT_FLOAT,                                            \
     .shape_doc = "x (...) -> y (...)",                                     \
     .shape = opd__same_shape,                                              \
-    .cpu_ref = opd__##op##_cpu_ref,                                        \
-    .cpu_fast = opd__##op##_cpu_fast,                                      \
-    .cuda = opd__##op##_cuda,                                              \
+    OPD_ROW_KERNELS(op),                                                   \
     .cuda_dtypes = OPD_DT(FLOAT32) | OPD_DT(FLOAT16) | OPD_DT(BFLOAT16),   \
     __VA_ARGS__                                                            \
   }
