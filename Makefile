@@ -155,7 +155,7 @@ endif
 $(info opd: CC=$(CC) CUDA=$(CUDA)->$(CUDA_ON)$(if $(NVCC), (nvcc: $(NVCC)),) BLAS=$(BLAS) ASAN=$(ASAN) DEBUG=$(DEBUG) INIH=$(INIH_ON) SYSTEMD=$(SYSTEMD_ON) MHD=$(MHD_ON) TORCH=$(TORCH)->$(TORCH_ON))
 
 COMMON_SRC  := $(sort $(wildcard common/*.c))
-KERNEL_SRC  := $(sort $(wildcard kernels/*.c kernels/*/*.c))
+KERNEL_SRC  := $(sort $(wildcard kernels/*/*.c))
 # the device backend: CUDA, or the none backend in a build without CUDA
 # (daemon/backend/backend.h)
 DAEMON_SRC  := $(filter-out daemon/main.c,$(sort $(wildcard daemon/*.c))) \
@@ -181,7 +181,7 @@ TORCH_SRC   := $(sort $(wildcard client/torch/*.c))
 UNIT_SRC    := $(sort $(wildcard tests/unit/*.c))
 OPS_SRC     := $(sort $(wildcard tests/ops/*.c))
 INTEG_SRC   := $(sort $(wildcard tests/integration/*.c))
-CUDA_SRC    := $(sort $(wildcard kernels/*/*.cu daemon/*.cu))
+CUDA_SRC    := $(sort $(wildcard kernels/*/*.cu daemon/*.cu daemon/backend/cuda/*.cu))
 
 obj = $(patsubst %.c,$(B)/obj/%.o,$(1))
 COMMON_OBJ := $(call obj,$(COMMON_SRC))

@@ -34,8 +34,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "kernels/exec.h"
 #include "kernels/kernel.h"
+#include "kernels/runtime/exec.h"
+#include "kernels/runtime/opcheck.h"
+#include "kernels/runtime/registry.h"
 
 #define FLUSH_BYTES (64u << 20)
 

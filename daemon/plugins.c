@@ -2,7 +2,7 @@
  * anything else starts, and the PLUGINS reply.
  *
  * DESIGN
- * kernels/plugin.c does the loading and every check; this file only walks
+ * kernels/runtime/plugin.c does the loading and every check; this file only walks
  * the options (--plugin-dir first, then each --plugin in order), logs what
  * was loaded, and turns the first refusal into a failed start (main.c
  * exits 1). It runs before opd__server_init, which sizes the per-op
@@ -14,8 +14,8 @@
 #include "common/wire.h"
 #include "daemon/log.h"
 #include "daemon/server.h"
-#include "kernels/kernel.h"
-#include "kernels/plugin.h"
+#include "kernels/runtime/plugin.h"
+#include "kernels/runtime/registry.h"
 
 static void log_loaded(const opd_plugin_rec_t *p) {
   char ops[512];

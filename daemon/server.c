@@ -29,7 +29,7 @@
 #include "daemon/log.h"
 #include "daemon/server.h"
 #include "daemon/service.h"
-#include "kernels/exec.h"
+#include "kernels/runtime/exec.h"
 
 #define OPD_POISON_GRACE_MS 2000
 #define OPD_EXIT_POISONED 3

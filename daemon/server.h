@@ -32,6 +32,9 @@
 #include "daemon/loop.h"
 #include "daemon/service.h"
 #include "kernels/kernel.h"
+#include "kernels/runtime/exec.h"
+#include "kernels/runtime/opcheck.h"
+#include "kernels/runtime/registry.h"
 
 /* Every limit has up to three scopes: one session, all sessions of one
  * uid, the whole daemon (docs/operations.md, "Limits"). 0 never means

@@ -213,7 +213,7 @@ void opd__service_reload(opd_server_t *srv) {
   KEEP(limits.max_frame, "max-frame");
   KEEP(svc.metrics_listen, "metrics-listen");
   KEEP(svc.pid_file, "pid-file");
-  /* plugins load once, before anyone is served (kernels/plugin.c) */
+  /* plugins load once, before anyone is served (kernels/runtime/plugin.c) */
   KEEP(plugin_dir, "plugin-dir");
   int same = next->n_plugins == cur->n_plugins;
   for (int i = 0; same && i < cur->n_plugins; i++)

@@ -16,7 +16,7 @@
  * Nothing in the daemon is keyed on an op's name: whatever differs between
  * ops is a field or a flag of this row.
  *
- * This header is the plugin ABI (issue 12): plain C11, self-contained (it
+ * This header is the plugin ABI: plain C11, self-contained (it
  * needs only include/ on the path: opd/protocol.h gives the limits, dtypes,
  * attribute types and error codes), no pointers into daemon internals, no
  * CUDA header (CUDA objects travel as void pointers). A change to any

@@ -17,8 +17,7 @@
  *                outputs per thread on tiles 64x128 / 64x64 / 32x64 (L/M/S).
  *              The tile is the largest giving >= 2 blocks per SM, else S.
  *              Why faster than direct3x3: the direct kernel reads one smem
- *              weight per FMA (LDS-bound, ~13 TFLOP/s at best on the
- *              H200); here a thread reads 4 float4 per 64 FMAs (float32 L),
+ *              weight per FMA (LDS-bound, ~13 TFLOP/s at best); here a thread reads 4 float4 per 64 FMAs (float32 L),
  *              and the half types run on tensor cores.
  *   winograd   R = S = 3, stride 1, dilation 1, any padding, any dtype
  *              (float intermediates): Winograd F(2x2, 3x3), 16 products per
@@ -63,7 +62,8 @@
  * Scratch: im2col and winograd use it; when the workspace's scratch holds
  * less than one image's worth, that much comes from cudaMallocAsync on the
  * stream and goes back with cudaFreeAsync after the last kernel.
- * Measured on the H200 run of 2026-11-30, before this routing (3x3 pad 1,
+ * Measured 2026-11-30 (bench/results/2026-11-30-h200-kernels.txt), before
+ * this routing (3x3 pad 1,
  * us, median of 20, L2 flushed; gpu_kernels --bench, torch = cuDNN through
  * bench/bench_torch_kernels.py, float32 with TF32 off):
  *                            direct3x3  im2col  igemm  torch   AUTO now
@@ -83,6 +83,10 @@
  * winograd, float32, us against cuDNN's: N1 C64 56 K64 21.8 / 27.6, N8
  * C256 14 K256 44.8 / 108.4, N32 C64 56 K64 223.7 / 257.2, and ResNet-18's
  * stride-1 layers at batch 8 0.32-0.74x cuDNN's time.
+ * Files: this one is the router (AUTO's choice, the workspace size, the
+ * entry points); launch.cu holds each variant's kernels and its launcher
+ * (launch.h), igemm_kernels.cuh and winograd_kernels.cuh the kernels of
+ * those two variants.
  * Test: build/tests/gpu_kernels --op conv2d ("gpu op=conv2d[igemm]",
  * "[igemm:L]" / "[igemm:M]" / "[igemm:S]" (tiles forced through
  * kernels/conv2d/igemm.h), "[direct3x3]", "[winograd]", "[im2col]" and ""
@@ -101,104 +105,7 @@ extern "C" {
 #include "kernels/conv2d/plan.h"
 }
 #include "kernels/conv2d/igemm.h"
-
-#define TILE 16                    /* output tile edge (pixels) */
-#define KT 16                      /* output channels per block */
-#define CC 8                       /* input channels per smem stage */
-
-template <typename T>
-__global__ __launch_bounds__(TILE *TILE) void conv3x3_direct(
-    const T *__restrict__ x, const T *__restrict__ w, const T *__restrict__ bias,
-    T *__restrict__ y, int C, int H, int W, int K, int P, int Q, int ph, int pw,
-    int tiles_q) {
-  __shared__ float xs[CC][TILE + 2][TILE + 2];
-  __shared__ float ws[KT][CC][9];
-  int n = blockIdx.z, k0 = blockIdx.y * KT;
-  int tp = blockIdx.x / tiles_q, tq = blockIdx.x % tiles_q;
-  int ty = threadIdx.x / TILE, tx = threadIdx.x % TILE;
-  int op = tp * TILE + ty, oq = tq * TILE + tx;
-  int ih0 = tp * TILE - ph, iw0 = tq * TILE - pw; /* the tile's input origin */
-  float acc[KT];
-#pragma unroll
-  for (int k = 0; k < KT; k++) acc[k] = 0.0f;
-  const T *xn = x + (int64_t)n * C * H * W;
-  for (int c0 = 0; c0 < C; c0 += CC) {
-    for (int i = threadIdx.x; i < CC * (TILE + 2) * (TILE + 2); i += TILE * TILE) {
-      int c = i / ((TILE + 2) * (TILE + 2)), r = i % ((TILE + 2) * (TILE + 2));
-      int ih = ih0 + r / (TILE + 2), iw = iw0 + r % (TILE + 2);
-      float v = 0.0f;
-      if (c0 + c < C && ih >= 0 && ih < H && iw >= 0 && iw < W)
-        v = to_f(xn[((int64_t)(c0 + c) * H + ih) * W + iw]);
-      xs[c][r / (TILE + 2)][r % (TILE + 2)] = v;
-    }
-    for (int i = threadIdx.x; i < KT * CC * 9; i += TILE * TILE) {
-      int k = i / (CC * 9), c = i / 9 % CC, t = i % 9;
-      float v = 0.0f;
-      if (k0 + k < K && c0 + c < C) v = to_f(w[((int64_t)(k0 + k) * C + c0 + c) * 9 + t]);
-      ws[k][c][t] = v;
-    }
-    __syncthreads();
-#pragma unroll 2
-    for (int c = 0; c < CC; c++) {
-      float in[9];
-#pragma unroll
-      for (int t = 0; t < 9; t++) in[t] = xs[c][ty + t / 3][tx + t % 3];
-#pragma unroll
-      for (int k = 0; k < KT; k++) {
-        float s = acc[k];
-#pragma unroll
-        for (int t = 0; t < 9; t++) s += in[t] * ws[k][c][t];
-        acc[k] = s;
-      }
-    }
-    __syncthreads();
-  }
-  if (op >= P || oq >= Q) return;
-#pragma unroll
-  for (int k = 0; k < KT; k++) {
-    if (k0 + k >= K) break;
-    float v = acc[k] + (bias ? to_f(bias[k0 + k]) : 0.0f);
-    y[(((int64_t)n * K + k0 + k) * P + op) * Q + oq] = from_f<T>(v);
-  }
-}
-
-typedef struct im2col_geom {
-  int64_t C, H, W, R, S, P, Q;     /* as conv_plan_t */
-  int64_t sh, sw, ph, pw, dh, dw;
-} im2col_geom_t;
-
-/* cols[i][(c, r, s)][(p, q)] = x[n0 + i][c][p sh - ph + r dh][q sw - pw + s dw]
- * (0 outside), for nimg images: one thread per column element. */
-template <typename T>
-__global__ void im2col(const T *__restrict__ x, T *__restrict__ cols, int64_t total,
-                       im2col_geom_t g) {
-  int64_t PQ = g.P * g.Q, CRS = g.C * g.R * g.S;
-  int64_t stride = (int64_t)gridDim.x * blockDim.x;
-  for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += stride) {
-    int64_t pq = e % PQ, row = e / PQ % CRS, img = e / (PQ * CRS);
-    int64_t q = pq % g.Q, p = pq / g.Q;
-    int64_t s = row % g.S, r = row / g.S % g.R, c = row / (g.S * g.R);
-    int64_t ih = p * g.sh - g.ph + r * g.dh, iw = q * g.sw - g.pw + s * g.dw;
-    T v = from_f<T>(0.0f);
-    if (ih >= 0 && ih < g.H && iw >= 0 && iw < g.W)
-      v = x[((img * g.C + c) * g.H + ih) * g.W + iw];
-    cols[e] = v;
-  }
-}
-
-/* y[i][k][pq] = bias[k] (bias NULL: 0) over total = n*K*PQ elements. */
-template <typename T>
-__global__ void fill_bias(T *y, const T *bias, int64_t total, int64_t K, int64_t PQ) {
-  int64_t stride = (int64_t)gridDim.x * blockDim.x;
-  for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += stride)
-    y[e] = bias ? bias[e / PQ % K] : from_f<T>(0.0f);
-}
-
-/* the implicit-GEMM kernels (variant igemm): their own file, included
- * here (one translation unit: run_igemm below instantiates them) */
-#include "kernels/conv2d/igemm_kernels.cuh"
-/* the Winograd F(2x2, 3x3) transforms (variant winograd) */
-#include "kernels/conv2d/winograd_kernels.cuh"
+#include "kernels/conv2d/launch.h"
 
 /* ---- choosing a variant ----------------------------------------------- */
 
@@ -212,9 +119,6 @@ static bool is_wino(const conv_plan_t *p) {
   return p->R == 3 && p->S == 3 && p->sh == 1 && p->sw == 1 && p->dh == 1 && p->dw == 1;
 }
 
-static bool is_pointwise(const conv_plan_t *p) {
-  return p->R == 1 && p->S == 1 && p->sh == 1 && p->sw == 1 && p->ph == 0 && p->pw == 0;
-}
 
 /* The implicit-GEMM kernels index in int32: offsets inside one image of x
  * and inside weight, pixel numbers over N*P*Q (+ a tile), input rows and
@@ -235,7 +139,8 @@ static int64_t igemm_blocks(const conv_plan_t *p, bool half, int t) {
 
 /* float32: tile L (8x8 outputs a thread) as soon as it gives 0.7 blocks
  * per SM: its register reuse beats the parallelism of the smaller tiles
- * even at less than one wave (H200, ResNet-18's 3x3 convs at batch 8, us,
+ * even at less than one full round of blocks (2026-12-02,
+ * bench/results/2026-12-02-h200-words.txt; ResNet-18's 3x3 convs at batch 8, us,
  * gpu_kernels --bench: N8 C128 28x28 K128 L 135.8 (98 blocks) / M 152.2 /
  * S 161.4; N8 C64 56x56 K64 L 111.6 (196) / M 115.2; C64 56x56 K128
  * stride 2 L 76.4 (98) / im2col 83.2; at 52 blocks L loses: C256 14x14
@@ -254,8 +159,10 @@ static int igemm_tile(const conv_plan_t *p, bool half, int sms) {
   return OPD_IGEMM_TILE_S;
 }
 
-/* Reduction lengths C*R*S from which a small grid goes to im2col (H200,
- * 3x3, igemm vs im2col). float32: igemm's FFMA kernel and cuBLASLt's SGEMM
+/* Reduction lengths C*R*S from which a small grid goes to im2col (3x3,
+ * igemm vs im2col; 2026-11-30,
+ * bench/results/2026-11-30-h200-kernels-2.txt). float32: igemm's FFMA
+ * kernel and cuBLASLt's SGEMM
  * are close per FLOP, so only a long reduction pays for the columns pass
  * (C*R*S 576: 31.8 us vs 43.0; 2304: 169.5 vs 138.1). Half types:
  * cuBLASLt's Hopper kernels do far more per SM than the WMMA kernel's
@@ -276,39 +183,10 @@ static bool igemm_small_grid(const conv_plan_t *p, bool half, int sms) {
          crs >= (half ? SMALL_GRID_CRS_HALF : SMALL_GRID_CRS_F32);
 }
 
-/* ---- winograd's scratch ---------------------------------------------------
- * V (16 x K x C floats) once, then per chunk of images U (16 x C x Tpad)
- * and M (16 x K x Tpad), each 256-byte aligned; a chunk is as many images
- * as fit in WINO_CHUNK_BYTES (at least one), so that ResNet-18's layers at
- * batch 8 are one GEMM call and the GEMM reads U back from L2. */
-#define WINO_CHUNK_BYTES ((size_t)64 << 20)
-
-static size_t round256(int64_t b) { return ((size_t)b + 255) & ~(size_t)255; }
-
-/* output tiles (2x2) of one image */
-static int64_t wino_tiles(const conv_plan_t *p) { return ((p->P + 1) / 2) * ((p->Q + 1) / 2); }
-
-static int64_t wino_pitch(const conv_plan_t *p, int64_t nb) {
-  return (nb * wino_tiles(p) + 3) & ~(int64_t)3;
-}
-
-static size_t wino_bytes(const conv_plan_t *p, int64_t nb) {
-  int64_t tp = wino_pitch(p, nb), f = (int64_t)sizeof(float);
-  return round256(16 * p->K * p->C * f) + round256(16 * p->C * tp * f) +
-         round256(16 * p->K * tp * f);
-}
-
-/* Images per chunk: the most (up to N) whose scratch fits in WINO_CHUNK_BYTES. */
-static int64_t wino_chunk(const conv_plan_t *p) {
-  int64_t per = 16 * (p->C + p->K) * wino_tiles(p) * (int64_t)sizeof(float);
-  int64_t avail = (int64_t)WINO_CHUNK_BYTES - (int64_t)wino_bytes(p, 0) - 16 * 4096;
-  int64_t nb = per > 0 && avail > per ? avail / per : 1;
-  return nb < p->N ? nb : p->N;
-}
-
 /* float32 3x3 stride 1 goes to winograd from this many input and output
  * channels (fewer: the 16 GEMMs' reduction or rows are too short to pay
- * for the transforms' passes; H200: N1 C3 224x224 K64 49.5 us against
+ * for the transforms' passes; 2026-11-30,
+ * bench/results/2026-11-30-h200-kernels-2.txt: N1 C3 224x224 K64 49.5 us against
  * igemm's 32.4, N1 C64 56x56 K64 21.8 against 31.8; 16 is a guess between
  * the two), and while one image's scratch fits in WINO_CHUNK_BYTES (a
  * larger image or filter: igemm, which needs none). */
@@ -343,8 +221,8 @@ static int auto_variant(const conv_plan_t *p, int32_t dtype, int sms, int cc_maj
 }
 
 /* SM count and compute capability major of the current device (the
- * daemon's device thread, the test's device); an H200 when the query
- * fails (its error is cleared: it must not surface at a later launch). */
+ * daemon's device thread, the test's device); 132 SMs of sm_90 when the
+ * query fails (its error is cleared: it must not surface at a later launch). */
 static void current_device(int *sms, int *major) {
   int dev;
   if (cudaGetDevice(&dev) != cudaSuccess ||
@@ -359,7 +237,7 @@ static void current_device(int *sms, int *major) {
 /* im2col's scratch: the columns of as many images as fit in
  * IM2COL_CHUNK_BYTES, at least one, so that a small batch is one im2col
  * launch and one batched GEMM rather than a pair per image, and the GEMM
- * reads the columns back from L2 (50 MiB on the H200). */
+ * reads the columns back from L2 (50 MiB on the GPUs it was tuned on). */
 #define IM2COL_CHUNK_BYTES ((size_t)32 << 20)
 extern "C" size_t opd__conv2d_cuda_workspace(const opd_kcall_t *call) {
   conv_plan_t p;
@@ -376,174 +254,6 @@ extern "C" size_t opd__conv2d_cuda_workspace(const opd_kcall_t *call) {
   if (n > (size_t)p.N) n = (size_t)p.N;
   size_t b = n * img;
   return (b + 255) & ~(size_t)255;
-}
-
-/* ---- running ------------------------------------------------------------ */
-
-/* The op's scratch in ctx's workspace, past cuBLASLt's share: its start
- * (NULL: no workspace) and its size in *bytes. */
-static char *op_scratch(const opd_cuda_ctx_t *ctx, size_t *bytes) {
-  size_t lt = ctx->workspace_bytes < OPD_CUDA_LT_WORKSPACE ? ctx->workspace_bytes
-                                                           : OPD_CUDA_LT_WORKSPACE;
-  *bytes = ctx->workspace ? ctx->workspace_bytes - lt : 0;
-  return ctx->workspace ? (char *)ctx->workspace + lt : NULL;
-}
-
-template <typename T>
-static int run_direct(opd_kcall_t *call, const opd_cuda_ctx_t *ctx, const conv_plan_t *p) {
-  int tiles_q = (int)((p->Q + TILE - 1) / TILE), tiles_p = (int)((p->P + TILE - 1) / TILE);
-  int64_t nt = (int64_t)tiles_q * tiles_p;
-  if (nt > INT32_MAX || (p->K + KT - 1) / KT > 65535)
-    return opd__kerr(call, OPD_ELIMIT, "output too large for the direct 3x3 kernel");
-  dim3 grid((unsigned)nt, (unsigned)((p->K + KT - 1) / KT), (unsigned)p->N);
-  conv3x3_direct<T><<<grid, TILE * TILE, 0, OPD_STREAM(ctx)>>>(
-      (const T *)call->in[0].data, (const T *)call->in[1].data,
-      p->has_bias ? (const T *)call->in[2].data : NULL, (T *)call->out[0].data, (int)p->C,
-      (int)p->H, (int)p->W, (int)p->K, (int)p->P, (int)p->Q, (int)p->ph, (int)p->pw, tiles_q);
-  OPD_CUDA_LAUNCHED();
-  return 0;
-}
-
-template <typename T>
-static int run_im2col(opd_kcall_t *call, const opd_cuda_ctx_t *ctx, const conv_plan_t *p) {
-  cudaStream_t st = OPD_STREAM(ctx);
-  const T *x = (const T *)call->in[0].data, *w = (const T *)call->in[1].data;
-  const T *bias = p->has_bias ? (const T *)call->in[2].data : NULL;
-  T *y = (T *)call->out[0].data;
-  int64_t PQ = p->P * p->Q, CRS = p->C * p->R * p->S, K = p->K;
-  int64_t esz = (int64_t)sizeof(T);
-  if (CRS == 0 || p->has_bias) {
-    int64_t total = p->N * K * PQ;
-    fill_bias<T><<<grid_for(total, 256), 256, 0, st>>>(y, bias, total, K, PQ);
-    OPD_CUDA_LAUNCHED();
-    if (CRS == 0) return 0;
-  }
-  float beta = p->has_bias ? 1.0f : 0.0f;
-  opd_gemm_t g = {call->out[0].dtype, K, PQ, CRS, w, x, y, 0, CRS * PQ, K * PQ, p->N, beta};
-  if (is_pointwise(p)) return opd__cuda_gemm(call, ctx, &g);
-  /* im2col in chunks of images that fit the scratch */
-  int64_t colb = CRS * PQ * esz;
-  size_t scratch;
-  T *cols = (T *)op_scratch(ctx, &scratch);
-  int64_t per = (int64_t)(scratch / (size_t)colb);
-  void *own = NULL;
-  int rc = 0;
-  if (per < 1) {
-    OPD_CUDA_CHECK(cudaMallocAsync(&own, (size_t)colb, st));
-    cols = (T *)own;
-    per = 1;
-  }
-  im2col_geom_t ig = {p->C, p->H, p->W, p->R, p->S, p->P, p->Q,
-                      p->sh, p->sw, p->ph, p->pw, p->dh, p->dw};
-  for (int64_t n0 = 0; n0 < p->N && rc == 0; n0 += per) {
-    int64_t nb = p->N - n0 < per ? p->N - n0 : per;
-    int64_t total = nb * CRS * PQ;
-    im2col<T><<<grid_for(total, 256), 256, 0, st>>>(x + n0 * p->C * p->H * p->W, cols, total,
-                                                    ig);
-    cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess) {
-      rc = opd__cuda_fail(call, e, __FILE__, __LINE__);
-      break;
-    }
-    g.B = cols;
-    g.C = y + n0 * K * PQ;
-    g.batch = nb;
-    rc = opd__cuda_gemm(call, ctx, &g);
-  }
-  if (own) {
-    cudaError_t e = cudaFreeAsync(own, st);
-    if (e != cudaSuccess && rc == 0) rc = opd__cuda_fail(call, e, __FILE__, __LINE__);
-  }
-  return rc;
-}
-
-
-template <typename T>
-static int run_igemm(opd_kcall_t *call, const opd_cuda_ctx_t *ctx, const conv_plan_t *p,
-                     int tile) {
-  igemm_geom_t g = {(int)p->C,  (int)p->H,  (int)p->W,  (int)p->K,  (int)p->R,
-                    (int)p->S,  (int)p->P,  (int)p->Q,  (int)p->sh, (int)p->sw,
-                    (int)p->ph, (int)p->pw, (int)p->dh, (int)p->dw, (int)(p->P * p->Q),
-                    (int)(p->N * p->P * p->Q)};
-  const T *x = (const T *)call->in[0].data, *w = (const T *)call->in[1].data;
-  const T *bias = p->has_bias ? (const T *)call->in[2].data : NULL;
-  T *y = (T *)call->out[0].data;
-  cudaStream_t st = OPD_STREAM(ctx);
-  unsigned kt64 = (unsigned)((p->K + 63) / 64), kt32 = (unsigned)((p->K + 31) / 32);
-  auto px = [&](int bn) { return (unsigned)((g.NPQ + bn - 1) / bn); };
-  if constexpr (std::is_same<T, float>::value) {
-    if (tile == OPD_IGEMM_TILE_L)
-      conv_igemm_f32<64, 128, 8, 8, 8><<<dim3(px(128), kt64), F32_THREADS, 0, st>>>(x, w, bias, y, g);
-    else if (tile == OPD_IGEMM_TILE_M)
-      conv_igemm_f32<64, 64, 8, 4, 16><<<dim3(px(64), kt64), F32_THREADS, 0, st>>>(x, w, bias, y, g);
-    else
-      conv_igemm_f32<32, 64, 4, 4, 32><<<dim3(px(64), kt32), F32_THREADS, 0, st>>>(x, w, bias, y, g);
-  } else {
-    if (tile == OPD_IGEMM_TILE_L)
-      conv_igemm_tc<T, 128><<<dim3(px(128), kt64), 256, 0, st>>>(x, w, bias, y, g);
-    else if (tile == OPD_IGEMM_TILE_M)
-      conv_igemm_tc<T, 64><<<dim3(px(64), kt64), 128, 0, st>>>(x, w, bias, y, g);
-    else
-      conv_igemm_tc<T, 32><<<dim3(px(32), kt64), 64, 0, st>>>(x, w, bias, y, g);
-  }
-  OPD_CUDA_LAUNCHED();
-  return 0;
-}
-
-/* Winograd F(2x2, 3x3) (winograd_kernels.cuh): V once, then per chunk of
- * images the input transform, the 16 GEMMs in one batched cuBLASLt call,
- * the output transform (+ bias). The scratch is the workspace's past
- * cuBLASLt's share, else (a smaller workspace than asked for) one chunk's
- * worth from cudaMallocAsync, freed on the stream after the last kernel. */
-template <typename T>
-static int run_winograd(opd_kcall_t *call, const opd_cuda_ctx_t *ctx, const conv_plan_t *p) {
-  cudaStream_t st = OPD_STREAM(ctx);
-  const T *x = (const T *)call->in[0].data, *w = (const T *)call->in[1].data;
-  const T *bias = p->has_bias ? (const T *)call->in[2].data : NULL;
-  T *y = (T *)call->out[0].data;
-  size_t scratch;
-  char *base = op_scratch(ctx, &scratch);
-  int64_t nb = wino_chunk(p);
-  while (nb > 1 && wino_bytes(p, nb) > scratch) nb = (nb + 1) / 2;
-  /* one thread per element of V, U or M: grids of int32 blocks of 256 */
-  const int64_t most = (int64_t)INT32_MAX * 256, tp = wino_pitch(p, nb);
-  if (p->K * p->C > most || p->C * tp > most || p->K * tp > most)
-    return opd__kerr(call, OPD_ELIMIT, "too large for the Winograd kernels' grids");
-  void *own = NULL;
-  int rc = 0;
-  if (wino_bytes(p, nb) > scratch) {
-    OPD_CUDA_CHECK(cudaMallocAsync(&own, wino_bytes(p, nb), st));
-    base = (char *)own;
-  }
-  const int64_t f = (int64_t)sizeof(float), tiles = wino_tiles(p);
-  float *V = (float *)base;
-  float *U = (float *)(base + round256(16 * p->K * p->C * f));
-  float *M = (float *)((char *)U + round256(16 * p->C * tp * f));
-  auto blocks = [](int64_t n) { return (unsigned)((n + 255) / 256); };
-  wino_filter<T><<<blocks(p->K * p->C), 256, 0, st>>>(w, V, p->K, p->C);
-  cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) rc = opd__cuda_fail(call, e, __FILE__, __LINE__);
-  for (int64_t n0 = 0; n0 < p->N && rc == 0; n0 += nb) {
-    int64_t cn = p->N - n0 < nb ? p->N - n0 : nb;
-    wino_geom_t g = {p->C,  p->H,  p->W, p->K, p->P, p->Q, p->ph, p->pw, (p->P + 1) / 2,
-                     (p->Q + 1) / 2, cn * tiles, wino_pitch(p, cn)};
-    wino_input<T><<<blocks(p->C * g.Tpad), 256, 0, st>>>(x + n0 * p->C * p->H * p->W, U, g);
-    if ((e = cudaGetLastError()) != cudaSuccess) {
-      rc = opd__cuda_fail(call, e, __FILE__, __LINE__);
-      break;
-    }
-    opd_gemm_t gm = {OPD_DTYPE_FLOAT32, p->K, g.Tpad, p->C, V, U, M,
-                     p->K * p->C, p->C * g.Tpad, p->K * g.Tpad, 16, 0.0f};
-    if ((rc = opd__cuda_gemm(call, ctx, &gm))) break;
-    wino_output<T><<<blocks(p->K * g.T), 256, 0, st>>>(M, bias, y + n0 * p->K * p->P * p->Q,
-                                                       g);
-    if ((e = cudaGetLastError()) != cudaSuccess) rc = opd__cuda_fail(call, e, __FILE__, __LINE__);
-  }
-  if (own) {
-    e = cudaFreeAsync(own, st);
-    if (e != cudaSuccess && rc == 0) rc = opd__cuda_fail(call, e, __FILE__, __LINE__);
-  }
-  return rc;
 }
 
 /* SM count and compute capability major of ctx's device. */
@@ -569,10 +279,7 @@ static int igemm_checked(opd_kcall_t *call, const opd_cuda_ctx_t *ctx, const con
   if (tile == OPD_IGEMM_TILE_AUTO) tile = igemm_tile(p, half, sms);
   if (tile < OPD_IGEMM_TILE_L || tile > OPD_IGEMM_TILE_S)
     return opd__kerr(call, OPD_EINVAL, "unknown implicit-GEMM tile %d", tile);
-  OPD_FLOAT_DISPATCH(dt, return opd__cuda_bad_dtype(call, dt),
-    return run_igemm<T>(call, ctx, p, tile);
-  )
-  return 0;
+  return opd__conv2d_run_igemm(call, ctx, p, tile);
 }
 
 /* ---- entry points --------------------------------------------------------- */
@@ -604,25 +311,16 @@ extern "C" int opd__conv2d_cuda_variant(opd_kcall_t *call, const opd_cuda_ctx_t 
       if (!is_direct(&p))
         return opd__kerr(call, OPD_EINVAL,
                          "the direct kernel takes 3x3, stride 1, dilation 1 only");
-      OPD_FLOAT_DISPATCH(dt, return opd__cuda_bad_dtype(call, dt),
-        return run_direct<T>(call, ctx, &p);
-      )
-      return 0;
+      return opd__conv2d_run_direct(call, ctx, &p);
     case OPD_CONV_IM2COL:
-      OPD_FLOAT_DISPATCH(dt, return opd__cuda_bad_dtype(call, dt),
-        return run_im2col<T>(call, ctx, &p);
-      )
-      return 0;
+      return opd__conv2d_run_im2col(call, ctx, &p);
     case OPD_CONV_WINOGRAD:
       if (!is_wino(&p))
         return opd__kerr(call, OPD_EINVAL,
                          "the Winograd kernels take 3x3, stride 1, dilation 1 only");
       if (p.C == 0) variant = OPD_CONV_IM2COL; /* no reduction: y is the bias */
-      OPD_FLOAT_DISPATCH(dt, return opd__cuda_bad_dtype(call, dt),
-        return variant == OPD_CONV_IM2COL ? run_im2col<T>(call, ctx, &p)
-                                          : run_winograd<T>(call, ctx, &p);
-      )
-      return 0;
+      return variant == OPD_CONV_IM2COL ? opd__conv2d_run_im2col(call, ctx, &p)
+                                        : opd__conv2d_run_winograd(call, ctx, &p);
     default:
       return opd__kerr(call, OPD_EINVAL, "unknown conv2d variant %d", variant);
   }

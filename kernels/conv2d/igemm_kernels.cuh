@@ -1,7 +1,8 @@
 /* conv2d's implicit-GEMM kernels (variant igemm), included by
- * kernels/conv2d/cuda.cu, which holds the other variants, the choice
- * between them and the launches; this file needs what cuda.cu defines
- * before its #include (the dtype helpers, gemm.cuh, plan.h). */
+ * kernels/conv2d/launch.cu, which holds the other variants' kernels and
+ * the launches (the choice between them: cuda.cu); this file needs what
+ * launch.cu includes before it (the dtype helpers, gemm.cuh, plan.h, and
+ * launch.h's IG_BM). */
 #ifndef OPD_KERNELS_CONV2D_IGEMM_KERNELS_CUH
 #define OPD_KERNELS_CONV2D_IGEMM_KERNELS_CUH
 
@@ -17,7 +18,6 @@
  * double-buffered, so one __syncthreads per stage. Out-of-range channels,
  * output channels, pixels and taps in the padding load as zeros. */
 
-#define IG_BM 64                   /* output channels per block (tc and L/M) */
 #define TC_BK 32                   /* channels per stage, tensor-core kernel */
 #define TC_LD (TC_BK + 8)          /* smem row pitch (elements): 80 bytes, so
                                       the 8 rows of an ldmatrix phase fall on

@@ -1,7 +1,7 @@
 /* conv2d's Winograd F(2x2, 3x3) kernels (variant winograd), included by
- * kernels/conv2d/cuda.cu, which holds the launches (run_winograd) and the
- * choice of variant; this file needs what cuda.cu defines before its
- * #include (the dtype helpers of common.cuh).
+ * kernels/conv2d/launch.cu, which holds the launches (run_winograd; the
+ * choice of variant: cuda.cu); this file needs what launch.cu includes
+ * before it (the dtype helpers of common.cuh).
  *
  * The convolution of a 4x4 input patch d with a 3x3 filter g gives a 2x2
  * output Y = A^T [(G g G^T) .* (B^T d B)] A, with

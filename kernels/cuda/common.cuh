@@ -175,7 +175,7 @@ __device__ __forceinline__ float block_sum(float v, float *sh) {
  * to fill every SM a few times over, no more. */
 static inline unsigned grid_for(int64_t n, int threads) {
   int64_t b = (n + threads - 1) / threads;
-  const int64_t cap = 132 * 16; /* H200: 132 SMs x 16 blocks of 128..256 */
+  const int64_t cap = 132 * 16; /* 132 SMs x 16 blocks of 128..256 */
   if (b > cap) b = cap;
   return (unsigned)(b < 1 ? 1 : b);
 }

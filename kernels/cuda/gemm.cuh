@@ -14,7 +14,7 @@
  * result rounded once): cuBLASLt's default also allows INPLACE and
  * OUTPUT_TYPE, which round each part (or the running sum) to the 16-bit
  * output type; its heuristic picks split-K for small outputs with a long
- * reduction. conv2d im2col (24, 1170) @ (1170, 100) failed so on the H200:
+ * reduction. conv2d im2col (24, 1170) @ (1170, 100) failed so on the GPU machine:
  * errors up to 2^-6 in float16 and 2^-2 in bfloat16, 11% / 81% of
  * outputs near zero, as a simulation of parts rounded to 16 bits gives
  * (one rounding of a float sum: none past the test's tolerance). torch's

@@ -39,7 +39,7 @@ typedef unsigned long long u64;
 
 static inline size_t up256(size_t b) { return (b + 255) & ~(size_t)255; }
 
-__global__ void nms_keys(const float *scores, uint32_t *keys, int *vals, int n) {
+static __global__ void nms_keys(const float *scores, uint32_t *keys, int *vals, int n) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
   float f = scores[i];
@@ -51,7 +51,7 @@ __global__ void nms_keys(const float *scores, uint32_t *keys, int *vals, int n) 
   vals[i] = i;
 }
 
-__global__ void nms_gather(const float *boxes, const int *order, float4 *sorted, int n) {
+static __global__ void nms_gather(const float *boxes, const int *order, float4 *sorted, int n) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
   const float *b = boxes + 4 * (int64_t)order[i];
@@ -64,7 +64,7 @@ __device__ __forceinline__ float area_of(float4 b) {
   return __fmul_rn(__fsub_rn(b.z, b.x), __fsub_rn(b.w, b.y));
 }
 
-__global__ void nms_mask(const float4 *b, int n, int cb, float thr, u64 *mask) {
+static __global__ void nms_mask(const float4 *b, int n, int cb, float thr, u64 *mask) {
   int rb = blockIdx.y, cbk = blockIdx.x;
   if (rb > cbk) return;
   int rs = min(n - rb * 64, 64), cs = min(n - cbk * 64, 64);
@@ -93,8 +93,8 @@ __global__ void nms_mask(const float4 *b, int n, int cb, float thr, u64 *mask) {
   mask[(int64_t)i * cb + cbk] = bits;
 }
 
-__global__ void nms_scan(const u64 *mask, const int *order, int n, int cb, int64_t *keep,
-                         int64_t *count) {
+static __global__ void nms_scan(const u64 *mask, const int *order, int n, int cb, int64_t *keep,
+                                int64_t *count) {
   extern __shared__ u64 removed[];
   __shared__ u64 diag[64];
   __shared__ int ord[64];

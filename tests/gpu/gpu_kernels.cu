@@ -66,6 +66,8 @@
 
 extern "C" {
 #include "kernels/common/kutil.h"
+#include "kernels/runtime/exec.h"
+#include "kernels/runtime/registry.h"
 }
 
 #define CK(x)                                                                  \

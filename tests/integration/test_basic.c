@@ -32,9 +32,9 @@ Test(basic, ops_lists_every_operator_with_schema) {
   char *json;
   size_t len;
   cr_assert_eq(opd_ops_json(c, &json, &len), 0, "%s", opd_last_error());
-  /* the registry: the X(<op>) lines of OPD_OPS in kernels/registry.c */
-  FILE *reg = fopen("kernels/registry.c", "r");
-  cr_assert(reg, "kernels/registry.c: run the tests from the repository root");
+  /* the registry: the X(<op>) lines of OPD_OPS in kernels/runtime/registry.c */
+  FILE *reg = fopen("kernels/runtime/registry.c", "r");
+  cr_assert(reg, "kernels/runtime/registry.c: run the tests from the repository root");
   char line[256];
   int n_ops = 0, in_list = 0;
   while (fgets(line, sizeof line, reg)) {
@@ -52,7 +52,7 @@ Test(basic, ops_lists_every_operator_with_schema) {
     if (!strstr(line, "\\")) break; /* the macro's last line */
   }
   fclose(reg);
-  cr_assert_geq(n_ops, 12, "OPD_OPS of kernels/registry.c: %d ops read",
+  cr_assert_geq(n_ops, 12, "OPD_OPS of kernels/runtime/registry.c: %d ops read",
                 n_ops);
   cr_expect(strstr(json, "\"name\":\"iou_threshold\"") != NULL);
   cr_expect(strstr(json, "\"name\":\"eps\"") != NULL);

@@ -13,8 +13,10 @@
 #include <criterion/criterion.h>
 #include <stdint.h>
 
-#include "kernels/exec.h"
 #include "kernels/kernel.h"
+#include "kernels/runtime/exec.h"
+#include "kernels/runtime/opcheck.h"
+#include "kernels/runtime/registry.h"
 
 #define OT_SHAPE(...) ((const int64_t[]){__VA_ARGS__})
 

@@ -1,17 +1,18 @@
 /* The op table: every op is findable and documented, and every op folder
- * under kernels/ is registered (the registry is iterated, never listed
- * here: adding an op must not need an edit of this file). */
+ * and every row of a family's table under kernels/ is registered (the
+ * registry is iterated, never listed here: adding an op must not need an
+ * edit of this file). */
 #include <dirent.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "tests/ops/optest.h"
 
-/* The X(<op>) lines of OPD_OPS in kernels/registry.c, in order: the
+/* The X(<op>) lines of OPD_OPS in kernels/runtime/registry.c, in order: the
  * registry as its source states it. Returns how many. */
 static int registry_lines(char names[][OPD_MAX_NAME], int max) {
-  FILE *f = fopen("kernels/registry.c", "r");
-  cr_assert(f, "kernels/registry.c: run the tests from the repository root");
+  FILE *f = fopen("kernels/runtime/registry.c", "r");
+  cr_assert(f, "kernels/runtime/registry.c: run the tests from the repository root");
   char line[256];
   int n = 0, in = 0;
   while (fgets(line, sizeof line, f)) {
@@ -29,23 +30,33 @@ static int registry_lines(char names[][OPD_MAX_NAME], int max) {
   return n;
 }
 
-/* 1 if kernels/<dir>/op.c exists and is compiled only in test builds. */
-static int op_folder(const char *dir, int *test_only) {
+/* The rows defined in kernels/<dir>/<file> (op.c: the op of its folder;
+ * ops.c: the table of a family), by their C names opd__op_<name>: fills
+ * names, returns how many (0 when the file is not there); *test_only is 1
+ * when the file is compiled only in test builds. */
+static int row_file(const char *dir, const char *file,
+                    char names[][OPD_MAX_NAME], int max, int *test_only) {
   char path[512], line[256];
-  snprintf(path, sizeof path, "kernels/%s/op.c", dir);
+  snprintf(path, sizeof path, "kernels/%s/%s", dir, file);
   FILE *f = fopen(path, "r");
   if (!f) return 0;
   *test_only = 0;
-  while (fgets(line, sizeof line, f))
+  int n = 0;
+  while (fgets(line, sizeof line, f)) {
     if (strncmp(line, "#ifdef OPD_TEST_OPS", 19) == 0) *test_only = 1;
+    char name[OPD_MAX_NAME];
+    if (sscanf(line, "const opd_op_def_t opd__op_%63[a-z0-9_]", name) == 1 &&
+        n < max)
+      snprintf(names[n++], OPD_MAX_NAME, "%s", name);
+  }
   fclose(f);
-  return 1;
+  return n;
 }
 
 Test(registry, all_ops_present_and_documented) {
   char want[64][OPD_MAX_NAME];
   int n_want = registry_lines(want, 64);
-  cr_assert_geq(n_want, 1, "no X lines in OPD_OPS of kernels/registry.c");
+  cr_assert_geq(n_want, 1, "no X lines in OPD_OPS of kernels/runtime/registry.c");
 #ifdef OPD_TEST_OPS
   cr_assert_eq(opd__n_ops, n_want + 1, "OPD_OPS plus the test ops");
 #else
@@ -83,25 +94,37 @@ Test(registry, all_ops_present_and_documented) {
     cr_assert(!op->cuda_workspace || op->cuda,
               "%s: cuda_workspace without a cuda kernel", op->name);
   }
-  /* every op folder is registered under its folder's name (test-only ops
-   * only in test builds); every listed op has its folder */
+  /* every op folder (op.c: one row, under its folder's name) and every
+   * row of a family's table (ops.c) is registered (test-only ops only in
+   * test builds); every listed op has its folder or family row */
   DIR *d = opendir("kernels");
   cr_assert(d, "kernels/: run the tests from the repository root");
   int folders = 0;
   for (struct dirent *e; (e = readdir(d)) != NULL;) {
-    int test_only;
-    if (e->d_name[0] == '.' || !op_folder(e->d_name, &test_only)) continue;
-    const opd_op_def_t *op = opd__op_find(e->d_name);
+    if (e->d_name[0] == '.') continue;
+    static const char *const files[] = {"op.c", "ops.c"};
+    for (int fi = 0; fi < 2; fi++) {
+      char rows[64][OPD_MAX_NAME];
+      int test_only = 0;
+      int n = row_file(e->d_name, files[fi], rows, 64, &test_only);
+      if (fi == 0 && n > 0) { /* an op folder: its row has its name */
+        cr_assert_eq(n, 1, "kernels/%s/op.c defines %d rows", e->d_name, n);
+        snprintf(rows[0], OPD_MAX_NAME, "%.63s", e->d_name);
+      }
 #ifdef OPD_TEST_OPS
-    test_only = 0;
+      test_only = 0;
 #endif
-    if (test_only) {
-      cr_assert_null(op, "%s: a test-only op in a normal build", e->d_name);
-      continue;
+      for (int k = 0; k < n; k++) {
+        const opd_op_def_t *op = opd__op_find(rows[k]);
+        if (test_only) {
+          cr_assert_null(op, "%s: a test-only op in a normal build", rows[k]);
+          continue;
+        }
+        cr_assert(op, "kernels/%s/%s: %s is not registered in "
+                  "kernels/runtime/registry.c", e->d_name, files[fi], rows[k]);
+        folders++;
+      }
     }
-    cr_assert(op, "kernels/%s/op.c is not registered in kernels/registry.c",
-              e->d_name);
-    folders++;
   }
   closedir(d);
   cr_assert_eq(folders, opd__n_ops, "ops without a folder under kernels/");

@@ -153,9 +153,9 @@ def test_submit_wait_pipelined(c, rng):
 
 
 def registry_ops():
-    """The X(<op>) lines of OPD_OPS in kernels/registry.c: the registry."""
+    """The X(<op>) lines of OPD_OPS in kernels/runtime/registry.c: the registry."""
     path = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
-        os.path.abspath(__file__)))), "kernels", "registry.c")
+        os.path.abspath(__file__)))), "kernels", "runtime", "registry.c")
     names, inside = [], False
     with open(path) as f:
         for line in f:

@@ -1,5 +1,5 @@
 /* Unit: the checks a plugin's row and results go through (kernels/
- * opcheck.c) — every built-in row passes the schema check the plugin
+ * runtime/opcheck.c) — every built-in row passes the schema check the plugin
  * loader applies, each kind of malformed row is refused with a message
  * naming the field, the registry grows and shrinks at start-up only, and
  * a shape rule's or kernel's bad results become errors. */
@@ -7,6 +7,9 @@
 #include <string.h>
 
 #include "kernels/kernel.h"
+#include "kernels/runtime/exec.h"
+#include "kernels/runtime/opcheck.h"
+#include "kernels/runtime/registry.h"
 
 Test(opcheck, every_builtin_row_is_valid) {
   char err[300];

@@ -3,8 +3,8 @@
  * the row's `cuda`
  * and `cuda_dtypes`, no name-keyed lookup), a build with the CUDA backend
  * links the rows' CUDA kernels (their weak references resolve), and the
- * generic code (daemon/, kernels/exec.c, kernels/registry.c outside its
- * list) names no op: what differs between ops is a field or flag of the
+ * generic code (daemon/, kernels/runtime/exec.c,
+ * kernels/runtime/registry.c outside its list) names no op: what differs between ops is a field or flag of the
  * row. Run from the repository root (make test does). */
 #include <criterion/criterion.h>
 #include <dirent.h>
@@ -94,16 +94,16 @@ Test(oprow, no_op_names_in_generic_code) {
 
   char *text = NULL;
   size_t len = 0;
-  cr_assert_eq(slurp("kernels/exec.c", &text, &len), 0);
-  no_op_names("kernels/exec.c", text);
+  cr_assert_eq(slurp("kernels/runtime/exec.c", &text, &len), 0);
+  no_op_names("kernels/runtime/exec.c", text);
   free(text);
 
-  /* kernels/registry.c names ops only in its X(<op>) lines */
+  /* kernels/runtime/registry.c names ops only in its X(<op>) lines */
   text = NULL, len = 0;
-  cr_assert_eq(slurp("kernels/registry.c", &text, &len), 0);
+  cr_assert_eq(slurp("kernels/runtime/registry.c", &text, &len), 0);
   for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
     if (strstr(line, "X(")) continue;
-    no_op_names("kernels/registry.c", line);
+    no_op_names("kernels/runtime/registry.c", line);
   }
   free(text);
 }

@@ -15,6 +15,7 @@
 #include <stdio.h>
 
 #include "daemon/backend/backend.h"
+#include "daemon/backend/cuda/flag.h"
 #include "daemon/server.h"
 #include "kernels/cuda/cuda.h"
 

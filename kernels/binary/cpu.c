@@ -1,0 +1,217 @@
+/* The binary family on the CPU (add, mul): broadcasting elementwise
+ * kernels, one body for every op of the family (rows: ops.c).
+ *
+ * DESIGN
+ * The reference walks the output with a multi-index and reads each operand
+ * through broadcast strides (0 along stretched dims). The fast kernel
+ * picks the cheapest of four layouts, all vectorizable inner loops, rows
+ * spread over call->exec:
+ *   equal    a, b, out all the same shape: one flat loop
+ *   rowbias  one operand is the full output, the other repeats along
+ *            leading dims (bias (C) over (N, C), or (H, W) over (N, C, H,
+ *            W)): out[r, i] = full[r, i] op small[i]
+ *   scalar   one operand has one element
+ *   general  per output row (last dim), each operand read with stride 0
+ *            or 1 in that row, its start from the outer multi-index
+ * add and mul are commutative in IEEE arithmetic, so swapping operands to
+ * reach a fast path changes no bit of the result.
+ * Variants (per op, through binary_ref / binary_fast):
+ *   cpu_ref   multi-index walk through broadcast strides
+ *   cpu_fast  equal / row-bias / scalar / general-by-rows loops, pooled
+ * A new op of the family: its operation in opd_binop_t and apply(), and
+ * one BINARY_KERNELS line at the end.
+ * Test: build/tests/ops, suite binary (tests/ops/test_binary.c).
+ */
+#include "kernels/common/cpu.h"
+#include "kernels/common/kutil.h"
+
+/* The family's operations: the scalar op each row applies. */
+typedef enum { OPD_BIN_ADD, OPD_BIN_MUL } opd_binop_t;
+
+static inline float apply(opd_binop_t op, float x, float y) {
+  return op == OPD_BIN_ADD ? x + y : x * y;
+}
+
+static int binary_ref(opd_kcall_t *call, opd_binop_t op) {
+  const opd_tview_t *a = &call->in[0], *b = &call->in[1];
+  opd_tview_t *o = &call->out[0];
+  int64_t sa[OPD_MAX_RANK], sb[OPD_MAX_RANK], idx[OPD_MAX_RANK] = {0};
+  opd__bcast_strides(a->shape, a->rank, o->rank, sa);
+  opd__bcast_strides(b->shape, b->rank, o->rank, sb);
+  const float *pa = a->data, *pb = b->data;
+  float *po = o->data;
+  for (int64_t e = 0; e < o->numel; e++) {
+    int64_t ia = 0, ib = 0;
+    for (int d = 0; d < o->rank; d++) {
+      ia += idx[d] * sa[d];
+      ib += idx[d] * sb[d];
+    }
+    po[e] = apply(op, pa[ia], pb[ib]);
+    for (int d = o->rank - 1; d >= 0; d--) {
+      if (++idx[d] < o->shape[d]) break;
+      idx[d] = 0;
+    }
+  }
+  return 0;
+}
+
+typedef struct bin_job {
+  opd_binop_t op;                  /* which operation */
+  const float *full;               /* operand of the output's shape */
+  const float *small;              /* the other operand */
+  float *out;                      /* output */
+  int64_t len;                     /* rowbias: elements of small; general:
+                                      elements of an output row */
+  /* general case only: */
+  const opd_tview_t *o;            /* output view (shape) */
+  const float *a, *b;              /* operands */
+  int64_t sa[OPD_MAX_RANK];        /* a's broadcast strides */
+  int64_t sb[OPD_MAX_RANK];        /* b's broadcast strides */
+} bin_job_t;
+
+/* Flat elements [b, e): equal shapes. */
+OPD_FAST static void run_equal(void *arg, int64_t b, int64_t e) {
+  const bin_job_t *j = arg;
+  const float *x = j->full, *y = j->small;
+  float *o = j->out;
+  if (j->op == OPD_BIN_ADD)
+    for (int64_t i = b; i < e; i++) o[i] = x[i] + y[i];
+  else
+    for (int64_t i = b; i < e; i++) o[i] = x[i] * y[i];
+}
+
+/* Flat elements [b, e): small is one value. */
+OPD_FAST static void run_scalar(void *arg, int64_t b, int64_t e) {
+  const bin_job_t *j = arg;
+  const float *x = j->full, s = j->small[0];
+  float *o = j->out;
+  if (j->op == OPD_BIN_ADD)
+    for (int64_t i = b; i < e; i++) o[i] = x[i] + s;
+  else
+    for (int64_t i = b; i < e; i++) o[i] = x[i] * s;
+}
+
+/* Rows [b, e) of len elements: out[r, i] = full[r, i] op small[i]. */
+OPD_FAST static void run_rowbias(void *arg, int64_t b, int64_t e) {
+  const bin_job_t *j = arg;
+  const float *y = j->small;
+  int64_t n = j->len;
+  for (int64_t r = b; r < e; r++) {
+    const float *x = j->full + r * n;
+    float *o = j->out + r * n;
+    if (j->op == OPD_BIN_ADD)
+      for (int64_t i = 0; i < n; i++) o[i] = x[i] + y[i];
+    else
+      for (int64_t i = 0; i < n; i++) o[i] = x[i] * y[i];
+  }
+}
+
+/* Output rows [b, e) (last dim), operands through broadcast strides. */
+OPD_FAST static void run_general(void *arg, int64_t b, int64_t e) {
+  const bin_job_t *j = arg;
+  const opd_tview_t *o = j->o;
+  int last = o->rank - 1;
+  int64_t n = j->len, ta = j->sa[last], tb = j->sb[last];
+  for (int64_t r = b; r < e; r++) {
+    int64_t ia = 0, ib = 0, rem = r;
+    for (int d = last - 1; d >= 0; d--) {
+      int64_t k = rem % o->shape[d];
+      rem /= o->shape[d];
+      ia += k * j->sa[d];
+      ib += k * j->sb[d];
+    }
+    const float *x = j->a + ia, *y = j->b + ib;
+    float *po = j->out + r * n;
+    if (ta == 1 && tb == 1) {
+      if (j->op == OPD_BIN_ADD)
+        for (int64_t i = 0; i < n; i++) po[i] = x[i] + y[i];
+      else
+        for (int64_t i = 0; i < n; i++) po[i] = x[i] * y[i];
+    } else if (ta == 1) { /* y[0] repeats along the row */
+      float s = y[0];
+      if (j->op == OPD_BIN_ADD)
+        for (int64_t i = 0; i < n; i++) po[i] = x[i] + s;
+      else
+        for (int64_t i = 0; i < n; i++) po[i] = x[i] * s;
+    } else if (tb == 1) {
+      float s = x[0];
+      if (j->op == OPD_BIN_ADD)
+        for (int64_t i = 0; i < n; i++) po[i] = s + y[i];
+      else
+        for (int64_t i = 0; i < n; i++) po[i] = s * y[i];
+    } else {
+      float v = apply(j->op, x[0], y[0]);
+      for (int64_t i = 0; i < n; i++) po[i] = v;
+    }
+  }
+}
+
+/* True when `s` (rank rs), leading 1s dropped, equals the trailing dims of
+ * `o` (rank ro): s repeats along o's leading dims. */
+static int trails(const int64_t *s, int rs, const int64_t *o, int ro) {
+  int k = 0;
+  while (k < rs && s[k] == 1) k++;
+  if (rs - k > ro) return 0;
+  for (int i = k; i < rs; i++)
+    if (s[i] != o[ro - rs + i]) return 0;
+  return 1;
+}
+
+static int binary_fast(opd_kcall_t *call, opd_binop_t op) {
+  const opd_tview_t *a = &call->in[0], *b = &call->in[1];
+  const opd_tview_t *o = &call->out[0];
+  int64_t n = o->numel;
+  if (n == 0) return 0;
+  const opd_exec_t *ex = call->exec;
+  bin_job_t j = {.op = op, .out = o->data};
+  if (a->numel == n && b->numel == n) {
+    j.full = a->data;
+    j.small = b->data;
+    ex->parallel_for(ex, n, OPD_GRAIN_ELEMS, run_equal, &j);
+    return 0;
+  }
+  /* Make `full` the operand with the output's shape, if any. */
+  const opd_tview_t *full = NULL, *small = NULL;
+  if (a->numel == n) {
+    full = a;
+    small = b;
+  } else if (b->numel == n) {
+    full = b;
+    small = a;
+  }
+  if (full && small->numel == 1) {
+    j.full = full->data;
+    j.small = small->data;
+    ex->parallel_for(ex, n, OPD_GRAIN_ELEMS, run_scalar, &j);
+    return 0;
+  }
+  if (full && trails(small->shape, small->rank, o->shape, o->rank)) {
+    j.full = full->data;
+    j.small = small->data;
+    j.len = small->numel;
+    ex->parallel_for(ex, n / j.len, opd__row_grain(j.len), run_rowbias, &j);
+    return 0;
+  }
+  j.o = o;
+  j.a = a->data;
+  j.b = b->data;
+  j.len = o->shape[o->rank - 1]; /* rank >= 1: rank 0 has numel 1 == n */
+  opd__bcast_strides(a->shape, a->rank, o->rank, j.sa);
+  opd__bcast_strides(b->shape, b->rank, o->rank, j.sb);
+  ex->parallel_for(ex, n / j.len, opd__row_grain(j.len), run_general, &j);
+  return 0;
+}
+
+/* One op of the family: its two CPU entry points (kernels/kernel.h),
+ * named in its row (ops.c). */
+#define BINARY_KERNELS(name, op)                                         \
+  OPD_OP_DECLARE(name);                                                  \
+  int opd__##name##_cpu_ref(opd_kcall_t *call) {                         \
+    return binary_ref(call, op);                                         \
+  }                                                                      \
+  int opd__##name##_cpu_fast(opd_kcall_t *call) {                        \
+    return binary_fast(call, op);                                        \
+  }
+
+BINARY_KERNELS(add, OPD_BIN_ADD)
+BINARY_KERNELS(mul, OPD_BIN_MUL)

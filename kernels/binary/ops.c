@@ -1,0 +1,75 @@
+/* The binary family's table: broadcasting elementwise ops a, b -> out,
+ * one row per op (add, mul), float32 (float16 and bfloat16 on the CUDA
+ * backend: cpu_dtypes).
+ *
+ * DESIGN
+ * The ops of the family differ only in the scalar operation, so their rows
+ * share everything else: the schema, torch broadcasting for the output
+ * shape (one rule, below), INPLACE (out may be exactly a, or b when that
+ * operand has the output's shape), and one body per backend (cpu.c,
+ * cuda.cu), whose per-op entry points each row names. A new op of the
+ * family is one BINARY_ROW here plus its operation in cpu.c and cuda.cu
+ * (and its X line in kernels/runtime/registry.c).
+ */
+#include "kernels/common/cpu.h"
+#include "kernels/common/kutil.h"
+
+/* Shape rule: out = broadcast(a, b) in a's dtype; OPD_EDTYPE when a and b
+ * differ in dtype ("a is float16 but b is float32": no implicit
+ * promotion, unlike torch), OPD_ESHAPE naming the dims that do not
+ * broadcast. */
+static int binary_shape(opd_kcall_t *call, opd_tshape_t *out) {
+  const opd_tview_t *a = &call->in[0], *b = &call->in[1];
+  int rank;
+  int rc = opd__same_dtype(call); /* mixed dtypes: OPD_EDTYPE */
+  if (rc) return rc;
+  rc = opd__bcast_shape(a->shape, a->rank, b->shape, b->rank,
+                            out[0].shape, &rank);
+  if (rc < 0) {
+    char sa[128], sb[128];
+    int d = -1 - rc;
+    int r = a->rank > b->rank ? a->rank : b->rank;
+    return opd__kerr(call, OPD_ESHAPE,
+                     "input 0 (a) has shape %s and input 1 (b) has shape %s, "
+                     "which do not broadcast: %lld vs %lld at dim %d from the "
+                     "right, expected equal or one of them 1",
+                     opd__shape_str(sa, sizeof sa, a->shape, a->rank),
+                     opd__shape_str(sb, sizeof sb, b->shape, b->rank),
+                     (long long)(a->rank - r + d >= 0
+                                     ? a->shape[a->rank - r + d]
+                                     : 1),
+                     (long long)(b->rank - r + d >= 0
+                                     ? b->shape[b->rank - r + d]
+                                     : 1),
+                     r - d);
+  }
+  out[0].rank = rank;
+  out[0].dtype = a->dtype;
+  return 0;
+}
+
+/* The row of binary op `op`: `sym` is its operator in the summary,
+ * `torch` the torch function it matches. */
+#define BINARY_ROW(op, sym, torch)                                         \
+  {                                                                        \
+    .name = #op,                                                           \
+    .summary = "elementwise a " sym " b with broadcasting (" torch ")",    \
+    .n_in_min = 2,                                                         \
+    .n_in_max = 2,                                                         \
+    .n_out = 1,                                                            \
+    .in = {{"a", OPD_DT_FLOATS, "(...) broadcastable with b"},             \
+           {"b", OPD_DT_FLOATS, "(...) broadcastable with a"}},            \
+    .out = {{"out", OPD_DT_FLOATS, "broadcast shape of a and b"}},         \
+    .flags = OPD_OPF_INPLACE,                                              \
+    .cpu_dtypes = OPD_DT_FLOAT,                                            \
+    .shape_doc = "a (...), b (...) -> out (broadcast(a, b))",              \
+    .shape = binary_shape,                                                 \
+    OPD_ROW_KERNELS(op),                                                   \
+    .cuda_dtypes = OPD_DT(FLOAT32) | OPD_DT(FLOAT16) | OPD_DT(BFLOAT16),   \
+  }
+
+OPD_OP_DECLARE(add);
+OPD_OP_DECLARE(mul);
+
+const opd_op_def_t opd__op_add = BINARY_ROW(add, "+", "torch.add");
+const opd_op_def_t opd__op_mul = BINARY_ROW(mul, "*", "torch.mul");

@@ -1,0 +1,330 @@
+/* The norm family on the CPU (softmax, layernorm, rmsnorm): row-wise
+ * normalizations over the last dim of x (..., C), float32 (rows: ops.c).
+ *
+ * DESIGN
+ * The three ops reduce each row to statistics and rewrite it from them
+ * (softmax: max and sum of exponentials; layernorm: mean and variance;
+ * rmsnorm: mean of squares), sharing the row reductions of
+ * kernels/common/rowred.h and one layout for the fast kernels: rows
+ * spread over call->exec, a vectorizable pass per statistic. Each op's
+ * section below says its formulas, variants and float range. A new op of
+ * the family: its row in ops.c, its section here and in cuda.cu.
+ */
+#include <float.h>
+#include <math.h>
+
+#include "kernels/common/cpu.h"
+#include "kernels/common/kutil.h"
+#include "kernels/common/rowred.h"
+
+OPD_OP_DECLARE(softmax);
+OPD_OP_DECLARE(layernorm);
+OPD_OP_DECLARE(rmsnorm);
+
+/* ---- softmax on the CPU, along the last dim: y = exp(x - max) / sum.
+ *
+ * Variants:
+ *   cpu_ref   per row in double: max, sum of exp(x - max), divide (truth)
+ *   cpu_fast  per row in float, three vectorized passes (max with 16
+ *             lanes; e = opd__expf_fast(x - max) stored into y while
+ *             summing; y *= 1/sum, as torch's CPU kernel), rows spread
+ *             over call->exec
+ * Float range: exact (to expf_fast's 2 ulp) for every finite row, huge or
+ * denormal: x - max <= 0, so no exp overflows; a difference past -FLT_MAX
+ * rounds to -inf, whose exp is 0, as the true e^(x - max) < 1e-38 is; the
+ * sum is in [1, C]. No rescaling is needed.
+ * A row holding NaN gives NaN (max skips it, exp(NaN) does not), a row
+ * holding +inf or of all -inf gives NaN, -inf entries 0: torch 1.13's
+ * values. In place (y == x) works: every pass reads an element before
+ * writing it.
+ * Test: build/tests/ops, suites softmax (fast within 1e-7+1e-5|ref|) and
+ * numerics (extremes, inf, NaN)
+ * Bench: build/bench/bench_cpu_ops
+ */
+
+typedef struct sm_job {
+  const float *x;                  /* input (rows, C) */
+  float *y;                        /* output (rows, C), may be x */
+  int64_t C;                       /* row length */
+} sm_job_t;
+
+static int64_t row_len(const opd_tview_t *x) {
+  return x->rank > 0 ? x->shape[x->rank - 1] : 1;
+}
+
+int opd__softmax_cpu_ref(opd_kcall_t *call) {
+  const opd_tview_t *xv = &call->in[0];
+  int64_t C = row_len(xv), rows = opd__rows(xv, C);
+  for (int64_t r = 0; r < rows; r++) {
+    const float *x = (const float *)xv->data + r * C;
+    float *y = (float *)call->out[0].data + r * C;
+    double m = -INFINITY, s = 0;
+    int nan = 0;
+    for (int64_t i = 0; i < C; i++) {
+      if (isnan(x[i])) nan = 1;
+      if (x[i] > m) m = x[i];
+    }
+    for (int64_t i = 0; i < C; i++) s += exp((double)x[i] - m);
+    for (int64_t i = 0; i < C; i++)
+      y[i] = nan ? NAN : (float)(exp((double)x[i] - m) / s);
+  }
+  return 0;
+}
+
+/* fp-contract=fast: the x86-64-v3 clone fuses the exponential's
+ * multiply-adds into FMAs (its range reduction only gets more exact):
+ * 1.25-1.35x the rows per second on the 2-core VM (bench_cpu_ops,
+ * 2026-12-05). */
+__attribute__((optimize("fp-contract=fast")))
+OPD_FAST static void sm_rows(void *arg, int64_t b, int64_t e) {
+  const sm_job_t *j = arg;
+  int64_t C = j->C;
+  for (int64_t r = b; r < e; r++) {
+    const float *x = j->x + r * C;
+    float *y = j->y + r * C;
+    float m = opd__row_max(x, C);
+    opd_v8f s0 = opd__v8_splat(0.0f), s1 = s0, mv = opd__v8_splat(m);
+    int64_t i = 0;
+    for (; i + 16 <= C; i += 16) {
+      opd_v8f e0 = opd__v8_expf(opd__v8_load(x + i) - mv);
+      opd_v8f e1 = opd__v8_expf(opd__v8_load(x + i + 8) - mv);
+      opd__v8_store(y + i, e0);
+      opd__v8_store(y + i + 8, e1);
+      s0 += e0;
+      s1 += e1;
+    }
+    float sum = opd__v8_hsum(s0 + s1);
+    for (; i < C; i++) {
+      float v = opd__expf_fast(x[i] - m);
+      y[i] = v;
+      sum += v;
+    }
+    float inv = 1.0f / sum;
+    for (i = 0; i < C; i++) y[i] *= inv;
+  }
+}
+
+int opd__softmax_cpu_fast(opd_kcall_t *call) {
+  const opd_tview_t *xv = &call->in[0];
+  sm_job_t j = {xv->data, call->out[0].data, row_len(xv)};
+  int64_t rows = opd__rows(xv, j.C);
+  call->exec->parallel_for(call->exec, rows, opd__row_grain(j.C), sm_rows,
+                           &j);
+  return 0;
+}
+
+/* ---- layernorm on the CPU: y = (x - mean) / sqrt(var + eps) * w + b per row,
+ * var biased (divided by C).
+ *
+ * Variants:
+ *   cpu_ref   per row in double (ln_row_exact): the mean, then the
+ *             deviations from it with the two-pass correction (mean +=
+ *             sum(d)/C, var = (sum(d^2) - sum(d)^2/C)/C). Exact to double
+ *             rounding for every finite float32 row: a square of a float32
+ *             difference (at most 4.6e77, at least 2^-298) and any row sum
+ *             of them is a normal double. (the truth)
+ *   cpu_fast  per row in float, 16-lane vectorized sums, three passes:
+ *             hi = x0 + sum(x - x0)/C (x0 = x[0]: the terms stay small
+ *             when the spread is far below the mean); d = x - hi, sum(d)
+ *             and sum(d^2) in one pass, lo = sum(d)/C, var = (sum(d^2) -
+ *             sum(d) lo)/C; y = ((x - hi) - lo) rstd w + b, the mean kept
+ *             as the pair (hi, lo) so that a row whose spread is a few
+ *             ulps of its mean (1e30 and its neighbour) still normalizes.
+ *             Float is exact to float rounding while every d^2 and their
+ *             sum stay finite and var + eps >= 2^-60 (d^2 terms lost to
+ *             underflow, < 2^-126 each, then do not count): |x| below
+ *             ~1e18, down to denormals when eps >= 2^-60. A row outside
+ *             that (a sum not finite, or var + eps < 2^-60: |x| ~1e20 gave
+ *             0 before, a row of denormals with eps = 0 NaN) is redone by
+ *             ln_row_exact in double; so is a row holding inf or NaN,
+ *             which gives NaN throughout, as torch 1.13. The check is a
+ *             few scalar tests per row, so the common case costs what it
+ *             did (bench/results/2026-12-01-numerics.txt).
+ *             Rows spread over call->exec.
+ * In place (y == x) works: the output pass reads each element before
+ * writing it.
+ * Test: build/tests/ops, suites layernorm (fast within 1e-5+1e-4|ref|)
+ * and numerics (extremes, inf, NaN against float64 and torch 1.13)
+ * Bench: build/bench/bench_cpu_ops
+ */
+
+typedef struct ln_job {
+  const float *x;                  /* input (rows, C) */
+  float *y;                        /* output (rows, C), may be x */
+  const float *w;                  /* (C) or NULL */
+  const float *b;                  /* (C) or NULL */
+  int64_t C;                       /* row length */
+  float eps;                       /* added to the variance */
+} ln_job_t;
+
+static ln_job_t ln_job(const opd_kcall_t *call) {
+  const opd_tview_t *x = &call->in[0];
+  ln_job_t j = {x->data, call->out[0].data, NULL, NULL,
+                x->shape[x->rank - 1], (float)call->attr[0].f};
+  if (call->n_in > 1) j.w = call->in[1].data;
+  if (call->n_in > 2) j.b = call->in[2].data;
+  return j;
+}
+
+/* One row of C elements in double (see the header); y may be x. A row
+ * holding inf or NaN has a NaN variance and gives NaN throughout. */
+static void ln_row_exact(const float *x, float *y, const float *w,
+                         const float *b, int64_t C, double eps) {
+  double mean = 0, s1 = 0, s2 = 0;
+  for (int64_t i = 0; i < C; i++) mean += x[i];
+  mean /= (double)C;
+  for (int64_t i = 0; i < C; i++) {
+    double d = x[i] - mean;
+    s1 += d;
+    s2 += d * d;
+  }
+  double lo = s1 / (double)C, var = (s2 - s1 * lo) / (double)C;
+  mean += lo;
+  double rstd = 1.0 / sqrt((var < 0 ? 0 : var) + eps);
+  for (int64_t i = 0; i < C; i++) {
+    double v = (x[i] - mean) * rstd;
+    if (w) v *= w[i];
+    if (b) v += b[i];
+    y[i] = (float)v;
+  }
+}
+
+int opd__layernorm_cpu_ref(opd_kcall_t *call) {
+  ln_job_t j = ln_job(call);
+  int64_t C = j.C, rows = opd__rows(&call->in[0], C);
+  for (int64_t r = 0; r < rows; r++)
+    ln_row_exact(j.x + r * C, j.y + r * C, j.w, j.b, C, call->attr[0].f);
+  return 0;
+}
+
+/* fp-contract=fast: the x86-64-v3 clone fuses d * d + q and the output's
+ * multiply-adds into FMAs, which pays for the sum(d) that the two-pass
+ * correction adds (valgrind: as many instructions per row as before). */
+__attribute__((optimize("fp-contract=fast")))
+OPD_FAST static void ln_rows(void *arg, int64_t b, int64_t e) {
+  const ln_job_t *j = arg;
+  int64_t C = j->C;
+  const float *w = j->w, *bb = j->b;
+  for (int64_t r = b; r < e; r++) {
+    const float *x = j->x + r * C;
+    float *y = j->y + r * C;
+    float hi = opd__row_sum_dev(x, C, 0.0f) / (float)C, sd;
+    float sq = opd__row_dev2(x, C, hi, &sd);
+    float lo = sd / (float)C, q = sq - sd * lo;
+    float ve = (q < 0 ? 0 : q) / (float)C + j->eps;
+    /* q >= sq / 256: hi was within 16 std of the mean, so sum(d^2) lost
+     * at most 8 bits to the correction */
+    if (!(isfinite(hi) && isfinite(lo) && isfinite(q) && q >= sq * 0x1p-8f &&
+          ve >= 0x1p-60f && ve <= FLT_MAX)) {
+      ln_row_exact(x, y, w, bb, C, j->eps); /* outside float's range */
+      continue;
+    }
+    float rstd = 1.0f / sqrtf(ve), m = hi + lo;
+    if (m * m > 0x1p12f * (q / (float)C)) { /* |mean| > 64 std: keep (hi, lo) */
+      if (w && bb)
+        for (int64_t i = 0; i < C; i++) y[i] = ((x[i] - hi) - lo) * rstd * w[i] + bb[i];
+      else if (w)
+        for (int64_t i = 0; i < C; i++) y[i] = ((x[i] - hi) - lo) * rstd * w[i];
+      else
+        for (int64_t i = 0; i < C; i++) y[i] = ((x[i] - hi) - lo) * rstd;
+    } else if (w && bb) { /* m is within 2^-18 std of the mean */
+      for (int64_t i = 0; i < C; i++) y[i] = (x[i] - m) * rstd * w[i] + bb[i];
+    } else if (w) {
+      for (int64_t i = 0; i < C; i++) y[i] = (x[i] - m) * rstd * w[i];
+    } else {
+      for (int64_t i = 0; i < C; i++) y[i] = (x[i] - m) * rstd;
+    }
+  }
+}
+
+int opd__layernorm_cpu_fast(opd_kcall_t *call) {
+  ln_job_t j = ln_job(call);
+  int64_t rows = opd__rows(&call->in[0], j.C);
+  call->exec->parallel_for(call->exec, rows, opd__row_grain(j.C), ln_rows,
+                           &j);
+  return 0;
+}
+
+/* ---- rmsnorm on the CPU: y = x / sqrt(mean(x^2) + eps) * w per row.
+ *
+ * Variants:
+ *   cpu_ref   per row in double (rms_row_exact): exact to double rounding
+ *             for every float32 row, since x^2 of a float32 (at most
+ *             1.2e77, at least 2^-298) and any row sum of them is a normal
+ *             double (the truth)
+ *   cpu_fast  per row in float, 16-lane vectorized sum of squares, one
+ *             output pass, rows spread over call->exec. Float is exact to
+ *             float rounding while the sum of squares is finite and
+ *             mean(x^2) + eps >= 2^-60 (x^2 terms lost to underflow, each
+ *             < 2^-126, then do not count): |x| up to ~1.8e19 / sqrt(C),
+ *             down to denormals when eps >= 2^-60. A row outside that
+ *             (the sum overflowed: 0 above ~1.8e19 before; or a row of
+ *             denormals with eps = 0: inf before) is redone by
+ *             rms_row_exact in double, as is a row holding inf (y = x * 0:
+ *             NaN where x is inf, 0 elsewhere) or NaN (all NaN), which is
+ *             what torch gives. The check is two scalar compares per row;
+ *             the common case got faster, as the sum of squares is now
+ *             inlined into the -O3 AVX2 clone (the previous static helper
+ *             was not: "optimize" attribute mismatch; 0.64x the
+ *             instructions, bench/results/2026-12-01-numerics.txt).
+ * Test: build/tests/ops, suites rmsnorm and numerics
+ * Bench: build/bench/bench_cpu_ops
+ */
+
+typedef struct rms_job {
+  const float *x;                  /* input (rows, C) */
+  float *y;                        /* output (rows, C), may be x */
+  const float *w;                  /* (C) or NULL */
+  int64_t C;                       /* row length */
+  float eps;                       /* added to mean(x^2) */
+} rms_job_t;
+
+/* One row of C elements in double; y may be x. */
+static void rms_row_exact(const float *x, float *y, const float *w, int64_t C,
+                          double eps) {
+  double ss = 0;
+  for (int64_t i = 0; i < C; i++) ss += (double)x[i] * x[i];
+  double rr = 1.0 / sqrt(ss / (double)C + eps);
+  for (int64_t i = 0; i < C; i++)
+    y[i] = (float)(w ? x[i] * rr * w[i] : x[i] * rr);
+}
+
+int opd__rmsnorm_cpu_ref(opd_kcall_t *call) {
+  const opd_tview_t *xv = &call->in[0];
+  int64_t C = xv->shape[xv->rank - 1], rows = opd__rows(xv, C);
+  const float *w = call->n_in > 1 ? call->in[1].data : NULL;
+  for (int64_t r = 0; r < rows; r++)
+    rms_row_exact((const float *)xv->data + r * C,
+                  (float *)call->out[0].data + r * C, w, C, call->attr[0].f);
+  return 0;
+}
+
+OPD_FAST static void rms_rows(void *arg, int64_t b, int64_t e) {
+  const rms_job_t *j = arg;
+  int64_t C = j->C;
+  const float *w = j->w;
+  for (int64_t r = b; r < e; r++) {
+    const float *x = j->x + r * C;
+    float *y = j->y + r * C;
+    float ms = opd__row_sqdev(x, C, 0.0f) / (float)C + j->eps;
+    if (!(ms >= 0x1p-60f && ms <= FLT_MAX)) { /* also NaN */
+      rms_row_exact(x, y, w, C, j->eps);      /* outside float's range */
+      continue;
+    }
+    float rr = 1.0f / sqrtf(ms);
+    if (w)
+      for (int64_t i = 0; i < C; i++) y[i] = x[i] * rr * w[i];
+    else
+      for (int64_t i = 0; i < C; i++) y[i] = x[i] * rr;
+  }
+}
+
+int opd__rmsnorm_cpu_fast(opd_kcall_t *call) {
+  const opd_tview_t *xv = &call->in[0];
+  rms_job_t j = {xv->data, call->out[0].data,
+                 call->n_in > 1 ? call->in[1].data : NULL,
+                 xv->shape[xv->rank - 1], (float)call->attr[0].f};
+  call->exec->parallel_for(call->exec, opd__rows(xv, j.C),
+                           opd__row_grain(j.C), rms_rows, &j);
+  return 0;
+}

@@ -1,0 +1,27 @@
+/* The CPU executor: a small pthread pool behind opd_exec_t.parallel_for.
+ *
+ * DESIGN
+ * See exec.c. `opd__exec_serial` runs every range on
+ * the calling thread; a pool from opd__exec_pool_create spreads ranges over
+ * its workers and the calling thread, and may be shared by any number of
+ * threads calling parallel_for at the same time.
+ */
+#ifndef OPD_KERNELS_EXEC_H
+#define OPD_KERNELS_EXEC_H
+
+#include "opd/op.h"
+
+/* Runs everything on the calling thread (tests, small tensors). */
+extern const opd_exec_t opd__exec_serial;
+
+/* Starts a pool that runs parallel_for on up to `nthreads` threads: the
+ * caller plus nthreads-1 workers (nthreads <= 1: no workers, everything
+ * runs inline). Returns 0 and fills *ex, or OPD_ENOMEM / OPD_EINTERNAL with
+ * *ex left zeroed and nothing started. */
+int opd__exec_pool_create(opd_exec_t *ex, int nthreads);
+
+/* Stops and joins the workers and frees the pool; *ex is zeroed. No
+ * parallel_for may be running on it. Safe on a zeroed *ex. */
+void opd__exec_pool_destroy(opd_exec_t *ex);
+
+#endif /* OPD_KERNELS_EXEC_H */
