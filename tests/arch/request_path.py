@@ -62,6 +62,17 @@ with open(sys.argv[3], "w") as f:
 '''
 
 
+# Calls back that are the design, not a tangle: the CPU pool's parallel-for
+# runs the kernel's own loop body on each thread, as qsort calls its
+# comparator (kernels/runtime/exec.c: opd_exec_t.parallel_for). A chain
+# [X, exec.c, X] is not counted.
+CALLBACK_OK = {"kernels/runtime/exec.c"}
+
+
+def allowed(chain):
+    return len(chain) == 3 and chain[0] == chain[2] and chain[1] in CALLBACK_OK
+
+
 def first_seen(seq):
     """The items in the order each first appears."""
     out = []
@@ -92,7 +103,7 @@ def replay(events, window):
             if f != top and f in stack:
                 chain = stack[stack.index(f):] + [f]
                 chain = [c for i, c in enumerate(chain) if i == 0 or chain[i - 1] != c]
-                if chain not in again:
+                if chain not in again and not allowed(chain):
                     again.append(chain)
         stack.append(f)
     return entered, again
@@ -105,6 +116,8 @@ def self_test():
     ev = [(1, 0, "a.c"), (2, 0, "b.c"), (3, 0, None), (4, 0, "a.c")]
     ok2 = replay(ev, (0, 9)) == (["a.c", "b.c", "b.c", "a.c"], [["a.c", "b.c", "a.c"]])
     ok3 = replay(ev, (0, 3))[1] == []
+    ev = [(1, 0, "k.c"), (2, 0, "kernels/runtime/exec.c"), (3, 0, "k.c")]
+    ok3 = ok3 and replay(ev, (0, 9))[1] == []
     ok = ok1 and ok2 and ok3 and first_seen(["a", "b", "a"]) == ["a", "b"]
     print("request_path self-test: %s" % ("ok" if ok else "FAILED"))
     return 0 if ok else 1
