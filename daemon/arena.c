@@ -18,8 +18,9 @@
 
 #include "common/memfd.h"
 #include "common/wire.h"
+#include "daemon/arena.h"
+#include "daemon/limits.h"
 #include "daemon/log.h"
-#include "daemon/server.h"
 
 /* Checks fd (common/memfd.c: a memfd sealed against shrinking and growing,
  * exactly `size` bytes long, so that a mapping of it can never fault) and

@@ -10,10 +10,19 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/clock.h" /* opd__now_ns */
 #include "common/wire.h"
 #include "daemon/access.h"
+#include "daemon/arena.h"
+#include "daemon/handlers.h"
+#include "daemon/jobs.h"
 #include "daemon/log.h"
-#include "daemon/server.h"
+#include "daemon/outbox.h"
+#include "daemon/plugins.h"
+#include "daemon/publish.h"
+#include "daemon/ringsvc.h"
+#include "daemon/sock.h"
+#include "daemon/validate.h"
 
 
 /* The packer for srv->scratch, emptied. Loop thread only. */
@@ -541,19 +550,14 @@ static void handle_stream(opd_req_t *r, int type,
   reply_scratch(r);
 }
 
-/* SYNC: noted here; the session answers it once its runs before it
- * completed (start_jobs, session.c, which on_payload calls next). */
+/* SYNC: noted here; the session's run queue answers it once its runs
+ * before it completed (opd__runq_start, daemon/jobs.c, which on_payload
+ * calls next). */
 static void handle_sync(opd_req_t *r, int type, const msgpack_object *body) {
-  opd_session_t *s = r->s;
   (void)type, (void)body;
-  if (s->n_sync >= OPD_MAX_SYNCS) {
+  if (opd__runq_sync(r) != 0)
     opd__reply_error(r, OPD_ELIMIT, "sync: %d SYNCs of this session are "
                      "waiting already, the limit", OPD_MAX_SYNCS);
-    return;
-  }
-  s->sync[s->n_sync].via = r->via;
-  s->sync[s->n_sync].id = r->id;
-  s->n_sync++;
 }
 
 /* The requests a client may send: X(message, handler, flags), one row

@@ -21,6 +21,7 @@
 
 #include "daemon/log.h"
 #include "daemon/options.h"
+#include "daemon/plugins.h"
 #include "daemon/server.h"
 #include "daemon/service.h"
 

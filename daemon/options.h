@@ -5,7 +5,7 @@
 
 #include <stdio.h>
 
-#include "daemon/server.h"
+#include "daemon/config.h"
 
 #ifndef OPD_CONFIG_DEFAULT
 #define OPD_CONFIG_DEFAULT "/etc/opd/opd.conf" /* read when it exists */

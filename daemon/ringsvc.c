@@ -32,10 +32,15 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "common/clock.h" /* opd__now_ns */
 #include "common/wire.h"
+#include "daemon/arena.h"
+#include "daemon/limits.h"
 #include "daemon/log.h"
 #include "daemon/loop.h"
-#include "daemon/server.h"
+#include "daemon/ringsvc.h"
+#include "daemon/sock.h"
+#include "daemon/ticks.h"
 
 #define RING_BUDGET 64 /* requests per session per loop iteration */
 

@@ -8,7 +8,7 @@
 
 #include "common/wire.h"
 #include "daemon/log.h"
-#include "daemon/server.h"
+#include "daemon/schema.h"
 
 static void pack_dtypes(msgpack_packer *pk, uint32_t mask) {
   int n = 0;

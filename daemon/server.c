@@ -24,11 +24,18 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h" /* opd__now_ns */
 #include "common/paths.h"
 #include "common/wire.h"
+#include "daemon/access.h"
 #include "daemon/log.h"
+#include "daemon/publish.h"
+#include "daemon/ringsvc.h"
+#include "daemon/schema.h"
 #include "daemon/server.h"
 #include "daemon/service.h"
+#include "daemon/session.h"
+#include "daemon/ticks.h"
 #include "kernels/exec.h"
 
 #define OPD_POISON_GRACE_MS 2000

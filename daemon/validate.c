@@ -19,10 +19,15 @@
 #include <string.h>
 #include <strings.h>
 
+#include "common/clock.h" /* opd__now_ns */
 #include "common/wire.h"
+#include "daemon/arena.h"
+#include "daemon/jobs.h"
 #include "daemon/log.h"
 #include "daemon/metrics.h"
-#include "daemon/server.h"
+#include "daemon/outbox.h"
+#include "daemon/runcache.h"
+#include "daemon/validate.h"
 #include "kernels/common/kutil.h"
 
 static const char *mp_type_name(const msgpack_object *o) {
@@ -573,11 +578,8 @@ static void flag_refused(const opd_req_t *r, const msgpack_object *body) {
       parse_device(s->srv, opd__mp_get(body, "device"), &dev, &err) != 0 ||
       dev < 0)
     return;
-  opd_job_t *last = NULL;
-  for (opd_job_t *j = s->q_head; j != NULL; j = j->next)
-    if ((j->flags & OPD_RUN_F_FLAG) && j->device == dev) last = j;
-  if (last != NULL) last->flag_after = r->id;
-  else opd__backend_dev.signal(s, dev, (uint32_t)r->id);
+  if (!opd__runq_flag_after(s, dev, r->id))
+    opd__backend_dev.signal(s, dev, (uint32_t)r->id);
 }
 
 void opd__run_request(const opd_req_t *r, const msgpack_object *body,
@@ -645,6 +647,6 @@ void opd__run_request(const opd_req_t *r, const msgpack_object *body,
     return;
   }
   if (!job->by_load) opd__run_cache_store(r, job); /* a load is not the body's */
-  opd__job_enqueue(s, job);
+  opd__runq_push(s, job);
 }
 

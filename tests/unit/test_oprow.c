@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon/server.h"
+#include "daemon/types.h"
 
 Test(oprow, cuda_kernel_comes_from_the_row) {
   opd_err_t e;
