@@ -78,7 +78,7 @@ ifeq ($(BLAS),0)
 else
   BLAS_LIBS := -L$(OPENBLAS_LIB) -lopenblas
 endif
-# The service's libraries (daemon/options.c, service.c, metrics.c), each
+# The service's libraries (daemon/conffile.c, service.c, metrics.c), each
 # optional: auto uses it when pkg-config finds it. INIH: the config file
 # (libinih-dev); SYSTEMD: sd_notify and the watchdog (libsystemd-dev);
 # MHD: the metrics endpoint (libmicrohttpd-dev). Without one, the feature
@@ -106,7 +106,7 @@ endif
 # the objects that differ with them rebuild when they change
 SVC_STAMP := $(B)/.svc
 $(shell mkdir -p $(B); [ "$$(cat $(SVC_STAMP) 2>/dev/null)" = "$(INIH_ON)$(SYSTEMD_ON)$(MHD_ON)" ] || echo $(INIH_ON)$(SYSTEMD_ON)$(MHD_ON) > $(SVC_STAMP))
-$(B)/obj/daemon/options.o $(B)/obj/daemon/service.o $(B)/obj/daemon/metrics.o: $(SVC_STAMP)
+$(B)/obj/daemon/conffile.o $(B)/obj/daemon/service.o $(B)/obj/daemon/metrics.o: $(SVC_STAMP)
 DAEMON_LIBS := $(UV_LIB) $(MSGPACK_LIB) $(BLAS_LIBS) $(SVC_LIBS) -lm
 # The objects that differ with BLAS rebuild when it changes (stamp file).
 BLAS_STAMP := $(B)/.blas

@@ -24,6 +24,7 @@
 #include "daemon/log.h"
 #include "daemon/metrics.h"
 #include "daemon/options.h"
+#include "daemon/optparse.h"
 #include "daemon/service.h"
 #include "daemon/types.h"
 
