@@ -19,6 +19,7 @@
 #include "common/memfd.h"
 #include "common/wire.h"
 #include "daemon/arena.h"
+#include "daemon/backend/backend.h"
 #include "daemon/limits.h"
 #include "daemon/log.h"
 

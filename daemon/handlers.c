@@ -10,10 +10,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "common/clock.h" /* opd__now_ns */
 #include "common/wire.h"
 #include "daemon/access.h"
 #include "daemon/arena.h"
+#include "daemon/backend/backend.h"
 #include "daemon/handlers.h"
 #include "daemon/jobs.h"
 #include "daemon/log.h"

@@ -32,6 +32,7 @@
 #include "common/clock.h" /* opd__now_ns */
 #include "common/wire.h"
 #include "daemon/arena.h"
+#include "daemon/backend/backend.h"
 #include "daemon/jobs.h"
 #include "daemon/limits.h"
 #include "daemon/metrics.h"

@@ -20,6 +20,7 @@
  */
 #include "common/clock.h" /* opd__now_ns */
 #include "common/ring.h"
+#include "daemon/backend/backend.h"
 #include "daemon/log.h"
 #include "daemon/metrics.h"
 #include "daemon/options.h"

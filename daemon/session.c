@@ -43,10 +43,12 @@
 #include "common/wire.h"
 #include "daemon/access.h"
 #include "daemon/arena.h"
+#include "daemon/backend/backend.h"
 #include "daemon/handlers.h"
 #include "daemon/jobs.h"
 #include "daemon/limits.h"
 #include "daemon/log.h"
+#include "daemon/loop.h"
 #include "daemon/metrics.h"
 #include "daemon/outbox.h"
 #include "daemon/publish.h"
@@ -56,6 +58,7 @@
 #include "daemon/sock.h"
 
 static void on_poll_closed(uv_handle_t *h);
+static void pump(opd_session_t *s);
 static const opd_transport_cb_t session_cb;
 
 /* 0 when s may be served, else the code of its goodbye and why. */
@@ -143,7 +146,7 @@ void opd__session_accept(opd_server_t *srv, int fd) {
     s->quiet = 1;
     opd__metrics_refused();
     opd__out_goodbye(s, code, "%s", why);
-    opd__session_pump(s); /* closes once the goodbye is out */
+    pump(s); /* closes once the goodbye is out */
     return;
   }
   LOG_INFO("session %llu: connected (pid %d uid %u gid %u%s)",
@@ -212,7 +215,7 @@ static void on_fail(opd_session_t *s, int code, const char *why) {
 }
 
 static const opd_transport_cb_t session_cb = {
-    .payload = on_payload, .fail = on_fail, .ready = opd__session_pump};
+    .payload = on_payload, .fail = on_fail, .ready = pump};
 
 /* ---- closing ---------------------------------------------------------- */
 
@@ -272,14 +275,14 @@ void opd__session_shutdown(opd_session_t *s) {
   s->closing = 1;
   opd__runq_drop(s, s->srv->goodbye_code, s->srv->goodbye_why);
   s->goodbye = 1;
-  opd__session_pump(s);
+  pump(s);
 }
 
 /* The session moves on: its queued runs, the frames read now or left in
  * rbuf while it was throttled, then a close it is due. Called from the
  * loop's callbacks only (the socket's, a run's completion, the ring and
  * sessions watchers, timers, signals), never from inside a request. */
-void opd__session_pump(opd_session_t *s) {
+static void pump(opd_session_t *s) {
   do opd__runq_start(s);
   while (opd__sock_unread(s) >= OPD_FRAME_HEADER && opd__sock_frames(s) > 0);
   if (s->fd < 0) {
@@ -331,13 +334,13 @@ void opd__sessions_sweep(opd_server_t *srv, uint64_t now) {
                : "no hello within %u ms (--handshake-timeout-ms)",
                l->handshake_ms);
       opd__out_goodbye(s, OPD_ETIMEDOUT, "%s", why);
-      opd__session_pump(s);
+      pump(s);
     } else if (opd__sock_partial_since(s) != 0 &&
                now - opd__sock_partial_since(s) > fr) {
       snprintf(why, sizeof why, "a frame was left unfinished for %u ms "
                "(--frame-timeout-ms)", l->frame_ms);
       opd__out_goodbye(s, OPD_ETIMEDOUT, "%s", why);
-      opd__session_pump(s);
+      pump(s);
     }
   }
 }
@@ -348,7 +351,7 @@ static void unthrottle(opd_server_t *srv) {
   for (opd_session_t *s = srv->sessions, *next; s; s = next) {
     next = s->next;
     if (s->fd >= 0 && !s->closing && !opd__sock_armed(s, UV_READABLE))
-      opd__session_pump(s);
+      pump(s);
   }
 }
 

@@ -15,8 +15,6 @@
 void opd__session_accept(opd_server_t *srv, int fd);
 void opd__session_shutdown(opd_session_t *s); /* graceful: drain, goodbye */
 void opd__session_close(opd_session_t *s);    /* now: drop the socket */
-/* The session moves on: runs, frames left unread, a close it is due. */
-void opd__session_pump(opd_session_t *s);
 /* Sweeps sessions past their handshake / frame / goodbye deadlines. */
 void opd__sessions_sweep(opd_server_t *srv, uint64_t now);
 /* Registers the sessions' watcher: the throttled sessions are read again

@@ -8,6 +8,7 @@
  */
 #include "common/clock.h" /* opd__now_ns */
 #include "common/wire.h"
+#include "daemon/backend/backend.h"
 #include "daemon/stats.h"
 
 void opd__stats_pack(opd_server_t *srv, msgpack_packer *pk) {
