@@ -1,7 +1,7 @@
 /* Who a peer is and whom it may read: users, groups and readers lists.
  *
  * DESIGN
- * The connect check (--allow-users / --allow-groups, server.h) and the
+ * The connect check (--allow-users / --allow-groups, session.c) and the
  * readers of a published name (publish.c) ask the same two questions: is
  * this uid one of a list, and is the peer in one of these groups. A peer's
  * groups are those of the process that connected (SO_PEERCRED's pid), read

@@ -196,7 +196,7 @@ int opd__arena_release(opd_session_t *s, uint64_t id) {
     s->arenas[i] = s->arenas[--s->n_arenas];
     opd__acct_arena(s, -1, a->parent == NULL && a->import == NULL
                                ? -(int64_t)a->size : 0);
-    s->srv->arena_epoch++; /* cached runs may name it (daemon/jobs.c) */
+    s->srv->arena_epoch++; /* cached runs may name it (daemon/runcache.c) */
     opd__arena_unref(a);
     return 0;
   }

@@ -10,7 +10,8 @@
  * outputs and inputs. Every error message starts with the op name and
  * names the tensor ("softmax: input 0 (x) has dtype int32, expected
  * float32"). Kernels see only calls that passed all of it. The job it
- * fills is queued on its session by daemon/jobs.c, which runs it.
+ * fills is queued on its session (daemon/jobs.c), which runs it; a RUN
+ * body is remembered by the run cache (daemon/runcache.c).
  */
 #include <stdarg.h>
 #include <ctype.h>
