@@ -167,7 +167,7 @@ static void on_payload(opd_req_t *r, const unsigned char *p, uint32_t len) {
   opd_mp_arena_t arena;
 
   /* [RUN, id, body]: a body the session's run cache holds skips the
-   * decoder (daemon/jobs.c); any other is remembered for the cache */
+   * decoder (daemon/runcache.c); any other is remembered for the cache */
   if (len > 3 && p[0] == 0x93 && p[1] == OPD_MSG_RUN && s->hello) {
     uint64_t id;
     uint32_t k = opd__mp_get_uint(p + 2, len - 2, &id);
