@@ -8,13 +8,14 @@
  * (opd__runq_push, from validate.c or the run cache) and the session asks
  * it to move on (opd__runq_start, after each request and each pump).
  * Where a run executes is its backend's business (daemon/backend/):
- * start_jobs hands it over, a run that finished at once (a tiny CPU run)
- * is answered there, and one the backend launched comes back through the
- * completion callback on the job (job_done), which answers it and moves
- * the session on through its ready callback (s->cb->ready: the session's
- * pump; never a call into session.c). The reply goes on the transport
- * its request came by (job->via), and the job back to a bounded pool. A
- * job holds a reference on every arena it uses until it is recycled.
+ * opd__runq_start hands it over; a run that finished at once (a tiny CPU
+ * run) is answered there, and one the backend launched comes back
+ * through the completion callback on the job (job_done), which answers
+ * it and moves the session on through its ready callback (s->cb->ready:
+ * the session's pump; never a call into session.c). The reply goes on
+ * the transport its request came by (job->via), and the job back to a
+ * bounded pool. A job holds a reference on every arena it uses until it
+ * is recycled.
  *
  * An asynchronous run (OPD_RUN_F_ASYNC, a device run on device memory
  * only) is answered when its backend has enqueued it (job_enqueued): the
