@@ -139,7 +139,7 @@ COMMON_SRC  := $(sort $(wildcard common/*.c))
 KERNEL_SRC  := $(sort $(wildcard kernels/*.c kernels/*/*.c))
 # the device backend: CUDA, or the none backend in a build without CUDA
 # (daemon/backend/backend.h)
-DAEMON_SRC  := $(filter-out daemon/main.c,$(sort $(wildcard daemon/*.c))) \
+DAEMON_SRC  := $(filter-out daemon/main.c,$(sort $(wildcard daemon/*.c daemon/run/*.c daemon/mem/*.c))) \
                daemon/backend/cpu.c
 ifeq ($(CUDA_ON),1)
   DAEMON_SRC += $(sort $(wildcard daemon/backend/cuda/*.c))
@@ -418,7 +418,7 @@ FUZZ_CFLAGS  := -std=c11 -g -O1 -fno-omit-frame-pointer -pthread -Wall -Wno-unkn
                 -Iinclude -I. -D_GNU_SOURCE -DOPD_NO_BLAS $(filter -DOPD_HAVE_%,$(CPPFLAGS)) \
                 $(if $(DEPS),-I$(DEPS)/include)
 FUZZ_SRC     := $(COMMON_SRC) $(KERNEL_SRC) \
-                $(filter-out daemon/main.c,$(sort $(wildcard daemon/*.c))) \
+                $(filter-out daemon/main.c,$(sort $(wildcard daemon/*.c daemon/run/*.c daemon/mem/*.c))) \
                 daemon/backend/cpu.c daemon/backend/none.c
 FUZZ_OBJ     := $(patsubst %.c,$(B)/fuzz/obj/%.o,$(FUZZ_SRC))
 FUZZ_BINS    := $(patsubst %,$(B)/fuzz/fuzz_%,$(FUZZ_TARGETS))

@@ -12,18 +12,18 @@
 
 #include "common/wire.h"
 #include "daemon/access.h"
-#include "daemon/arena.h"
 #include "daemon/backend/backend.h"
 #include "daemon/handlers.h"
-#include "daemon/jobs.h"
 #include "daemon/log.h"
+#include "daemon/mem/arena.h"
+#include "daemon/mem/publish.h"
 #include "daemon/outbox.h"
 #include "daemon/plugins.h"
-#include "daemon/publish.h"
 #include "daemon/ringsvc.h"
+#include "daemon/run/jobs.h"
+#include "daemon/run/validate.h"
 #include "daemon/sock.h"
 #include "daemon/stats.h"
-#include "daemon/validate.h"
 
 
 /* The packer for srv->scratch, emptied. Loop thread only. */
@@ -493,7 +493,7 @@ static void handle_stream(opd_req_t *r, int type,
 }
 
 /* SYNC: noted here; the session's run queue answers it once its runs
- * before it completed (opd__runq_start, daemon/jobs.c, which on_payload
+ * before it completed (opd__runq_start, daemon/run/jobs.c, which on_payload
  * calls next). */
 static void handle_sync(opd_req_t *r, int type, const msgpack_object *body) {
   (void)type, (void)body;

@@ -34,10 +34,10 @@
 
 #include "common/clock.h" /* opd__now_ns */
 #include "common/wire.h"
-#include "daemon/arena.h"
 #include "daemon/limits.h"
 #include "daemon/log.h"
 #include "daemon/loop.h"
+#include "daemon/mem/arena.h"
 #include "daemon/ringsvc.h"
 #include "daemon/sock.h"
 #include "daemon/ticks.h"

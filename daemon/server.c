@@ -31,7 +31,7 @@
 #include "daemon/backend/backend.h"
 #include "daemon/log.h"
 #include "daemon/loop.h"
-#include "daemon/publish.h"
+#include "daemon/mem/publish.h"
 #include "daemon/ringsvc.h"
 #include "daemon/schema.h"
 #include "daemon/server.h"

@@ -11,7 +11,7 @@
  * trusted.
  *
  * Runs of one session execute in order, one at a time: the session's run
- * queue is daemon/jobs.c's, which this file asks to move on
+ * queue is daemon/run/jobs.c's, which this file asks to move on
  * (opd__runq_start) after each request and in each pump; a run's
  * completion comes back through the session's ready callback (its pump).
  * Nothing here is re-entered: handlers only queue, and pump is called
@@ -42,18 +42,18 @@
 #include "common/clock.h" /* opd__now_ns */
 #include "common/wire.h"
 #include "daemon/access.h"
-#include "daemon/arena.h"
 #include "daemon/backend/backend.h"
 #include "daemon/handlers.h"
-#include "daemon/jobs.h"
 #include "daemon/limits.h"
 #include "daemon/log.h"
 #include "daemon/loop.h"
+#include "daemon/mem/arena.h"
+#include "daemon/mem/publish.h"
 #include "daemon/metrics.h"
 #include "daemon/outbox.h"
-#include "daemon/publish.h"
 #include "daemon/ringsvc.h"
-#include "daemon/runcache.h"
+#include "daemon/run/jobs.h"
+#include "daemon/run/runcache.h"
 #include "daemon/session.h"
 #include "daemon/sock.h"
 
@@ -167,7 +167,7 @@ static void on_payload(opd_req_t *r, const unsigned char *p, uint32_t len) {
   opd_mp_arena_t arena;
 
   /* [RUN, id, body]: a body the session's run cache holds skips the
-   * decoder (daemon/runcache.c); any other is remembered for the cache */
+   * decoder (daemon/run/runcache.c); any other is remembered for the cache */
   if (len > 3 && p[0] == 0x93 && p[1] == OPD_MSG_RUN && s->hello) {
     uint64_t id;
     uint32_t k = opd__mp_get_uint(p + 2, len - 2, &id);

@@ -6,7 +6,9 @@
  * structures more than one module reads. Each structure's fields are
  * changed by the module its comment names (the run queue by jobs.c, the
  * socket transport's buffers by sock.c, ...); the others go through that
- * module's functions (daemon/<module>.h).
+ * module's functions (its header beside it: daemon/<module>.h, or under
+ * daemon/run/ for a run's checks, queue and cache, daemon/mem/ for arenas
+ * and published names).
  *
  * One libuv loop thread owns every structure here; only a job's kernel call
  * runs elsewhere (libuv's thread pool), and it touches nothing but its own
@@ -134,7 +136,7 @@ typedef struct opd_transport_cb {
    * else a goodbye with that code and why */
   void (*fail)(opd_session_t *s, int code, const char *why);
   /* the session moves on: its socket was serviced, a ring's replies
-   * drained, or a run it launched completed (daemon/jobs.c) */
+   * drained, or a run it launched completed (daemon/run/jobs.c) */
   void (*ready)(opd_session_t *s);
 } opd_transport_cb_t;
 
@@ -272,8 +274,8 @@ typedef struct opd_sock {
   size_t lost_at;
 } opd_sock_t;
 
-/* A session's runs, owned by daemon/jobs.c (the others reach them
- * through daemon/jobs.h): the queue, the one running, the asynchronous
+/* A session's runs, owned by daemon/run/jobs.c (the others reach them
+ * through daemon/run/jobs.h): the queue, the one running, the asynchronous
  * ones not yet complete, their first error, and the SYNCs waiting. */
 typedef struct opd_runq {
   opd_job_t *head, *tail;        /* runs waiting, in order */

@@ -1,4 +1,4 @@
-/* A run's attributes (daemon/attrs.c): checked against the op's schema and
+/* A run's attributes (daemon/run/attrs.c): checked against the op's schema and
  * converted for its kernel call. */
 #ifndef OPD_ATTRS_H
 #define OPD_ATTRS_H

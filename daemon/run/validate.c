@@ -10,8 +10,8 @@
  * outputs and inputs. Every error message starts with the op name and
  * names the tensor ("softmax: input 0 (x) has dtype int32, expected
  * float32"). Kernels see only calls that passed all of it. The job it
- * fills is queued on its session (daemon/jobs.c), which runs it; a RUN
- * body is remembered by the run cache (daemon/runcache.c).
+ * fills is queued on its session (daemon/run/jobs.c), which runs it; a RUN
+ * body is remembered by the run cache (daemon/run/runcache.c).
  */
 #include <stdarg.h>
 #include <ctype.h>
@@ -22,14 +22,14 @@
 
 #include "common/clock.h" /* opd__now_ns */
 #include "common/wire.h"
-#include "daemon/arena.h"
-#include "daemon/attrs.h"
 #include "daemon/backend/backend.h"
-#include "daemon/jobs.h"
+#include "daemon/mem/arena.h"
 #include "daemon/metrics.h"
 #include "daemon/outbox.h"
-#include "daemon/runcache.h"
-#include "daemon/validate.h"
+#include "daemon/run/attrs.h"
+#include "daemon/run/jobs.h"
+#include "daemon/run/runcache.h"
+#include "daemon/run/validate.h"
 #include "kernels/common/kutil.h"
 
 /* "x, weight, bias" */

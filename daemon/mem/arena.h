@@ -1,4 +1,4 @@
-/* Arenas (daemon/arena.c): a session's table of mapped client memory,
+/* Arenas (daemon/mem/arena.c): a session's table of mapped client memory,
  * host memfds and device allocations, reference counted.
  *
  * DESIGN

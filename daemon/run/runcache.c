@@ -6,11 +6,11 @@
  * opd_prepare produces, and what most model servers do) sends the same
  * request bytes but for the id. Each session keeps its last validated run
  * request: its body bytes and the job prepare() made of them
- * (daemon/validate.c). A request whose body is byte-identical, while no
+ * (daemon/run/validate.c). A request whose body is byte-identical, while no
  * arena anywhere has been released since (srv->arena_epoch), is the same
  * validated job: its plan is copied into a job from the pool instead of
  * being decoded and checked again, and the job is queued as any other
- * (daemon/jobs.c), so a hit runs, inline or not, on the one path of every
+ * (daemon/run/jobs.c), so a hit runs, inline or not, on the one path of every
  * run. What prepare() checks depends only on the body and on the
  * session's arenas, which stay as they were until one is released (arena
  * ids are never reused; an arena's base, size, device and read-only flag
@@ -21,9 +21,9 @@
 #include <string.h>
 
 #include "common/clock.h" /* opd__now_ns */
-#include "daemon/jobs.h"
 #include "daemon/metrics.h"
-#include "daemon/runcache.h"
+#include "daemon/run/jobs.h"
+#include "daemon/run/runcache.h"
 
 #define RUN_CACHE_MAX 1024 /* bodies above this are not cached */
 

@@ -1,4 +1,4 @@
-/* The run cache (daemon/runcache.c): a session's last validated run
+/* The run cache (daemon/run/runcache.c): a session's last validated run
  * request, queued again without decoding when its body comes again. */
 #ifndef OPD_RUNCACHE_H
 #define OPD_RUNCACHE_H

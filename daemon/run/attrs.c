@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "common/wire.h"
-#include "daemon/attrs.h"
+#include "daemon/run/attrs.h"
 
 static const char *mp_type_name(const msgpack_object *o) {
   switch (o->type) {

@@ -1,4 +1,4 @@
-/* Jobs and the session's run queue (daemon/jobs.c): a validated run's life
+/* Jobs and the session's run queue (daemon/run/jobs.c): a validated run's life
  * from its queue to its reply.
  *
  * DESIGN

@@ -1,4 +1,4 @@
-/* Published arenas (daemon/publish.c): names under which a session
+/* Published arenas (daemon/mem/publish.c): names under which a session
  * shares an arena with other sessions.
  *
  * DESIGN

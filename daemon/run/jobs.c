@@ -32,13 +32,13 @@
 
 #include "common/clock.h" /* opd__now_ns */
 #include "common/wire.h"
-#include "daemon/arena.h"
 #include "daemon/backend/backend.h"
-#include "daemon/jobs.h"
 #include "daemon/limits.h"
+#include "daemon/mem/arena.h"
 #include "daemon/metrics.h"
 #include "daemon/outbox.h"
 #include "daemon/ringsvc.h"
+#include "daemon/run/jobs.h"
 
 /* ---- the pool --------------------------------------------------------- */
 

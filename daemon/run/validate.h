@@ -1,4 +1,4 @@
-/* A RUN or INFER request checked and made a job (daemon/validate.c):
+/* A RUN or INFER request checked and made a job (daemon/run/validate.c):
  * operator, devices, tensors, attributes, placement. */
 #ifndef OPD_VALIDATE_H
 #define OPD_VALIDATE_H
