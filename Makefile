@@ -97,7 +97,7 @@ ifeq ($(BLAS),0)
 else
   BLAS_LIBS := -L$(OPENBLAS_LIB) -lopenblas
 endif
-# The service's libraries (daemon/options.c, service.c, metrics.c), each
+# The service's libraries (daemon/conffile.c, service.c, metrics.c), each
 # optional: auto uses it when pkg-config finds it. INIH: the config file
 # (libinih-dev); SYSTEMD: sd_notify and the watchdog (libsystemd-dev);
 # MHD: the metrics endpoint (libmicrohttpd-dev). Without one, the feature
@@ -125,7 +125,7 @@ endif
 # the objects that differ with them rebuild when they change
 SVC_STAMP := $(B)/.svc
 $(shell mkdir -p $(B); [ "$$(cat $(SVC_STAMP) 2>/dev/null)" = "$(INIH_ON)$(SYSTEMD_ON)$(MHD_ON)" ] || echo $(INIH_ON)$(SYSTEMD_ON)$(MHD_ON) > $(SVC_STAMP))
-$(B)/obj/daemon/options.o $(B)/obj/daemon/service.o $(B)/obj/daemon/metrics.o: $(SVC_STAMP)
+$(B)/obj/daemon/conffile.o $(B)/obj/daemon/service.o $(B)/obj/daemon/metrics.o: $(SVC_STAMP)
 DAEMON_LIBS := $(UV_LIB) $(MSGPACK_LIB) $(BLAS_LIBS) $(SVC_LIBS) -lm
 # The objects that differ with BLAS rebuild when it changes (stamp file).
 BLAS_STAMP := $(B)/.blas
@@ -158,7 +158,7 @@ COMMON_SRC  := $(sort $(wildcard common/*.c))
 KERNEL_SRC  := $(sort $(wildcard kernels/*/*.c))
 # the device backend: CUDA, or the none backend in a build without CUDA
 # (daemon/backend/backend.h)
-DAEMON_SRC  := $(filter-out daemon/main.c,$(sort $(wildcard daemon/*.c))) \
+DAEMON_SRC  := $(filter-out daemon/main.c,$(sort $(wildcard daemon/*.c daemon/run/*.c daemon/mem/*.c))) \
                daemon/backend/cpu.c
 ifeq ($(CUDA_ON),1)
   DAEMON_SRC += $(sort $(wildcard daemon/backend/cuda/*.c))
@@ -458,7 +458,7 @@ FUZZ_CFLAGS  := -std=c11 -g -O1 -fno-omit-frame-pointer -pthread -Wall -Wno-unkn
                 -Iinclude -I. -D_GNU_SOURCE -DOPD_NO_BLAS $(filter -DOPD_HAVE_%,$(CPPFLAGS)) \
                 $(if $(DEPS),-I$(DEPS)/include)
 FUZZ_SRC     := $(COMMON_SRC) $(KERNEL_SRC) \
-                $(filter-out daemon/main.c,$(sort $(wildcard daemon/*.c))) \
+                $(filter-out daemon/main.c,$(sort $(wildcard daemon/*.c daemon/run/*.c daemon/mem/*.c))) \
                 daemon/backend/cpu.c daemon/backend/none.c
 FUZZ_OBJ     := $(patsubst %.c,$(B)/fuzz/obj/%.o,$(FUZZ_SRC))
 FUZZ_BINS    := $(patsubst %,$(B)/fuzz/fuzz_%,$(FUZZ_TARGETS))

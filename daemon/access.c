@@ -23,7 +23,6 @@
 
 #include "daemon/access.h"
 #include "daemon/log.h"
-#include "daemon/server.h"
 
 /* A decimal id below (id_t)-1, the "no change" value of chown & co. */
 static int parse_id(const char *s, unsigned long *v) {
@@ -149,8 +148,10 @@ static int db_in_groups(uid_t uid, gid_t gid, const gid_t *gids, int n) {
   return found;
 }
 
-int opd__peer_in_groups(uid_t uid, gid_t gid, pid_t pid, const gid_t *gids,
-                        int n) {
+/* 1 when the peer (uid, primary gid, pid from SO_PEERCRED) is in one of
+ * the n groups of `gids`, by its primary group or a supplementary one. */
+static int peer_in_groups(uid_t uid, gid_t gid, pid_t pid, const gid_t *gids,
+                          int n) {
   if (n <= 0) return 0;
   if (has_gid(gids, n, gid)) return 1;
   int r = proc_in_groups(uid, pid, gids, n);
@@ -240,8 +241,8 @@ int opd__access_allowed(const opd_server_t *srv, uid_t uid, gid_t gid,
   if (srv->n_allow_uids == 0 && srv->n_allow_gids == 0) return 1;
   for (int i = 0; i < srv->n_allow_uids; i++)
     if (srv->allow_uids[i] == uid) return 1;
-  return opd__peer_in_groups(uid, gid, pid, srv->allow_gids,
-                             srv->n_allow_gids);
+  return peer_in_groups(uid, gid, pid, srv->allow_gids,
+                       srv->n_allow_gids);
 }
 
 /* ---- readers of a published name ---------------------------------------- */
@@ -317,5 +318,5 @@ int opd__readers_allow(const opd_readers_t *r, uid_t uid, gid_t gid,
   if (r->any) return 1;
   for (int i = 0; i < r->n_uids; i++)
     if (r->uids[i] == uid) return 1;
-  return opd__peer_in_groups(uid, gid, pid, r->gids, r->n_gids);
+  return peer_in_groups(uid, gid, pid, r->gids, r->n_gids);
 }

@@ -12,8 +12,18 @@
 
 #include "common/wire.h"
 #include "daemon/access.h"
+#include "daemon/backend/backend.h"
+#include "daemon/handlers.h"
 #include "daemon/log.h"
-#include "daemon/server.h"
+#include "daemon/mem/arena.h"
+#include "daemon/mem/publish.h"
+#include "daemon/outbox.h"
+#include "daemon/plugins.h"
+#include "daemon/ringsvc.h"
+#include "daemon/run/jobs.h"
+#include "daemon/run/validate.h"
+#include "daemon/sock.h"
+#include "daemon/stats.h"
 
 
 /* The packer for srv->scratch, emptied. Loop thread only. */
@@ -382,70 +392,11 @@ static void handle_release(opd_req_t *r, int type,
   opd__reply(r, NULL, 0);
 }
 
+/* STATS: the daemon's counters (daemon/stats.c). */
 static void handle_stats(opd_req_t *r, int type,
                          const msgpack_object *body) {
-  opd_session_t *s = r->s;
   (void)type, (void)body;
-  opd_server_t *srv = s->srv;
-  msgpack_packer *pk = scratch(srv);
-  msgpack_pack_map(pk, 21);
-  PACK_STR(pk, "gpus"); /* the devices as the hello lists them, counters now */
-  opd__backend_dev.describe(srv, pk);
-  PACK_STR(pk, "imports"); /* CUDA IPC imports made since start */
-  msgpack_pack_uint64(pk, srv->imports_total);
-  PACK_STR(pk, "async"); /* runs answered at enqueue, not yet complete */
-  msgpack_pack_uint32(pk, srv->async_now);
-  PACK_STR(pk, "async_peak"); /* the most one session had at once */
-  msgpack_pack_uint32(pk, srv->async_peak);
-  PACK_STR(pk, "mappings"); /* host mmaps held for clients: arenas + rings */
-  msgpack_pack_uint64(pk, srv->mappings);
-  PACK_STR(pk, "mapped_bytes");
-  msgpack_pack_uint64(pk, srv->host_bytes);
-  PACK_STR(pk, "inflight");
-  msgpack_pack_uint32(pk, srv->inflight);
-  PACK_STR(pk, "uids");
-  uint32_t nu = 0;
-  for (const opd_acct_t *a = srv->accts; a; a = a->next) nu++;
-  msgpack_pack_uint32(pk, nu);
-  PACK_STR(pk, "reserved_sessions");
-  msgpack_pack_uint32(pk, srv->n_reserved);
-  PACK_STR(pk, "published");
-  msgpack_pack_uint32(pk, srv->n_pubs);
-  PACK_STR(pk, "devices");
-  msgpack_pack_uint32(pk, (uint32_t)srv->n_devices);
-  PACK_STR(pk, "sessions");
-  msgpack_pack_uint32(pk, srv->n_sessions);
-  PACK_STR(pk, "sessions_total");
-  msgpack_pack_uint64(pk, srv->sessions_total);
-  PACK_STR(pk, "requests");
-  msgpack_pack_uint64(pk, srv->requests);
-  PACK_STR(pk, "errors");
-  msgpack_pack_uint64(pk, srv->errors);
-  PACK_STR(pk, "run_cache_hits");
-  msgpack_pack_uint64(pk, srv->run_cache_hits);
-  PACK_STR(pk, "arenas");
-  msgpack_pack_uint64(pk, srv->arenas);
-  PACK_STR(pk, "bytes_mapped");
-  msgpack_pack_uint64(pk, srv->bytes_mapped);
-  PACK_STR(pk, "uptime_ns");
-  msgpack_pack_uint64(pk, opd__now_ns() - srv->start_ns);
-  PACK_STR(pk, "healthy");
-  if (srv->healthy) msgpack_pack_true(pk);
-  else msgpack_pack_false(pk);
-  PACK_STR(pk, "ops");
-  msgpack_pack_map(pk, (size_t)opd__n_ops);
-  for (int i = 0; i < opd__n_ops; i++) {
-    PACK_STR(pk, opd__ops[i]->name);
-    msgpack_pack_map(pk, 4);
-    PACK_STR(pk, "calls");
-    msgpack_pack_uint64(pk, srv->op_stats[i].calls);
-    PACK_STR(pk, "inline"); /* of them, run on the loop thread */
-    msgpack_pack_uint64(pk, srv->op_stats[i].inlined);
-    PACK_STR(pk, "errors");
-    msgpack_pack_uint64(pk, srv->op_stats[i].errors);
-    PACK_STR(pk, "ns");
-    msgpack_pack_uint64(pk, srv->op_stats[i].ns);
-  }
+  opd__stats_pack(r->s->srv, scratch(r->s->srv));
   reply_scratch(r);
 }
 
@@ -541,19 +492,14 @@ static void handle_stream(opd_req_t *r, int type,
   reply_scratch(r);
 }
 
-/* SYNC: noted here; the session answers it once its runs before it
- * completed (start_jobs, session.c, which on_payload calls next). */
+/* SYNC: noted here; the session's run queue answers it once its runs
+ * before it completed (opd__runq_start, daemon/run/jobs.c, which on_payload
+ * calls next). */
 static void handle_sync(opd_req_t *r, int type, const msgpack_object *body) {
-  opd_session_t *s = r->s;
   (void)type, (void)body;
-  if (s->n_sync >= OPD_MAX_SYNCS) {
+  if (opd__runq_sync(r) != 0)
     opd__reply_error(r, OPD_ELIMIT, "sync: %d SYNCs of this session are "
                      "waiting already, the limit", OPD_MAX_SYNCS);
-    return;
-  }
-  s->sync[s->n_sync].via = r->via;
-  s->sync[s->n_sync].id = r->id;
-  s->n_sync++;
 }
 
 /* The requests a client may send: X(message, handler, flags), one row

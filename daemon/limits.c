@@ -21,8 +21,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/wire.h"
-#include "daemon/server.h"
+#include "daemon/limits.h"
+#include "daemon/sock.h"
 
 opd_acct_t *opd__acct_get(opd_server_t *srv, uid_t uid) {
   for (opd_acct_t *a = srv->accts; a; a = a->next)
@@ -154,25 +154,4 @@ void opd__acct_inflight(opd_session_t *s, int n) {
   s->n_queued = (uint32_t)((int)s->n_queued + n);
   s->acct->inflight = (uint32_t)((int)s->acct->inflight + n);
   s->srv->inflight = (uint32_t)((int)s->srv->inflight + n);
-}
-
-const char *opd__log_escape(const char *s, char *buf, size_t cap) {
-  static const char hex[] = "0123456789abcdef";
-  size_t o = 0;
-  if (cap == 0) return buf;
-  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-    int esc = *p < 0x20 || *p == 0x7f || *p == '\\' || *p == '"' ||
-              *p >= 0x80; /* bytes past ASCII: no forged UTF-8 either */
-    if (o + (esc ? 4 : 1) >= cap) break;
-    if (!esc) {
-      buf[o++] = (char)*p;
-      continue;
-    }
-    buf[o++] = '\\';
-    buf[o++] = 'x';
-    buf[o++] = hex[*p >> 4];
-    buf[o++] = hex[*p & 15];
-  }
-  buf[o] = '\0';
-  return buf;
 }

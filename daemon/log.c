@@ -145,3 +145,24 @@ void opd__log_write(int level, const char *file, int line, const char *fmt,
   fprintf(stderr, "%s.%03ldZ opd[%s] %s:%d: %s%s\n", ts, now.tv_nsec / 1000000,
           opd__log_name(level), base, line, msg, more);
 }
+
+const char *opd__log_escape(const char *s, char *buf, size_t cap) {
+  static const char hex[] = "0123456789abcdef";
+  size_t o = 0;
+  if (cap == 0) return buf;
+  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+    int esc = *p < 0x20 || *p == 0x7f || *p == '\\' || *p == '"' ||
+              *p >= 0x80; /* bytes past ASCII: no forged UTF-8 either */
+    if (o + (esc ? 4 : 1) >= cap) break;
+    if (!esc) {
+      buf[o++] = (char)*p;
+      continue;
+    }
+    buf[o++] = '\\';
+    buf[o++] = 'x';
+    buf[o++] = hex[*p >> 4];
+    buf[o++] = hex[*p & 15];
+  }
+  buf[o] = '\0';
+  return buf;
+}

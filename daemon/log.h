@@ -32,6 +32,11 @@ void opd__log_init(void);
  * with the reason in err and fd 2 left as it was. */
 int opd__log_open(const char *path, char *err, size_t cap);
 
+/* Client-supplied text for a log line: writes at most cap-1 bytes of s
+ * into buf with bytes < 0x20, 0x7f, '\\', '"' and bytes past ASCII
+ * escaped as \xNN, and returns buf. */
+const char *opd__log_escape(const char *s, char *buf, size_t cap);
+
 #define opd_log(level, ...)                                        \
   do {                                                             \
     if ((level) <= opd__log_level)                                 \

@@ -4,9 +4,10 @@
 #include <stdio.h>
 #include <time.h>
 
+#include "common/clock.h" /* opd__now_ns */
 #include "daemon/log.h"
 #include "daemon/loop.h"
-#include "daemon/server.h"
+#include "daemon/types.h"
 
 #define CLOCK_TURNS 32  /* a clock read every this many turns of a window */
 #define NAP_NS 20000    /* while CPU runs are on the kernel threads */

@@ -20,7 +20,8 @@
 #include <unistd.h>
 
 #include "daemon/log.h"
-#include "daemon/options.h"
+#include "daemon/optparse.h"
+#include "daemon/plugins.h"
 #include "daemon/server.h"
 #include "daemon/service.h"
 

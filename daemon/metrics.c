@@ -18,7 +18,14 @@
  * socket or ring, to its reply queued), per op and transport, with
  * fixed bucket bounds from 10 us to 10 s.
  */
+#include "common/clock.h" /* opd__now_ns */
+#include "common/ring.h"
+#include "daemon/backend/backend.h"
+#include "daemon/log.h"
 #include "daemon/metrics.h"
+#include "daemon/options.h"
+#include "daemon/types.h"
+#include "kernels/runtime/registry.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -31,10 +38,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "common/ring.h"
-#include "daemon/log.h"
-#include "daemon/options.h"
-#include "daemon/server.h"
 
 #define N_TRANSPORTS 3           /* socket, adaptive ring, spin ring */
 #define N_STATUS 32              /* 0 and OPD_E* down to -31 */

@@ -1,61 +1,36 @@
-/* The daemon's options: one table, from which come the command line
- * parser, the defaults, the range checks and --help.
+/* The daemon's options: one table, from which come the parsers, the
+ * defaults, the range checks, --help and the effective configuration.
  *
  * DESIGN
- * Each option is one row of OPD_OPTIONS (redis config.c's standardConfig
+ * Each option is one row of the table (redis config.c's standardConfig
  * in miniature): its name, short letter, argument, how its value is
  * parsed and where it lands in opd_config_t, its range or default, and its
  * line of help. Numbers go through one checked parser (a value out of its
  * range is an error naming the option and the range); strings are copied
  * into fixed buffers (too long is an error); the few options with words
- * for values (--log-level, --spin) have a parser of their own. The same
- * table reads the config file (libinih; opd.conf(5)): a key is an
- * option's long name. The configuration is always built the same way,
- * at start and on SIGHUP: defaults, then the file, then the command line
- * (kept from the start), so the command line wins. A value that does not
- * parse is an error naming where it came from (--name, or file:line: key),
- * every bad line of a file is reported, and a configuration with any
- * error is never used.
+ * for values (--log-level, --spin) have a parser of their own. The
+ * command line (daemon/optparse.c) and the config file
+ * (daemon/conffile.c) both set values through the rows, so a key of the
+ * file is an option's long name and every check is the same for both.
  */
 #include <arpa/inet.h>
 #include <errno.h>
-#include <getopt.h>
-#include <sched.h>
-#include <stdarg.h>
+#include <sched.h> /* CPU_SETSIZE */
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
-#include "common/paths.h"
-#include "daemon/access.h"
 #include "daemon/log.h"
 #include "daemon/options.h"
-
-typedef struct opt_row opt_row_t;
-typedef int parse_fn(const opt_row_t *o, const char *val, opd_config_t *cfg,
-                     char *err, size_t cap);
-
-struct opt_row {
-  const char *name;              /* --name */
-  int letter;                    /* -x, or 0 */
-  const char *arg;               /* what the value is, for --help */
-  parse_fn *parse;
-  size_t off;                    /* where the value lands in opd_config_t */
-  uint64_t lo, hi;               /* numbers: the range; strings: hi = size */
-  uint64_t def;                  /* numbers: the default */
-  int group;                     /* --help: 0 general, 1 limits, 2 service */
-  const char *help;
-};
+#include "opd/protocol.h" /* OPD_VERSION, OPD_MAX_FRAME_DEFAULT */
 
 /* ---- parsers ----------------------------------------------------------- */
 
 /* Each parser stores val into cfg, or returns -1 with what was wrong in
  * err ("expects ..., got ..."); the caller names where the value came
  * from (--name, or file:line: name). */
-static int number(const opt_row_t *o, const char *s, uint64_t *out, char *err,
+static int number(const opd_opt_row_t *o, const char *s, uint64_t *out, char *err,
                   size_t cap) {
   char *end;
   errno = 0;
@@ -72,7 +47,7 @@ static int number(const opt_row_t *o, const char *s, uint64_t *out, char *err,
 
 #define FIELD(cfg, o, type) ((type *)((char *)(cfg) + (o)->off))
 #define PARSER(fn) \
-  static int fn(const opt_row_t *o, const char *val, opd_config_t *cfg, \
+  static int fn(const opd_opt_row_t *o, const char *val, opd_config_t *cfg, \
                 char *err, size_t cap)
 
 PARSER(p_u32) {
@@ -206,7 +181,7 @@ int opd__addr_split(const char *s, char *host, size_t cap, int *port) {
 #define NUM64(name, field, lo, hi, def, help) \
   {name, 0, "N", p_u64, LIM(field), lo, hi, def, 1, help},
 
-static const opt_row_t rows[] = {
+const opd_opt_row_t opd__opt_rows[] = {
     {"socket", 's', "PATH", p_str, OFF(socket_given), 0,
      sizeof(((opd_config_t *)0)->socket_given), 0, 0,
      "listen here (default: $OPD_SOCKET, else /run/opd/opd.sock as root, "
@@ -323,13 +298,13 @@ static const opt_row_t rows[] = {
      "serve Prometheus metrics over HTTP there, e.g. 127.0.0.1:9464 (default: "
      "off)"},
 };
-#define N_ROWS ((int)(sizeof rows / sizeof rows[0]))
-enum { O_VERSION = 'V', O_HELP = 'h', O_CONFIG = 'c', O_CHECK = 1000,
-       O_ROW0 = 256 };
+#define N_ROWS ((int)(sizeof opd__opt_rows / sizeof opd__opt_rows[0]))
+const int opd__opt_n_rows = N_ROWS;
+_Static_assert(N_ROWS <= OPD_OPT_ROWS_MAX, "OPD_OPT_ROWS_MAX too small");
 
-static __attribute__((unused)) const opt_row_t *find_row(const char *name) {
+const opd_opt_row_t *opd__opt_find(const char *name) {
   for (int i = 0; i < N_ROWS; i++)
-    if (strcmp(rows[i].name, name) == 0) return &rows[i];
+    if (strcmp(opd__opt_rows[i].name, name) == 0) return &opd__opt_rows[i];
   return NULL;
 }
 
@@ -359,7 +334,7 @@ static void help_line(FILE *f, const char *head, const char *text) {
   fold(f, text, 30, 30);
 }
 
-static void usage(FILE *f) {
+void opd__options_usage(FILE *f) {
   static const char *const titles[] = {
       "", "\nLimits (per session, per uid, for the whole daemon):\n",
       "\nService:\n"};
@@ -372,7 +347,7 @@ static void usage(FILE *f) {
   for (int group = 0; group < 3; group++) {
     fputs(titles[group], f);
     for (int i = 0; i < N_ROWS; i++) {
-      const opt_row_t *o = &rows[i];
+      const opd_opt_row_t *o = &opd__opt_rows[i];
       if (o->group != group) continue;
       char head[64];
       if (o->letter)
@@ -406,7 +381,7 @@ void opd__options_defaults(opd_config_t *cfg) {
   strcpy(cfg->devices, "all");
   cfg->loop_cpu = -1;
   for (int i = 0; i < N_ROWS; i++) {
-    const opt_row_t *o = &rows[i];
+    const opd_opt_row_t *o = &opd__opt_rows[i];
     if (o->parse == p_u32 || o->parse == p_us)
       *FIELD(cfg, o, uint32_t) = (uint32_t)o->def;
     else if (o->parse == p_u64)
@@ -418,7 +393,7 @@ void opd__options_defaults(opd_config_t *cfg) {
 }
 
 /* One row as a config file line; unset optional values as a comment. */
-static void print_row(FILE *f, const opt_row_t *o, const opd_config_t *cfg) {
+static void print_row(FILE *f, const opd_opt_row_t *o, const opd_config_t *cfg) {
   if ((o->parse == p_u32 || o->parse == p_us) &&
       *FIELD(cfg, o, const uint32_t) < o->lo)
     fprintf(f, "# %s: not set\n", o->name); /* 0: chosen at run time */
@@ -453,277 +428,6 @@ void opd__options_print(FILE *f, const opd_config_t *cfg) {
   fprintf(f, "# opd %s: the effective configuration (%s%s)\n", OPD_VERSION,
           cfg->svc.config[0] ? "config file " : "no config file",
           cfg->svc.config);
-  for (int i = 0; i < N_ROWS; i++) print_row(f, &rows[i], cfg);
+  for (int i = 0; i < N_ROWS; i++) print_row(f, &opd__opt_rows[i], cfg);
 }
 
-/* ---- errors: stderr before the loop runs, the log after (SIGHUP) --------- */
-
-static int report_to_log;
-
-static void __attribute__((format(printf, 1, 2))) report(const char *fmt, ...) {
-  char msg[1024];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
-  if (report_to_log) LOG_ERROR("%s", msg);
-  else fprintf(stderr, "opd: %s\n", msg);
-}
-
-/* ---- the config file (libinih) -------------------------------------------- */
-
-/* The command line's values, kept for every later build of the
- * configuration (SIGHUP) since they win over the file. */
-typedef struct { const opt_row_t *row; const char *val; } given_t;
-static given_t *given;
-static int n_given;
-
-#ifdef OPD_HAVE_INIH
-#include <ini.h>
-
-typedef struct {
-  opd_config_t *cfg;
-  const char *file;
-  FILE *f;
-  int line;                      /* the line inih handles now */
-  int errors;
-  int last_err_line;             /* the last line we reported */
-} ini_ctx_t;
-
-/* inih's reader: fgets counting lines (its handler gets no line number),
- * and a line too long for inih's buffer reported rather than cut */
-static char *ini_read(char *str, int num, void *stream) {
-  ini_ctx_t *x = stream;
-  if (fgets(str, num, x->f) == NULL) return NULL;
-  x->line++;
-  size_t n = strlen(str);
-  if (n == (size_t)num - 1 && str[n - 1] != '\n' && !feof(x->f)) {
-    int c;
-    while ((c = fgetc(x->f)) != EOF && c != '\n') {
-    }
-    report("%s:%d: line longer than %d bytes", x->file, x->line, num - 2);
-    x->errors++;
-    x->last_err_line = x->line;
-    strcpy(str, "\n");
-    return str;
-  }
-  /* what inih would call a syntax error, reported here with its line so
-   * that every one is (inih returns only the first error's line) */
-  const char *p = str + strspn(str, " \t\r\n");
-  if (*p && *p != '#' && *p != ';' && *p != '[' && strpbrk(p, "=:") == NULL) {
-    report("%s:%d: not \"key = value\", a [section], a comment (# or ;) "
-           "or blank: %.*s", x->file, x->line, (int)strcspn(p, "\r\n"), p);
-    x->errors++;
-    x->last_err_line = x->line;
-    strcpy(str, "\n");
-  }
-  return str;
-}
-
-static int ini_entry(void *user, const char *section, const char *name,
-                     const char *value) {
-  ini_ctx_t *x = user;
-  char err[512], val[512];
-  const opt_row_t *o = find_row(name);
-  if (section[0] != '\0') {
-    report("%s:%d: %s: keys go before any [section] (opd.conf has none; "
-           "this one is in [%s])", x->file, x->line, name, section);
-    goto bad;
-  }
-  if (o == NULL) {
-    if (strcmp(name, "config") == 0 || strcmp(name, "check-config") == 0)
-      report("%s:%d: %s: only on the command line", x->file, x->line, name);
-    else
-      report("%s:%d: unknown key \"%s\" (the keys are opd's long options: "
-             "see opd --help)", x->file, x->line, name);
-    goto bad;
-  }
-  /* "value" in double quotes: the quotes go */
-  size_t n = strlen(value);
-  if (n >= 2 && value[0] == '"' && value[n - 1] == '"') {
-    snprintf(val, sizeof val, "%.*s", (int)(n - 2), value + 1);
-    value = val;
-  }
-  if (o->parse(o, value, x->cfg, err, sizeof err) != 0) {
-    report("%s:%d: %s %s", x->file, x->line, name, err);
-    goto bad;
-  }
-  return 1;
-bad:
-  x->errors++;
-  x->last_err_line = x->line;
-  return 0;
-}
-
-/* Reads `file` into cfg. Returns 0, or -1 after reporting every error. */
-static int load_file(const char *file, opd_config_t *cfg) {
-  ini_ctx_t x = {.cfg = cfg, .file = file};
-  x.f = fopen(file, "re");
-  if (x.f == NULL) {
-    report("cannot read the config file %s: %s", file, strerror(errno));
-    return -1;
-  }
-  struct stat st;
-  if (fstat(fileno(x.f), &st) != 0 || !S_ISREG(st.st_mode)) {
-    report("the config file %s is %s, not a file", file,
-           S_ISDIR(st.st_mode) ? "a directory" : "something else");
-    fclose(x.f);
-    return -1;
-  }
-  int rc = ini_parse_stream(ini_read, &x, ini_entry, &x);
-  fclose(x.f);
-  if (rc > 0 && rc != x.last_err_line && x.errors == 0) {
-    report("%s:%d: not \"key = value\", a comment (# or ;) or blank", file, rc);
-    x.errors++;
-  } else if (rc > 0 && x.errors == 0) {
-    x.errors++;
-  }
-  return x.errors ? -1 : 0;
-}
-#else
-static int load_file(const char *file, opd_config_t *cfg) {
-  (void)cfg;
-  report("cannot read the config file %s: opd was built without libinih "
-         "(install libinih-dev and rebuild)", file);
-  return -1;
-}
-#endif
-
-/* defaults, then the file, then the command line; the socket resolved */
-static int build(const char *file, opd_config_t *cfg) {
-  opd__options_defaults(cfg);
-  if (file[0] != '\0') {
-    snprintf(cfg->svc.config, sizeof cfg->svc.config, "%s", file);
-    if (load_file(file, cfg) != 0) return -1;
-  }
-  char err[512];
-  for (int i = 0; i < n_given; i++)
-    if (given[i].row->parse(given[i].row, given[i].val, cfg, err, sizeof err)) {
-      report("--%s %s", given[i].row->name, err); /* checked at start */
-      return -1;
-    }
-  if (opd__socket_path(cfg->socket_given[0] ? cfg->socket_given : NULL,
-                       cfg->socket_path, sizeof cfg->socket_path)) {
-    report("socket path is too long");
-    return -1;
-  }
-  return 0;
-}
-
-/* The allow-lists name users and groups that exist (--check-config; the
- * daemon resolves them itself at start and on SIGHUP). */
-static int check_lists(const opd_config_t *cfg) {
-  int bad = 0;
-  for (int groups = 0; groups < 2; groups++) {
-    char copy[512];
-    snprintf(copy, sizeof copy, "%s", groups ? cfg->allow_groups : cfg->allow_users);
-    for (char *save = NULL, *t = strtok_r(copy, ", \t", &save); t;
-         t = strtok_r(NULL, ", \t", &save)) {
-      uid_t u;
-      gid_t g;
-      if ((groups ? opd__gid_parse(t, &g) : opd__uid_parse(t, &u)) != 0) {
-        report("allow-%s: no %s is named \"%s\"", groups ? "groups" : "users",
-               groups ? "group" : "user", t);
-        bad = 1;
-      }
-    }
-  }
-  return bad ? -1 : 0;
-}
-
-static char config_file[256]; /* what every build reads ("" : none) */
-
-int opd__options_parse(int argc, char **argv, opd_config_t *cfg) {
-  struct option longs[N_ROWS + 5];
-  char shorts[3 * N_ROWS + 8];
-  size_t ns = 0;
-  for (int i = 0; i < N_ROWS; i++) {
-    longs[i] = (struct option){rows[i].name, required_argument, 0, O_ROW0 + i};
-    if (rows[i].letter) {
-      shorts[ns++] = (char)rows[i].letter;
-      shorts[ns++] = ':';
-    }
-  }
-  longs[N_ROWS] = (struct option){"version", no_argument, 0, O_VERSION};
-  longs[N_ROWS + 1] = (struct option){"help", no_argument, 0, O_HELP};
-  longs[N_ROWS + 2] = (struct option){"config", required_argument, 0, O_CONFIG};
-  longs[N_ROWS + 3] = (struct option){"check-config", no_argument, 0, O_CHECK};
-  longs[N_ROWS + 4] = (struct option){0, 0, 0, 0};
-  memcpy(shorts + ns, "Vhc:", 5);
-
-  free(given);
-  given = calloc((size_t)argc + 1, sizeof *given);
-  n_given = 0;
-  if (given == NULL) {
-    report("out of memory");
-    return 1;
-  }
-  const char *file = NULL;
-  int check = 0;
-  char err[512];
-  opd__options_defaults(cfg); /* scratch: each value is checked as given */
-  int c;
-  opterr = 0; /* our own message, then a pointer to --help */
-  while ((c = getopt_long(argc, argv, shorts, longs, NULL)) != -1) {
-    const opt_row_t *o = NULL;
-    if (c >= O_ROW0 && c < O_ROW0 + N_ROWS) o = &rows[c - O_ROW0];
-    for (int i = 0; o == NULL && i < N_ROWS; i++)
-      if (rows[i].letter == c) o = &rows[i];
-    if (o != NULL) {
-      if (o->parse(o, optarg, cfg, err, sizeof err) != 0) {
-        report("--%s %s", o->name, err);
-        return 1;
-      }
-      given[n_given++] = (given_t){o, optarg};
-    } else if (c == O_CONFIG) {
-      file = optarg;
-    } else if (c == O_CHECK) {
-      check = 1;
-    } else if (c == O_VERSION) {
-      printf("opd %s (protocol %d)\n", OPD_VERSION, OPD_PROTOCOL_VERSION);
-      return 2;
-    } else if (c == O_HELP) {
-      usage(stdout);
-      return 2;
-    } else {
-      const char *arg = argv[optind - 1];
-      if (optopt && optopt < 256)
-        report("-%c %s (see opd --help)", optopt,
-               strchr(shorts, optopt) ? "needs a value" : "is not an option");
-      else if (optopt >= O_ROW0 || optopt == O_CONFIG)
-        report("%s needs a value (see opd --help)", arg);
-      else
-        report("%s is not an option (see opd --help)", arg);
-      return 1;
-    }
-  }
-  if (optind < argc) {
-    report("unexpected argument \"%s\" (see opd --help)", argv[optind]);
-    return 1;
-  }
-  if (file == NULL) file = access(OPD_CONFIG_DEFAULT, F_OK) == 0
-                               ? OPD_CONFIG_DEFAULT : "";
-  if (strlen(file) >= sizeof config_file) {
-    report("--config: the path is too long");
-    return 1;
-  }
-  /* absolute: SIGHUP reads the same file whatever the cwd is then */
-  char *abs = file[0] ? realpath(file, NULL) : NULL;
-  snprintf(config_file, sizeof config_file, "%s",
-           abs && strlen(abs) < sizeof config_file ? abs : file);
-  free(abs);
-  if (build(config_file, cfg) != 0) return 1;
-  if (check) {
-    if (check_lists(cfg) != 0) return 1;
-    opd__options_print(stdout, cfg);
-    return 2;
-  }
-  return 0;
-}
-
-int opd__options_reload(opd_config_t *cfg) {
-  report_to_log = 1;
-  int rc = build(config_file, cfg);
-  report_to_log = 0;
-  return rc;
-}

@@ -14,9 +14,12 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/clock.h" /* opd__now_ns */
 #include "common/wire.h"
 #include "daemon/log.h"
-#include "daemon/server.h"
+#include "daemon/outbox.h"
+#include "daemon/ringsvc.h"
+#include "daemon/sock.h"
 
 /* Frames [type, id, code, body] where body is packed bytes or {}. */
 static void send_msg(opd_session_t *s, int via, int type, uint64_t id,

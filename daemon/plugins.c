@@ -13,7 +13,8 @@
 
 #include "common/wire.h"
 #include "daemon/log.h"
-#include "daemon/server.h"
+#include "daemon/plugins.h"
+#include "kernels/kernel.h"
 #include "kernels/runtime/plugin.h"
 #include "kernels/runtime/registry.h"
 

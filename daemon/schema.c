@@ -8,7 +8,8 @@
 
 #include "common/wire.h"
 #include "daemon/log.h"
-#include "daemon/server.h"
+#include "daemon/schema.h"
+#include "kernels/runtime/registry.h"
 
 static void pack_dtypes(msgpack_packer *pk, uint32_t mask) {
   int n = 0;

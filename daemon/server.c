@@ -24,12 +24,22 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h" /* opd__now_ns */
 #include "common/paths.h"
 #include "common/wire.h"
+#include "daemon/access.h"
+#include "daemon/backend/backend.h"
 #include "daemon/log.h"
+#include "daemon/loop.h"
+#include "daemon/mem/publish.h"
+#include "daemon/ringsvc.h"
+#include "daemon/schema.h"
 #include "daemon/server.h"
 #include "daemon/service.h"
+#include "daemon/session.h"
+#include "daemon/ticks.h"
 #include "kernels/runtime/exec.h"
+#include "kernels/runtime/registry.h"
 
 #define OPD_POISON_GRACE_MS 2000
 #define OPD_EXIT_POISONED 3

@@ -20,7 +20,13 @@
  * and frame size, the metrics address, the pid file) keeps its old value
  * and is logged as needing a restart.
  */
+#include "daemon/access.h"
+#include "daemon/log.h"
+#include "daemon/metrics.h"
+#include "daemon/options.h"
+#include "daemon/optparse.h"
 #include "daemon/service.h"
+#include "daemon/types.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -33,11 +39,6 @@
 #include <systemd/sd-daemon.h>
 #endif
 
-#include "daemon/access.h"
-#include "daemon/log.h"
-#include "daemon/metrics.h"
-#include "daemon/options.h"
-#include "daemon/server.h"
 
 #define STATUS_EVERY_MS 1000
 
@@ -50,7 +51,9 @@ static struct {
   char status_sent[160];
 } svc;
 
-void opd__notify(const char *msg) {
+/* systemd's notify protocol: sends `msg` ("READY=1", "STATUS=...") when
+ * $NOTIFY_SOCKET is set and opd was built with libsystemd; else nothing. */
+static void notify(const char *msg) {
 #ifdef OPD_HAVE_SYSTEMD
   int rc = sd_notify(0, msg);
   if (rc < 0) LOG_DEBUG("sd_notify \"%s\": %s", msg, strerror(-rc));
@@ -66,7 +69,7 @@ static void send_status(opd_server_t *srv) {
            srv->n_sessions, srv->inflight,
            srv->stopping ? "; draining" : "");
   if (strcmp(st, svc.status_sent) == 0) return;
-  opd__notify(st);
+  notify(st);
   strcpy(svc.status_sent, st);
 }
 
@@ -74,7 +77,7 @@ static void send_status(opd_server_t *srv) {
 static void on_status(uv_timer_t *t) { send_status(t->data); }
 static void on_watchdog(uv_timer_t *t) {
   (void)t;
-  opd__notify("WATCHDOG=1");
+  notify("WATCHDOG=1");
 }
 #endif
 
@@ -127,7 +130,7 @@ int opd__service_start(opd_server_t *srv) {
   }
 #endif
   send_status(srv);
-  opd__notify("READY=1");
+  notify("READY=1");
   return 0;
 }
 
@@ -197,7 +200,7 @@ int opd__service_log_start(const opd_config_t *cfg) {
 
 void opd__service_reload(opd_server_t *srv) {
   opd_config_t *cur = &srv->cfg, *next = malloc(sizeof *next);
-  opd__notify("RELOADING=1");
+  notify("RELOADING=1");
   if (next == NULL || opd__options_reload(next) != 0) {
     LOG_ERROR("SIGHUP: the configuration%s%s has errors (above): nothing "
               "changed, the one in use stays", cur->svc.config[0] ? " " : "",
@@ -260,7 +263,7 @@ void opd__service_reload(opd_server_t *srv) {
            changed);
 done:
   free(next);
-  opd__notify("READY=1");
+  notify("READY=1");
   svc.status_sent[0] = '\0';
   send_status(srv);
 }
@@ -268,7 +271,7 @@ done:
 /* ---- stopping ---------------------------------------------------------------- */
 
 void opd__service_stopping(opd_server_t *srv) {
-  opd__notify("STOPPING=1");
+  notify("STOPPING=1");
   send_status(srv);
 }
 

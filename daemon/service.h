@@ -59,8 +59,4 @@ void opd__service_stop(struct opd_server *srv);
  * and exits the process with `code` at once. */
 _Noreturn void opd__service_exit(struct opd_server *srv, int code);
 
-/* systemd's notify protocol: sends `msg` ("READY=1", "STATUS=...") when
- * $NOTIFY_SOCKET is set and opd was built with libsystemd; else nothing. */
-void opd__notify(const char *msg);
-
 #endif /* OPD_SERVICE_H */

@@ -10,14 +10,12 @@
  * with a goodbye naming the problem: after it the stream cannot be
  * trusted.
  *
- * Runs of one session execute in order, one at a time (start_jobs). A run
- * that finished when it was started (a tiny CPU run) is answered at once;
- * one its backend launched comes back through job_done, the completion
- * callback on the job. An asynchronous device run is answered when
- * enqueued and the next one starts at once: the device orders them on the
- * session's stream (up to max_async incomplete; async_done counts them
- * down), and SYNC waits for all of them. Nothing here is re-entered: handlers only queue,
- * and pump is called from the loop's own callbacks.
+ * Runs of one session execute in order, one at a time: the session's run
+ * queue is daemon/run/jobs.c's, which this file asks to move on
+ * (opd__runq_start) after each request and in each pump; a run's
+ * completion comes back through the session's ready callback (its pump).
+ * Nothing here is re-entered: handlers only queue, and pump is called
+ * from the loop's own callbacks.
  *
  * Back-pressure: a session stops being read while it has max_inflight runs
  * queued or max_wbuf reply bytes unsent (opd__limit_read), and is read
@@ -41,13 +39,26 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "common/unixsock.h"
+#include "common/clock.h" /* opd__now_ns */
 #include "common/wire.h"
+#include "daemon/access.h"
+#include "daemon/backend/backend.h"
+#include "daemon/handlers.h"
+#include "daemon/limits.h"
 #include "daemon/log.h"
+#include "daemon/loop.h"
+#include "daemon/mem/arena.h"
+#include "daemon/mem/publish.h"
 #include "daemon/metrics.h"
-#include "daemon/server.h"
+#include "daemon/outbox.h"
+#include "daemon/ringsvc.h"
+#include "daemon/run/jobs.h"
+#include "daemon/run/runcache.h"
+#include "daemon/session.h"
+#include "daemon/sock.h"
 
 static void on_poll_closed(uv_handle_t *h);
+static void pump(opd_session_t *s);
 static const opd_transport_cb_t session_cb;
 
 /* 0 when s may be served, else the code of its goodbye and why. */
@@ -135,83 +146,13 @@ void opd__session_accept(opd_server_t *srv, int fd) {
     s->quiet = 1;
     opd__metrics_refused();
     opd__out_goodbye(s, code, "%s", why);
-    opd__session_pump(s); /* closes once the goodbye is out */
+    pump(s); /* closes once the goodbye is out */
     return;
   }
   LOG_INFO("session %llu: connected (pid %d uid %u gid %u%s)",
            (unsigned long long)s->id, (int)s->pid, (unsigned)s->uid,
            (unsigned)s->gid, s->reserved ? ", on a reserved slot" : "");
   opd__sock_update(s);
-}
-
-/* ---- runs ------------------------------------------------------------- */
-
-static void job_done(opd_job_t *job);
-static void async_done(opd_job_t *job);
-
-/* SYNCs waiting are answered once nothing of the session is queued,
- * running or enqueued on a device: the first with the async error, if
- * any (opd__async_error_report). */
-static void answer_syncs(opd_session_t *s) {
-  if (s->n_sync == 0 || s->q_head != NULL || s->running != NULL ||
-      s->n_async > 0)
-    return;
-  for (int i = 0; i < s->n_sync; i++) {
-    if (!opd__async_error_report(s, s->sync[i].via, s->sync[i].id) &&
-        s->fd >= 0)
-      opd__out_reply(s, s->sync[i].via, s->sync[i].id, NULL, 0);
-  }
-  s->n_sync = 0;
-}
-
-/* Starts the session's queued runs, one at a time and in order: one its
- * backend finished at once (a tiny CPU run) is answered here and the next
- * starts; one it launched ends in job_done; an asynchronous one enqueued
- * on a device is answered now, and the next starts (the device orders
- * them), up to max_async of them not yet complete. */
-static void start_jobs(opd_session_t *s) {
-  uint32_t max_async = s->srv->cfg.limits.max_async;
-  uint32_t word_ahead = s->srv->cfg.limits.word_ahead;
-  while (s->running == NULL && s->q_head != NULL && s->fd >= 0) {
-    opd_job_t *j = s->q_head;
-    if (j->device >= 0 && (j->flags & OPD_RUN_F_ASYNC) &&
-        (s->n_async >= max_async ||
-         /* --word-ahead: a wait kernel with the op queued behind it slows
-          * the client's launches under MPS while it sits on the GPU
-          * (docs/async.md), so such a run goes on the stream only once
-          * the runs before it (nearly) completed */
-         (word_ahead > 0 && (j->flags & OPD_RUN_F_WORD) && s->n_async >= word_ahead)))
-      break; /* its async_done starts it */
-    s->q_head = j->next;
-    if (s->q_head == NULL) s->q_tail = NULL;
-    s->running = j;
-    j->done = job_done;
-    int rc = opd__job_start(j);
-    if (rc == OPD_LAUNCH_QUEUED) return;
-    if (rc == OPD_LAUNCH_ENQUEUED) {
-      j->done = async_done;
-      opd__job_enqueued(j);
-      opd__ring_linger(s);
-      continue;
-    }
-    opd__job_finish(j);
-  }
-  answer_syncs(s);
-}
-
-/* The completion callback of a launched run: called by its backend on the
- * loop (never from inside this session's own calls). */
-static void job_done(opd_job_t *job) {
-  opd_session_t *s = job->s;
-  opd__job_finish(job);
-  opd__session_pump(s);
-}
-
-/* ... and of an asynchronous run, answered when it was enqueued. */
-static void async_done(opd_job_t *job) {
-  opd_session_t *s = job->s;
-  opd__job_async_done(job);
-  opd__session_pump(s);
 }
 
 /* ---- requests --------------------------------------------------------- */
@@ -226,7 +167,7 @@ static void on_payload(opd_req_t *r, const unsigned char *p, uint32_t len) {
   opd_mp_arena_t arena;
 
   /* [RUN, id, body]: a body the session's run cache holds skips the
-   * decoder (daemon/jobs.c); any other is remembered for the cache */
+   * decoder (daemon/run/runcache.c); any other is remembered for the cache */
   if (len > 3 && p[0] == 0x93 && p[1] == OPD_MSG_RUN && s->hello) {
     uint64_t id;
     uint32_t k = opd__mp_get_uint(p + 2, len - 2, &id);
@@ -234,7 +175,7 @@ static void on_payload(opd_req_t *r, const unsigned char *p, uint32_t len) {
       r->id = id;
       if (opd__run_cached(r, p + 2 + k, len - 2 - k)) {
         s->srv->requests++;
-        start_jobs(s);
+        opd__runq_start(s);
         return;
       }
       r->body = p + 2 + k;
@@ -257,7 +198,7 @@ static void on_payload(opd_req_t *r, const unsigned char *p, uint32_t len) {
     opd__handle(r, &obj);
   }
   opd__mp_arena_destroy(&arena);
-  start_jobs(s);
+  opd__runq_start(s);
 }
 
 /* The transports' fail callback: code 0, the peer is gone (or the socket
@@ -274,13 +215,13 @@ static void on_fail(opd_session_t *s, int code, const char *why) {
 }
 
 static const opd_transport_cb_t session_cb = {
-    .payload = on_payload, .fail = on_fail, .ready = opd__session_pump};
+    .payload = on_payload, .fail = on_fail, .ready = pump};
 
 /* ---- closing ---------------------------------------------------------- */
 
 static void maybe_free(opd_session_t *s) {
   /* runs still on a device use the session's streams and arenas */
-  if (!s->poll_closed || s->running != NULL || s->n_async > 0) return;
+  if (!s->poll_closed || !opd__runq_idle(s)) return;
   opd_server_t *srv = s->srv;
   opd__unpublish_all(s);
   opd__ring_free(s);
@@ -316,23 +257,13 @@ static void on_poll_closed(uv_handle_t *h) {
   maybe_free(s);
 }
 
-static void drop_queue(opd_session_t *s, int code, const char *msg) {
-  while (s->q_head) {
-    opd_job_t *j = s->q_head;
-    s->q_head = j->next;
-    opd__acct_inflight(s, -1);
-    opd__job_drop(j, code, msg);
-  }
-  s->q_tail = NULL;
-}
-
 void opd__session_close(opd_session_t *s) {
   if (s->fd < 0) return;
   int fd = s->fd;
   s->closing = 1;
   s->fd = -1; /* first: dropped jobs send nothing, and a failed send cannot
                  get back here to close the handle twice */
-  drop_queue(s, OPD_ECLOSED, "connection closed");
+  opd__runq_drop(s, OPD_ECLOSED, "connection closed");
   opd__sock_close(s);
   opd__ring_close(s);
   uv_close((uv_handle_t *)&s->poll, on_poll_closed);
@@ -342,23 +273,23 @@ void opd__session_close(opd_session_t *s) {
 void opd__session_shutdown(opd_session_t *s) {
   if (s->fd < 0 || s->goodbye) return;
   s->closing = 1;
-  drop_queue(s, s->srv->goodbye_code, s->srv->goodbye_why);
+  opd__runq_drop(s, s->srv->goodbye_code, s->srv->goodbye_why);
   s->goodbye = 1;
-  opd__session_pump(s);
+  pump(s);
 }
 
 /* The session moves on: its queued runs, the frames read now or left in
  * rbuf while it was throttled, then a close it is due. Called from the
  * loop's callbacks only (the socket's, a run's completion, the ring and
  * sessions watchers, timers, signals), never from inside a request. */
-void opd__session_pump(opd_session_t *s) {
-  do start_jobs(s);
+static void pump(opd_session_t *s) {
+  do opd__runq_start(s);
   while (opd__sock_unread(s) >= OPD_FRAME_HEADER && opd__sock_frames(s) > 0);
   if (s->fd < 0) {
     maybe_free(s);
     return;
   }
-  if (s->goodbye && s->running == NULL && s->n_async == 0) {
+  if (s->goodbye && opd__runq_idle(s)) {
     if (s->goodbye == 1)
       opd__out_goodbye(s, s->srv->goodbye_code, "%s", s->srv->goodbye_why);
     if (s->fd >= 0 && opd__sock_unsent(s) == 0) {
@@ -391,7 +322,8 @@ void opd__sessions_sweep(opd_server_t *srv, uint64_t now) {
     }
     if (s->goodbye == 2) {
       /* a peer that does not read its goodbye is not waited for */
-      if (now - s->t_goodbye > fr && s->running == NULL) opd__session_close(s);
+      if (now - s->t_goodbye > fr && !opd__runq_running(s))
+        opd__session_close(s);
       continue;
     }
     char why[160];
@@ -402,23 +334,24 @@ void opd__sessions_sweep(opd_server_t *srv, uint64_t now) {
                : "no hello within %u ms (--handshake-timeout-ms)",
                l->handshake_ms);
       opd__out_goodbye(s, OPD_ETIMEDOUT, "%s", why);
-      opd__session_pump(s);
+      pump(s);
     } else if (opd__sock_partial_since(s) != 0 &&
                now - opd__sock_partial_since(s) > fr) {
       snprintf(why, sizeof why, "a frame was left unfinished for %u ms "
                "(--frame-timeout-ms)", l->frame_ms);
       opd__out_goodbye(s, OPD_ETIMEDOUT, "%s", why);
-      opd__session_pump(s);
+      pump(s);
     }
   }
 }
 
-void opd__sessions_unthrottle(opd_server_t *srv) {
+/* Reads the throttled sessions again (their limits came free). */
+static void unthrottle(opd_server_t *srv) {
   srv->unthrottle = 0;
   for (opd_session_t *s = srv->sessions, *next; s; s = next) {
     next = s->next;
     if (s->fd >= 0 && !s->closing && !opd__sock_armed(s, UV_READABLE))
-      opd__session_pump(s);
+      pump(s);
   }
 }
 
@@ -426,7 +359,7 @@ void opd__sessions_unthrottle(opd_server_t *srv) {
  * throttled sessions are read again once a uid's or the daemon's run limit
  * came free; until then the loop does not block. */
 static void sessions_check(opd_server_t *srv) {
-  if (srv->unthrottle) opd__sessions_unthrottle(srv);
+  if (srv->unthrottle) unthrottle(srv);
 }
 
 static int sessions_wants_spin(const opd_server_t *srv, uint64_t now) {

@@ -26,10 +26,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "common/clock.h" /* opd__now_ns */
 #include "common/unixsock.h"
 #include "common/wire.h"
+#include "daemon/limits.h"
 #include "daemon/log.h"
-#include "daemon/server.h"
+#include "daemon/sock.h"
 
 #define READ_CHUNK (64 * 1024)
 /* A session's read or write buffer larger than this is freed once empty:

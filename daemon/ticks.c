@@ -2,7 +2,8 @@
  * reports. */
 #include <stdint.h>
 
-#include "daemon/server.h"
+#include "common/clock.h"
+#include "daemon/ticks.h"
 
 /* Ticks: the kernel time of a run (two reads per run, on the loop thread
  * for tiny ones) from the TSC when the CPU says it is invariant (constant

@@ -88,6 +88,10 @@ typedef struct opd_backend {
    * OPD_LAUNCH_QUEUED (job->done is called later), or an error code
    * (nothing started, job->call.err set). */
   int (*launch)(opd_job_t *job);
+  /* a run of this backend completed and was answered (loop thread): what
+   * it teaches the backend (the CPU backend learns which runs are cheap
+   * enough to execute on the loop thread); NULL: nothing to learn */
+  void (*learn)(opd_server_t *srv, const opd_job_t *job);
   /* the events that order a session's runs on device dev with a
    * client's stream (STREAM, include/opd/protocol.h) */
   int (*stream)(opd_session_t *s, int dev, const opd_stream_req_t *rq,
@@ -126,14 +130,6 @@ extern const opd_backend_t opd__backend_dev;
 static inline const opd_backend_t *opd__backend_for(int device) {
   return device < 0 ? &opd__backend_cpu : &opd__backend_dev;
 }
-
-/* cpu.c: the kernel call of a CPU run, timed (the run cache's fast path
- * calls it on a job on the stack), and whether a run is cheap enough to
- * execute on the loop thread (--inline-bytes, --inline-us). */
-void opd__cpu_run_kernel(opd_job_t *job);
-int opd__cpu_inline(const opd_server_t *srv, const opd_job_t *job);
-/* A completed CPU run's kernel time into its op's estimate (loop thread). */
-void opd__cpu_learn(opd_server_t *srv, const opd_job_t *job);
 
 /* The row of op when the device backend's kernels take dtype (the dtype
  * of in[0]; 0: no input), or NULL with err saying why (tests). */

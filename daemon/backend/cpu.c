@@ -11,7 +11,7 @@
  * dtypes, shapes, attribute values) say its kernel takes at most
  * --inline-us serially: the hand-off and back cost 60-90 us on the 2-core
  * VM, where a 64 KiB add takes 3 (bench/results, "bench_cpu_torch.py").
- * The estimate (opd__cpu_learn, on the loop thread as each run
+ * The estimate (cpu_learn, on the loop thread as each run
  * completes) is a moving mean of the kernel's time (each run weighs 1/8;
  * a maximum followed every stray slow run and kept a 3 us relu on the
  * threads), kept per signature in a direct-mapped table of
@@ -37,10 +37,12 @@
 
 #include "common/wire.h"
 #include "daemon/backend/backend.h"
-#include "daemon/server.h"
+#include "daemon/ticks.h"
+#include "daemon/types.h"
+#include "kernels/runtime/exec.h"
 
 /* The kernel call and its time (kernel threads or the loop thread). */
-void opd__cpu_run_kernel(opd_job_t *job) {
+static void run_kernel(opd_job_t *job) {
   const opd_op_def_t *op = job->call.op;
   uint64_t t0 = opd__ticks();
   job->rc = opd__kernel_rc(&job->call, (op->cpu_fast ? op->cpu_fast
@@ -86,7 +88,9 @@ static int learns(const opd_job_t *job) {
          job->bytes <= INLINE_MAX_BYTES;
 }
 
-int opd__cpu_inline(const opd_server_t *srv, const opd_job_t *job) {
+/* Whether a run is cheap enough to execute on the loop thread
+ * (--inline-bytes, --inline-us). */
+static int runs_inline(const opd_server_t *srv, const opd_job_t *job) {
   if (job->device >= 0) return 0;
   if (job->bytes <= srv->cfg.limits.inline_bytes) return 1;
   if (srv->cfg.limits.inline_us == 0 || !learns(job)) return 0;
@@ -95,7 +99,9 @@ int opd__cpu_inline(const opd_server_t *srv, const opd_job_t *job) {
   return e->sig == sig && e->ns <= srv->cfg.limits.inline_us * 1000ull;
 }
 
-void opd__cpu_learn(opd_server_t *srv, const opd_job_t *job) {
+/* A completed CPU run's kernel time into its signature's estimate (the
+ * backend's learn operation, on the loop thread). */
+static void cpu_learn(opd_server_t *srv, const opd_job_t *job) {
   if (job->rc != 0 || job->ns == 0 || job->bytes <= srv->cfg.limits.inline_bytes ||
       !learns(job))
     return;
@@ -114,7 +120,7 @@ void opd__cpu_learn(opd_server_t *srv, const opd_job_t *job) {
 
 static void work_cb(uv_work_t *w) {
   opd_job_t *job = (opd_job_t *)w;
-  opd__cpu_run_kernel(job);
+  run_kernel(job);
   atomic_fetch_add_explicit(&job->s->srv->pool_done, 1, memory_order_relaxed);
 }
 
@@ -142,9 +148,9 @@ static int cpu_plan(opd_job_t *job, const opd_tplace_t *in,
 
 static int cpu_launch(opd_job_t *job) {
   opd_server_t *srv = job->s->srv;
-  if (opd__cpu_inline(srv, job)) {
+  if (runs_inline(srv, job)) {
     job->call.exec = &opd__exec_serial;
-    opd__cpu_run_kernel(job);
+    run_kernel(job);
     return OPD_LAUNCH_DONE;
   }
   job->call.exec = &srv->exec;
@@ -162,4 +168,4 @@ static int cpu_launch(opd_job_t *job) {
  * the device backend's (NULL here: generic code never asks the CPU
  * backend for them). */
 const opd_backend_t opd__backend_cpu = {
-    .name = "cpu", .plan = cpu_plan, .launch = cpu_launch};
+    .name = "cpu", .plan = cpu_plan, .launch = cpu_launch, .learn = cpu_learn};

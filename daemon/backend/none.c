@@ -6,7 +6,7 @@
 
 #include "daemon/backend/backend.h"
 #include "daemon/log.h"
-#include "daemon/server.h"
+#include "daemon/types.h"
 
 #define NO_CUDA "this opd was built without CUDA"
 

@@ -65,6 +65,7 @@
 #include "common/wire.h"
 #include "daemon/log.h"
 #include "daemon/server.h"
+#include "daemon/session.h"
 
 #define FUZZ_TARGET "fuzz_session"
 #define FUZZ_ERR real_stderr

@@ -91,8 +91,8 @@ Test(prepared, errors_are_clear_and_the_connection_survives) {
 }
 
 /* The daemon keeps each session's last validated run request and reuses
- * the validation for byte-identical requests (daemon/jobs.c, the run
- * cache, filled by daemon/validate.c) until an arena is released anywhere: the run must then be
+ * the validation for byte-identical requests (daemon/run/runcache.c, the run
+ * cache) until an arena is released anywhere: the run must then be
  * checked anew, and fail when it names the arena that went. */
 Test(prepared, the_daemon_rechecks_a_cached_run_after_an_arena_goes) {
   opd_client_t *c = th_connect(), *other = th_connect();

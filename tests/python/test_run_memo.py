@@ -18,7 +18,7 @@ def test_a_repeated_run_sees_new_values_and_uses_the_memo(c, rng):
         assert c.relu(x, out=y) is y
         np.testing.assert_array_equal(y.numpy(), np.maximum(x.numpy(), 0))
     assert ("relu", id(y)) in c._run_memo
-    # the daemon recognized the repeated request too (its run cache: daemon/jobs.c)
+    # the daemon recognized the repeated request too (daemon/run/runcache.c)
     assert c.stats()["run_cache_hits"] - hits >= 5
 
 

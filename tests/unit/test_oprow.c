@@ -12,7 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon/server.h"
+#include "daemon/types.h"
+#include "kernels/runtime/registry.h"
 
 Test(oprow, cuda_kernel_comes_from_the_row) {
   opd_err_t e;

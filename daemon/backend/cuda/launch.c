@@ -25,6 +25,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/clock.h" /* opd__now_ns */
 #include "common/wire.h"
 #include "daemon/backend/cuda/state.h"
 #include "daemon/log.h"

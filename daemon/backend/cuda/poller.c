@@ -6,9 +6,11 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/clock.h" /* opd__now_ns */
 #include "daemon/backend/cuda/state.h"
 #include "daemon/log.h"
 #include "daemon/loop.h"
+#include "daemon/ticks.h"
 
 /* The completion poller. A launched job ends with an event recorded on
  * its stream (a stream that failed reports its error there too, so a

@@ -14,9 +14,10 @@
 #include <pthread.h>
 #include <stdio.h>
 
+#include "common/clock.h" /* opd_steps_t */
 #include "daemon/backend/backend.h"
 #include "daemon/backend/cuda/flag.h"
-#include "daemon/server.h"
+#include "daemon/types.h"
 #include "kernels/cuda/cuda.h"
 
 typedef struct cuda_dev {

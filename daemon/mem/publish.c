@@ -26,8 +26,10 @@
 #include <string.h>
 
 #include "daemon/access.h"
+#include "daemon/limits.h"
 #include "daemon/log.h"
-#include "daemon/server.h"
+#include "daemon/mem/arena.h"
+#include "daemon/mem/publish.h"
 
 static opd_pub_t *find(opd_server_t *srv, uid_t uid, const char *name) {
   for (uint32_t i = 0; i < srv->n_pubs; i++)

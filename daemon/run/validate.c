@@ -10,7 +10,8 @@
  * outputs and inputs. Every error message starts with the op name and
  * names the tensor ("softmax: input 0 (x) has dtype int32, expected
  * float32"). Kernels see only calls that passed all of it. The job it
- * fills is queued on its session by daemon/jobs.c, which runs it.
+ * fills is queued on its session (daemon/run/jobs.c), which runs it; a RUN
+ * body is remembered by the run cache (daemon/run/runcache.c).
  */
 #include <stdarg.h>
 #include <ctype.h>
@@ -19,26 +20,18 @@
 #include <string.h>
 #include <strings.h>
 
+#include "common/clock.h" /* opd__now_ns */
 #include "common/wire.h"
-#include "daemon/log.h"
+#include "daemon/backend/backend.h"
+#include "daemon/mem/arena.h"
 #include "daemon/metrics.h"
-#include "daemon/server.h"
+#include "daemon/outbox.h"
+#include "daemon/run/attrs.h"
+#include "daemon/run/jobs.h"
+#include "daemon/run/runcache.h"
+#include "daemon/run/validate.h"
 #include "kernels/common/kutil.h"
-
-static const char *mp_type_name(const msgpack_object *o) {
-  switch (o->type) {
-    case MSGPACK_OBJECT_NIL: return "nil";
-    case MSGPACK_OBJECT_BOOLEAN: return "bool";
-    case MSGPACK_OBJECT_POSITIVE_INTEGER:
-    case MSGPACK_OBJECT_NEGATIVE_INTEGER: return "int";
-    case MSGPACK_OBJECT_FLOAT32:
-    case MSGPACK_OBJECT_FLOAT64: return "float";
-    case MSGPACK_OBJECT_STR: return "str";
-    case MSGPACK_OBJECT_ARRAY: return "array";
-    case MSGPACK_OBJECT_MAP: return "map";
-    default: return "other";
-  }
-}
+#include "kernels/runtime/registry.h"
 
 /* "x, weight, bias" */
 static void io_names(const opd_io_spec_t *io, int n, char *buf, size_t cap) {
@@ -62,124 +55,6 @@ static int check_arity(const opd_op_def_t *op, const char *what, int given,
                    "expects %d to %d %ss (%s), got %d", lo, hi, what,
                    names, given);
   (void)op;
-}
-
-/* ---- attributes ------------------------------------------------------- */
-
-static int attr_convert(const opd_attr_spec_t *sp, const msgpack_object *v,
-                        opd_attr_val_t *out, opd_err_t *err) {
-  int64_t iv;
-  memset(out, 0, sizeof *out);
-  out->type = sp->type;
-  switch (sp->type) {
-    case OPD_ATTR_INT:
-      if (opd__mp_int(v, &iv) != 0) break;
-      out->i = iv;
-      return 0;
-    case OPD_ATTR_FLOAT:
-      if (v->type == MSGPACK_OBJECT_FLOAT32 ||
-          v->type == MSGPACK_OBJECT_FLOAT64) {
-        out->f = v->via.f64;
-        return 0;
-      }
-      if (opd__mp_int(v, &iv) != 0) break;
-      out->f = (double)iv;
-      return 0;
-    case OPD_ATTR_BOOL:
-      if (v->type != MSGPACK_OBJECT_BOOLEAN) break;
-      out->i = v->via.boolean;
-      return 0;
-    case OPD_ATTR_STR:
-      if (v->type != MSGPACK_OBJECT_STR) break;
-      if (opd__mp_str(v, out->s, sizeof out->s) != 0)
-        return opd__errf(err, OPD_EATTR,
-                         "attribute \"%s\" is longer than %d bytes",
-                         sp->name, OPD_MAX_NAME - 1);
-      if (sp->choices != NULL) {
-        /* choices is "a|b|c": match a whole word */
-        const char *p = sp->choices;
-        size_t n = strlen(out->s);
-        int ok = 0;
-        while (*p && !ok) {
-          const char *bar = strchr(p, '|');
-          size_t w = bar ? (size_t)(bar - p) : strlen(p);
-          ok = w == n && strncmp(p, out->s, n) == 0;
-          p += w + (bar != NULL);
-        }
-        if (!ok)
-          return opd__errf(err, OPD_EATTR,
-                           "attribute \"%s\" must be one of %.100s, got \"%.63s\"",
-                           sp->name, sp->choices, out->s);
-      }
-      return 0;
-    case OPD_ATTR_INTS:
-      if (opd__mp_int(v, &iv) == 0) {
-        out->n = 1;
-        out->ints[0] = iv;
-        return 0;
-      }
-      if (v->type != MSGPACK_OBJECT_ARRAY) break;
-      if (v->via.array.size == 0 || v->via.array.size > OPD_MAX_RANK)
-        return opd__errf(err, OPD_EATTR,
-                         "attribute \"%s\" must hold 1 to %d ints",
-                         sp->name, OPD_MAX_RANK);
-      for (uint32_t i = 0; i < v->via.array.size; i++)
-        if (opd__mp_int(&v->via.array.ptr[i], &out->ints[i]) != 0)
-          return opd__errf(err, OPD_EATTR,
-                           "attribute \"%s\" must hold ints", sp->name);
-      out->n = (int32_t)v->via.array.size;
-      return 0;
-  }
-  return opd__errf(err, OPD_EATTR,
-                   "attribute \"%s\" must be %s, got %s", sp->name,
-                   opd__attr_type_name(sp->type), mp_type_name(v));
-}
-
-static int resolve_attrs(const opd_op_def_t *op, const msgpack_object *attrs,
-                         opd_kcall_t *call, opd_err_t *err) {
-  int seen[OPD_MAX_ATTRS] = {0};
-  for (int a = 0; a < op->n_attrs; a++) {
-    call->attr[a] = op->attrs[a].def;
-    call->attr[a].type = op->attrs[a].required ? OPD_ATTR_NONE
-                                               : op->attrs[a].type;
-  }
-  if (attrs != NULL && attrs->type != MSGPACK_OBJECT_NIL) {
-    if (attrs->type != MSGPACK_OBJECT_MAP)
-      return opd__errf(err, OPD_EPROTO, "\"attrs\" must be a map");
-    for (uint32_t k = 0; k < attrs->via.map.size; k++) {
-      const msgpack_object_kv *kv = &attrs->via.map.ptr[k];
-      char name[OPD_MAX_NAME];
-      if (opd__mp_str(&kv->key, name, sizeof name) != 0)
-        return opd__errf(err, OPD_EATTR,
-                         "attribute names must be short strings");
-      int a;
-      for (a = 0; a < op->n_attrs; a++)
-        if (strcmp(op->attrs[a].name, name) == 0) break;
-      if (a == op->n_attrs) {
-        char list[200];
-        size_t len = 0;
-        list[0] = '\0';
-        for (int i = 0; i < op->n_attrs && len < sizeof list; i++)
-          len += (size_t)snprintf(list + len, sizeof list - len, "%s%s",
-                                  i ? ", " : "", op->attrs[i].name);
-        if (op->n_attrs == 0)
-          return opd__errf(err, OPD_EATTR,
-                           "unknown attribute \"%s\" (takes none)", name);
-        return opd__errf(err, OPD_EATTR,
-                         "unknown attribute \"%s\" (takes %s)", name,
-                         list);
-      }
-      if (seen[a]++)
-        return opd__errf(err, OPD_EATTR, "attribute \"%s\" given twice", name);
-      int rc = attr_convert(&op->attrs[a], &kv->val, &call->attr[a], err);
-      if (rc != 0) return rc;
-    }
-  }
-  for (int a = 0; a < op->n_attrs; a++)
-    if (call->attr[a].type == OPD_ATTR_NONE)
-      return opd__errf(err, OPD_EATTR, "attribute \"%s\" is required",
-                       op->attrs[a].name);
-  return 0;
 }
 
 /* ---- tensors ---------------------------------------------------------- */
@@ -323,7 +198,7 @@ static int prepare(opd_session_t *s, const opd_op_def_t *op,
   call->n_in = n_in;
   call->n_out = infer ? op->n_out : n_out;
   call->err[0] = '\0';
-  if ((rc = resolve_attrs(op, opd__mp_get(body, "attrs"), call, err)) != 0)
+  if ((rc = opd__attrs_resolve(op, opd__mp_get(body, "attrs"), call, err)) != 0)
     return rc;
 
   job->bytes = 0;
@@ -573,11 +448,8 @@ static void flag_refused(const opd_req_t *r, const msgpack_object *body) {
       parse_device(s->srv, opd__mp_get(body, "device"), &dev, &err) != 0 ||
       dev < 0)
     return;
-  opd_job_t *last = NULL;
-  for (opd_job_t *j = s->q_head; j != NULL; j = j->next)
-    if ((j->flags & OPD_RUN_F_FLAG) && j->device == dev) last = j;
-  if (last != NULL) last->flag_after = r->id;
-  else opd__backend_dev.signal(s, dev, (uint32_t)r->id);
+  if (!opd__runq_flag_after(s, dev, r->id))
+    opd__backend_dev.signal(s, dev, (uint32_t)r->id);
 }
 
 void opd__run_request(const opd_req_t *r, const msgpack_object *body,
@@ -645,6 +517,6 @@ void opd__run_request(const opd_req_t *r, const msgpack_object *body,
     return;
   }
   if (!job->by_load) opd__run_cache_store(r, job); /* a load is not the body's */
-  opd__job_enqueue(s, job);
+  opd__runq_push(s, job);
 }
 

@@ -18,8 +18,10 @@
 
 #include "common/memfd.h"
 #include "common/wire.h"
+#include "daemon/backend/backend.h"
+#include "daemon/limits.h"
 #include "daemon/log.h"
-#include "daemon/server.h"
+#include "daemon/mem/arena.h"
 
 /* Checks fd (common/memfd.c: a memfd sealed against shrinking and growing,
  * exactly `size` bytes long, so that a mapping of it can never fault) and
@@ -194,7 +196,7 @@ int opd__arena_release(opd_session_t *s, uint64_t id) {
     s->arenas[i] = s->arenas[--s->n_arenas];
     opd__acct_arena(s, -1, a->parent == NULL && a->import == NULL
                                ? -(int64_t)a->size : 0);
-    s->srv->arena_epoch++; /* cached runs may name it (daemon/jobs.c) */
+    s->srv->arena_epoch++; /* cached runs may name it (daemon/run/runcache.c) */
     opd__arena_unref(a);
     return 0;
   }
