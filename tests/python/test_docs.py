@@ -11,7 +11,8 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DOCS = ["README.md", "bench/results/README.md"] + sorted(
-    os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "docs", "*.md")))
+    os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "docs", "*.md")) +
+    glob.glob(os.path.join(ROOT, "docs", "records", "*", "*.md")))
 
 LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
 # longer extensions first: "x.cu" must not be read as "x.c"

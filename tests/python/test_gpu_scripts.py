@@ -11,6 +11,7 @@ nvidia-cuda-mps-control, which only the GPU machine has: a stand-in on PATH
 records its arguments and its standard input instead, so the checks are of
 what the helpers ask of it and of the environment they leave.
 """
+import glob
 import os
 import stat
 import subprocess
@@ -24,7 +25,8 @@ OPCTL = os.path.join(os.path.dirname(OPD_BIN), "opctl")
 SCRIPTS = sorted(
     [os.path.join("bench", f) for f in os.listdir(os.path.join(REPO, "bench")) if f.endswith(".sh")] +
     [os.path.join("tests", "gpu", f) for f in os.listdir(os.path.join(REPO, "tests", "gpu"))
-     if f.endswith(".sh")])
+     if f.endswith(".sh")] +
+    [os.path.relpath(p, REPO) for p in glob.glob(os.path.join(REPO, "docs", "records", "*", "*.sh"))])
 
 
 def bash(body, env=None, timeout=60):
