@@ -54,7 +54,8 @@ OPENBLAS_INC := /usr/include/x86_64-linux-gnu/openblas-pthread
 OPENBLAS_LIB := /usr/lib/x86_64-linux-gnu/openblas-pthread
 
 CPPFLAGS += -Iinclude -I. -I$(OPENBLAS_INC) -D_GNU_SOURCE
-CFLAGS   += -std=c11 -Wall -Wextra -Wshadow -Wstrict-prototypes -fPIC -pthread -MMD -MP
+CFLAGS   += -std=c11 -Wall -Wextra -Wshadow -Wstrict-prototypes -fPIC -pthread -MMD -MP \
+            -Werror=implicit-function-declaration
 ifeq ($(DEBUG),1)
   CFLAGS += -O0 -g3
 else

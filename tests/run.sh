@@ -54,6 +54,11 @@ arch "no import cycles in the Python package (tests/arch/py_imports.py)" sh -c \
   '/usr/bin/python3 tests/arch/py_imports.py --self-test && /usr/bin/python3 tests/arch/py_imports.py python/opd'
 arch "no source file over 600 lines" /usr/bin/python3 tests/arch/no_cycles.py \
   --max-lines 600 daemon client kernels common include python tests bench examples
+# one CPU run traced from Python to the kernel and back (a TRACE=1 build in
+# $B/trace): each thread enters each file once, bar the design's callbacks
+# (tests/arch/request_path.py)
+arch "one CPU run from Python to the kernel and back (make trace)" \
+  make --no-print-directory -s B="$B" trace
 
 run_criterion "unit: framing, msgpack, descriptors, rings" "$B/tests/unit"
 run_criterion "ops: every CPU operator against its reference" "$B/tests/ops"

@@ -88,10 +88,6 @@ typedef struct opd_backend {
    * OPD_LAUNCH_QUEUED (job->done is called later), or an error code
    * (nothing started, job->call.err set). */
   int (*launch)(opd_job_t *job);
-  /* a run of this backend completed and was answered (loop thread): what
-   * it teaches the backend (the CPU backend learns which runs are cheap
-   * enough to execute on the loop thread); NULL: nothing to learn */
-  void (*learn)(opd_server_t *srv, const opd_job_t *job);
   /* the events that order a session's runs on device dev with a
    * client's stream (STREAM, include/opd/protocol.h) */
   int (*stream)(opd_session_t *s, int dev, const opd_stream_req_t *rq,

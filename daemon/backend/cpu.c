@@ -40,6 +40,7 @@
 #include "daemon/ticks.h"
 #include "daemon/types.h"
 #include "kernels/runtime/exec.h"
+#include "kernels/runtime/opcheck.h"
 
 /* The kernel call and its time (kernel threads or the loop thread). */
 static void run_kernel(opd_job_t *job) {
@@ -99,8 +100,9 @@ static int runs_inline(const opd_server_t *srv, const opd_job_t *job) {
   return e->sig == sig && e->ns <= srv->cfg.limits.inline_us * 1000ull;
 }
 
-/* A completed CPU run's kernel time into its signature's estimate (the
- * backend's learn operation, on the loop thread). */
+/* A completed CPU run's kernel time into its signature's estimate (on the
+ * loop thread, as the run completes, before its job->done or launch's
+ * OPD_LAUNCH_DONE: the backend learns from its own runs). */
 static void cpu_learn(opd_server_t *srv, const opd_job_t *job) {
   if (job->rc != 0 || job->ns == 0 || job->bytes <= srv->cfg.limits.inline_bytes ||
       !learns(job))
@@ -128,6 +130,7 @@ static void after_work_cb(uv_work_t *w, int status) {
   opd_job_t *job = (opd_job_t *)w;
   (void)status; /* jobs are never cancelled */
   job->s->srv->pool_jobs--;
+  cpu_learn(job->s->srv, job);
   job->done(job);
 }
 
@@ -151,6 +154,7 @@ static int cpu_launch(opd_job_t *job) {
   if (runs_inline(srv, job)) {
     job->call.exec = &opd__exec_serial;
     run_kernel(job);
+    cpu_learn(srv, job);
     return OPD_LAUNCH_DONE;
   }
   job->call.exec = &srv->exec;
@@ -168,4 +172,4 @@ static int cpu_launch(opd_job_t *job) {
  * the device backend's (NULL here: generic code never asks the CPU
  * backend for them). */
 const opd_backend_t opd__backend_cpu = {
-    .name = "cpu", .plan = cpu_plan, .launch = cpu_launch, .learn = cpu_learn};
+    .name = "cpu", .plan = cpu_plan, .launch = cpu_launch};

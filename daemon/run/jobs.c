@@ -105,11 +105,9 @@ void opd__job_copy_plan(opd_job_t *dst, const opd_job_t *src) {
 
 /* ---- replies ---------------------------------------------------------- */
 
-/* Counts the run: its op's calls, time and errors, the metrics, and what
- * its backend learns from it. */
+/* Counts the run: its op's calls, time and errors, and the metrics. */
 static void job_count(const opd_job_t *job) {
   opd_op_stats_t *st = &job->s->srv->op_stats[job->op_index];
-  const opd_backend_t *b = opd__backend_for(job->device);
   if (opd__metrics_on)
     opd__metrics_run(job->op_index, job->via == OPD_VIA_RING, job->rc,
                      opd__now_ns() - job->t_recv);
@@ -117,7 +115,6 @@ static void job_count(const opd_job_t *job) {
   st->ns += job->ns;
   if (job->rc != 0) st->errors++;
   if (job->device < 0) st->inlined += job->call.exec == &opd__exec_serial;
-  if (b->learn != NULL) b->learn(job->s->srv, job);
 }
 
 /* The session's async error, reported (as request id's error) and

@@ -32,6 +32,7 @@
 #include "daemon/run/validate.h"
 #include "kernels/common/kutil.h"
 #include "kernels/runtime/registry.h"
+#include "kernels/runtime/opcheck.h"
 
 /* "x, weight, bias" */
 static void io_names(const opd_io_spec_t *io, int n, char *buf, size_t cap) {
