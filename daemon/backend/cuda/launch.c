@@ -30,6 +30,7 @@
 #include "daemon/backend/cuda/state.h"
 #include "daemon/log.h"
 #include "kernels/cuda/cuda.h"
+#include "kernels/runtime/opcheck.h"
 
 const void *opd__cuda_kernel(const opd_op_def_t *op, int dtype,
                              opd_err_t *err) {
