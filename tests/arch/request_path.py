@@ -20,7 +20,7 @@ once, calls return to their caller. Each thread's stack is replayed from
 its start, so the window sees true depths. Offsets are mapped to files with
 addr2line (binutils); a header's inline function counts as its caller's.
 
-Usage: request_path.py [BUILD_DIR]   (default build/trace; make trace
+Usage: request_path.py [BUILD_DIR]   (OPD_PATH_FUNCS=1: functions, not files)   (default build/trace; make trace
        builds it and runs this)
        request_path.py --self-test    (the collapsing and the check)
 """
@@ -154,17 +154,21 @@ def files_of(obj, offsets):
     offsets = sorted(set(offsets))
     if not offsets:
         return {}
-    out = subprocess.run(["addr2line", "-e", obj] + ["%x" % o for o in offsets],
+    funcs = os.environ.get("OPD_PATH_FUNCS") == "1"
+    out = subprocess.run(["addr2line", "-e", obj] + (["-f"] if funcs else []) +
+                         ["%x" % o for o in offsets],
                          check=True, capture_output=True, text=True).stdout.split("\n")
+    if funcs:   # function, then file:line, per address
+        out = ["%s:%s" % (out[i + 1].rsplit(":", 1)[0], out[i]) for i in range(0, len(out) - 1, 2)]
     res = {}
     for o, line in zip(offsets, out):
-        src = line.rsplit(":", 1)[0]
+        src = line if funcs else line.rsplit(":", 1)[0]
         src = os.path.normpath(src) if src and src != "??" else None
         if src and src.startswith(ROOT + os.sep):
             src = src[len(ROOT) + 1:]
         elif src and os.path.isabs(src):
             src = None
-        if src and src.endswith((".h", ".cuh")):
+        if src and src.split(":")[0].endswith((".h", ".cuh")):
             src = None
         res[o] = src
     return res
