@@ -43,7 +43,8 @@ arch() { # name command...
   if "$@"; then passed=$((passed + 1)); else failed=$((failed + 1)); status=1; fi
 }
 objs_under() { find "$@" -name '*.o' 2>/dev/null | sort; }
-arch "the checks' own self-tests" /usr/bin/python3 tests/arch/no_cycles.py --self-test
+arch "the checks' own self-tests" sh -c '/usr/bin/python3 tests/arch/no_cycles.py --self-test &&
+  /usr/bin/python3 tests/arch/request_path.py --self-test'
 arch "no call cycles in the daemon's objects (daemon, kernels, common)" \
   /usr/bin/python3 tests/arch/no_cycles.py \
   ${OPD_DAEMON_OBJ:-$(objs_under $B/obj/daemon $B/obj/kernels $B/obj/common)}

@@ -21,6 +21,9 @@ import os
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from no_cycles import sccs  # noqa: E402 (Tarjan's algorithm, one copy)
+
 
 def modules(pkg):
     """{module name relative to pkg ("client", "sub.x", "__init__"): path}"""
@@ -67,37 +70,6 @@ def arrows(mods, module_level=False):
             for t in names:
                 if t in mods and t != mod:
                     out.setdefault((mod, t), []).append(node.lineno)
-    return out
-
-
-def sccs(nodes, edges):
-    """Tarjan's algorithm: the strongly connected components."""
-    index, low, on, stack, out, n = {}, {}, set(), [], [], [0]
-
-    def visit(v):
-        index[v] = low[v] = n[0]
-        n[0] += 1
-        stack.append(v)
-        on.add(v)
-        for w in sorted(edges.get(v, ())):
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in on:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            comp = []
-            while True:
-                w = stack.pop()
-                on.discard(w)
-                comp.append(w)
-                if w == v:
-                    break
-            out.append(sorted(comp))
-
-    for v in sorted(nodes):
-        if v not in index:
-            visit(v)
     return out
 
 
