@@ -245,6 +245,8 @@ struct opd_job {
                                     write after this one's (0: none) */
   uint64_t t_recv;               /* when its request was taken */
   uint64_t t_start;              /* when it was launched */
+  int now;                       /* a job on the stack (opd__runq_now):
+                                    finish it now or not at all */
   int n_arenas;
   opd_arena_t *arenas[OPD_MAX_TENSORS]; /* references held */
   opd_kcall_t call;

@@ -47,7 +47,8 @@ typedef struct opd_tplace {
  * completed now; ENQUEUED, its work is queued on the device and the run
  * may be answered now (OPD_RUN_F_ASYNC): job->done still comes at its
  * completion. */
-enum { OPD_LAUNCH_QUEUED = 0, OPD_LAUNCH_DONE = 1, OPD_LAUNCH_ENQUEUED = 2 };
+enum { OPD_LAUNCH_QUEUED = 0, OPD_LAUNCH_DONE = 1, OPD_LAUNCH_ENQUEUED = 2,
+       OPD_LAUNCH_LATER = 3 };
 
 /* The per-run state a backend keeps in the job (plain data: a job's plan
  * is copied with memcpy by the run cache). */
@@ -86,7 +87,9 @@ typedef struct opd_backend {
               opd_err_t *err);
   /* Starts a planned run: OPD_LAUNCH_DONE (finished now: job->rc set),
    * OPD_LAUNCH_QUEUED (job->done is called later), or an error code
-   * (nothing started, job->call.err set). */
+   * (nothing started, job->call.err set). A job with job->now set lives
+   * on its caller's stack: the backend finishes it now or answers
+   * OPD_LAUNCH_LATER having touched nothing (the caller queues it). */
   int (*launch)(opd_job_t *job);
   /* the events that order a session's runs on device dev with a
    * client's stream (STREAM, include/opd/protocol.h) */

@@ -157,6 +157,7 @@ static int cpu_launch(opd_job_t *job) {
     cpu_learn(srv, job);
     return OPD_LAUNCH_DONE;
   }
+  if (job->now) return OPD_LAUNCH_LATER; /* not on the caller's stack */
   job->call.exec = &srv->exec;
   int rc = uv_queue_work(srv->loop, &job->work, work_cb, after_work_cb);
   if (rc != 0) {

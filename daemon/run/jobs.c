@@ -59,6 +59,7 @@ opd_job_t *opd__job_alloc(opd_server_t *srv) {
   j->device = -1;
   j->flags = 0;
   j->flag_after = 0;
+  j->now = 0;
   return j;
 }
 
@@ -130,12 +131,9 @@ static int async_error_report(opd_session_t *s, int via, uint64_t id) {
   return 1;
 }
 
-/* A run's end: counted, its reply (its error, or {"ns"}), the job back to
- * the pool; the session's queue moves on. */
-static void job_finish(opd_job_t *job) {
+/* A finished run counted and answered (its error, or {"ns"}). */
+static void job_reply(opd_job_t *job) {
   opd_session_t *s = job->s;
-  s->runq.running = NULL;
-  opd__acct_inflight(s, -1);
   job_count(job);
   if (job->rc != 0) {
     opd__out_error(s, job->via, job->req_id, job->rc, "%s: %s",
@@ -148,6 +146,15 @@ static void job_finish(opd_job_t *job) {
     opd__out_reply(s, job->via, job->req_id, (const char *)body,
                    (size_t)(end - body));
   }
+}
+
+/* A run's end: answered, the job back to the pool; the session's queue
+ * moves on. */
+static void job_finish(opd_job_t *job) {
+  opd_session_t *s = job->s;
+  s->runq.running = NULL;
+  opd__acct_inflight(s, -1);
+  job_reply(job);
   opd__job_recycle(s->srv, job);
 }
 
@@ -255,6 +262,18 @@ void opd__runq_start(opd_session_t *s) {
     job_finish(j);
   }
   answer_syncs(s);
+}
+
+int opd__runq_now(opd_session_t *s, opd_job_t *job) {
+  opd_runq_t *q = &s->runq;
+  if (q->head != NULL || q->running != NULL || job->device >= 0) return 0;
+  job->now = 1;
+  int rc = opd__backend_for(job->device)->launch(job);
+  job->now = 0;
+  if (rc == OPD_LAUNCH_LATER) return 0;
+  if (rc != OPD_LAUNCH_DONE) job->rc = rc;
+  job_reply(job);
+  return 1;
 }
 
 void opd__runq_drop(opd_session_t *s, int code, const char *msg) {

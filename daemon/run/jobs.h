@@ -32,6 +32,11 @@ void opd__runq_push(opd_session_t *s, opd_job_t *job);
  * device run lets the next start, up to --max-async), while s is open;
  * answers the SYNCs waiting once nothing is queued, running or enqueued. */
 void opd__runq_start(opd_session_t *s);
+/* A run of s tried at once on a job on the caller's stack, when nothing of
+ * s is queued or running and it is a host run: 1 when its backend finished
+ * it now (answered, counted; no pool job, no arena references: the loop
+ * thread holds them), 0 when it must be queued (nothing was done). */
+int opd__runq_now(opd_session_t *s, opd_job_t *job);
 /* Fails every queued run of s with code and msg (a running one finishes). */
 void opd__runq_drop(opd_session_t *s, int code, const char *msg);
 /* SYNC r: answered once the runs queued before it completed (by

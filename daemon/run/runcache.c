@@ -8,10 +8,14 @@
  * request: its body bytes and the job prepare() made of them
  * (daemon/run/validate.c). A request whose body is byte-identical, while no
  * arena anywhere has been released since (srv->arena_epoch), is the same
- * validated job: its plan is copied into a job from the pool instead of
- * being decoded and checked again, and the job is queued as any other
- * (daemon/run/jobs.c), so a hit runs, inline or not, on the one path of every
- * run. What prepare() checks depends only on the body and on the
+ * validated job: its plan is copied instead of being decoded and checked
+ * again. A host run with nothing of its session queued or running is
+ * first offered to its backend at once on a job on the stack
+ * (opd__runq_now: no pool job, no arena references, no queue; the CPU
+ * backend finishes it now if it runs inline, else declines and nothing is
+ * done); any other hit is copied into a job from the pool and queued as
+ * any other (daemon/run/jobs.c). Either way the backend's launch decides
+ * and runs it: there is one inline path. What prepare() checks depends only on the body and on the
  * session's arenas, which stay as they were until one is released (arena
  * ids are never reused; an arena's base, size, device and read-only flag
  * do not change). The body is compared in the private copy of the request
@@ -55,6 +59,19 @@ int opd__run_cached(const opd_req_t *r, const unsigned char *body,
     return 0;
   opd_server_t *srv = s->srv;
   srv->run_cache_hits++;
+  if (c->job.device < 0 && !opd__runq_running(s)) {
+    /* a host run with nothing of the session before it: tried at once on
+     * a job on the stack; its backend says whether it finishes now */
+    opd_job_t now;
+    opd__job_copy_plan(&now, &c->job);
+    now.s = s;
+    now.req_id = r->id;
+    now.via = r->via;
+    now.t_recv = opd__metrics_on ? opd__now_ns() : 0;
+    now.rc = 0;
+    now.ns = 0;
+    if (opd__runq_now(s, &now)) return 1;
+  }
   opd_job_t *job = opd__job_alloc(srv);
   if (job == NULL) return 0; /* the full path reports it */
   opd__job_copy_plan(job, &c->job);
