@@ -72,3 +72,19 @@ int opd__memfd_check(int fd, uint64_t size, char *err, size_t errlen) {
   }
   return 0;
 }
+
+/* Checks fd (opd__memfd_check: a memfd sealed against shrinking and growing,
+ * exactly `size` bytes long, so that a mapping of it can never fault) and
+ * maps it shared read-write. Returns 0 with *base set, or OPD_EFD /
+ * OPD_EINVAL / OPD_ENOMEM with a reason in err. fd stays open. */
+int opd__memfd_map(int fd, uint64_t size, void **base, opd_err_t *err) {
+  int rc = opd__memfd_check(fd, size, err->msg, sizeof err->msg);
+  if (rc != 0) return rc;
+  void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) {
+    return opd__errf(err, errno == ENOMEM ? OPD_ENOMEM : OPD_EFD,
+                     "mmap of the memfd failed: %s", strerror(errno));
+  }
+  *base = p;
+  return 0;
+}

@@ -16,6 +16,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/err.h"
+
 /* The seals a memfd must carry to be mapped by the daemon. */
 #define OPD_MEMFD_SEALS (F_SEAL_SHRINK | F_SEAL_GROW)
 
@@ -43,5 +45,10 @@ OPD_COMMON_HIDDEN int opd__memfd_create_sealed(const char *name,
  * the reason in err. fd stays open. */
 OPD_COMMON_HIDDEN int opd__memfd_check(int fd, uint64_t size, char *err,
                                        size_t errlen);
+
+/* Checks fd as opd__memfd_check does and maps it shared read-write:
+ * 0 with *base set, or OPD_EFD / OPD_EINVAL / OPD_ENOMEM with a reason in
+ * err. fd stays open. (The daemon's arenas and rings.) */
+int opd__memfd_map(int fd, uint64_t size, void **base, opd_err_t *err);
 
 #endif

@@ -32,6 +32,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "common/memfd.h"
 #include "common/clock.h" /* opd__now_ns */
 #include "common/wire.h"
 #include "daemon/limits.h"

@@ -15,7 +15,6 @@
 #include "daemon/types.h"
 
 /* Maps a sealed memfd of size bytes: 0 with *base, or an error. */
-int opd__memfd_map(int fd, uint64_t size, void **base, opd_err_t *err);
 /* A client's memfd as a host arena of s: 0 with *id, or an error (fd is
  * the caller's either way). */
 int opd__arena_register(opd_session_t *s, int fd, uint64_t size,
