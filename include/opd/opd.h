@@ -349,8 +349,7 @@ int opd_submit_async(opd_client_t *c, const char *device, const char *op,
  * GPU wait across the two processes would cost a context switch (about
  * 140 us each way, measured 2026-12-01,
  * bench/results/2026-12-01-h200-async.txt), so the call synchronizes
- * `stream` instead
- * and returns when the run is done. OPD_STREAM_ORDER=gpu or =host in the
+ * `stream` instead and returns when the run is done. OPD_STREAM_ORDER=gpu or =host in the
  * environment decides instead (docs/async.md). */
 int opd_run_stream(opd_client_t *c, const char *device, void *stream,
                    const char *op, const opd_tensor_t *in, uint32_t n_in,
