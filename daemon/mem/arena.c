@@ -23,6 +23,22 @@
 #include "daemon/log.h"
 #include "daemon/mem/arena.h"
 
+/* a, filled and in s's table (its one reference, counted against s's
+ * limits with `counted` bytes): its new id. */
+static uint64_t arena_add(opd_session_t *s, opd_arena_t *a, void *base,
+                          uint64_t size, int device, uint64_t counted) {
+  a->id = ++s->srv->next_arena_id;
+  a->base = base;
+  a->size = size;
+  a->refs = 1;
+  a->srv = s->srv;
+  a->device = device;
+  s->arenas[s->n_arenas++] = a;
+  opd__acct_arena(s, 1, (int64_t)counted);
+  s->srv->arenas++;
+  return a->id;
+}
+
 /* Takes ownership of fd (closed in every case). On success the arena is in
  * s's table and *id names it. */
 int opd__arena_register(opd_session_t *s, int fd, uint64_t size,
@@ -40,20 +56,11 @@ int opd__arena_register(opd_session_t *s, int fd, uint64_t size,
     rc = opd__errf(err, OPD_ENOMEM, "out of memory");
     goto out;
   }
-  a->id = ++s->srv->next_arena_id;
-  a->base = base;
-  a->size = size;
-  a->refs = 1;
-  a->srv = s->srv;
-  a->device = -1;
+  *id = arena_add(s, a, base, size, -1, size);
   opd__backend_dev.pin(s->srv, a); /* pinned: copies at full speed */
-  s->arenas[s->n_arenas++] = a;
-  opd__acct_arena(s, 1, (int64_t)size);
   s->srv->bytes_mapped += size;
-  s->srv->arenas++;
   s->srv->mappings++;
   s->srv->host_bytes += size;
-  *id = a->id;
   base = MAP_FAILED;
   LOG_DEBUG("session %llu: arena %llu mapped, %llu bytes",
             (unsigned long long)s->id, (unsigned long long)a->id,
@@ -91,17 +98,8 @@ int opd__arena_alloc_device(opd_session_t *s, int dev, uint64_t size,
     return rc;
   }
   a->vmm = vmm;
-  a->id = ++s->srv->next_arena_id;
-  a->base = ptr;
-  a->size = size;
-  a->refs = 1;
-  a->srv = s->srv;
-  a->device = dev;
-  s->arenas[s->n_arenas++] = a;
-  opd__acct_arena(s, 1, (int64_t)size);
+  *id = arena_add(s, a, ptr, size, dev, size);
   s->srv->bytes_mapped += size;
-  s->srv->arenas++;
-  *id = a->id;
   return 0;
 }
 
@@ -125,18 +123,9 @@ int opd__arena_import(opd_session_t *s, int dev, const void *handle,
     free(a);
     return rc;
   }
-  a->id = ++s->srv->next_arena_id;
-  a->base = ptr;
-  a->size = size;
-  a->refs = 1;
-  a->srv = s->srv;
-  a->device = dev;
   a->import = token;
-  s->arenas[s->n_arenas++] = a;
-  opd__acct_arena(s, 1, 0);
-  s->srv->arenas++;
+  *id = arena_add(s, a, ptr, size, dev, 0);
   s->srv->imports_total++;
-  *id = a->id;
   return 0;
 }
 
