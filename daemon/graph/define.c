@@ -380,8 +380,8 @@ static int bind_plan(opd_graph_t *g, opd_err_t *err) {
   return 0;
 }
 
-static int define(opd_session_t *s, const msgpack_object *body,
-                  opd_graph_t **out, opd_err_t *err) {
+int opd__graph_build(opd_session_t *s, const msgpack_object *body,
+                     opd_graph_t **out, opd_err_t *err) {
   uint32_t n_in, n_const, n_nodes, n_out;
   const msgpack_object *o_in = array_of(body, "inputs", &n_in);
   const msgpack_object *o_const = array_of(body, "consts", &n_const);
@@ -482,7 +482,7 @@ void opd__graph_define(const opd_req_t *r, const msgpack_object *body) {
   opd_server_t *srv = s->srv;
   opd_graph_t *g = NULL;
   opd_err_t err;
-  int rc = define(s, body, &g, &err);
+  int rc = opd__graph_build(s, body, &g, &err);
   if (rc == 0) rc = opd__graph_add(s, g, &err);
   if (rc != 0) {
     opd__reply_error(r, rc, "graph_define: %s", err.msg);
