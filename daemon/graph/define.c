@@ -351,7 +351,7 @@ static uint64_t plan_temps(opd_graph_t *g) {
     if (at + size > total) total = at + size;
   }
   free(t);
-  return total;
+  return total > 0 ? total : TEMP_ALIGN; /* never NULL: an empty view points somewhere */
 }
 
 /* (6) where the run's tensors go into the node calls, and the pointers
@@ -369,7 +369,8 @@ static int bind_plan(opd_graph_t *g, opd_err_t *err) {
       const opd_gval_t *v = &g->vals[is_out ? nd->out[slot] : nd->in[slot]];
       opd_tview_t *view = is_out ? &nd->call.out[slot] : &nd->call.in[slot];
       if (v->kind == OPD_GV_CONST) view->data = v->view.data;
-      else if (v->kind == OPD_GV_TEMP) view->data = (char *)g->temp + v->offset;
+      else if (v->kind == OPD_GV_TEMP) /* NULL: every intermediate is empty */
+        view->data = g->temp ? (char *)g->temp + v->offset : NULL;
       else
         g->binds[g->n_binds++] = (opd_gbind_t){(uint16_t)i, (uint8_t)slot,
                                                (uint8_t)is_out,
