@@ -32,20 +32,6 @@
 #include "kernels/cuda/cuda.h"
 #include "kernels/runtime/opcheck.h"
 
-const void *opd__cuda_kernel(const opd_op_def_t *op, int dtype,
-                             opd_err_t *err) {
-  if (op == NULL || op->cuda == NULL) {
-    opd__errf(err, OPD_EDEVICE, "has no CUDA kernel; run it with device cpu");
-    return NULL;
-  }
-  if (dtype > 0 && !((op->cuda_dtypes >> dtype) & 1)) {
-    opd__errf(err, OPD_EDEVICE, "has no CUDA kernel for %s",
-              opd__dtype_name(dtype));
-    return NULL;
-  }
-  return op;
-}
-
 /* Whether the op has a CUDA kernel for its input dtype, and the staging
  * plan: host tensors go through device scratch (H2D before, D2H after). */
 int opd__cu_plan(opd_job_t *job, const opd_tplace_t *in,
