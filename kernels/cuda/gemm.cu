@@ -1,4 +1,5 @@
-/* cuBLASLt GEMM for matmul and conv2d; see gemm.cuh for the DESIGN. */
+/* cuBLASLt GEMM for matmul, conv2d, linear and gru_cell; see gemm.cuh for
+ * the DESIGN. */
 #include <cublasLt.h>
 
 #include "kernels/cuda/gemm.cuh"
@@ -20,6 +21,17 @@ static uint32_t align_of(const void *p, int64_t stride_bytes) {
     }                                                                          \
   } while (0)
 
+static cublasLtEpilogue_t lt_epilogue(int e) {
+  switch (e) {
+    case OPD_GEMM_EPI_BIAS: return CUBLASLT_EPILOGUE_BIAS;
+    case OPD_GEMM_EPI_RELU: return CUBLASLT_EPILOGUE_RELU;
+    case OPD_GEMM_EPI_RELU_BIAS: return CUBLASLT_EPILOGUE_RELU_BIAS;
+    case OPD_GEMM_EPI_GELU: return CUBLASLT_EPILOGUE_GELU;
+    case OPD_GEMM_EPI_GELU_BIAS: return CUBLASLT_EPILOGUE_GELU_BIAS;
+    default: return CUBLASLT_EPILOGUE_DEFAULT;
+  }
+}
+
 int opd__cuda_gemm(opd_kcall_t *call, const opd_cuda_ctx_t *ctx, const opd_gemm_t *g) {
   cudaDataType_t dt;
   switch (g->dtype) {
@@ -39,12 +51,26 @@ int opd__cuda_gemm(opd_kcall_t *call, const opd_cuda_ctx_t *ctx, const opd_gemm_
   if (ws > OPD_CUDA_LT_WORKSPACE) ws = OPD_CUDA_LT_WORKSPACE;
   uint64_t ws64 = ws;
   float alpha = 1.0f, beta = g->beta;
-  /* cuBLASLt's A is our B (N x K col-major, ld N), its B our A (K x M,
-   * ld K), C and D ours (N x M, ld N). */
+  /* cuBLASLt's A is our B (N x K col-major, ld N; transposed: K x N, ld
+   * K, with TRANSA), its B our A (K x M, ld K), C and D ours (N x M, ld
+   * N). */
   uint32_t alA = align_of(g->B, g->sB * esz), alB = align_of(g->A, g->sA * esz),
            alC = align_of(g->C, g->sC * esz);
   LT_CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  LT_CHECK(cublasLtMatrixLayoutCreate(&la, dt, (uint64_t)g->N, (uint64_t)g->K, g->N));
+  if (g->trans_b) {
+    cublasOperation_t t = CUBLAS_OP_T;
+    LT_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof t));
+    LT_CHECK(cublasLtMatrixLayoutCreate(&la, dt, (uint64_t)g->K, (uint64_t)g->N, g->K));
+  } else {
+    LT_CHECK(cublasLtMatrixLayoutCreate(&la, dt, (uint64_t)g->N, (uint64_t)g->K, g->N));
+  }
+  if (g->epilogue != OPD_GEMM_EPI_NONE) {
+    cublasLtEpilogue_t e = lt_epilogue(g->epilogue);
+    LT_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof e));
+    if (g->bias)
+      LT_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g->bias,
+                                              sizeof g->bias));
+  }
   LT_CHECK(cublasLtMatrixLayoutCreate(&lb, dt, (uint64_t)g->K, (uint64_t)g->M, g->K));
   LT_CHECK(cublasLtMatrixLayoutCreate(&lc, dt, (uint64_t)g->N, (uint64_t)g->M, g->N));
   if (g->batch > 1) {
