@@ -228,28 +228,22 @@ typedef struct elt_job {
   float *y;                        /* output, may be x */
 } elt_job_t;
 
-int opd__silu_cpu_ref(opd_kcall_t *call) {
-  const float *x = call->in[0].data;
-  float *y = call->out[0].data;
-  for (int64_t i = 0; i < call->in[0].numel; i++)
-    y[i] = (float)((double)x[i] / (1.0 + exp(-(double)x[i])));
-  return 0;
-}
+/* The reference of an elementwise op of this section: y = f(v), v = x[i]
+ * in double, rounded once. */
+#define ELT_REF(name, f)                                                   \
+  int opd__##name##_cpu_ref(opd_kcall_t *call) {                           \
+    const float *x = call->in[0].data;                                     \
+    float *y = call->out[0].data;                                          \
+    for (int64_t i = 0; i < call->in[0].numel; i++) {                      \
+      double v = x[i];                                                     \
+      y[i] = (float)(f);                                                   \
+    }                                                                      \
+    return 0;                                                              \
+  }
 
-int opd__sigmoid_cpu_ref(opd_kcall_t *call) {
-  const float *x = call->in[0].data;
-  float *y = call->out[0].data;
-  for (int64_t i = 0; i < call->in[0].numel; i++)
-    y[i] = (float)(1.0 / (1.0 + exp(-(double)x[i])));
-  return 0;
-}
-
-int opd__tanh_cpu_ref(opd_kcall_t *call) {
-  const float *x = call->in[0].data;
-  float *y = call->out[0].data;
-  for (int64_t i = 0; i < call->in[0].numel; i++) y[i] = (float)tanh((double)x[i]);
-  return 0;
-}
+ELT_REF(silu, v / (1.0 + exp(-v)))
+ELT_REF(sigmoid, 1.0 / (1.0 + exp(-v)))
+ELT_REF(tanh, tanh(v))
 
 __attribute__((optimize("fp-contract=fast")))
 OPD_FAST static void silu_range(void *arg, int64_t b, int64_t e) {
