@@ -14,6 +14,7 @@
 #include <cblas.h>
 #endif
 #include <limits.h>
+#include <string.h>
 
 #include "kernels/common/kutil.h"
 
@@ -25,7 +26,9 @@ int opd__gemm_fits(int64_t M, int64_t N, int64_t K) {
 void opd__sgemm(int trans_b, int64_t M, int64_t N, int64_t K, const float *A,
                 const float *B, float beta, float *C) {
   if (trans_b && M == 1) {
-    /* y (N) = B (N, K) @ a (K) + beta y */
+    /* y (N) = B (N, K) @ a (K) + beta y; y zeroed first for beta 0: some
+     * OpenBLAS versions scale y by beta, which keeps a NaN it held */
+    if (beta == 0.0f) memset(C, 0, (size_t)N * sizeof(float));
     cblas_sgemv(CblasRowMajor, CblasNoTrans, (blasint)N, (blasint)K, 1.0f, B,
                 (blasint)K, A, 1, beta, C, 1);
     return;
