@@ -7,9 +7,10 @@
  * DESIGN
  * Latency, not bandwidth: the weights stay in cache between calls, as they
  * do when a model runs step after step, so each figure is the median over
- * reps of the mean of a batch of calls, on the calling thread (serial
- * exec; OpenBLAS may use its own threads). The machine is shared: compare
- * lines of one run only.
+ * reps of the mean of a batch of calls: impl=fast on the calling thread
+ * (serial exec; OpenBLAS may use its own threads), impl=fast_pool with a
+ * pool of every core as the daemon's (--threads). The machine is shared:
+ * compare lines of one run only.
  *
  * Usage: build/bench/bench_cpu_model
  * Output: one line per case:
@@ -22,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "kernels/kernel.h"
 #include "kernels/runtime/exec.h"
@@ -86,8 +88,14 @@ static void run_sgemv(void *arg) {
 }
 #endif
 
+static opd_exec_t pool; /* nproc threads */
+
 static void bench(opd_kcall_t *c, const char *label, int n) {
   printf("bench op=%s %s impl=fast us=%.2f\n", c->op->name, label, time_us(run_fast, c, n));
+  c->exec = &pool;
+  printf("bench op=%s %s impl=fast_pool threads=%d us=%.2f\n", c->op->name, label,
+         pool.nthreads, time_us(run_fast, c, n));
+  c->exec = &opd__exec_serial;
   printf("bench op=%s %s impl=ref us=%.2f\n", c->op->name, label,
          time_us(run_ref, c, n / 20 + 1));
   fflush(stdout);
@@ -98,6 +106,7 @@ int main(void) {
                                       {64, 256, 512}, {64, 512, 512}};
   const char *acts[] = {"relu", "gelu", "none", "relu", "gelu"};
   printf("# bench_cpu_model: serial calls, weights in cache, median of 9 reps\n");
+  if (opd__exec_pool_create(&pool, (int)sysconf(_SC_NPROCESSORS_ONLN))) return 1;
   for (size_t k = 0; k < sizeof layers / sizeof layers[0]; k++) {
     opd_kcall_t c;
     memset(&c, 0, sizeof c);
@@ -147,5 +156,6 @@ int main(void) {
     for (int i = 0; i < 6; i++) free(c.in[i].data);
     free(c.out[0].data);
   }
+  opd__exec_pool_destroy(&pool);
   return 0;
 }

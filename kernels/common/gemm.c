@@ -1,16 +1,17 @@
 /* Row-major float32 GEMM for the CPU kernels; see gemm.h for the DESIGN.
  *
  * Variants:
- *   gemv      one row times B^T (linear's and gru_cell's batch 1) with B
- *             up to GEMV_OWN elements, in both builds: four rows of B at
- *             a time against the row of A, 8-lane partial sums (FMA in the
- *             AVX2 clone), on the calling thread. OpenBLAS's sgemv wakes
- *             its threads for these sizes: 13 us against 7 us for
- *             (1, 256) @ (256, 512) on the 2-core VM (2026-12-07,
- *             bench_cpu_ops-style loop of 20000 calls), and this kernel
- *             matches its single-threaded speed.
- *   BLAS      cblas_sgemv for a larger B (threads pay off), cblas_sgemm
- *             otherwise (threaded by OpenBLAS itself)
+ *   gemv      one row times B^T (linear's and gru_cell's batch 1), in
+ *             both builds: four rows of B at a time against the row of A,
+ *             8-lane partial sums (FMA in the AVX2 clone); opd__sgemv_t
+ *             spreads the rows of a large product over the caller's exec
+ *             (chunks of at least GEMV_GRAIN multiply-adds), as every CPU
+ *             kernel takes its threads, rather than OpenBLAS's own
+ *             threads, and runs small ones inline: 5.9 us against
+ *             OpenBLAS sgemv's 11.0 for (1, 256) @ (256, 512)^T, 14.4
+ *             against 17.7 for 512 x 512, in one run on the shared 2-core
+ *             VM (2026-12-07, bench/results/2026-12-07-vm-cpu-model.txt, B)
+ *   BLAS      cblas_sgemm (threaded by OpenBLAS itself)
  *   OPD_NO_BLAS  plain float loops: gemv for every row of A against B^T;
  *             for B, rows of C accumulated as C[i,:] += A[i,k] * B[k,:]
  * Test: build/tests/ops, suites matmul, linear, gru_cell.
@@ -21,14 +22,15 @@
 #include <cblas.h>
 #endif
 #include <limits.h>
-#include <string.h>
 
 #include "kernels/common/kutil.h"
 #include "kernels/common/rowred.h"
 
-/* B^T products at batch 1 with B of at most this many elements (4 MiB)
- * run gemv on the calling thread. */
-#define GEMV_OWN (1 << 20)
+/* Multiply-adds per parallel chunk of opd__sgemv_t (~20 us of gemv): the
+ * trading MLP's layers (up to 512 x 512) stay on the calling thread, where
+ * they took 6-18 us against 10-27 us spread over a pool of 2 on the shared
+ * 2-core VM (2026-12-07, bench/results/2026-12-07-vm-cpu-model.txt, A). */
+#define GEMV_GRAIN (1 << 19)
 
 /* c[j] = a . B[j, :] (+ beta c[j]) for the N rows of B (N, K). */
 __attribute__((optimize("fp-contract=fast")))
@@ -68,6 +70,29 @@ OPD_FAST static void gemv(int64_t N, int64_t K, const float *a, const float *B,
   }
 }
 
+typedef struct gemv_job {
+  int64_t K;                       /* row length */
+  const float *a, *B;              /* a (K), B (N, K) */
+  float beta;
+  float *c;                        /* c (N) */
+} gemv_job_t;
+
+static void gemv_range(void *arg, int64_t j0, int64_t j1) {
+  const gemv_job_t *g = arg;
+  gemv(j1 - j0, g->K, g->a, g->B + j0 * g->K, g->beta, g->c + j0);
+}
+
+void opd__sgemv_t(const opd_exec_t *ex, int64_t N, int64_t K, const float *a,
+                  const float *B, float beta, float *c) {
+  gemv_job_t g = {K, a, B, beta, c};
+  int64_t grain = K > 0 ? GEMV_GRAIN / K : N;
+  if (!ex || N * K <= GEMV_GRAIN) {
+    gemv_range(&g, 0, N);
+    return;
+  }
+  ex->parallel_for(ex, N, grain < 4 ? 4 : grain, gemv_range, &g);
+}
+
 int opd__gemm_fits(int64_t M, int64_t N, int64_t K) {
   return M <= INT_MAX && N <= INT_MAX && K <= INT_MAX;
 }
@@ -75,16 +100,8 @@ int opd__gemm_fits(int64_t M, int64_t N, int64_t K) {
 #ifndef OPD_NO_BLAS
 void opd__sgemm(int trans_b, int64_t M, int64_t N, int64_t K, const float *A,
                 const float *B, float beta, float *C) {
-  if (trans_b && M == 1 && N * K <= GEMV_OWN) {
-    gemv(N, K, A, B, beta, C);
-    return;
-  }
   if (trans_b && M == 1) {
-    /* y (N) = B (N, K) @ a (K) + beta y; y zeroed first for beta 0: some
-     * OpenBLAS versions scale y by beta, which keeps a NaN it held */
-    if (beta == 0.0f) memset(C, 0, (size_t)N * sizeof(float));
-    cblas_sgemv(CblasRowMajor, CblasNoTrans, (blasint)N, (blasint)K, 1.0f, B,
-                (blasint)K, A, 1, beta, C, 1);
+    opd__sgemv_t(NULL, N, K, A, B, beta, C);
     return;
   }
   cblas_sgemm(CblasRowMajor, CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,

@@ -6,7 +6,8 @@
  *             H+j, 2H+j of w_ih with x and of w_hh with h) in double,
  *             the gates in double, rounded once (the truth); no scratch
  *   cpu_fast  gi = x @ w_ih^T and gh = h @ w_hh^T (B, 3H) through the
- *             shared GEMM (kernels/common/gemm.h: sgemv for batch 1),
+ *             shared GEMM (kernels/common/gemm.h: its GEMV on call->exec
+ *             for batch 1),
  *             then one gate pass (biases, sigmoid, tanh, blend) over the
  *             batch rows, spread over call->exec
  * Scratch (cpu_fast): gi and gh, 6BH floats, on the stack up to
@@ -99,11 +100,16 @@ int opd__gru_cell_cpu_fast(opd_kcall_t *call) {
     return opd__kerr(call, OPD_ENOMEM, "no memory for %zu bytes of scratch",
                      n * sizeof(float));
   float *gi = scratch, *gh = scratch + 3 * d.B * d.H;
-  if (d.I == 0)
-    memset(gi, 0, (size_t)(3 * d.B * d.H) * sizeof(float));
-  else
-    opd__sgemm(1, d.B, 3 * d.H, d.I, call->in[0].data, call->in[2].data, 0.0f, gi);
-  opd__sgemm(1, d.B, 3 * d.H, d.H, call->in[1].data, call->in[3].data, 0.0f, gh);
+  if (d.B == 1) { /* batch 1: the GEMVs on call->exec's threads */
+    opd__sgemv_t(call->exec, 3 * d.H, d.I, call->in[0].data, call->in[2].data, 0.0f, gi);
+    opd__sgemv_t(call->exec, 3 * d.H, d.H, call->in[1].data, call->in[3].data, 0.0f, gh);
+  } else {
+    if (d.I == 0)
+      memset(gi, 0, (size_t)(3 * d.B * d.H) * sizeof(float));
+    else
+      opd__sgemm(1, d.B, 3 * d.H, d.I, call->in[0].data, call->in[2].data, 0.0f, gi);
+    opd__sgemm(1, d.B, 3 * d.H, d.H, call->in[1].data, call->in[3].data, 0.0f, gh);
+  }
   gru_job_t j = {&d, gi, gh, d.has_bih ? call->in[4].data : NULL,
                  d.has_bhh ? call->in[5].data : NULL, call->in[1].data,
                  call->out[0].data};

@@ -4,21 +4,24 @@
  * Variants:
  *   cpu_ref   a dot product per output in double, bias and activation in
  *             double, rounded once (the truth)
- *   cpu_fast  the shared GEMM (kernels/common/gemm.h: OpenBLAS sgemv for
- *             batch 1, the trading shape, sgemm otherwise; its plain float
- *             kernel with BLAS=0), then one fused bias + activation pass
- *             over the output rows, spread over call->exec
- * Activations (both variants): relu x < 0 ? 0 : x (NaN passes); gelu
- * 0.5x erfc(-x/sqrt2); gelu_tanh x / (1 + e^(-2u)), u = sqrt(2/pi)(x +
- * 0.044715x^3) (0.5x(1+tanh u) without its cancellation); silu
- * x / (1 + e^(-x)). x = -inf gives NaN in the gelu forms and silu, as
- * torch 1.13 does.
+ *   cpu_fast  the shared GEMM (kernels/common/gemm.h: its own GEMV on
+ *             call->exec for batch 1, the trading shape; OpenBLAS sgemm
+ *             otherwise, plain float loops with BLAS=0), then one fused bias + activation
+ *             pass over the output rows (8 lanes, the activations of
+ *             kernels/common/act.h, as the unary ops), spread over
+ *             call->exec
+ * Activations (the reference in double): relu x < 0 ? 0 : x (NaN
+ * passes); gelu 0.5x erfc(-x/sqrt2); gelu_tanh x / (1 + e^(-2u)),
+ * u = sqrt(2/pi)(x + 0.044715x^3) (0.5x(1+tanh u) without its
+ * cancellation); silu x / (1 + e^(-x)). x = -inf gives NaN in the gelu
+ * forms and silu, as torch 1.13 does.
  * K == 0 gives act(bias) (act(0) without bias); M == 0 or N == 0 writes
  * nothing.
  * Test: build/tests/ops, suite linear (tests/ops/test_linear.c).
  */
 #include <math.h>
 
+#include "kernels/common/act.h"
 #include "kernels/common/cpu.h"
 #include "kernels/common/gemm.h"
 #include "kernels/common/kutil.h"
@@ -70,35 +73,40 @@ typedef struct lin_job {
   float *y;                        /* out (M, N): the GEMM's result */
 } lin_job_t;
 
-/* Rows [r0, r1) of y: y = act(y + b), in place. */
+/* y[0..n) = f(y + b) (b NULL: no bias), 8 lanes at a time. */
+#define EPI_LOOP(f8, f1)                                                   \
+  do {                                                                     \
+    int64_t n_ = 0;                                                        \
+    for (; n_ + 8 <= N; n_ += 8) {                                         \
+      opd_v8f v_ = opd__v8_load(y + n_);                                   \
+      if (b) v_ += opd__v8_load(b + n_);                                   \
+      opd__v8_store(y + n_, f8(v_));                                       \
+    }                                                                      \
+    for (; n_ < N; n_++) y[n_] = f1(y[n_] + (b ? b[n_] : 0.0f));           \
+  } while (0)
+
+OPD_V8 opd_v8f v8_id(opd_v8f v) { return v; }
+OPD_V8 float id1(float v) { return v; }
+OPD_V8 opd_v8f v8_relu(opd_v8f v) {
+  return opd__v8_sel(v < 0.0f, opd__v8_splat(0.0f), v);
+}
+OPD_V8 float relu1(float v) { return v < 0 ? 0.0f : v; }
+
+/* Rows [r0, r1) of y: y = act(y + b), in place, through the activations
+ * the unary ops use (kernels/common/act.h: the same bits). */
+__attribute__((optimize("fp-contract=fast")))
 OPD_FAST static void epilogue(void *arg, int64_t r0, int64_t r1) {
   const lin_job_t *j = arg;
   const float *b = j->b;
   int64_t N = j->p->N;
-  opd_act_t act = j->p->act;
   for (int64_t r = r0; r < r1; r++) {
     float *y = j->y + r * N;
-    if (b)
-      for (int64_t n = 0; n < N; n++) y[n] += b[n];
-    switch (act) {
-      case OPD_ACT_RELU:
-        for (int64_t n = 0; n < N; n++) y[n] = y[n] < 0 ? 0.0f : y[n];
-        break;
-      case OPD_ACT_GELU:
-        for (int64_t n = 0; n < N; n++)
-          y[n] = 0.5f * y[n] * erfcf(-y[n] * (float)SQRT1_2);
-        break;
-      case OPD_ACT_GELU_TANH:
-        for (int64_t n = 0; n < N; n++) {
-          float v = y[n], u = (float)SQRT_2_PI * (v + 0.044715f * v * v * v);
-          y[n] = v / (1.0f + expf(-2.0f * u));
-        }
-        break;
-      case OPD_ACT_SILU:
-        for (int64_t n = 0; n < N; n++) y[n] = y[n] / (1.0f + expf(-y[n]));
-        break;
-      default:
-        break;
+    switch (j->p->act) {
+      case OPD_ACT_RELU: EPI_LOOP(v8_relu, relu1); break;
+      case OPD_ACT_GELU: EPI_LOOP(opd__v8_gelu, opd__gelu1); break;
+      case OPD_ACT_GELU_TANH: EPI_LOOP(opd__v8_gelu_tanh, opd__gelu_tanh1); break;
+      case OPD_ACT_SILU: EPI_LOOP(opd__v8_silu, opd__silu1); break;
+      default: EPI_LOOP(v8_id, id1); break;
     }
   }
 }
@@ -112,9 +120,11 @@ int opd__linear_cpu_fast(opd_kcall_t *call) {
   lin_job_t j = {&p, p.has_bias ? call->in[2].data : NULL, call->out[0].data};
   if (p.K == 0)
     memset(j.y, 0, (size_t)(p.M * p.N) * sizeof(float));
+  else if (p.M == 1) /* batch 1: the GEMV on call->exec's threads */
+    opd__sgemv_t(call->exec, p.N, p.K, call->in[0].data, call->in[1].data, 0.0f, j.y);
   else
     opd__sgemm(1, p.M, p.N, p.K, call->in[0].data, call->in[1].data, 0.0f, j.y);
-  if (j.b || p.act != OPD_ACT_NONE)
+  if (j.b || p.act != OPD_ACT_NONE) /* rows of 8-lane loops */
     call->exec->parallel_for(call->exec, p.M, opd__row_grain(p.N), epilogue, &j);
   return 0;
 }

@@ -12,6 +12,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "kernels/common/act.h"
 #include "kernels/common/cpu.h"
 #include "kernels/common/kutil.h"
 #include "kernels/common/rowred.h"
@@ -123,53 +124,6 @@ int opd__gelu_cpu_ref(opd_kcall_t *call) {
   return 0;
 }
 
-/* erfc(z) for z >= 0 (Numerical Recipes erfcc). */
-static inline float erfc_pos(float z) {
-  float t = 1.0f / (1.0f + 0.5f * z);
-  float p = 0.17087277f;
-  p = p * t - 0.82215223f;
-  p = p * t + 1.48851587f;
-  p = p * t - 1.13520398f;
-  p = p * t + 0.27886807f;
-  p = p * t - 0.18628806f;
-  p = p * t + 0.09678418f;
-  p = p * t + 0.37409196f;
-  p = p * t + 1.00002368f;
-  p = p * t - 1.26551223f;
-  return t * opd__expf_fast(p - z * z);
-}
-
-/* erfc_pos on 8 lanes. */
-OPD_V8 opd_v8f erfc_pos8(opd_v8f z) {
-  opd_v8f t = 1.0f / (1.0f + 0.5f * z);
-  opd_v8f p = opd__v8_splat(0.17087277f);
-  p = p * t - 0.82215223f;
-  p = p * t + 1.48851587f;
-  p = p * t - 1.13520398f;
-  p = p * t + 0.27886807f;
-  p = p * t - 0.18628806f;
-  p = p * t + 0.09678418f;
-  p = p * t + 0.37409196f;
-  p = p * t + 1.00002368f;
-  p = p * t - 1.26551223f;
-  return t * opd__v8_expf(p - z * z);
-}
-
-static inline float gelu_erf1(float v) {
-  float c = erfc_pos(fabsf(v) * (float)SQRT1_2);
-  return 0.5f * v * (v < 0 ? c : 2.0f - c);
-}
-
-/* e^t that is +inf past opd__expf_fast's saturation (t > 88.3). */
-static inline float exp_inf(float t) {
-  return t > 88.3f ? INFINITY : opd__expf_fast(t);
-}
-
-static inline float gelu_tanh1(float v) {
-  float u = (float)SQRT_2_PI * (v + 0.044715f * v * v * v);
-  return v / (1.0f + exp_inf(-2.0f * u));
-}
-
 /* fp-contract=fast (both forms): the x86-64-v3 clone fuses the polynomials'
  * and the exponential's multiply-adds into FMAs: 1.4-1.5x (erf) and
  * 1.2-1.35x (tanh) the elements per second on the 2-core VM
@@ -177,27 +131,18 @@ static inline float gelu_tanh1(float v) {
 __attribute__((optimize("fp-contract=fast")))
 OPD_FAST static void gelu_erf_range(void *arg, int64_t b, int64_t e) {
   const gelu_job_t *j = arg;
-  const opd_v8u absmask = (opd_v8u){0} + 0x7fffffffu;
   int64_t i = b;
-  for (; i + 8 <= e; i += 8) {
-    opd_v8f v = opd__v8_load(j->x + i);
-    opd_v8f z = (opd_v8f)((opd_v8u)v & absmask) * (float)SQRT1_2;
-    opd_v8f c = erfc_pos8(z);
-    opd__v8_store(j->y + i, 0.5f * v * opd__v8_sel(v < 0.0f, c, 2.0f - c));
-  }
-  for (; i < e; i++) j->y[i] = gelu_erf1(j->x[i]);
+  for (; i + 8 <= e; i += 8) opd__v8_store(j->y + i, opd__v8_gelu(opd__v8_load(j->x + i)));
+  for (; i < e; i++) j->y[i] = opd__gelu1(j->x[i]);
 }
 
 __attribute__((optimize("fp-contract=fast")))
 OPD_FAST static void gelu_tanh_range(void *arg, int64_t b, int64_t e) {
   const gelu_job_t *j = arg;
   int64_t i = b;
-  for (; i + 8 <= e; i += 8) {
-    opd_v8f v = opd__v8_load(j->x + i);
-    opd_v8f u = (float)SQRT_2_PI * (v + 0.044715f * v * v * v);
-    opd__v8_store(j->y + i, v / (1.0f + opd__v8_expf_inf(-2.0f * u)));
-  }
-  for (; i < e; i++) j->y[i] = gelu_tanh1(j->x[i]);
+  for (; i + 8 <= e; i += 8)
+    opd__v8_store(j->y + i, opd__v8_gelu_tanh(opd__v8_load(j->x + i)));
+  for (; i < e; i++) j->y[i] = opd__gelu_tanh1(j->x[i]);
 }
 
 int opd__gelu_cpu_fast(opd_kcall_t *call) {
@@ -245,54 +190,21 @@ ELT_REF(silu, v / (1.0 + exp(-v)))
 ELT_REF(sigmoid, 1.0 / (1.0 + exp(-v)))
 ELT_REF(tanh, tanh(v))
 
-__attribute__((optimize("fp-contract=fast")))
-OPD_FAST static void silu_range(void *arg, int64_t b, int64_t e) {
-  const elt_job_t *j = arg;
-  int64_t i = b;
-  for (; i + 8 <= e; i += 8) {
-    opd_v8f v = opd__v8_load(j->x + i);
-    opd__v8_store(j->y + i, v / (1.0f + opd__v8_expf_inf(-v)));
+/* The range function of an elementwise op of this section: 8 lanes of
+ * opd__v8_<name>, the tail through opd__<name>1 (kernels/common/act.h). */
+#define ELT_RANGE(name)                                                    \
+  __attribute__((optimize("fp-contract=fast")))                            \
+  OPD_FAST static void name##_range(void *arg, int64_t b, int64_t e) {     \
+    const elt_job_t *j = arg;                                              \
+    int64_t i = b;                                                         \
+    for (; i + 8 <= e; i += 8)                                             \
+      opd__v8_store(j->y + i, opd__v8_##name(opd__v8_load(j->x + i)));     \
+    for (; i < e; i++) j->y[i] = opd__##name##1(j->x[i]);                  \
   }
-  for (; i < e; i++) j->y[i] = j->x[i] / (1.0f + exp_inf(-j->x[i]));
-}
 
-__attribute__((optimize("fp-contract=fast")))
-OPD_FAST static void sigmoid_range(void *arg, int64_t b, int64_t e) {
-  const elt_job_t *j = arg;
-  int64_t i = b;
-  for (; i + 8 <= e; i += 8) {
-    opd_v8f v = opd__v8_load(j->x + i);
-    opd__v8_store(j->y + i, 1.0f / (1.0f + opd__v8_expf_inf(-v)));
-  }
-  for (; i < e; i++) j->y[i] = 1.0f / (1.0f + exp_inf(-j->x[i]));
-}
-
-/* Cephes tanhf's polynomial for |x| < 0.625: x + x^3 P(x^2). */
-#define TANH_POLY(x, s)                                                    \
-  (((((-5.70498872745e-3f * (s) + 2.06390887954e-2f) * (s) -              \
-      5.37397155531e-2f) * (s) + 1.33314422036e-1f) * (s) -               \
-    3.33332819422e-1f) * (s) * (x) + (x))
-
-static inline float tanh1(float v) {
-  float a = fabsf(v);
-  if (a < 0.625f) return TANH_POLY(v, v * v);
-  return copysignf(1.0f - 2.0f / (exp_inf(2.0f * a) + 1.0f), v);
-}
-
-__attribute__((optimize("fp-contract=fast")))
-OPD_FAST static void tanh_range(void *arg, int64_t b, int64_t e) {
-  const elt_job_t *j = arg;
-  const opd_v8u absmask = (opd_v8u){0} + 0x7fffffffu;
-  int64_t i = b;
-  for (; i + 8 <= e; i += 8) {
-    opd_v8f v = opd__v8_load(j->x + i);
-    opd_v8f a = (opd_v8f)((opd_v8u)v & absmask);
-    opd_v8f big = 1.0f - 2.0f / (opd__v8_expf_inf(2.0f * a) + 1.0f);
-    big = (opd_v8f)(((opd_v8u)big & absmask) | ((opd_v8u)v & ~absmask));
-    opd__v8_store(j->y + i, opd__v8_sel(a < 0.625f, TANH_POLY(v, v * v), big));
-  }
-  for (; i < e; i++) j->y[i] = tanh1(j->x[i]);
-}
+ELT_RANGE(silu)
+ELT_RANGE(sigmoid)
+ELT_RANGE(tanh)
 
 /* The fast entry point of an elementwise op of this section. */
 #define ELT_FAST(name)                                                     \

@@ -33,6 +33,7 @@ Test(gru_cell, fast_matches_ref) {
       {1, 1, 1, 0},
       {3, 7, 5, 0},      /* ragged */
       {16, 40, 133, 0},  /* scratch malloc'd, several pool chunks */
+      {1, 300, 700, 0},  /* batch 1 past GEMV_GRAIN: rows over the pool */
       {1, 9, 11, 1},     /* unbatched x (I), h (H) */
       {2, 0, 3, 0},      /* I = 0 */
       {0, 4, 3, 0},      /* empty batch */

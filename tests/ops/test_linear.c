@@ -69,6 +69,7 @@ Test(linear, fast_matches_ref) {
       {1, {17}, 4},          /* 1-D x */
       {2, {130, 257}, 67},
       {2, {64, 128}, 300},   /* several pool chunks in the epilogue */
+      {2, {1, 1031}, 700},   /* batch 1 past GEMV_GRAIN: rows over the pool */
       {2, {0, 5}, 3},        /* empty */
       {2, {3, 5}, 0},        /* N = 0 */
   };
