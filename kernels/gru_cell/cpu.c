@@ -8,8 +8,9 @@
  *   cpu_fast  gi = x @ w_ih^T and gh = h @ w_hh^T (B, 3H) through the
  *             shared GEMM (kernels/common/gemm.h: its GEMV on call->exec
  *             for batch 1),
- *             then one gate pass (biases, sigmoid, tanh, blend) over the
- *             batch rows, spread over call->exec
+ *             then one gate pass (biases, sigmoid, tanh, blend; 8 lanes,
+ *             the activations of kernels/common/act.h) over the batch
+ *             rows, spread over call->exec
  * Scratch (cpu_fast): gi and gh, 6BH floats, on the stack up to
  * STACK_FLOATS (32 KiB: B = 1 up to H = 1365, the trading shapes), else
  * malloc'd for the call and freed before it returns (OPD_ENOMEM when that
@@ -19,6 +20,7 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "kernels/common/act.h"
 #include "kernels/common/cpu.h"
 #include "kernels/common/gemm.h"
 #include "kernels/common/kutil.h"
@@ -62,30 +64,45 @@ int opd__gru_cell_cpu_ref(opd_kcall_t *call) {
 
 typedef struct gru_job {
   const gru_dims_t *d;             /* sizes */
-  const float *gi, *gh;            /* (B, 3H) products, no bias */
+  float *gi, *gh;                  /* (B, 3H) products, no bias: scratch */
   const float *bi, *bh;            /* (3H) biases or NULL */
   const float *h;                  /* (B, H) */
   float *y;                        /* (B, H) */
 } gru_job_t;
 
-/* The gates of batch rows [b0, b1). */
+/* One gate step on 8 lanes (V = opd_v8f, with opd__v8_*) or one (V =
+ * float, with opd__*1): r, z from the summed products, n, the blend. */
+#define GRU_GATES(V, SIG, TANH, ir, iz, in, hr, hz, hn, h)                 \
+  ({                                                                       \
+    V r_ = SIG((ir) + (hr)), z_ = SIG((iz) + (hz));                        \
+    V n_ = TANH((in) + r_ * (hn));                                         \
+    (1.0f - z_) * n_ + z_ * (h);                                           \
+  })
+
+/* The gates of batch rows [b0, b1): the biases added to gi and gh in
+ * place (they are scratch), then 8 lanes of the gate step, the tail one by
+ * one (the activations of kernels/common/act.h). */
+__attribute__((optimize("fp-contract=fast")))
 OPD_FAST static void gates(void *arg, int64_t b0, int64_t b1) {
   const gru_job_t *j = arg;
   int64_t H = j->d->H;
   for (int64_t b = b0; b < b1; b++) {
-    const float *gi = j->gi + b * 3 * H, *gh = j->gh + b * 3 * H;
+    float *gi = j->gi + b * 3 * H, *gh = j->gh + b * 3 * H;
     const float *h = j->h + b * H;
     float *y = j->y + b * H;
-    for (int64_t k = 0; k < H; k++) {
-      float ir = gi[k], iz = gi[H + k], in = gi[2 * H + k];
-      float hr = gh[k], hz = gh[H + k], hn = gh[2 * H + k];
-      if (j->bi) ir += j->bi[k], iz += j->bi[H + k], in += j->bi[2 * H + k];
-      if (j->bh) hr += j->bh[k], hz += j->bh[H + k], hn += j->bh[2 * H + k];
-      float r = 1.0f / (1.0f + expf(-(ir + hr)));
-      float z = 1.0f / (1.0f + expf(-(iz + hz)));
-      float n = tanhf(in + r * hn);
-      y[k] = (1.0f - z) * n + z * h[k];
+    for (int64_t k = 0; j->bi && k < 3 * H; k++) gi[k] += j->bi[k];
+    for (int64_t k = 0; j->bh && k < 3 * H; k++) gh[k] += j->bh[k];
+    int64_t k = 0;
+    for (; k + 8 <= H; k += 8) {
+      opd_v8f v = GRU_GATES(opd_v8f, opd__v8_sigmoid, opd__v8_tanh, opd__v8_load(gi + k),
+                            opd__v8_load(gi + H + k), opd__v8_load(gi + 2 * H + k),
+                            opd__v8_load(gh + k), opd__v8_load(gh + H + k),
+                            opd__v8_load(gh + 2 * H + k), opd__v8_load(h + k));
+      opd__v8_store(y + k, v);
     }
+    for (; k < H; k++)
+      y[k] = GRU_GATES(float, opd__sigmoid1, opd__tanh1, gi[k], gi[H + k], gi[2 * H + k],
+                       gh[k], gh[H + k], gh[2 * H + k], h[k]);
   }
 }
 
