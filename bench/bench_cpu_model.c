@@ -101,6 +101,24 @@ static void bench(opd_kcall_t *c, const char *label, int n) {
   fflush(stdout);
 }
 
+/* A call of `op` with n_in inputs and one output; shapes[i] is {rank, d0,
+ * d1} of input i, shapes[n_in] the output's. */
+static void call_new(opd_kcall_t *c, const char *op, int n_in, const int64_t (*shapes)[3]) {
+  memset(c, 0, sizeof *c);
+  c->op = opd__op_find(op);
+  c->exec = &opd__exec_serial;
+  c->n_in = n_in;
+  c->n_out = 1;
+  for (int i = 0; i <= n_in; i++)
+    view(i < n_in ? &c->in[i] : &c->out[0], (int)shapes[i][0], shapes[i] + 1);
+  for (int a = 0; a < c->op->n_attrs; a++) c->attr[a] = c->op->attrs[a].def;
+}
+
+static void call_free(opd_kcall_t *c) {
+  for (int i = 0; i < c->n_in; i++) free(c->in[i].data);
+  free(c->out[0].data);
+}
+
 int main(void) {
   static const int64_t layers[][3] = {{1, 256, 512}, {1, 512, 512}, {1, 512, 1},
                                       {64, 256, 512}, {64, 512, 512}};
@@ -109,17 +127,9 @@ int main(void) {
   if (opd__exec_pool_create(&pool, (int)sysconf(_SC_NPROCESSORS_ONLN))) return 1;
   for (size_t k = 0; k < sizeof layers / sizeof layers[0]; k++) {
     opd_kcall_t c;
-    memset(&c, 0, sizeof c);
-    c.op = opd__op_find("linear");
-    c.exec = &opd__exec_serial;
-    c.n_in = 3;
-    c.n_out = 1;
     int64_t M = layers[k][0], K = layers[k][1], N = layers[k][2];
-    view(&c.in[0], 2, (int64_t[]){M, K});
-    view(&c.in[1], 2, (int64_t[]){N, K});
-    view(&c.in[2], 1, (int64_t[]){N});
-    view(&c.out[0], 2, (int64_t[]){M, N});
-    c.attr[0] = c.op->attrs[0].def;
+    const int64_t shapes[4][3] = {{2, M, K}, {2, N, K}, {1, N}, {2, M, N}};
+    call_new(&c, "linear", 3, shapes);
     snprintf(c.attr[0].s, sizeof c.attr[0].s, "%s", acts[k]);
     char label[96];
     snprintf(label, sizeof label, "shape=%lldx%lld@%lld act=%s", (long long)M, (long long)K,
@@ -131,30 +141,20 @@ int main(void) {
       printf("bench op=linear %s impl=openblas_sgemv us=%.2f\n", label,
              time_us(run_sgemv, &c, n));
 #endif
-    for (int i = 0; i < 4; i++) free(i < 3 ? c.in[i].data : c.out[0].data);
+    call_free(&c);
   }
   static const int64_t grus[][3] = {{1, 256, 256}, {1, 64, 512}};
   for (size_t k = 0; k < sizeof grus / sizeof grus[0]; k++) {
     opd_kcall_t c;
-    memset(&c, 0, sizeof c);
-    c.op = opd__op_find("gru_cell");
-    c.exec = &opd__exec_serial;
-    c.n_in = 6;
-    c.n_out = 1;
     int64_t nb = grus[k][0], ni = grus[k][1], nh = grus[k][2];
-    view(&c.in[0], 2, (int64_t[]){nb, ni});
-    view(&c.in[1], 2, (int64_t[]){nb, nh});
-    view(&c.in[2], 2, (int64_t[]){3 * nh, ni});
-    view(&c.in[3], 2, (int64_t[]){3 * nh, nh});
-    view(&c.in[4], 1, (int64_t[]){3 * nh});
-    view(&c.in[5], 1, (int64_t[]){3 * nh});
-    view(&c.out[0], 2, (int64_t[]){nb, nh});
+    const int64_t shapes[7][3] = {{2, nb, ni},     {2, nb, nh}, {2, 3 * nh, ni}, {2, 3 * nh, nh},
+                                  {1, 3 * nh},     {1, 3 * nh}, {2, nb, nh}};
+    call_new(&c, "gru_cell", 6, shapes);
     char label[96];
     snprintf(label, sizeof label, "shape=B%lld,I%lld,H%lld", (long long)nb, (long long)ni,
              (long long)nh);
     bench(&c, label, 1000);
-    for (int i = 0; i < 6; i++) free(c.in[i].data);
-    free(c.out[0].data);
+    call_free(&c);
   }
   opd__exec_pool_destroy(&pool);
   return 0;
