@@ -38,7 +38,7 @@ static int linear_misaligned_bias(opd_kcall_t *c, const opd_cuda_ctx_t *x) {
   size_t esz = opd__dtype_size(c->in[2].dtype), n = (size_t)c->in[2].numel * esz;
   char *buf;
   CK(cudaMalloc(&buf, n + 16));
-  CK(cudaMemcpy(buf + 4, c->in[2].data, n, cudaMemcpyDeviceToDevice));
+  CK(cudaMemcpyAsync(buf + 4, c->in[2].data, n, cudaMemcpyDeviceToDevice, g_stream));
   void *keep = c->in[2].data;
   c->in[2].data = buf + 4;
   int rc = opd__op_find("linear")->cuda(c, x);
