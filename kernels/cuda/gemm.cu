@@ -107,13 +107,20 @@ int opd__cuda_gemm(opd_kcall_t *call, const opd_cuda_ctx_t *ctx, const opd_gemm_
                                                 &alC, sizeof alC));
   LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
                                                 &alC, sizeof alC));
-  LT_CHECK(cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, lc, lc, pref, 1, &res, &nres));
-  if (nres < 1) {
-    rc = opd__kerr(call, OPD_EBACKEND,
-                   "cublasLt: no algorithm for (%lld,%lld)@(%lld,%lld) x %lld",
-                   (long long)g->M, (long long)g->K, (long long)g->K, (long long)g->N,
-                   (long long)g->batch);
-    goto done;
+  {
+    cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, lc, lc, pref, 1, &res,
+                                                       &nres);
+    if (hs != CUBLAS_STATUS_SUCCESS || nres < 1) {
+      /* with an epilogue: OPD_EINVAL, so that the caller can run the GEMM
+       * without it and apply the epilogue itself */
+      rc = opd__kerr(call, g->epilogue != OPD_GEMM_EPI_NONE ? OPD_EINVAL : OPD_EBACKEND,
+                     "cublasLt: no algorithm for (%lld,%lld)@(%lld,%lld) x %lld%s (%s)",
+                     (long long)g->M, (long long)g->K, (long long)g->K, (long long)g->N,
+                     (long long)g->batch,
+                     g->epilogue != OPD_GEMM_EPI_NONE ? " with this epilogue" : "",
+                     cublasLtGetStatusString(hs));
+      goto done;
+    }
   }
   LT_CHECK(cublasLtMatmul(lt, op, &alpha, g->B, la, g->A, lb, &beta, g->C, lc, g->C, lc,
                           &res.algo, ws ? ctx->workspace : NULL, ws,

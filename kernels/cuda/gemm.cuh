@@ -61,7 +61,9 @@ enum {
 };
 
 /* Enqueues the GEMM on ctx's stream. Returns 0, or OPD_EBACKEND with
- * "cublasLt: ..." in call->err (nothing enqueued). M, N, K > 0. */
+ * "cublasLt: ..." in call->err (nothing enqueued); OPD_EINVAL when
+ * cuBLASLt has no algorithm for the epilogue asked for (the caller may
+ * run it without and apply the epilogue itself). M, N, K > 0. */
 int opd__cuda_gemm(opd_kcall_t *call, const opd_cuda_ctx_t *ctx, const opd_gemm_t *g);
 
 #endif /* OPD_KERNELS_CUDA_GEMM_CUH */

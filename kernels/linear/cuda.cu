@@ -9,9 +9,10 @@
  *   gelu_tanh  EPILOGUE_GELU_BIAS (GELU): cuBLASLt's GELU is the tanh form
  *   gelu, silu EPILOGUE_BIAS (DEFAULT), then act_kernel over the output
  *              (cuBLASLt has no erf gelu or silu)
- * A bias that is not 16-byte aligned (an arena offset of 4 mod 16, say)
- * is added by act_kernel after a plain GEMM, together with the
- * activation. K == 0: the output is zeroed (cudaMemsetAsync) and
+ * A bias that is not 16-byte aligned (an arena offset of 4 mod 16, say),
+ * or an epilogue cuBLASLt has no algorithm for (opd__cuda_gemm's
+ * OPD_EINVAL), is added by act_kernel after a plain GEMM, together with
+ * the activation. K == 0: the output is zeroed (cudaMemsetAsync) and
  * act_kernel writes act(bias). Everything is enqueued on ctx's stream:
  * no allocation, no synchronization, so the call can be captured into a
  * CUDA graph.
@@ -90,7 +91,15 @@ extern "C" int opd__linear_cuda(opd_kcall_t *call, const opd_cuda_ctx_t *ctx) {
       g.bias = lt_bias ? bias : NULL;
       post_bias = NULL;
     }
-    if ((rc = opd__cuda_gemm(call, ctx, &g))) return rc;
+    rc = opd__cuda_gemm(call, ctx, &g);
+    if (rc == OPD_EINVAL) { /* no algorithm with that epilogue: act_kernel does it */
+      g.epilogue = OPD_GEMM_EPI_NONE;
+      g.bias = NULL;
+      post = true;
+      post_bias = bias;
+      rc = opd__cuda_gemm(call, ctx, &g);
+    }
+    if (rc) return rc;
   }
   if (!post_bias && !(post && p.act != OPD_ACT_NONE)) return 0;
   int64_t n = p.M * p.N;
