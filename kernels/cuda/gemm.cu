@@ -41,6 +41,11 @@ int opd__cuda_gemm(opd_kcall_t *call, const opd_cuda_ctx_t *ctx, const opd_gemm_
     default: return opd__cuda_bad_dtype(call, g->dtype);
   }
   int64_t esz = (int64_t)opd__dtype_size(g->dtype);
+  /* C in float for half A and B (gru_cell's scratch): cuBLASLt's
+   * 16F/16BF x 16F/16BF -> 32F with COMPUTE_32F */
+  bool c_f32 = g->c_float && dt != CUDA_R_32F;
+  cudaDataType_t cdt = c_f32 ? CUDA_R_32F : dt;
+  int64_t csz = c_f32 ? 4 : esz;
   cublasLtHandle_t lt = (cublasLtHandle_t)ctx->cublaslt;
   cublasLtMatmulDesc_t op = NULL;
   cublasLtMatrixLayout_t la = NULL, lb = NULL, lc = NULL;
@@ -55,7 +60,7 @@ int opd__cuda_gemm(opd_kcall_t *call, const opd_cuda_ctx_t *ctx, const opd_gemm_
    * K, with TRANSA), its B our A (K x M, ld K), C and D ours (N x M, ld
    * N). */
   uint32_t alA = align_of(g->B, g->sB * esz), alB = align_of(g->A, g->sA * esz),
-           alC = align_of(g->C, g->sC * esz);
+           alC = align_of(g->C, g->sC * csz);
   LT_CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   if (g->trans_b) {
     cublasOperation_t t = CUBLAS_OP_T;
@@ -72,7 +77,7 @@ int opd__cuda_gemm(opd_kcall_t *call, const opd_cuda_ctx_t *ctx, const opd_gemm_
                                               sizeof g->bias));
   }
   LT_CHECK(cublasLtMatrixLayoutCreate(&lb, dt, (uint64_t)g->K, (uint64_t)g->M, g->K));
-  LT_CHECK(cublasLtMatrixLayoutCreate(&lc, dt, (uint64_t)g->N, (uint64_t)g->M, g->N));
+  LT_CHECK(cublasLtMatrixLayoutCreate(&lc, cdt, (uint64_t)g->N, (uint64_t)g->M, g->N));
   if (g->batch > 1) {
     if (g->batch > INT32_MAX) {
       rc = opd__kerr(call, OPD_ELIMIT, "batch of %lld products is more than cuBLASLt takes",
@@ -92,7 +97,7 @@ int opd__cuda_gemm(opd_kcall_t *call, const opd_cuda_ctx_t *ctx, const opd_gemm_
   LT_CHECK(cublasLtMatmulPreferenceCreate(&pref));
   LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                 &ws64, sizeof ws64));
-  if (dt != CUDA_R_32F) {
+  if (cdt != CUDA_R_32F) {
     /* Split-K only with its partial sums in float (gemm.cuh: Precision):
      * INPLACE and OUTPUT_TYPE add the parts up in the output type. */
     uint32_t red = CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;

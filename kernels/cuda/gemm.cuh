@@ -47,6 +47,8 @@ typedef struct opd_gemm {
   int epilogue;                    /* OPD_GEMM_EPI_*: on the accumulator */
   const void *bias;                /* (N) in dtype, for the *_BIAS
                                       epilogues; 16-byte aligned */
+  int c_float;                     /* 1: C is float32 whatever dtype (the
+                                      half types' products kept in float) */
 } opd_gemm_t;
 
 /* Epilogues (cuBLASLt's): BIAS adds bias[n] to column n of C; RELU is

@@ -2,8 +2,9 @@
  * bfloat16 (gates computed in float; formulas and shapes: op.c, gru.h).
  *
  * Variant (one): two cuBLASLt GEMMs (kernels/cuda/gemm.cu; fp32 without
- * TF32, half types with fp32 accumulation) into scratch in the input
- * dtype, gi = x @ w_ih^T and gh = h @ w_hh^T (B, 3H) each, then
+ * TF32, half types with fp32 accumulation) into float32 scratch (the half
+ * types' products are not rounded to 16 bits before the gates: the one
+ * rounding is h'), gi = x @ w_ih^T and gh = h @ w_hh^T (B, 3H) each, then
  * gate_kernel: one thread per output element adds the biases and
  * computes r, z, n and h' in float.
  * Scratch: gi and gh, each rounded up to 256 bytes, from the workspace
@@ -22,24 +23,24 @@ extern "C" {
 
 static size_t round256(size_t b) { return (b + 255) & ~(size_t)255; }
 
-/* Bytes of one of gi / gh. */
-static size_t part_bytes(const gru_dims_t *d, int32_t dt) {
-  return round256((size_t)(3 * d->B * d->H) * opd__dtype_size(dt));
+/* Bytes of one of gi / gh (float32). */
+static size_t part_bytes(const gru_dims_t *d) {
+  return round256((size_t)(3 * d->B * d->H) * sizeof(float));
 }
 
 extern "C" size_t opd__gru_cell_cuda_workspace(const opd_kcall_t *call) {
   gru_dims_t d = opd__gru_dims(call);
-  return 2 * part_bytes(&d, call->in[0].dtype);
+  return 2 * part_bytes(&d);
 }
 
 template <typename T>
-__global__ void gate_kernel(const T *gi, const T *gh, const T *bi, const T *bh, const T *h,
-                            T *y, int64_t B, int64_t H) {
+__global__ void gate_kernel(const float *gi, const float *gh, const T *bi, const T *bh,
+                            const T *h, T *y, int64_t B, int64_t H) {
   int64_t n = B * H, stride = (int64_t)gridDim.x * blockDim.x;
   for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += stride) {
     int64_t b = e / H, k = e % H, o = b * 3 * H + k;
-    float ir = to_f(gi[o]), iz = to_f(gi[o + H]), in = to_f(gi[o + 2 * H]);
-    float hr = to_f(gh[o]), hz = to_f(gh[o + H]), hn = to_f(gh[o + 2 * H]);
+    float ir = gi[o], iz = gi[o + H], in = gi[o + 2 * H];
+    float hr = gh[o], hz = gh[o + H], hn = gh[o + 2 * H];
     if (bi) ir += to_f(bi[k]), iz += to_f(bi[k + H]), in += to_f(bi[k + 2 * H]);
     if (bh) hr += to_f(bh[k]), hz += to_f(bh[k + H]), hn += to_f(bh[k + 2 * H]);
     float r = 1.0f / (1.0f + expf(-(ir + hr)));
@@ -54,7 +55,7 @@ extern "C" int opd__gru_cell_cuda(opd_kcall_t *call, const opd_cuda_ctx_t *ctx) 
   if (d.B == 0 || d.H == 0) return 0;
   int32_t dt = call->out[0].dtype;
   cudaStream_t st = OPD_STREAM(ctx);
-  size_t part = part_bytes(&d, dt);
+  size_t part = part_bytes(&d);
   size_t lt = ctx->workspace_bytes < OPD_CUDA_LT_WORKSPACE ? ctx->workspace_bytes
                                                            : OPD_CUDA_LT_WORKSPACE;
   size_t have = ctx->workspace ? ctx->workspace_bytes - lt : 0;
@@ -67,9 +68,9 @@ extern "C" int opd__gru_cell_cuda(opd_kcall_t *call, const opd_cuda_ctx_t *ctx) 
   void *gi = base, *gh = base + part;
   int rc = 0;
   opd_gemm_t g = {dt, d.B, 3 * d.H, d.I, call->in[0].data, call->in[2].data, gi, 0, 0, 0, 1,
-                  0.0f, 1, OPD_GEMM_EPI_NONE, NULL};
+                  0.0f, 1, OPD_GEMM_EPI_NONE, NULL, 1};
   if (d.I == 0) {
-    cudaError_t e = cudaMemsetAsync(gi, 0, (size_t)(3 * d.B * d.H) * opd__dtype_size(dt), st);
+    cudaError_t e = cudaMemsetAsync(gi, 0, (size_t)(3 * d.B * d.H) * sizeof(float), st);
     if (e != cudaSuccess) rc = opd__cuda_fail(call, e, __FILE__, __LINE__);
   } else {
     rc = opd__cuda_gemm(call, ctx, &g);
@@ -85,7 +86,7 @@ extern "C" int opd__gru_cell_cuda(opd_kcall_t *call, const opd_cuda_ctx_t *ctx) 
     int64_t n = d.B * d.H;
     OPD_FLOAT_DISPATCH(dt, rc = opd__cuda_bad_dtype(call, dt),
       gate_kernel<T><<<grid_for(n, 256), 256, 0, st>>>(
-          (const T *)gi, (const T *)gh, d.has_bih ? (const T *)call->in[4].data : NULL,
+          (const float *)gi, (const float *)gh, d.has_bih ? (const T *)call->in[4].data : NULL,
           d.has_bhh ? (const T *)call->in[5].data : NULL, (const T *)call->in[1].data,
           (T *)call->out[0].data, d.B, d.H);
     )
