@@ -131,7 +131,7 @@ DAEMON_LIBS := $(UV_LIB) $(MSGPACK_LIB) $(BLAS_LIBS) $(SVC_LIBS) -lm
 # The objects that differ with BLAS rebuild when it changes (stamp file).
 BLAS_STAMP := $(B)/.blas
 $(shell mkdir -p $(B); [ "$$(cat $(BLAS_STAMP) 2>/dev/null)" = "$(BLAS)" ] || echo $(BLAS) > $(BLAS_STAMP))
-$(B)/obj/kernels/matmul/cpu.o $(B)/obj/kernels/conv2d/cpu.o: $(BLAS_STAMP)
+$(B)/obj/kernels/matmul/cpu.o $(B)/obj/kernels/conv2d/cpu.o $(B)/obj/kernels/common/gemm.o: $(BLAS_STAMP)
 ifeq ($(CUDA_ON),1)
   CPPFLAGS += -isystem $(CUDA_HOME)/include
   # cudart static (nvcc's default); cuBLASLt from the toolkit's lib64

@@ -1,5 +1,5 @@
-/* The binary family on the CPU (add, mul): broadcasting elementwise
- * kernels, one body for every op of the family (rows: ops.c).
+/* The binary family on the CPU (add, mul, sub, div): broadcasting
+ * elementwise kernels, one body for every op of the family (rows: ops.c).
  *
  * DESIGN
  * The reference walks the output with a multi-index and reads each operand
@@ -13,24 +13,71 @@
  *   scalar   one operand has one element
  *   general  per output row (last dim), each operand read with stride 0
  *            or 1 in that row, its start from the outer multi-index
- * add and mul are commutative in IEEE arithmetic, so swapping operands to
- * reach a fast path changes no bit of the result.
+ * The layouts with a "full" operand may find it on the right (b): then
+ * the loops run the reversed operation (OPD_BIN_RSUB: small - full,
+ * OPD_BIN_RDIV: small / full; add and mul are their own reverse, being
+ * commutative in IEEE arithmetic), so every op gives the bits of a op b.
+ * Each loop is written once (an always-inline function of the operation)
+ * and instantiated per operation by BIN_DISPATCH, so every copy is a plain
+ * loop the compiler vectorizes. Division is IEEE division (no reciprocal):
+ * x / 0 is +-inf, 0 / 0 NaN, as torch.
  * Variants (per op, through binary_ref / binary_fast):
  *   cpu_ref   multi-index walk through broadcast strides
  *   cpu_fast  equal / row-bias / scalar / general-by-rows loops, pooled
- * A new op of the family: its operation in opd_binop_t and apply(), and
- * one BINARY_KERNELS line at the end.
+ * A new op of the family: its operation in opd_binop_t, apply() and
+ * BIN_DISPATCH (and its reverse, if it is not commutative), and one
+ * BINARY_KERNELS line at the end.
  * Test: build/tests/ops, suite binary (tests/ops/test_binary.c).
  */
 #include "kernels/common/cpu.h"
 #include "kernels/common/kutil.h"
 
-/* The family's operations: the scalar op each row applies. */
-typedef enum { OPD_BIN_ADD, OPD_BIN_MUL } opd_binop_t;
+/* The family's operations: the scalar op each row applies, and the
+ * reverses the fast layouts use when the full operand is b. */
+typedef enum {
+  OPD_BIN_ADD,
+  OPD_BIN_MUL,
+  OPD_BIN_SUB,
+  OPD_BIN_DIV,
+  OPD_BIN_RSUB,                    /* y - x */
+  OPD_BIN_RDIV,                    /* y / x */
+} opd_binop_t;
 
-static inline float apply(opd_binop_t op, float x, float y) {
-  return op == OPD_BIN_ADD ? x + y : x * y;
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
+
+ALWAYS_INLINE float apply(opd_binop_t op, float x, float y) {
+  switch (op) {
+    case OPD_BIN_ADD: return x + y;
+    case OPD_BIN_MUL: return x * y;
+    case OPD_BIN_SUB: return x - y;
+    case OPD_BIN_DIV: return x / y;
+    case OPD_BIN_RSUB: return y - x;
+    default: return y / x; /* OPD_BIN_RDIV */
+  }
 }
+
+/* op with its operands swapped. */
+static opd_binop_t reverse(opd_binop_t op) {
+  switch (op) {
+    case OPD_BIN_SUB: return OPD_BIN_RSUB;
+    case OPD_BIN_DIV: return OPD_BIN_RDIV;
+    case OPD_BIN_RSUB: return OPD_BIN_SUB;
+    case OPD_BIN_RDIV: return OPD_BIN_DIV;
+    default: return op;
+  }
+}
+
+/* Calls LOOP(<constant op>, args...) for the run-time op `op`, so that
+ * each always-inline LOOP is compiled once per operation. */
+#define BIN_DISPATCH(op, LOOP, ...)                                        \
+  switch (op) {                                                            \
+    case OPD_BIN_ADD: LOOP(OPD_BIN_ADD, __VA_ARGS__); break;               \
+    case OPD_BIN_MUL: LOOP(OPD_BIN_MUL, __VA_ARGS__); break;               \
+    case OPD_BIN_SUB: LOOP(OPD_BIN_SUB, __VA_ARGS__); break;               \
+    case OPD_BIN_DIV: LOOP(OPD_BIN_DIV, __VA_ARGS__); break;               \
+    case OPD_BIN_RSUB: LOOP(OPD_BIN_RSUB, __VA_ARGS__); break;             \
+    case OPD_BIN_RDIV: LOOP(OPD_BIN_RDIV, __VA_ARGS__); break;             \
+  }
 
 static int binary_ref(opd_kcall_t *call, opd_binop_t op) {
   const opd_tview_t *a = &call->in[0], *b = &call->in[1];
@@ -69,41 +116,42 @@ typedef struct bin_job {
   int64_t sb[OPD_MAX_RANK];        /* b's broadcast strides */
 } bin_job_t;
 
+/* o[i] = x[i] op y[i] over [0, n). */
+ALWAYS_INLINE void loop_vv(opd_binop_t op, const float *x, const float *y,
+                           float *o, int64_t n) {
+  for (int64_t i = 0; i < n; i++) o[i] = apply(op, x[i], y[i]);
+}
+
+/* o[i] = x[i] op s over [0, n). */
+ALWAYS_INLINE void loop_vs(opd_binop_t op, const float *x, float s, float *o,
+                           int64_t n) {
+  for (int64_t i = 0; i < n; i++) o[i] = apply(op, x[i], s);
+}
+
+/* o[i] = s op y[i] over [0, n). */
+ALWAYS_INLINE void loop_sv(opd_binop_t op, float s, const float *y, float *o,
+                           int64_t n) {
+  for (int64_t i = 0; i < n; i++) o[i] = apply(op, s, y[i]);
+}
+
 /* Flat elements [b, e): equal shapes. */
 OPD_FAST static void run_equal(void *arg, int64_t b, int64_t e) {
   const bin_job_t *j = arg;
-  const float *x = j->full, *y = j->small;
-  float *o = j->out;
-  if (j->op == OPD_BIN_ADD)
-    for (int64_t i = b; i < e; i++) o[i] = x[i] + y[i];
-  else
-    for (int64_t i = b; i < e; i++) o[i] = x[i] * y[i];
+  BIN_DISPATCH(j->op, loop_vv, j->full + b, j->small + b, j->out + b, e - b)
 }
 
 /* Flat elements [b, e): small is one value. */
 OPD_FAST static void run_scalar(void *arg, int64_t b, int64_t e) {
   const bin_job_t *j = arg;
-  const float *x = j->full, s = j->small[0];
-  float *o = j->out;
-  if (j->op == OPD_BIN_ADD)
-    for (int64_t i = b; i < e; i++) o[i] = x[i] + s;
-  else
-    for (int64_t i = b; i < e; i++) o[i] = x[i] * s;
+  BIN_DISPATCH(j->op, loop_vs, j->full + b, j->small[0], j->out + b, e - b)
 }
 
 /* Rows [b, e) of len elements: out[r, i] = full[r, i] op small[i]. */
 OPD_FAST static void run_rowbias(void *arg, int64_t b, int64_t e) {
   const bin_job_t *j = arg;
-  const float *y = j->small;
   int64_t n = j->len;
-  for (int64_t r = b; r < e; r++) {
-    const float *x = j->full + r * n;
-    float *o = j->out + r * n;
-    if (j->op == OPD_BIN_ADD)
-      for (int64_t i = 0; i < n; i++) o[i] = x[i] + y[i];
-    else
-      for (int64_t i = 0; i < n; i++) o[i] = x[i] * y[i];
-  }
+  for (int64_t r = b; r < e; r++)
+    BIN_DISPATCH(j->op, loop_vv, j->full + r * n, j->small, j->out + r * n, n)
 }
 
 /* Output rows [b, e) (last dim), operands through broadcast strides. */
@@ -123,22 +171,11 @@ OPD_FAST static void run_general(void *arg, int64_t b, int64_t e) {
     const float *x = j->a + ia, *y = j->b + ib;
     float *po = j->out + r * n;
     if (ta == 1 && tb == 1) {
-      if (j->op == OPD_BIN_ADD)
-        for (int64_t i = 0; i < n; i++) po[i] = x[i] + y[i];
-      else
-        for (int64_t i = 0; i < n; i++) po[i] = x[i] * y[i];
+      BIN_DISPATCH(j->op, loop_vv, x, y, po, n)
     } else if (ta == 1) { /* y[0] repeats along the row */
-      float s = y[0];
-      if (j->op == OPD_BIN_ADD)
-        for (int64_t i = 0; i < n; i++) po[i] = x[i] + s;
-      else
-        for (int64_t i = 0; i < n; i++) po[i] = x[i] * s;
+      BIN_DISPATCH(j->op, loop_vs, x, y[0], po, n)
     } else if (tb == 1) {
-      float s = x[0];
-      if (j->op == OPD_BIN_ADD)
-        for (int64_t i = 0; i < n; i++) po[i] = s + y[i];
-      else
-        for (int64_t i = 0; i < n; i++) po[i] = s * y[i];
+      BIN_DISPATCH(j->op, loop_sv, x[0], y, po, n)
     } else {
       float v = apply(j->op, x[0], y[0]);
       for (int64_t i = 0; i < n; i++) po[i] = v;
@@ -178,6 +215,7 @@ static int binary_fast(opd_kcall_t *call, opd_binop_t op) {
   } else if (b->numel == n) {
     full = b;
     small = a;
+    j.op = reverse(op); /* the loops compute full op small */
   }
   if (full && small->numel == 1) {
     j.full = full->data;
@@ -192,6 +230,7 @@ static int binary_fast(opd_kcall_t *call, opd_binop_t op) {
     ex->parallel_for(ex, n / j.len, opd__row_grain(j.len), run_rowbias, &j);
     return 0;
   }
+  j.op = op; /* a and b in place again */
   j.o = o;
   j.a = a->data;
   j.b = b->data;
@@ -215,3 +254,5 @@ static int binary_fast(opd_kcall_t *call, opd_binop_t op) {
 
 BINARY_KERNELS(add, OPD_BIN_ADD)
 BINARY_KERNELS(mul, OPD_BIN_MUL)
+BINARY_KERNELS(sub, OPD_BIN_SUB)
+BINARY_KERNELS(div, OPD_BIN_DIV)

@@ -1,4 +1,4 @@
-/* The binary family on the GPU (add, mul): broadcasting elementwise
+/* The binary family on the GPU (add, mul, sub, div): broadcasting elementwise
  * kernels, torch broadcasting, float32 / float16 / bfloat16 (a and b share
  * the dtype: the shape rule refuses mixed dtypes), computed in float; one
  * body for every op of the family (rows: ops.c).
@@ -14,8 +14,10 @@
  *   general  any broadcast: the output index is split into a multi-index,
  *            each operand read through broadcast strides (0 where it is
  *            stretched); rank <= OPD_MAX_RANK
- * add and mul are commutative in IEEE arithmetic, so swapping operands to
- * reach a fast path changes no bit. In place (out == a or b) is fine: each
+ * When the full operand of rowbias is b, the functor runs with its
+ * operands swapped back (Swapped<F>: f(small, full)), so sub and div give
+ * a - b and a / b; for add and mul (commutative in IEEE arithmetic) that
+ * changes no bit. Division is IEEE (nvcc's default -prec-div=true). In place (out == a or b) is fine: each
  * output element depends only on the same thread's reads.
  * Variants (per op, the functor a template parameter): equal shapes
  * (16-byte packs when aligned, else scalar), scalar / rowbias operand,
@@ -30,6 +32,17 @@ struct AddF {
 };
 struct MulF {
   __device__ float operator()(float x, float y) const { return x * y; }
+};
+struct SubF {
+  __device__ float operator()(float x, float y) const { return x - y; }
+};
+struct DivF {
+  __device__ float operator()(float x, float y) const { return x / y; }
+};
+/* f with its operands swapped: rowbias's full operand is b. */
+template <typename F> struct Swapped {
+  F f;
+  __device__ float operator()(float x, float y) const { return f(y, x); }
 };
 
 template <typename T, typename F>
@@ -124,8 +137,13 @@ static int binary_run(opd_kcall_t *call, const opd_cuda_ctx_t *ctx, F f) {
       else if (bv->numel == n) { full = bv; small = av; }
       if (full && (small->numel == 1 ||
                    bin_trails(small->shape, small->rank, ov->shape, ov->rank))) {
-        bin_rowbias<T, F><<<grid_for(n, 256), 256, 0, st>>>(
-            (const T *)full->data, (const T *)small->data, o, n, small->numel, f);
+        if (full == av)
+          bin_rowbias<T, F><<<grid_for(n, 256), 256, 0, st>>>(
+              (const T *)full->data, (const T *)small->data, o, n, small->numel, f);
+        else
+          bin_rowbias<T, Swapped<F>><<<grid_for(n, 256), 256, 0, st>>>(
+              (const T *)full->data, (const T *)small->data, o, n, small->numel,
+              Swapped<F>{f});
       } else {
         bin_geom_t g;
         g.rank = ov->rank;
@@ -148,3 +166,5 @@ static int binary_run(opd_kcall_t *call, const opd_cuda_ctx_t *ctx, F f) {
 
 BINARY_CUDA(add, AddF)
 BINARY_CUDA(mul, MulF)
+BINARY_CUDA(sub, SubF)
+BINARY_CUDA(div, DivF)

@@ -1,5 +1,5 @@
 /* The binary family's table: broadcasting elementwise ops a, b -> out,
- * one row per op (add, mul), float32 (float16 and bfloat16 on the CUDA
+ * one row per op (add, mul, sub, div), float32 (float16 and bfloat16 on the CUDA
  * backend: cpu_dtypes).
  *
  * DESIGN
@@ -70,6 +70,10 @@ static int binary_shape(opd_kcall_t *call, opd_tshape_t *out) {
 
 OPD_OP_DECLARE(add);
 OPD_OP_DECLARE(mul);
+OPD_OP_DECLARE(sub);
+OPD_OP_DECLARE(div);
 
 const opd_op_def_t opd__op_add = BINARY_ROW(add, "+", "torch.add");
 const opd_op_def_t opd__op_mul = BINARY_ROW(mul, "*", "torch.mul");
+const opd_op_def_t opd__op_sub = BINARY_ROW(sub, "-", "torch.sub");
+const opd_op_def_t opd__op_div = BINARY_ROW(div, "/", "torch.div");

@@ -1,4 +1,5 @@
-/* Row-major batched GEMM through cuBLASLt, shared by matmul and conv2d.
+/* Row-major batched GEMM through cuBLASLt, shared by matmul, conv2d,
+ * linear and gru_cell.
  *
  * DESIGN
  * opd's tensors are row-major; cuBLASLt is column-major. A row-major
@@ -21,6 +22,12 @@
  * allow_{fp16,bf16}_reduced_precision_reduction=False sets the same mask.
  * The algorithm comes from cuBLASLt's heuristic, told the real pointer
  * alignment and the workspace share (OPD_CUDA_LT_WORKSPACE) it may use.
+ * B may come transposed, as torch's (N, K) weights (linear, gru_cell):
+ * that row-major (N, K) is the column-major (K, N), passed with TRANSA.
+ * An epilogue (bias, relu, the tanh-form gelu) runs on the fp32
+ * accumulator before the one rounding to the output type; the bias must
+ * be 16-byte aligned (cuBLASLt's kernels read it in vectors: callers with
+ * another bias add it themselves).
  */
 #ifndef OPD_KERNELS_CUDA_GEMM_CUH
 #define OPD_KERNELS_CUDA_GEMM_CUH
@@ -35,10 +42,30 @@ typedef struct opd_gemm {
   int64_t sA, sB, sC;              /* batch strides in elements (0: repeat) */
   int64_t batch;                   /* items */
   float beta;                      /* C = A@B + beta*C */
+  int trans_b;                     /* 1: B is stored (N, K) and used as
+                                      B^T (torch's weight layout) */
+  int epilogue;                    /* OPD_GEMM_EPI_*: on the accumulator */
+  const void *bias;                /* (N) in dtype, for the *_BIAS
+                                      epilogues; 16-byte aligned */
+  int c_float;                     /* 1: C is float32 whatever dtype (the
+                                      half types' products kept in float) */
 } opd_gemm_t;
 
+/* Epilogues (cuBLASLt's): BIAS adds bias[n] to column n of C; RELU is
+ * max(v, 0); GELU is the tanh form, 0.5v(1+tanh(sqrt(2/pi)(v+0.044715v^3))). */
+enum {
+  OPD_GEMM_EPI_NONE = 0,
+  OPD_GEMM_EPI_BIAS,
+  OPD_GEMM_EPI_RELU,
+  OPD_GEMM_EPI_RELU_BIAS,
+  OPD_GEMM_EPI_GELU,
+  OPD_GEMM_EPI_GELU_BIAS,
+};
+
 /* Enqueues the GEMM on ctx's stream. Returns 0, or OPD_EBACKEND with
- * "cublasLt: ..." in call->err (nothing enqueued). M, N, K > 0. */
+ * "cublasLt: ..." in call->err (nothing enqueued); OPD_EINVAL when
+ * cuBLASLt has no algorithm for the epilogue asked for (the caller may
+ * run it without and apply the epilogue itself). M, N, K > 0. */
 int opd__cuda_gemm(opd_kcall_t *call, const opd_cuda_ctx_t *ctx, const opd_gemm_t *g);
 
 #endif /* OPD_KERNELS_CUDA_GEMM_CUH */

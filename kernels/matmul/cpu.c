@@ -2,7 +2,8 @@
  *
  * Variants:
  *   cpu_ref   triple loop per batch item, double accumulation (truth)
- *   cpu_fast  OpenBLAS cblas_sgemm: one call for the whole batch when b
+ *   cpu_fast  OpenBLAS sgemm (opd__sgemm, kernels/common/gemm.h): one
+ *             call for the whole batch when b
  *             has no batch dims (a's batch folds into M); else one call
  *             per item, items spread over call->exec when each product is
  *             small (large products are threaded by OpenBLAS itself)
@@ -11,13 +12,11 @@
  * K == 0 gives zeros; M == 0 or N == 0 writes nothing.
  * Test: build/tests/ops, suite matmul
  */
-#ifndef OPD_NO_BLAS
-#include <cblas.h>
-#endif
 #include <limits.h>
 #include <string.h>
 
 #include "kernels/common/cpu.h"
+#include "kernels/common/gemm.h"
 #include "kernels/matmul/plan.h"
 
 OPD_OP_DECLARE(matmul);
@@ -59,9 +58,7 @@ typedef struct mm_job {
 
 static void gemm(int64_t M, int64_t N, int64_t K, const float *a,
                  const float *b, float *y) {
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)M,
-              (blasint)N, (blasint)K, 1.0f, a, (blasint)K, b, (blasint)N,
-              0.0f, y, (blasint)N);
+  opd__sgemm(0, M, N, K, a, b, 0.0f, y);
 }
 
 static void mm_items(void *arg, int64_t b, int64_t e) {

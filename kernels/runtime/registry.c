@@ -26,12 +26,19 @@
   X(copy)          \
   X(add)           \
   X(mul)           \
+  X(sub)           \
+  X(div)           \
   X(relu)          \
   X(gelu)          \
+  X(silu)          \
+  X(sigmoid)       \
+  X(tanh)          \
   X(softmax)       \
   X(layernorm)     \
   X(rmsnorm)       \
   X(matmul)        \
+  X(linear)        \
+  X(gru_cell)      \
   X(conv2d)        \
   X(nms)
 

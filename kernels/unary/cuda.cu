@@ -1,4 +1,5 @@
-/* The unary family on the GPU (relu, gelu): y[i] = f(x[i]), float32 /
+/* The unary family on the GPU (relu, gelu, silu, sigmoid, tanh):
+ * y[i] = f(x[i]), float32 /
  * float16 / bfloat16 computed in float (rows: ops.c).
  *
  * DESIGN
@@ -267,4 +268,32 @@ extern "C" int opd__gelu_cuda(opd_kcall_t *call, const opd_cuda_ctx_t *ctx) {
     return unary_run(call, ctx, GeluTanh());
   if (call->in[0].dtype == OPD_DTYPE_FLOAT32) return unary_run(call, ctx, GeluErf<7>());
   return unary_run(call, ctx, GeluErf<5>());
+}
+
+/* ---- silu, sigmoid, tanh on the GPU, float32 / float16 / bfloat16,
+ * computed in float with CUDA's accurate expf / tanhf (2 ulp; these are
+ * not the bandwidth-tuned ops): silu v / (1 + e^-v), sigmoid 1 / (1 +
+ * e^-v), tanh tanhf(v). silu(-inf) is NaN, as the CPU reference.
+ * Variants (the family's, above).
+ * Test: build/tests/gpu_kernels (op=silu, op=sigmoid, op=tanh).
+ */
+
+struct SiluF {
+  __device__ float operator()(float v) const { return v / (1.0f + expf(-v)); }
+};
+struct SigmoidF {
+  __device__ float operator()(float v) const { return 1.0f / (1.0f + expf(-v)); }
+};
+struct TanhF {
+  __device__ float operator()(float v) const { return tanhf(v); }
+};
+
+extern "C" int opd__silu_cuda(opd_kcall_t *call, const opd_cuda_ctx_t *ctx) {
+  return unary_run(call, ctx, SiluF());
+}
+extern "C" int opd__sigmoid_cuda(opd_kcall_t *call, const opd_cuda_ctx_t *ctx) {
+  return unary_run(call, ctx, SigmoidF());
+}
+extern "C" int opd__tanh_cuda(opd_kcall_t *call, const opd_cuda_ctx_t *ctx) {
+  return unary_run(call, ctx, TanhF());
 }

@@ -1,5 +1,5 @@
 /* The unary family's table: elementwise ops x -> y of x's shape, one row
- * per op (relu, gelu), float32 (float16 and bfloat16 on the CUDA backend:
+ * per op (relu, gelu, silu, sigmoid, tanh), float32 (float16 and bfloat16 on the CUDA backend:
  * cpu_dtypes).
  *
  * DESIGN
@@ -15,6 +15,8 @@
  * gelu: F.gelu(x, approximate="none"|"tanh"). The attribute is a string
  * checked by the daemon against its choices, so the kernels only test for
  * "tanh".
+ * silu: x * sigmoid(x) = x / (1 + e^-x) (F.silu). sigmoid: 1 / (1 + e^-x)
+ * (torch.sigmoid). tanh: torch.tanh.
  */
 #include "kernels/common/cpu.h"
 #include "kernels/common/kutil.h"
@@ -41,6 +43,9 @@
 
 OPD_OP_DECLARE(relu);
 OPD_OP_DECLARE(gelu);
+OPD_OP_DECLARE(silu);
+OPD_OP_DECLARE(sigmoid);
+OPD_OP_DECLARE(tanh);
 
 const opd_op_def_t opd__op_relu =
     UNARY_ROW(relu, "elementwise max(x, 0) (torch.relu; NaN propagates)");
@@ -54,3 +59,12 @@ const opd_op_def_t opd__op_gelu = UNARY_ROW(
                .choices = "none|tanh",
                .doc = "none: 0.5x(1+erf(x/sqrt2)); tanh: "
                       "0.5x(1+tanh(sqrt(2/pi)(x+0.044715x^3)))"}});
+
+const opd_op_def_t opd__op_silu =
+    UNARY_ROW(silu, "sigmoid linear unit x * sigmoid(x) (F.silu)");
+
+const opd_op_def_t opd__op_sigmoid =
+    UNARY_ROW(sigmoid, "logistic sigmoid 1 / (1 + e^-x) (torch.sigmoid)");
+
+const opd_op_def_t opd__op_tanh =
+    UNARY_ROW(tanh, "hyperbolic tangent (torch.tanh)");

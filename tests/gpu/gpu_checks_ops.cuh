@@ -1,6 +1,6 @@
 /* Part of tests/gpu/gpu_kernels.cu, included there at this point (one
- * translation unit: its helpers and counts): matmul, conv2d (every variant),
- * nms, copy and noop against their CPU reference. */
+ * translation unit: its helpers and counts): matmul, linear, gru_cell,
+ * conv2d (every variant), nms, copy and noop against their CPU reference. */
 
 static void check_matmul(void) {
   struct { in_spec_t a, b; } cases[] = {
@@ -29,6 +29,89 @@ static void check_matmul(void) {
       a = DTS[d] == OPD_DTYPE_FLOAT32 ? (double)K * ldexp(1.0, -22) : a * sqrt((double)K + 1);
       run_case("matmul", "", DTS[d], 2, in, no_attrs, a, r);
     }
+}
+
+/* linear with its bias moved 4 bytes off 16-byte alignment (an arena
+ * offset can put it there): the kernel must take the path without
+ * cuBLASLt's bias epilogue. */
+static int linear_misaligned_bias(opd_kcall_t *c, const opd_cuda_ctx_t *x) {
+  size_t esz = opd__dtype_size(c->in[2].dtype), n = (size_t)c->in[2].numel * esz;
+  char *buf;
+  CK(cudaMalloc(&buf, n + 16));
+  CK(cudaMemcpyAsync(buf + 4, c->in[2].data, n, cudaMemcpyDeviceToDevice, g_stream));
+  void *keep = c->in[2].data;
+  c->in[2].data = buf + 4;
+  int rc = opd__op_find("linear")->cuda(c, x);
+  CK(cudaStreamSynchronize(g_stream));
+  c->in[2].data = keep;
+  CK(cudaFree(buf));
+  return rc;
+}
+
+/* Every act with and without bias (cuBLASLt's epilogues: BIAS, RELU_BIAS,
+ * GELU_BIAS for gelu_tanh; act_kernel after BIAS for gelu and silu), a
+ * misaligned bias, batch 1 (the trading MLP's shapes), ragged sizes, a
+ * 3-d x, K = 0 (act of the bias). Tolerances: matmul's. */
+static void check_linear(void) {
+  static const char *acts[5] = {"none", "relu", "gelu", "gelu_tanh", "silu"};
+  struct { int rank; int64_t x[3]; int64_t N; } cases[] = {
+      {2, {1, 256}, 512}, {2, {1, 512}, 512}, {2, {1, 512}, 1}, {2, {1, 1}, 1},
+      {2, {37, 53}, 29},  {3, {2, 5, 33}, 17}, {1, {64}, 7},     {2, {128, 1000}, 96},
+      {2, {4, 0}, 6},     {2, {0, 8}, 6},
+  };
+  for (int d = 0; d < 3; d++)
+    for (auto &k : cases)
+      for (int act = 0; act < 5; act++)
+        for (int bias = 0; bias < 3; bias++) { /* 2: misaligned bias */
+          if (bias == 2 && act != 1 && act != 2) continue;
+          int64_t K = k.x[k.rank - 1];
+          in_spec_t in[3] = {{k.rank, {k.x[0], k.x[1], k.x[2]}, -1, 1, NULL},
+                             {2, S(k.N, K), -0.5f, 0.5f, NULL},
+                             {1, S(k.N), -1, 1, NULL}};
+          double a, r;
+          tol(DTS[d], &a, &r, 0, 1e-5);
+          a = DTS[d] == OPD_DTYPE_FLOAT32 ? (double)(K + 1) * ldexp(1.0, -22)
+                                          : a * sqrt((double)K + 1);
+          char label[48];
+          snprintf(label, sizeof label, "[%s%s]", acts[act],
+                   bias == 2 ? ",misaligned-bias" : bias ? ",bias" : "");
+          const char *an = acts[act];
+          run_case("linear", label, DTS[d], 2 + (bias > 0), in,
+                   [an](opd_kcall_t *c) { strcpy(attr(c, "act")->s, an); }, a, r,
+                   bias == 2 ? linear_misaligned_bias : NULL);
+        }
+}
+
+/* gru_cell with 0, 1 or 2 biases, batch 1 to 33, unbatched. gi and gh
+ * stay in float between the GEMMs and the gate kernel; the half types'
+ * atol is matmul's (sqrt of the reduction length), as for linear. */
+static void check_gru_cell(void) {
+  struct { int64_t B, I, H; int unbatched; } cases[] = {
+      {1, 256, 128, 0}, {1, 32, 512, 0}, {1, 1, 1, 0}, {3, 7, 5, 0},
+      {33, 40, 65, 0},  {1, 9, 11, 1},   {2, 0, 3, 0},
+  };
+  for (int d = 0; d < 3; d++)
+    for (auto &k : cases)
+      for (int nb = 0; nb <= 2; nb++) {
+        int rk = k.unbatched ? 1 : 2;
+        in_spec_t in[6] = {{rk, {0}, -1, 1, NULL},
+                           {rk, {0}, -1, 1, NULL},
+                           {2, S(3 * k.H, k.I), -0.3f, 0.3f, NULL},
+                           {2, S(3 * k.H, k.H), -0.3f, 0.3f, NULL},
+                           {1, S(3 * k.H), -0.5f, 0.5f, NULL},
+                           {1, S(3 * k.H), -0.5f, 0.5f, NULL}};
+        const int64_t xs[2] = {k.B, k.I}, hs[2] = {k.B, k.H};
+        for (int i = 0; i < rk; i++) {
+          in[0].shape[i] = xs[2 - rk + i];
+          in[1].shape[i] = hs[2 - rk + i];
+        }
+        double a, r;
+        tol(DTS[d], &a, &r, 0, 1e-5);
+        a = DTS[d] == OPD_DTYPE_FLOAT32 ? (double)(k.I + k.H + 1) * ldexp(1.0, -22)
+                                        : a * sqrt((double)(k.I + k.H) + 1);
+        const char *labels[3] = {"", "[b_ih]", "[b_ih,b_hh]"};
+        run_case("gru_cell", labels[nb], DTS[d], 4 + nb, in, no_attrs, a, r);
+      }
 }
 
 static int conv_im2col(opd_kcall_t *c, const opd_cuda_ctx_t *x) {

@@ -41,6 +41,10 @@
  * (cpu_ref) tests/ops/test_numerics.c holds to torch 1.13's values: lines
  * "[extreme...]" and "[inf/nan]"; `--op numerics` runs only those.
  *
+ * linear: every act with and without bias, and a bias 4 bytes off
+ * 16-byte alignment ("[misaligned-bias]": the path without cuBLASLt's
+ * bias epilogue); gru_cell: 0, 1 or 2 biases, batch 1 to 33.
+ *
  * Build and run (GPU machine):
  *   make CUDA=1 BLAS=0 build/tests/gpu_kernels
  *   build/tests/gpu_kernels            # check every op and dtype
@@ -359,6 +363,7 @@ static void check_unary(void) {
       run_case("gelu", "", DTS[d], 1, &s, no_attrs, a, r);
       run_case("gelu", "[tanh]", DTS[d], 1, &s,
                [](opd_kcall_t *c) { strcpy(attr(c, "approximate")->s, "tanh"); }, a, r);
+      for (const char *op : {"silu", "sigmoid", "tanh"}) run_case(op, "", DTS[d], 1, &s, no_attrs, a, r);
     }
 }
 
@@ -447,8 +452,7 @@ static void check_binary(void) {
       in_spec_t in[2] = {c.a, c.b};
       double a, r;
       tol(DTS[d], &a, &r, 0, 1e-7);
-      run_case("add", "", DTS[d], 2, in, no_attrs, a, r);
-      run_case("mul", "", DTS[d], 2, in, no_attrs, a, r);
+      for (const char *op : {"add", "mul", "sub", "div"}) run_case(op, "", DTS[d], 2, in, no_attrs, a, r);
     }
 }
 
@@ -543,6 +547,8 @@ int main(int argc, char **argv) {
   check_rows();
   check_numerics();
   check_matmul();
+  check_linear();
+  check_gru_cell();
   check_conv2d();
   check_nms();
   printf("%d passed, %d failed\n", g_pass, g_fail);

@@ -1,4 +1,6 @@
-/* add and mul: broadcasting, fast paths, in place, shape errors. */
+/* add, mul, sub, div: broadcasting, fast paths, in place, shape errors. */
+#include <math.h>
+
 #include "tests/ops/optest.h"
 
 Test(binary, by_hand) {
@@ -96,4 +98,68 @@ Test(binary, shape_errors) {
   ot_in(c, 0, OPD_DTYPE_FLOAT32, 3, OT_SHAPE(2, 3, 4), NULL);
   ot_in(c, 1, OPD_DTYPE_FLOAT32, 3, OT_SHAPE(5, 3, 4), NULL);
   ot_expect_err(c, OPD_ESHAPE, "[2,3,4]", "[5,3,4]", NULL);
+}
+
+/* sub and div: operand order by hand through every fast layout (the full
+ * operand on either side), fast vs ref exactly, shape errors. */
+Test(binary, sub_div_order_by_hand) {
+  float a[6] = {1, 2, 3, 4, 5, 6}, b[3] = {10, 20, 40};
+  float s[1] = {2};
+  for (int fast = 0; fast < 2; fast++) {
+    /* (2,3) - (3), (3) - (2,3), (2,3) / scalar, scalar / (2,3) */
+    struct { const char *op; int ra; const int64_t *sa; const float *va; int rb;
+             const int64_t *sb; const float *vb; float want[6]; } cases[] = {
+        {"sub", 2, OT_SHAPE(2, 3), a, 1, OT_SHAPE(3), b, {-9, -18, -37, -6, -15, -34}},
+        {"sub", 1, OT_SHAPE(3), b, 2, OT_SHAPE(2, 3), a, {9, 18, 37, 6, 15, 34}},
+        {"div", 2, OT_SHAPE(2, 3), a, 0, NULL, s, {0.5f, 1, 1.5f, 2, 2.5f, 3}},
+        {"div", 0, NULL, s, 2, OT_SHAPE(2, 3), a, {2, 1, 2.0f / 3, 0.5f, 0.4f, 2.0f / 6}},
+        {"div", 1, OT_SHAPE(3), b, 2, OT_SHAPE(2, 3), a, {10, 10, 40.0f / 3, 2.5f, 4, 40.0f / 6}},
+        {"sub", 2, OT_SHAPE(2, 3), a, 2, OT_SHAPE(2, 3), a, {0, 0, 0, 0, 0, 0}},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+      opd_kcall_t *c = ot_new(cases[k].op);
+      ot_in_vals(c, 0, cases[k].ra, cases[k].sa, cases[k].va);
+      ot_in_vals(c, 1, cases[k].rb, cases[k].sb, cases[k].vb);
+      ot_ready(c);
+      cr_assert_eq(c->out[0].numel, 6);
+      cr_assert_eq(ot_run(c, fast, ot_pool(2)), 0);
+      ot_assert_close(ot_out(c, 0), cases[k].want, 6, 0, 0, cases[k].op);
+      ot_free(c);
+    }
+  }
+}
+
+Test(binary, sub_div_fast_matches_ref) {
+  struct bcase cases[] = {
+      {2, {37, 129}, 2, {37, 129}},      {2, {300, 257}, 1, {257}},
+      {1, {257}, 2, {300, 257}},         {4, {2, 3, 17, 19}, 2, {17, 19}},
+      {2, {17, 19}, 4, {2, 3, 17, 19}},  {3, {5, 7, 9}, 0, {0}},
+      {0, {0}, 3, {5, 7, 9}},            {2, {64, 1}, 2, {1, 333}},
+      {3, {4, 1, 6}, 3, {1, 5, 1}},      {4, {3, 1, 4, 1}, 3, {2, 1, 7}},
+      {2, {1, 7}, 2, {5, 1}},            {2, {0, 5}, 1, {5}},
+      {1, {100000}, 1, {100000}},
+  };
+  const char *ops[2] = {"sub", "div"};
+  for (int o = 0; o < 2; o++)
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+      opd_kcall_t *c = ot_new(ops[o]);
+      ot_in_rand(c, 0, cases[k].ra, cases[k].a, 30 + k, -2, 2);
+      ot_in_rand(c, 1, cases[k].rb, cases[k].b, 40 + k, -2, 2);
+      ot_ready(c);
+      ot_check_fast(c, 0, 0);
+      ot_free(c);
+    }
+  opd_kcall_t *c = ot_new("div"); /* IEEE: x/0 is +-inf, 0/0 NaN */
+  float x[3] = {1, -1, 0}, z[1] = {0};
+  ot_in_vals(c, 0, 1, OT_SHAPE(3), x);
+  ot_in_vals(c, 1, 0, NULL, z);
+  ot_ready(c);
+  ot_check_fast(c, 0, 0);
+  cr_assert(isinf(ot_out(c, 0)[0]) && ot_out(c, 0)[0] > 0);
+  cr_assert(isinf(ot_out(c, 0)[1]) && ot_out(c, 0)[1] < 0);
+  cr_assert(isnan(ot_out(c, 0)[2]));
+  c = ot_new("sub");
+  ot_in(c, 0, OPD_DTYPE_FLOAT32, 2, OT_SHAPE(8, 10), NULL);
+  ot_in(c, 1, OPD_DTYPE_FLOAT32, 1, OT_SHAPE(12), NULL);
+  ot_expect_err(c, OPD_ESHAPE, "[8,10]", "[12]", "broadcast", NULL);
 }

@@ -1,5 +1,6 @@
-/* relu and gelu: values by hand, fast vs ref, in place, 0-d. */
+/* relu, gelu, silu, sigmoid, tanh: values by hand, fast vs ref, in place, 0-d. */
 #include <math.h>
+#include <string.h>
 
 #include "tests/ops/optest.h"
 
@@ -93,4 +94,64 @@ Test(gelu, in_place_and_scalar) {
   ot_ready(c);
   cr_assert_eq(c->out[0].rank, 0);
   ot_check_fast(c, 1e-6, 1e-5);
+}
+
+/* silu, sigmoid, tanh: values by hand, fast vs ref (both tanh ranges, the
+ * tails, inf, NaN), in place. */
+Test(silu_sigmoid_tanh, by_hand) {
+  float x[4] = {0, 1, -1, 0.5f};
+  struct { const char *op; float want[4]; } cases[] = {
+      {"silu", {0, 0.731058579f, -0.268941421f, 0.311229666f}},
+      {"sigmoid", {0.5f, 0.731058579f, 0.268941421f, 0.622459331f}},
+      {"tanh", {0, 0.761594156f, -0.761594156f, 0.462117157f}},
+  };
+  for (int k = 0; k < 3; k++)
+    for (int fast = 0; fast < 2; fast++) {
+      opd_kcall_t *c = ot_new(cases[k].op);
+      ot_in_vals(c, 0, 1, OT_SHAPE(4), x);
+      ot_ready(c);
+      cr_assert_eq(ot_run(c, fast, &opd__exec_serial), 0);
+      ot_assert_close(ot_out(c, 0), cases[k].want, 4, 1e-7, 1e-6, cases[k].op);
+      ot_free(c);
+    }
+}
+
+Test(silu_sigmoid_tanh, fast_matches_ref) {
+  const char *ops[3] = {"silu", "sigmoid", "tanh"};
+  static const float sp[16] = {0.0f, -0.0f, 1e-40f, 0.6249f, 0.6251f, -0.63f, 9.0f,  -9.0f,
+                               50.0f, -50.0f, 100.0f, -100.0f, 3e38f, INFINITY, -INFINITY,
+                               NAN};
+  for (int o = 0; o < 3; o++) {
+    int64_t shapes[][2] = {{1, 1}, {7, 13}, {1, 100003}, {0, 3}};
+    for (int k = 0; k < 4; k++) {
+      opd_kcall_t *c = ot_new(ops[o]);
+      ot_in_rand(c, 0, 2, shapes[k], 100 + k, -12, 12);
+      ot_ready(c);
+      ot_check_fast(c, 1e-6, 1e-5);
+      ot_free(c);
+    }
+    opd_kcall_t *c = ot_new(ops[o]); /* special values, both lane paths */
+    float v[17];
+    for (int i = 0; i < 16; i++) v[i] = sp[i];
+    v[16] = -3e38f;
+    ot_in_vals(c, 0, 1, OT_SHAPE(17), v);
+    ot_ready(c);
+    ot_check_fast(c, 1e-6, 1e-5);
+    float *y = ot_out(c, 0);
+    cr_assert(isnan(y[15]), "%s(NaN) must be NaN", ops[o]);
+    if (o == 0) cr_assert(isnan(y[14]), "silu(-inf) is NaN, as torch");
+    if (o == 1) cr_assert(y[13] == 1.0f && y[14] == 0.0f, "sigmoid(+-inf)");
+    if (o == 2) cr_assert(y[13] == 1.0f && y[14] == -1.0f, "tanh(+-inf)");
+    ot_free(c);
+    c = ot_new(ops[o]); /* in place */
+    float *x = ot_in_rand(c, 0, 1, OT_SHAPE(1001), 7, -5, 5);
+    ot_ready(c);
+    cr_assert_eq(ot_run(c, 0, &opd__exec_serial), 0);
+    float want[1001];
+    memcpy(want, ot_out(c, 0), sizeof want);
+    c->out[0].data = x;
+    cr_assert_eq(ot_run(c, 1, ot_pool(2)), 0);
+    ot_assert_close(x, want, 1001, 1e-6, 1e-5, "in place");
+    ot_free(c);
+  }
 }
