@@ -7,6 +7,9 @@
     torch.ops.opd.softmax_out(x, out=y)   # out= variant: writes y
     torch.ops.opd.relu_(x)                # in-place form (OPD_OPF_INPLACE ops)
 
+    fast = torch.compile(model, backend="opd")      # opd.dynamo: graphs
+    consts = opd.torch.publish_module(c, model, "name")
+
 DESIGN
 Each op the daemon lists (OPS: built-ins and plugins alike) becomes a
 torch operator defined with torch.library.Library define/impl and a fake
@@ -498,3 +501,9 @@ try:
     register()
 except errors.OpdError:
     pass  # no daemon at the default socket: call opd.torch.register(...)
+
+# torch.compile(model, backend="opd"), on the client the ops run on
+from . import dynamo  # noqa: E402
+from .dynamo import attach_module, publish_module  # noqa: E402,F401
+
+dynamo.register(client)
