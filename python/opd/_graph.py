@@ -13,7 +13,7 @@ Graph owns (copied then, kept with the Graph), sends the definition
 through libopd's builder (opd_graph_def_new, opd_graph_input / const /
 node / output, opd_graph_define) in the order the wire numbers values
 (inputs, constants, nodes), and reads the output shapes the daemon
-inferred (opd_graph_outputs). From then on the Graph runs (run(),
+inferred (opd_graph_def_outputs). From then on the Graph runs (run(),
 submit(): the Runs mixin, _graphrun.py). A graph id belongs to the
 connection that defined it: after fork or a reconnect the Graph defines
 itself again on the new one. Graphs, held by the Client as `_graphs`,
@@ -113,15 +113,19 @@ class Graph(Runs):
         self.prepares = 0         # runs libopd encoded (opd_graph_prepare)
 
     def __repr__(self):
-        return "<opd.Graph %s %s on %s, %d nodes>" % (
-            self.name or "", self._state if self.id is None else
+        return "<opd.Graph %r %s on %s, %d nodes>" % (
+            self.name, self._state if self.id is None else
             "%s id %d" % (self._state, self.id), self.device, len(self._nodes))
+
+    def _label(self):
+        """"graph NAME" (or "graph ID") for error messages."""
+        return "graph %s" % (self.name or (self.id if self.id is not None else ""))
 
     # ---- building ------------------------------------------------------------
     def _building(self):
         if self._state != "building":
-            raise errors.error(protocol.ESTATE, "graph %s is %s: it can no "
-                               "longer be changed" % (self.name or "", self._state))
+            raise errors.error(protocol.ESTATE, "%s is %s: it can no "
+                               "longer be changed" % (self._label(), self._state))
 
     def _value(self, kind, name, shape=None, dtype=None):
         v = Value(self, len(self._values), kind, name, shape, dtype)
@@ -242,8 +246,8 @@ class Graph(Runs):
         the Graph then stays a builder."""
         self._building()
         if not self._out:
-            raise errors.error(protocol.EINVAL, "graph %s has no outputs: "
-                               "name them with output()" % (self.name or ""))
+            raise errors.error(protocol.EINVAL, "%s has no outputs: "
+                               "name them with output()" % (self._label()))
         self._pack_consts()
         self._define(self._c._handle())
         return self
@@ -272,20 +276,20 @@ class Graph(Runs):
         d = need("opd_graph_def_new")()
         if not d:
             raise errors.error(protocol.ENOMEM, "opd_graph_def_new: out of memory")
+        arr = (_lib.TensorDesc * protocol.MAX_TENSORS)()
+        n = ctypes.c_uint32()
         try:
             self._emit(d)
             gid = ctypes.c_uint64()
             dev = None if self.device == "cpu" else self.device.encode()
             check(need("opd_graph_define")(h, dev, d, ctypes.byref(gid)))
+            check(need("opd_graph_def_outputs")(d, arr, protocol.MAX_TENSORS,
+                                                ctypes.byref(n)))
         finally:
             need("opd_graph_def_free")(d)
         self.id, self._token, self._state = gid.value, c._token, "defined"
         self._memo.clear()
         c._graphs.add(self)
-        arr = (_lib.TensorDesc * protocol.MAX_TENSORS)()
-        n = ctypes.c_uint32()
-        check(need("opd_graph_outputs")(h, self.id, arr, protocol.MAX_TENSORS,
-                                        ctypes.byref(n)))
         self.outputs = [Output(tuple(o.shape[:o.rank]),
                                protocol.DTYPE_NAMES[o.dtype])
                         for o in arr[:n.value]]

@@ -13,7 +13,7 @@ tensors' identity (held weakly) as the Runner's run memo does for ops
 (_runner.py). A run that touches torch's CUDA memory (torch CUDA tensors,
 live torch views) waits for torch's queued work first and is sent
 plainly (opd_graph_run, answered when done). submit() stages into new
-tensors, so runs in flight share none.
+tensors and writes new outputs (out=None), so runs in flight share none.
 """
 import ctypes
 import weakref
@@ -51,8 +51,8 @@ class Runs:
     def _ready(self):
         """The connection's handle, the graph defined on it."""
         if self._state != "defined":
-            raise errors.error(protocol.ESTATE, "graph %s is %s: %s" % (
-                self.name or "", self._state, "define it first (define(), or "
+            raise errors.error(protocol.ESTATE, "%s is %s: %s" % (
+                self._label(), self._state, "define it first (define(), or "
                 "leave its with block)" if self._state == "building" else
                 "make a new one"))
         c = self._c
@@ -66,8 +66,8 @@ class Runs:
         synchronize first (or None). Arrays and torch CPU tensors are
         copied into staging tensors (new ones when fresh)."""
         if len(inputs) != len(self._inputs):
-            raise errors.error(protocol.EARITY, "graph %s takes %d inputs, "
-                               "%d given" % (self.name or "", len(self._inputs),
+            raise errors.error(protocol.EARITY, "%s takes %d inputs, "
+                               "%d given" % (self._label(), len(self._inputs),
                                              len(inputs)))
         ins, torch_dev = list(inputs), None
         for i, x in enumerate(ins):
@@ -96,9 +96,9 @@ class Runs:
             shape, dt = x.shape, dtype_name(x.dtype)
         if shape != v.shape or dt != v.dtype:
             raise errors.error(protocol.ESHAPE if dt == v.dtype else
-                               protocol.EDTYPE, "graph %s: input %d (%s) is %s "
+                               protocol.EDTYPE, "%s: input %d (%s) is %s "
                                "%s, the graph takes %s %s" % (
-                                   self.name or "", i, v.name, dt, shape,
+                                   self._label(), i, v.name, dt, shape,
                                    v.dtype, v.shape))
         if st.size:
             if _is_torch(x):
@@ -108,8 +108,9 @@ class Runs:
                 np.copyto(np.asarray(st), x, casting="no")
         return st
 
-    def _outputs_of(self, out, ins):
-        """(the output Tensors, what run() returns, a torch device)."""
+    def _outputs_of(self, out, ins, fresh=False):
+        """(the output Tensors, what run() returns, a torch device); out=None:
+        the Graph's own (new ones when fresh), on the inputs' device."""
         torch_dev = None
         if out is None:
             dev = "cpu"
@@ -117,10 +118,12 @@ class Runs:
                 if t.arena.device != "cpu":
                     dev = t.arena.device
                     break
-            outs = self._own_outs.get(dev)
+            outs = None if fresh else self._own_outs.get(dev)
             if outs is None:
-                outs = self._own_outs[dev] = tuple(
-                    self._c.empty(o.shape, o.dtype, dev) for o in self.outputs)
+                outs = tuple(self._c.empty(o.shape, o.dtype, dev)
+                             for o in self.outputs)
+                if not fresh:
+                    self._own_outs[dev] = outs
             ret = outs
         else:
             ret = (out,) if isinstance(out, Tensor) or _is_torch(out) else tuple(out)
@@ -132,14 +135,14 @@ class Runs:
                     torch_dev = o.device
                     outs[k] = self._c._torch.from_torch_cuda(o)
                     continue
-                raise errors.error(protocol.EINVAL, "graph %s: output %d must "
+                raise errors.error(protocol.EINVAL, "%s: output %d must "
                                    "be an opd Tensor or a torch CUDA tensor, "
-                                   "not %s" % (self.name or "", k,
+                                   "not %s" % (self._label(), k,
                                                type(o).__name__))
             outs = tuple(outs)
         if len(outs) != len(self.outputs):
-            raise errors.error(protocol.EARITY, "graph %s writes %d outputs, "
-                               "%d given" % (self.name or "", len(self.outputs),
+            raise errors.error(protocol.EARITY, "%s writes %d outputs, "
+                               "%d given" % (self._label(), len(self.outputs),
                                              len(outs)))
         if len(ret) == 1:
             ret = ret[0]
@@ -210,11 +213,12 @@ class Runs:
 
     def submit(self, *inputs, out=None):
         """Sends a run without waiting (arguments as run(); arrays are
-        staged into new tensors, so runs in flight do not share them);
-        returns a Request whose wait() returns the outputs."""
+        staged into new tensors and out=None makes new outputs, so runs in
+        flight share none); returns a Request whose wait() returns the
+        outputs."""
         h = self._ready()
         ins, tdev = self._inputs_of(inputs, True)
-        outs, ret, odev = self._outputs_of(out, ins)
+        outs, ret, odev = self._outputs_of(out, ins, True)
         tdev = tdev or odev or self._viewed(ins, outs)
         if tdev is not None:
             sync_device(tdev)
