@@ -74,12 +74,12 @@ def compile_fx(c, gm, example_inputs, published=None):
     torch tensor returning its published opd Tensor (or None). Returns
     the callable dynamo runs, and the Parts made (as gm.opd_parts)."""
     ops, devices = set(c.ops()), c.devices()
-    values = {}                           # constant node -> its tensor
+    values = {}                           # constant node name -> its tensor
     phs = [n for n in gm.graph.nodes if n.op == "placeholder"]
     for n, ex in zip(phs, example_inputs):
         if _static(ex):
             n.meta["opd_const"] = True
-            values[n] = ex
+            values[n.name] = ex
     for n in gm.graph.nodes:
         if n.op == "get_attr":
             v = gm
@@ -87,7 +87,7 @@ def compile_fx(c, gm, example_inputs, published=None):
                 v = getattr(v, a)
             if isinstance(v, torch.Tensor):
                 n.meta["opd_const"] = True
-                values[n] = v
+                values[n.name] = v
     support = Support(ops, devices)
     partitioner = CapabilityBasedPartitioner(gm, support,
                                              allows_single_node_partition=True)
@@ -153,9 +153,9 @@ class Part(torch.nn.Module):
         env, self._in_pos = {}, []
         for k, p in enumerate(phs):
             outer = call.args[k]
-            if outer in values:
+            if outer.name in values:
                 env[p] = ("const", k if outer.op == "placeholder" else None,
-                          values[outer])
+                          values[outer.name])
             else:
                 m = meta(outer) if meta(p) is None else meta(p)
                 env[p] = g.input(p.name, tuple(m.shape), "float32")
