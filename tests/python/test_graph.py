@@ -284,3 +284,21 @@ def test_graphs_are_freed_on_close_and_with_their_client(c, rng, daemon):
     import gc
     gc.collect()
     assert _graphs(c) == base
+
+
+def test_a_forked_child_defines_the_graph_again(c, rng):
+    from _forks import in_child
+    ws = _mlp_weights(rng)
+    g = _mlp(c, ws, 2)
+    x, y = c.from_numpy(rng.standard_normal((2, 16)).astype(np.float32)), \
+        c.empty((2, 4))
+    g.run(x, out=y)
+    ref = y.numpy().copy()
+
+    def child():
+        y.numpy()[:] = 0
+        g.run(x, out=y)                            # a new session: defined again
+        return y.numpy().tobytes() == ref.tobytes() and g.id is not None
+    assert in_child(child)
+    assert g.run(x, out=y) is y                    # the parent's graph still runs
+    assert y.numpy().tobytes() == ref.tobytes()
