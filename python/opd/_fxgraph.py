@@ -123,13 +123,16 @@ class _Const:
         if t is self.src and t._version == self.version:
             return
         dst = self.value.tensor
-        if dst.arena.base is None:
-            raise RuntimeError("opd: a constant of this compiled graph changed "
-                               "and its copy is not this process's to update")
         x = t.detach()
         if self.transpose:
             x = x.t()
-        dst.torch().copy_(x)
+        if dst.arena.base is not None:
+            dst.torch().copy_(x)
+        elif dst.arena.kind == "alloc":          # device memory of this client
+            self.value.graph._c.run("copy", x.contiguous(), out=dst)
+        else:
+            raise RuntimeError("opd: a constant of this compiled graph changed "
+                               "and its copy is not this process's to update")
         self.src, self.version = t, t._version
 
 
@@ -199,7 +202,7 @@ class Part(torch.nn.Module):
         v = self._cache.get(key)
         if v is None:
             pub = self._published(t) if self._published and not transpose else None
-            if pub is not None:
+            if pub is not None and pub.device == g.device:
                 v = g.const(pub)
             else:
                 src = t.detach()

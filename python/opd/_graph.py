@@ -253,7 +253,9 @@ class Graph(Runs):
         return self
 
     def _pack_consts(self):
-        """Copies the constants given as arrays into one new arena."""
+        """Copies the constants given as arrays into one new arena: host
+        memory, or for a device graph (whose constants must be on its
+        device) device memory of this connection, filled by one copy."""
         arrays = [v for v in self._consts if not isinstance(v.source, Tensor)]
         if not arrays or self._arena is not None:
             return
@@ -261,12 +263,20 @@ class Graph(Runs):
         for v in arrays:
             offs.append(size)
             size += (v.source.nbytes + 63) & ~63
-        arena = self._c._arenas.new_arena((max(size, 1) + 4095) & ~4095)
+        c = self._c
+        arena = host = c._arenas.new_arena((max(size, 1) + 4095) & ~4095)
         for v, off in zip(arrays, offs):
-            t = Tensor(arena, off, v.dtype, v.shape, None, arena)
-            if t.size:
-                ctypes.memmove(t.data_ptr(), v.source.ctypes.data, t.nbytes)
-            v.tensor = t
+            if v.source.nbytes:
+                ctypes.memmove(host.base + off, v.source.ctypes.data,
+                               v.source.nbytes)
+        if self.device != "cpu":
+            arena = c._arenas.new_device_arena(self.device, (size + 255) & ~255)
+            if size:
+                c.run("copy", Tensor(host, 0, "uint8", (size,), None, host),
+                      out=Tensor(arena, 0, "uint8", (size,), None, arena))
+            c._settle()
+        for v, off in zip(arrays, offs):
+            v.tensor = Tensor(arena, off, v.dtype, v.shape, None, arena)
         self._arena = arena
 
     def _define(self, h):

@@ -58,6 +58,9 @@ class Runs:
         c = self._c
         h = c._handle()
         if c._token is not self._token:   # fork or reconnect: a new session
+            if self.device != "cpu":      # device constants were the old one's
+                self._arena = None
+                self._pack_consts()
             self._define(h)
         return h
 
