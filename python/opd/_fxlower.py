@@ -143,7 +143,7 @@ for _keys, _rule in (
         ((torch.tanh, F.tanh, "tanh", nn.Tanh), _unary("tanh")),
         ((F.gelu, "gelu", nn.GELU), _gelu),
         ((F.softmax, torch.softmax, "softmax", nn.Softmax), _softmax),
-        ((F.layer_norm, nn.LayerNorm), _layer_norm),
+        ((F.layer_norm, torch.layer_norm, nn.LayerNorm), _layer_norm),
         ((operator.add, torch.add, "add"), _binary("add")),
         ((operator.sub, torch.sub, "sub"), _binary("sub")),
         ((operator.mul, torch.mul, "mul"), _binary("mul")),
@@ -151,8 +151,9 @@ for _keys, _rule in (
         ((operator.matmul, torch.matmul, torch.mm, torch.bmm, "matmul"), _matmul)):
     for _k in _keys:
         RULES[_k] = _rule
-if hasattr(F, "rms_norm"):
-    RULES[F.rms_norm] = _rms_norm
+for _k in (getattr(F, "rms_norm", None), getattr(torch, "rms_norm", None)):
+    if _k is not None:
+        RULES[_k] = _rms_norm
 if hasattr(nn, "RMSNorm"):
     RULES[nn.RMSNorm] = _rms_norm
 del _keys, _rule, _k

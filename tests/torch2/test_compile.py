@@ -198,3 +198,44 @@ def test_publish_module_gives_the_graph_its_constants(c, backend, daemon):
     c.unpublish("torch2-mlp")
     with torch.no_grad():                            # the graph holds them
         torch.testing.assert_close(f(x), m(x), atol=1e-5, rtol=1e-5)
+
+
+class Mixed(nn.Module):
+    """linear + silu, tanh, sigmoid, sub, div, rms_norm and a tanh gelu:
+    ops a daemon may or may not have."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(16, 32), nn.Linear(32, 32)
+        self.n = nn.RMSNorm(32) if hasattr(nn, "RMSNorm") else nn.LayerNorm(32)
+
+    def forward(self, x):
+        h = F.silu(self.a(x))
+        h = torch.tanh(self.b(h)) - torch.sigmoid(h) / 2.0
+        return 1.0 - self.n(h) * 3 + F.gelu(h, approximate="tanh")
+
+
+def test_ops_the_daemon_lacks_fall_back_and_the_rest_run(c, backend):
+    torch.manual_seed(2)
+    m = Mixed().eval()
+    f = torch.compile(m, backend=backend)
+    x = torch.randn(8, 16)
+    with torch.no_grad():
+        torch.testing.assert_close(f(x), m(x), atol=1e-5, rtol=1e-5)
+    ops = c.ops()
+    reasons = {r for _, r in backend.last.opd_fallbacks}
+    ran = [n.op for p in backend.last.opd_parts for n in p.graph._nodes]
+    for op in ("silu", "tanh", "sigmoid", "sub", "div"):
+        if op in ops:
+            fused = op == "silu" and "linear" in ops      # into linear's act
+            assert (op in ran) != fused, (op, ran)
+            assert not any("no %s op" % op in r for r in reasons), reasons
+        else:
+            assert "the daemon has no %s op" % op in reasons, reasons
+    if "linear" in ops:                # silu fused into the first linear
+        assert ran.count("linear") == 2 and "silu" not in ran
+        first = [n for p in backend.last.opd_parts for n in p.graph._nodes
+                 if n.op == "linear"][0]
+        assert first.attrs == {"act": "silu"}
+    else:
+        assert ran.count("matmul") == 2 and ran.count("add") >= 2
