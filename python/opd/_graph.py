@@ -110,6 +110,7 @@ class Graph(Runs):
         self._staging = {}        # input index -> staging Tensor
         self._own_outs = {}       # device -> the outputs run() allocated
         self._memo = {}           # tensor ids -> _Prep
+        self._fast = None         # the last call: (inputs, out, handle, _Prep, result)
         self.prepares = 0         # runs libopd encoded (opd_graph_prepare)
 
     def __repr__(self):
@@ -299,6 +300,7 @@ class Graph(Runs):
             need("opd_graph_def_free")(d)
         self.id, self._token, self._state = gid.value, c._token, "defined"
         self._memo.clear()
+        self._fast = None
         c._graphs.add(self)
         self.outputs = [Output(tuple(o.shape[:o.rank]),
                                protocol.DTYPE_NAMES[o.dtype])
@@ -338,6 +340,7 @@ class Graph(Runs):
         Graph can no longer run. Returns None."""
         state, self._state = self._state, "closed"
         self._memo.clear()
+        self._fast = None
         c = self._c
         c._graphs.discard(self)
         if (state == "defined" and not c.closed and c._h is not None and
@@ -348,6 +351,7 @@ class Graph(Runs):
         """The client closed: its session, and the graph with it, is gone."""
         self._state = "closed"
         self._memo.clear()
+        self._fast = None
 
     def __del__(self):
         try:

@@ -3,22 +3,26 @@
 DESIGN
 Runs holds what a defined Graph does per call; its state (the staging
 tensors, the outputs it allocated, the memo of prepared runs, the
-prepares count) is the Graph's, made in Graph.__init__ and changed only
-here. run() takes opd Tensors as they are and copies numpy arrays and
+prepares count) is the Graph's, made in Graph.__init__, changed here
+and reset by its define and close. run() takes opd Tensors as they are and copies numpy arrays and
 torch CPU tensors into one staging Tensor per input (made once), writes
 into the outputs given (out=) or the Graph's own (allocated once per
 device), and sends the run encoded once per set of tensors
 (opd_graph_prepare, then opd_run_prepared per call), memoized on the
 tensors' identity (held weakly) as the Runner's run memo does for ops
-(_runner.py). A run that touches torch's CUDA memory (torch CUDA tensors,
-live torch views) waits for torch's queued work first and is sent
-plainly (opd_graph_run, answered when done). submit() stages into new
-tensors and writes new outputs (out=None), so runs in flight share none.
+(_runner.py); a call with the very opd Tensors of the last one, on the
+same connection with nothing to release or order with torch, goes
+straight to the prepared run (`_fast` keeps that call's tensors until
+another call or close()). A run that touches torch's CUDA memory (torch
+CUDA tensors, live torch views) waits for torch's queued work first and
+is sent plainly (opd_graph_run, answered when done). submit() stages
+into new tensors and writes new outputs (out=None), so runs in flight
+share none.
 """
 import ctypes
 import weakref
 
-from . import _lib, errors, protocol
+from . import _lib, errors, memory, protocol
 from ._prepared import Request
 from ._runner import OPD_RUN_ASYNC, _Encoded
 from ._torch import _is_torch, sync_device
@@ -175,10 +179,26 @@ class Runs:
         request and copies nothing); None writes into outputs the Graph
         allocates once and returns each time, so copy what you keep.
         Raises the daemon's OpdError."""
+        f, c = self._fast, self._c
+        # the fast path: the last call's opd Tensors again, on the same
+        # connection, nothing to release or order with torch since
+        if (f is not None and out is f[1] and c._h is f[2] and
+                len(inputs) == len(f[0]) and not c._pending_release and
+                c._gen == memory._fork_gen[0] and not c._torch.maps):
+            for a, b in zip(inputs, f[0]):
+                if a is not b:
+                    break
+            else:
+                m = f[3]
+                if m.on_dev:
+                    c._runner.unsynced = True
+                rc = m.enc.run(f[2], m.enc.p)
+                if rc:
+                    check(rc)
+                return f[4]
         h = self._ready()
         ins, tdev = self._inputs_of(inputs, False)
         outs, ret, odev = self._outputs_of(out, ins)
-        c = self._c
         tdev = tdev or odev or self._viewed(ins, outs)
         if tdev is not None:       # torch's memory: its work done first
             sync_device(tdev)
@@ -196,6 +216,11 @@ class Runs:
         rc = m.enc.run(h, m.enc.p)
         if rc:
             check(rc)
+        for x in inputs:
+            if type(x) is not Tensor:     # an array: staged on every call
+                self._fast = None
+                return ret
+        self._fast = (inputs, out, h, m, ret)
         return ret
 
     def _prepare(self, h, ins, outs, key):
