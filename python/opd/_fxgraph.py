@@ -17,11 +17,12 @@ that every constant is still the tensor it was made from at the same
 version (torch bumps _version on an in-place update) and copies it again
 into the constant's memory if not, so a model whose weights changed
 keeps giving the eager results without a new definition. On the CPU a
-call copies the inputs into staging tensors made once (their torch views
-cached), runs the Graph into its own outputs (the same tensors each
-call: one prepared request, _graphrun.py) and returns clones of them;
-on CUDA the torch tensors are used in place and new torch outputs
-written.
+call copies the inputs into staging tensors made once, runs the Graph
+into outputs made once and returns torch clones of them: on the CPU opd
+tensors (through cached torch views; the same tensors each call make the
+run one prepared request, _graphrun.py), on CUDA torch CUDA tensors
+(their storage imported into the daemon once; the run waits for torch's
+queued work and is answered when done).
 """
 import logging
 import threading
@@ -177,12 +178,18 @@ class Part(torch.nn.Module):
         outs = [res] if self._single else list(res)
         g.output(*[env[x] for x in outs])
         g.define()
-        self._cuda = dev != "cpu"
-        self._stage = [c.empty(v.shape, v.dtype) for v in g._inputs]
-        self._stage_views = [t.torch() for t in self._stage]
-        self._outs = None if self._cuda else \
-            [c.empty(o.shape, o.dtype) for o in g.outputs]
-        self._out_views = None if self._cuda else [t.torch() for t in self._outs]
+        if dev == "cpu":      # opd tensors, written and read through torch views
+            self._stage = [c.empty(v.shape, v.dtype) for v in g._inputs]
+            self._outs = [c.empty(o.shape, o.dtype) for o in g.outputs]
+            self._stage_views = [t.torch() for t in self._stage]
+            self._out_views = [t.torch() for t in self._outs]
+        else:                 # torch's CUDA tensors, imported once (same storage)
+            self._stage = self._stage_views = [
+                torch.empty(v.shape, dtype=torch.float32, device=dev)
+                for v in g._inputs]
+            self._outs = self._out_views = [
+                torch.empty(o.shape, dtype=torch.float32, device=dev)
+                for o in g.outputs]
 
     def _val(self, g, x, env, transpose=False):
         """The graph value of an argument: a node's, a constant's (made on
@@ -231,16 +238,9 @@ class Part(torch.nn.Module):
         with self._lock:
             for k in self._consts:
                 k.refresh(args)
-            ins = [args[k] for k in self._in_pos]
-            if self._cuda:
-                outs = [torch.empty(o.shape, dtype=torch.float32,
-                                    device=ins[0].device if ins else "cuda")
-                        for o in self.graph.outputs]
-                self.graph.run(*ins, out=outs)
-            else:
-                for v, x in zip(self._stage_views, ins):
-                    v.copy_(x)
-                self.graph.run(*self._stage, out=self._outs)
-                outs = [v.clone() for v in self._out_views]
+            for v, k in zip(self._stage_views, self._in_pos):
+                v.copy_(args[k])
+            self.graph.run(*self._stage, out=self._outs)
+            outs = [v.clone() for v in self._out_views]
         return outs[0] if self._single else tuple(outs)
 
