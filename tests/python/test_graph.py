@@ -302,3 +302,24 @@ def test_a_forked_child_defines_the_graph_again(c, rng):
     assert in_child(child)
     assert g.run(x, out=y) is y                    # the parent's graph still runs
     assert y.numpy().tobytes() == ref.tobytes()
+
+
+def test_a_device_graph_equals_the_ops_on_the_device(c, rng):
+    if not c.devices():
+        pytest.skip("the daemon has no CUDA device")
+    ws = _mlp_weights(rng)
+    with c.graph(device="cuda", name="mlp-gpu") as g:
+        h = g.input("x", (4, 16))
+        for i, (w, b) in enumerate(ws):     # constants packed on the device
+            h = _layer(g, h, w, b, "relu" if i < len(ws) - 1 else "none")
+        g.output(h)
+    a = rng.standard_normal((4, 16)).astype(np.float32)
+    x, y = c.from_numpy(a).to("cuda"), c.empty((4, 4), device="cuda")
+    for _ in range(3):
+        assert g.run(x, out=y) is y
+    h = x
+    for i, (w, b) in enumerate(ws):
+        h = _layer_ops(c, h, w.copy(), b.copy(),
+                       "relu" if i < len(ws) - 1 else "none")
+    assert y.numpy().tobytes() == h.numpy().tobytes()
+    np.testing.assert_array_equal(g.run(a).numpy(), y.numpy())   # host in, staged

@@ -239,3 +239,16 @@ def test_ops_the_daemon_lacks_fall_back_and_the_rest_run(c, backend):
         assert first.attrs == {"act": "silu"}
     else:
         assert ran.count("matmul") == 2 and ran.count("add") >= 2
+
+
+def test_mlp_on_cuda_matches_eager(c, backend):
+    if not torch.cuda.is_available() or not c.devices():
+        pytest.skip("needs a CUDA device in torch and in the daemon")
+    m = _mlp(nn.GELU).cuda()
+    f = torch.compile(m, backend=backend)
+    for _ in range(3):
+        x = torch.randn(8, 16, device="cuda")
+        with torch.no_grad():
+            torch.testing.assert_close(f(x), m(x), atol=1e-5, rtol=1e-5)
+    parts = backend.last.opd_parts
+    assert len(parts) == 1 and parts[0].graph.device == "cuda:0"
