@@ -54,7 +54,10 @@ the ops without running them.
 Registration is process-wide, as torch's is: the first register() (or
 the import, when a daemon answers at the default socket) binds every op
 to one Client; register(client) later rebinds them to another daemon and
-adds the ops that are new there.
+adds the ops that are new there. The import also registers the
+torch.compile backend "opd" (opd.dynamo, on the same Client: each FX
+subgraph of supported ops as one opd graph) and exports publish_module /
+attach_module from there.
 """
 import ctypes
 import re
