@@ -177,8 +177,10 @@ class Runs:
         (one, or a tuple). out: the Tensors to write (one or a tuple: the
         hot path: with the same tensors each call, a run is one prepared
         request and copies nothing); None writes into outputs the Graph
-        allocates once and returns each time, so copy what you keep.
-        Raises the daemon's OpdError."""
+        allocates once and returns each time, so copy what you keep
+        (threads sharing a Graph pass their own tensors: the staging
+        tensors and own outputs are one set per Graph). Raises the
+        daemon's OpdError."""
         f, c = self._fast, self._c
         # the fast path: the last call's opd Tensors again, on the same
         # connection, nothing to release or order with torch since
