@@ -208,6 +208,8 @@ def spec(node, ops, devices):
         rule = None
     if rule is None:
         raise Unsupported("no opd op")
+    if node.kwargs.get("out") is not None:
+        raise Unsupported("an out= tensor")
     op, ins, attrs = rule(node, mod)
     if op not in ops and not (op == "linear" and "matmul" in ops and "add" in ops):
         raise Unsupported("the daemon has no %s op" % op)
