@@ -16,7 +16,8 @@ dynamo graph and the emission of the node into an opd graph (emit(), on
 the fused submodule's copy of it), where a relu / gelu / silu that is a
 linear's only user is fused into the linear's `act`. Without a `linear`
 op in the daemon, a linear whose weight is a constant becomes matmul
-with the weight transposed once (a constant) plus add.
+with the weight transposed once (a constant) plus add. torch.gru_cell
+(nn.GRUCell's call) is opd's gru_cell where the daemon has it.
 """
 import operator
 
@@ -134,6 +135,22 @@ def _matmul(n, mod):
     return "matmul", [a, b], {}
 
 
+def _gru_cell(n, mod):
+    if mod is not None:
+        x, h = n.args[0], arg(n, 1, "hx")
+        ins = [x, h, mod.weight_ih, mod.weight_hh, mod.bias_ih, mod.bias_hh]
+    else:
+        ins = [n.args[0], n.args[1], n.args[2], n.args[3],
+               arg(n, 4, "b_ih"), arg(n, 5, "b_hh")]
+    if ins[1] is None:
+        raise Unsupported("gru_cell without a hidden state")
+    if len(meta(ins[0]).shape) != 2:
+        raise Unsupported("gru_cell of an unbatched input")
+    if ins[4] is None and ins[5] is not None:
+        raise Unsupported("gru_cell with b_hh and no b_ih")
+    return "gru_cell", ins, {}
+
+
 RULES = {}
 for _keys, _rule in (
         ((F.linear, torch._C._nn.linear, nn.Linear), _linear),
@@ -148,7 +165,8 @@ for _keys, _rule in (
         ((operator.sub, torch.sub, "sub"), _binary("sub")),
         ((operator.mul, torch.mul, "mul"), _binary("mul")),
         ((operator.truediv, torch.div, "div", torch.true_divide), _binary("div")),
-        ((operator.matmul, torch.matmul, torch.mm, torch.bmm, "matmul"), _matmul)):
+        ((operator.matmul, torch.matmul, torch.mm, torch.bmm, "matmul"), _matmul),
+        ((torch.gru_cell, nn.GRUCell), _gru_cell)):
     for _k in _keys:
         RULES[_k] = _rule
 for _k in (getattr(F, "rms_norm", None), getattr(torch, "rms_norm", None)):

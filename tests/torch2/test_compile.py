@@ -252,3 +252,19 @@ def test_mlp_on_cuda_matches_eager(c, backend):
             torch.testing.assert_close(f(x), m(x), atol=1e-5, rtol=1e-5)
     parts = backend.last.opd_parts
     assert len(parts) == 1 and parts[0].graph.device == "cuda:0"
+
+
+def test_gru_cell_runs_in_opd_where_the_daemon_has_it(c, backend):
+    torch.manual_seed(3)
+    cell = nn.GRUCell(8, 16).eval()
+    f = torch.compile(cell, backend=backend)
+    for _ in range(3):
+        x, h = torch.randn(4, 8), torch.randn(4, 16)
+        with torch.no_grad():
+            torch.testing.assert_close(f(x, h), cell(x, h), atol=1e-5, rtol=1e-5)
+    ran = [n.op for p in backend.last.opd_parts for n in p.graph._nodes]
+    if "gru_cell" in c.ops():
+        assert ran == ["gru_cell"], ran
+    else:
+        assert ran == [] and backend.last.opd_fallbacks == [
+            ("torch.gru_cell", "the daemon has no gru_cell op")], backend.last.opd_fallbacks
