@@ -8,7 +8,9 @@ torch.fx's CapabilityBasedPartitioner for the largest subgraphs of nodes
 _fxlower.spec() accepts (Support: each refused node is logged once per
 compile on the "opd.compile" logger, with its reason), fuses each into a
 submodule (fuse_partitions) and replaces that submodule with a Part: one
-opd Graph defined at compile time from the submodule's nodes. A Part's
+opd Graph defined at compile time from the submodule's nodes (a subgraph
+the daemon refuses, e.g. over its per-graph limits, stays the torch
+submodule, logged with the daemon's reason). A Part's
 inputs are the submodule's placeholders that are not constants; its
 constants are the parameters it reads, used in place when
 publish_module published them on this client's daemon (the registry in
@@ -31,7 +33,7 @@ import torch
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
-from . import _fxlower
+from . import _fxlower, errors
 from ._fxlower import Unsupported, meta, spec
 
 log = logging.getLogger("opd.compile")
@@ -99,7 +101,14 @@ def compile_fx(c, gm, example_inputs, published=None):
         for node in list(gm.graph.nodes):
             if node.op == "call_module" and node.target.startswith("fused_"):
                 sub = gm.get_submodule(node.target)
-                part = Part(c, sub, node, values, ops, devices, published)
+                try:
+                    part = Part(c, sub, node, values, ops, devices, published)
+                except errors.OpdError as e:   # the daemon refused: torch runs it
+                    why = "the daemon refused it as a graph: %s" % e
+                    support.fallbacks.append((node.target, why))
+                    log.info("%s (%d nodes): %s", node.target,
+                             len(sub.graph.nodes), why)
+                    continue
                 setattr(gm, node.target, part)
                 made.append(part)
     gm.opd_parts = made

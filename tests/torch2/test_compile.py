@@ -268,3 +268,19 @@ def test_gru_cell_runs_in_opd_where_the_daemon_has_it(c, backend):
     else:
         assert ran == [] and backend.last.opd_fallbacks == [
             ("torch.gru_cell", "the daemon has no gru_cell op")], backend.last.opd_fallbacks
+
+
+def test_a_subgraph_the_daemon_refuses_stays_in_torch(c, backend, caplog):
+    def fn(x):                  # 1100 nodes: over the daemon's 1024 per graph
+        for _ in range(1100):
+            x = torch.relu(x)
+        return x
+    f = torch.compile(fn, backend=backend)
+    x = torch.randn(4)
+    with caplog.at_level(logging.INFO, logger="opd.compile"):
+        torch.testing.assert_close(f(x), fn(x))
+    assert backend.last.opd_parts == []
+    (what, why), = backend.last.opd_fallbacks
+    assert "the daemon refused it as a graph" in why and "1024" in why, why
+    assert any("refused" in r.getMessage() for r in caplog.records)
+    c.ping()
