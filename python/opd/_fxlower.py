@@ -10,10 +10,12 @@ its attributes, or raises Unsupported with the reason the node stays in
 torch. spec() adds the checks every node shares: the op is one the daemon
 lists (so an op added to the daemon later is picked up, and one it lacks
 falls back), every tensor is float32 with a static shape, on the CPU or
-on a CUDA device the daemon has, and the output is one tensor. The same
+on a CUDA device the daemon has, and the output is one tensor that
+needs no autograd (opd graphs run forward only: a node whose output
+requires grad stays torch's, so training still differentiates). The same
 spec() serves the partitioner's question (is this node supported?) on the
-dynamo graph and the emission of the node into an opd graph (emit(), on
-the fused submodule's copy of it), where a relu / gelu / silu that is a
+dynamo graph and the emission of the node into an opd graph (Part, on
+the fused submodule's copy of it, _fxgraph.py), where a relu / gelu / silu that is a
 linear's only user is fused into the linear's `act`. Without a `linear`
 op in the daemon, a linear whose weight is a constant becomes matmul
 with the weight transposed once (a constant) plus add. torch.gru_cell
@@ -234,6 +236,10 @@ def spec(node, ops, devices):
     out = meta(node)
     if out is None:
         raise Unsupported("its output is not one tensor")
+    if out.requires_grad:
+        raise Unsupported("its output needs autograd: opd graphs run forward "
+                          "only (call under torch.no_grad() or "
+                          "torch.inference_mode())")
     dev = None
     for x in [out] + [meta(i) if not isinstance(i, torch.Tensor) else i
                       for i in ins]:

@@ -284,3 +284,15 @@ def test_a_subgraph_the_daemon_refuses_stays_in_torch(c, backend, caplog):
     assert "the daemon refused it as a graph" in why and "1024" in why, why
     assert any("refused" in r.getMessage() for r in caplog.records)
     c.ping()
+
+
+def test_with_autograd_everything_stays_in_torch(c, backend):
+    m = _mlp()
+    f = torch.compile(m, backend=backend)
+    x = torch.randn(3, 16)
+    y = f(x)                                   # grad enabled: parameters need it
+    torch.testing.assert_close(y, m(x))
+    assert backend.last.opd_parts == []
+    assert all("needs autograd" in r for _, r in backend.last.opd_fallbacks)
+    y.sum().backward()                         # still differentiable
+    assert m[0].weight.grad is not None
