@@ -336,3 +336,27 @@ def test_a_device_graph_equals_the_ops_on_the_device(c, rng):
                        "relu" if i < len(ws) - 1 else "none")
     assert y.numpy().tobytes() == h.numpy().tobytes()
     np.testing.assert_array_equal(g.run(a).numpy(), y.numpy())   # host in, staged
+
+
+def test_builder_misuse_is_refused_with_what_was_wrong(c):
+    g, other = c.graph(name="a"), c.graph(name="b")
+    x, y = g.input("x", (2, 3)), other.input("y", (2, 3))
+    with pytest.raises(opd.BadArgumentError, match="value of another graph"):
+        g.relu(y)
+    with pytest.raises(opd.BadArgumentError, match="not a value of this graph"):
+        g.output(y)
+    with pytest.raises(opd.BadArgumentError, match="has no outputs"):
+        g.define()
+    with pytest.raises(opd.BadArgumentError, match="input 1 is None"):
+        g.layernorm(x, None, np.ones(3, np.float32))
+    with pytest.raises(opd.BadArgumentError, match="shape"):
+        g.input("z", (-1, 3))
+    g.output(g.relu(x))
+    g.define()
+    with pytest.raises(opd.ProtocolError, match="no longer be changed"):
+        g.relu(x)
+    with pytest.raises(opd.BadArgumentError, match="writes 1 outputs, 2 given"):
+        g.run(np.zeros((2, 3), np.float32), out=(c.empty((2, 3)), c.empty((2, 3))))
+    with pytest.raises(opd.BadArgumentError, match="output 0 must be an opd Tensor"):
+        g.run(np.zeros((2, 3), np.float32), out=np.zeros((2, 3), np.float32))
+    assert "relu" in g.relu.__doc__ and "Value" in g.relu.__doc__
