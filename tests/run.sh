@@ -71,13 +71,14 @@ for wait in adaptive socket spin; do
 done
 
 # The Python package against a real daemon (Debian's python3: numpy, pytest).
-run_pytest() {
-  echo "== python over ${OPD_WAIT:-adaptive}: the opd package (pytest tests/python)"
+run_pytest() { # [python [tests dir]]
+  local py=${1:-/usr/bin/python3} dir=${2:-tests/python}
+  echo "== python over ${OPD_WAIT:-adaptive}: the opd package (pytest $dir, $py)"
   local out rc
   local tmp
   tmp=$(mktemp /tmp/opd-run.XXXXXX)   # a file, as in run_criterion
-  OPD_LIB=${OPD_LIB:-$B/libopd.so} /usr/bin/python3 -m pytest -q -p no:cacheprovider \
-    tests/python >"$tmp" 2>&1; rc=$?
+  OPD_LIB=${OPD_LIB:-$B/libopd.so} "$py" -m pytest -q -p no:cacheprovider \
+    "$dir" >"$tmp" 2>&1; rc=$?
   out=$(cat "$tmp"); rm -f "$tmp"
   echo "$out" | grep -E '^(FAILED|ERROR)|passed|failed|error' | tail -n 40
   local line p f e
@@ -94,6 +95,24 @@ run_pytest() {
   [ "$rc" = 0 ] || status=1
 }
 for wait in adaptive socket spin; do OPD_WAIT=$wait run_pytest; done
+
+# The torch.compile backend (tests/torch2) needs torch >= 2.4, which Debian
+# does not ship: run with the venv DEVELOPERS.md makes ($OPD_TORCH_VENV,
+# default $B/venv-torch; .ci/run makes it) when it is there. A venv whose
+# torch is older fails the step rather than skipping it unseen.
+TORCH_VENV=${OPD_TORCH_VENV:-$B/venv-torch}
+if [ -x "$TORCH_VENV/bin/python" ]; then
+  if PYTHONPATH=python "$TORCH_VENV/bin/python" -c \
+       'import sys, opd.dynamo as d; sys.exit(d.why_not() is not None)'; then
+    run_pytest "$TORCH_VENV/bin/python" tests/torch2
+  else
+    echo "== torch >= 2.4 (tests/torch2): $TORCH_VENV has no usable torch:"
+    PYTHONPATH=python "$TORCH_VENV/bin/python" -c 'import opd.dynamo as d; print(d.why_not())'
+    failed=$((failed + 1)); status=1
+  fi
+else
+  echo "== torch >= 2.4 (tests/torch2): no venv at $TORCH_VENV; skipped (DEVELOPERS.md)"
+fi
 
 # fuzzing: each libFuzzer target (tests/fuzz) for a bounded time on a copy
 # of its seed corpus; one pass or failure per target. Needs clang and

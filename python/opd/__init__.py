@@ -9,7 +9,9 @@ a shared reference), client.py (the connection and the public API:
 Client, Prepared, Request, connect), with Client's mixins _runner.py
 (argument conversion, caches, the run memo), _torch.py (torch interop),
 _arenas.py (the arenas a connection registers), _ops.py (generated
-operator methods) and _publish.py (publish/attach); mp.py adds the
+operator methods), _publish.py (publish/attach) and _graph.py /
+_graphrun.py (Client.graph: graphs built, defined once, run as one
+request; dynamo.py is their torch.compile backend); mp.py adds the
 per-process client and Pool helpers. See docs/python.md, "Package
 layout".
 
@@ -25,6 +27,7 @@ see docs/python.md, "GPU".
 """
 from . import protocol
 from ._lib import LibraryNotFoundError
+from ._graph import Graph, Value
 from .client import Client, Request, connect, socket_path
 from .errors import (BackendError, BadArgumentError, LimitError,
                      OpdConnectionError, OpdError, OpdPermissionError,
@@ -51,7 +54,7 @@ def lib_path():
     return _lib.path
 
 
-__all__ = ["Client", "Request", "Tensor", "connect", "client",
+__all__ = ["Client", "Request", "Tensor", "Graph", "Value", "connect", "client",
            "pool_initializer", "set_default_socket", "socket_path",
            "share_reference", "from_reference", "forget_shared",
            "dtype_name", "device_name", "lib_version", "lib_path", "DTYPES",

@@ -13,8 +13,8 @@ LibraryNotFoundError lists every place tried and why each failed.
 Every function gets argtypes and restype so ctypes checks arguments and
 never truncates pointers. The CUDA-era entry points (opd_alloc,
 opd_run_on, opd_publish, opd_publish2, opd_attach, opd_import_cuda, opd_alloc_flags,
-opd_export_cuda, ...) are declared
-when present, so an older libopd still loads for host-only use. The struct layouts mirror opd.h's opd_tensor_t
+opd_export_cuda, ...) and the graph API (opd_graph_*) are
+declared when present, so an older libopd still loads for host-only use. The struct layouts mirror opd.h's opd_tensor_t
 and opd_attr_t (160 and 104 bytes; a test checks the sizes).
 """
 import ctypes
@@ -161,6 +161,23 @@ def _declare(lib):
         "opd_batch_begin": (c_int, [vp, vp]),
         "opd_batch_end": (c_int, [vp]),
         "opd_torch_unbind": (None, [vp]),
+        # graphs: a definition built here, defined, run, destroyed (opd._graph)
+        "opd_graph_def_new": (vp, []),
+        "opd_graph_def_free": (None, [vp]),
+        "opd_graph_input": (c_int, [vp, cp, ctypes.c_int32, ctypes.c_int32,
+                                    P(ctypes.c_int64)]),
+        "opd_graph_const": (c_int, [vp, cp, T]),
+        "opd_graph_node": (c_int, [vp, cp, P(c_int), c_uint32, A, c_uint32,
+                                   c_uint32]),
+        "opd_graph_output": (c_int, [vp, c_int]),
+        "opd_graph_define": (c_int, [vp, cp, vp, P(c_uint64)]),
+        "opd_graph_def_outputs": (c_int, [vp, T, c_uint32, P(c_uint32)]),
+        "opd_graph_run": (c_int, [vp, c_uint64, T, c_uint32, T, c_uint32]),
+        "opd_graph_submit": (c_int, [vp, c_uint64, T, c_uint32, T, c_uint32,
+                                     c_uint32, P(c_uint64)]),
+        "opd_graph_prepare": (c_int, [vp, c_uint64, T, c_uint32, T, c_uint32,
+                                      c_uint32, P(vp)]),
+        "opd_graph_destroy": (c_int, [vp, c_uint64]),
     }
     for name, (res, args) in sigs.items():
         f = getattr(lib, name)

@@ -72,15 +72,22 @@ def _make_method(schema):
     def method(self, *inputs, out=None, device=None, **attrs):
         return self._runner.run(op, inputs, out, device, attrs)
 
+    method.__name__ = op
+    method.__doc__ = describe(schema, "out=None, device=None")
+    return method
+
+
+def describe(schema, tail):
+    """The docstring of operator `schema`'s method: its signature (the
+    inputs, the attributes with their defaults, then `tail`), summary,
+    shape rule and attributes (also the graph builder's, opd._graph)."""
     ins = ", ".join(i["name"] + ("=None" if i["optional"] else "")
                     for i in schema["inputs"])
     at = ", ".join("%s=%r" % (a["name"], a["default"]) if not a["required"]
                    else a["name"] for a in schema["attrs"])
-    method.__name__ = op
-    method.__doc__ = "%s(%s%s, out=None, device=None)\n\n%s.\nshape: %s\n%s%s" % (
-        op, ins, (", " + at) if at else "", schema["summary"], schema["shape"],
+    return "%s(%s%s, %s)\n\n%s.\nshape: %s\n%s%s" % (
+        schema["name"], ins, (", " + at) if at else "", tail, schema["summary"],
+        schema["shape"],
         "".join("attr %s (%s): %s\n" % (a["name"], a["type"], a["doc"])
                 for a in schema["attrs"]),
         "In-place allowed (out=x).\n" if schema["inplace"] else "")
-    return method
-

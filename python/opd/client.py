@@ -22,6 +22,7 @@ and the parts it uses, and changes only its own state):
                          methods generated from them (__getattr__)
   _runner   _runner.py   Runner: arguments as libopd takes them (a Run),
                          the infer/descriptor caches, the run memo
+  _graphs   _graph.py    Graphs: the graphs this connection defined
 _connect resets each part for a new connection. The private names other
 modules and the tests use (_pending_release, _alloc, _maps, _run_memo,
 _unsynced, _arena_id, _settle, ...) are delegations to the part that owns
@@ -51,6 +52,7 @@ import weakref
 
 from . import _lib, errors, memory, protocol
 from ._arenas import Arenas
+from ._graph import Graph, Graphs
 from ._ops import Ops
 from ._prepared import Prepared, Request
 from ._publish import Publications
@@ -131,6 +133,7 @@ class Client:
         self._pubs = Publications(self, arenas)
         self._ops = Ops(self)
         self._runner = Runner(self, arenas, self._torch, self._ops)
+        self._graphs = Graphs(self)
         # memory.py's finalizers queue released arenas here: the Arenas
         # part's deque (cleared, never replaced)
         self._pending_release = arenas.pending
@@ -161,6 +164,7 @@ class Client:
             self._runner.reset()
             self._pubs.reset()
             self._torch.reset()
+            self._graphs.pending.clear()   # went with the old session
             h = ctypes.c_void_p()
             flags = _PRIORITY[self.priority] | _WAIT[self.wait]
             if flags:
@@ -180,6 +184,7 @@ class Client:
         with self._lock:
             h, self._h = self._h, None
             self._closed = True
+            self._graphs.close()          # the session takes them along
             if h is not None and self._gen == memory._fork_gen[0]:
                 unbind = getattr(self._lib, "opd_torch_unbind", None)
                 if unbind is not None:   # opd.torch's C kernels drop it
@@ -372,6 +377,14 @@ class Client:
         checks are raised by each call, as run() raises them."""
         return Prepared(self, op, inputs, out, device, attrs)
 
+    def graph(self, device="cpu", name=None):
+        """Returns a new Graph to build (docs/python.md, "Graphs"): inputs,
+        constants, a method per operator, outputs; defined in the daemon
+        on leaving its `with` block (or by define()), then run() as one
+        request per call on `device` ("cpu", "cuda", "cuda:N"). name:
+        for the daemon's logs and stats."""
+        return Graph(self, device, name)
+
     def infer(self, op, *inputs, **attrs):
         """Returns [(dtype, shape)] of the outputs `op` would write for these
         inputs and attributes (cached). Raises BadArgumentError."""
@@ -434,6 +447,7 @@ class Client:
         if self._arenas.alloc is not None:
             self._arenas.alloc.drain()
         self._arenas.drain(h)
+        self._graphs.drain(h)
         return self._json(self._lib.opd_stats_json)
 
     def memory_stats(self):

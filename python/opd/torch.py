@@ -7,6 +7,9 @@
     torch.ops.opd.softmax_out(x, out=y)   # out= variant: writes y
     torch.ops.opd.relu_(x)                # in-place form (OPD_OPF_INPLACE ops)
 
+    fast = torch.compile(model, backend="opd")      # opd.dynamo: graphs
+    consts = opd.torch.publish_module(c, model, "name")
+
 DESIGN
 Each op the daemon lists (OPS: built-ins and plugins alike) becomes a
 torch operator defined with torch.library.Library define/impl and a fake
@@ -51,7 +54,10 @@ the ops without running them.
 Registration is process-wide, as torch's is: the first register() (or
 the import, when a daemon answers at the default socket) binds every op
 to one Client; register(client) later rebinds them to another daemon and
-adds the ops that are new there.
+adds the ops that are new there. The import also registers the
+torch.compile backend "opd" (opd.dynamo, on the same Client: each FX
+subgraph of supported ops as one opd graph) and exports publish_module /
+attach_module from there.
 """
 import ctypes
 import re
@@ -498,3 +504,9 @@ try:
     register()
 except errors.OpdError:
     pass  # no daemon at the default socket: call opd.torch.register(...)
+
+# torch.compile(model, backend="opd"), on the client the ops run on
+from . import dynamo  # noqa: E402
+from .dynamo import attach_module, publish_module  # noqa: E402,F401
+
+dynamo.register(client)
