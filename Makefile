@@ -204,7 +204,8 @@ ifneq ($(CUDA_ON),1)
 endif
 
 BINS := $(B)/opd $(B)/libopd.so $(B)/libopd.a $(B)/opctl
-EXAMPLES := $(B)/examples/softmax_conv
+EXAMPLES := $(B)/examples/softmax_conv $(B)/examples/hft_server/publisher \
+            $(B)/examples/hft_server/client
 BENCHES := $(patsubst bench/%.c,$(B)/bench/%,$(sort $(wildcard bench/*.c)))
 
 .PHONY: all deps check-deps test test-c run bench install clean cuda python-lib plugins
