@@ -1,0 +1,228 @@
+/* bench_graph: the hft_server MLP (256 -> 512 -> 512 -> 1, float32) from a
+ * C client, per request: the whole model as one opd graph against the
+ * same model sent op by op.
+ *
+ * DESIGN
+ * The model is examples/hft_server/mlp.h's, so the benchmark, the example
+ * and bench_graph.py's torch baselines run one definition: `linear` nodes
+ * when the daemon has the op, else matmul + add + relu (the header line
+ * says which). Weights live in an arena of this connection on --device
+ * (device memory the daemon owns for cuda); the input x and output y are
+ * host tensors in one arena, reused by every request, as a server does.
+ * Cases, each one request at a time:
+ *   graph_prepared  opd_graph_prepare once, opd_run_prepared per request
+ *                   (the hot path: one round trip, no encoding);
+ *   graph_run       opd_graph_run per request (encodes the run each time);
+ *   ops_prepared    each node as its own prepared run (opd_prepare once per
+ *                   node), back to back: the per-op service's best case;
+ *                   on cuda its intermediates are device memory.
+ * They take turns in BLOCKS blocks after a warmup, so a shared machine's
+ * drift lands on all of them alike; each answer of the last block is
+ * checked against mlp_reference (a mismatch fails the run, exit 1).
+ * Torch baselines and the ratios are bench_graph.py's, which runs this
+ * program and reads its lines.
+ *
+ * Usage: build/bench/bench_graph [--socket PATH] [--device cpu|cuda|cuda:N]
+ *          [--batch 1,32] [-n N] [-w WARMUP]
+ * Output (after the harness's # lines), per batch and case:
+ *   graph lang=c device=cpu batch=1 case=graph_prepared path=linear n=...
+ *     p50_us=... p99_us=... p999_us=... mean_us=... check=ok
+ */
+#define BENCH_NAME "bench_graph"
+#include "bench/harness.h"
+#include "examples/hft_server/mlp.h"
+
+enum { BLOCKS = 10, MAX_BATCHES = 8, N_CASES = 3 };
+static const char *const CASES[N_CASES] = {"graph_prepared", "graph_run", "ops_prepared"};
+
+typedef struct model {
+  opd_client_t *c;
+  const char *device;
+  int linear;                      /* the form of mlp.h in use */
+  int64_t batch;
+  uint64_t graph;
+  opd_tensor_t x, y;               /* host tensors of io */
+  float *xs, *ys;
+  opd_prepared_t *gprep;           /* the graph run, prepared */
+  opd_prepared_t *node[MLP_MAX_NODES]; /* each node, prepared */
+  int n_nodes;
+  uint64_t io, scratch;            /* arenas: x and y; intermediates */
+} model_t;
+
+static void die(const char *what) {
+  fprintf(stderr, "bench_graph: %s: %s\n", what, opd_last_error());
+  exit(1);
+}
+
+/* Builds everything batch b's requests need: the graph, x and y, the
+ * prepared graph run and the prepared node runs. */
+static void model_init(model_t *m, uint64_t warena) {
+  mlp_param_t p[MLP_NPARAMS];
+  mlp_node_t n[MLP_MAX_NODES];
+  int64_t xshape[2];
+  void *io;
+  mlp_layout(p);
+  if (mlp_graph_define(m->c, m->device, warena, m->batch, m->linear, &m->graph,
+                       &m->x, &m->y))
+    die("graph define");
+  uint64_t xbytes = (uint64_t)m->batch * MLP_IN * 4, ybytes = (uint64_t)m->batch * 4;
+  if (opd_arena_create(m->c, xbytes + ybytes + 64, &m->io, &io)) die("arena");
+  m->x.arena = m->y.arena = m->io;
+  m->y.offset = xbytes;
+  m->xs = io;
+  m->ys = (float *)((char *)io + xbytes);
+  for (int64_t b = 0; b < m->batch; b++)
+    for (int j = 0; j < MLP_IN; j++)
+      m->xs[mlp_x_index(m->linear, m->batch, b, j)] = mlp_event_value(1, (uint64_t)b, j);
+  if (opd_graph_prepare(m->c, m->graph, &m->x, 1, &m->y, 1, 0, &m->gprep))
+    die("graph prepare");
+
+  /* op by op: value v's tensor (the input, a parameter, an intermediate
+   * in scratch, or y for the last node) */
+  m->n_nodes = mlp_nodes(m->linear, m->batch, n, xshape);
+  opd_tensor_t val[MLP_FIRST_NODE + MLP_MAX_NODES];
+  val[MLP_X] = m->x;
+  for (int k = 0; k < MLP_NPARAMS; k++)
+    mlp_param_tensor(warena, p, k, m->linear, &val[1 + k]);
+  uint64_t per = (uint64_t)m->batch * MLP_HID * 4, scratch_bytes = per * MLP_MAX_NODES;
+  int host = strcmp(m->device, "cpu") == 0;
+  void *sb;
+  if (host ? opd_arena_create(m->c, scratch_bytes, &m->scratch, &sb)
+           : opd_alloc(m->c, m->device, scratch_bytes, &m->scratch))
+    die("scratch arena");
+  for (int k = 0; k < m->n_nodes; k++) {
+    opd_tensor_t *o = &val[MLP_FIRST_NODE + k], in[3];
+    if (k == m->n_nodes - 1) *o = m->y;
+    else opd_tensor_init(o, m->scratch, per * (uint64_t)k, OPD_DTYPE_FLOAT32, 2, n[k].shape);
+    for (int i = 0; i < n[k].n_in; i++) in[i] = val[n[k].in[i]];
+    opd_attr_t act = {.name = "act", .type = OPD_ATTR_STR, .s = n[k].act};
+    if (opd_prepare(m->c, m->device, n[k].op, in, (uint32_t)n[k].n_in, o, 1, &act,
+                    n[k].act ? 1 : 0, &m->node[k]))
+      die(n[k].op);
+  }
+}
+
+static int run_case(model_t *m, int cs) {
+  if (cs == 0) return opd_run_prepared(m->c, m->gprep);
+  if (cs == 1) return opd_graph_run(m->c, m->graph, &m->x, 1, &m->y, 1);
+  for (int k = 0; k < m->n_nodes; k++) {
+    int rc = opd_run_prepared(m->c, m->node[k]);
+    if (rc) return rc;
+  }
+  return 0;
+}
+
+/* max error over y of the batch against the reference (<= 1: a match) */
+static double check(model_t *m, const void *w, const mlp_param_t *p) {
+  double *want = malloc(sizeof(double) * (size_t)m->batch), h[2 * MLP_HID];
+  if (!want) die("malloc");
+  mlp_reference(w, p, m->xs, m->linear, m->batch, h, want);
+  double e = mlp_error(m->ys, want, m->batch);
+  free(want);
+  return e;
+}
+
+static void model_free(model_t *m) {
+  for (int k = 0; k < m->n_nodes; k++) opd_prepared_free(m->node[k]);
+  opd_prepared_free(m->gprep);
+  opd_graph_destroy(m->c, m->graph);
+  opd_arena_release(m->c, m->io);
+  opd_arena_release(m->c, m->scratch);
+}
+
+static int usage(void) {
+  fprintf(stderr, "usage: bench_graph [--socket PATH] [--device cpu|cuda|cuda:N] "
+                  "[--batch 1,32] [-n N] [-w WARMUP]\n");
+  return 2;
+}
+
+int main(int argc, char **argv) {
+  const char *sock = getenv("OPD_SOCKET"), *device = "cpu", *batches = "1,32";
+  size_t n = 5000, warm = 0;
+  for (int i = 1; i < argc; i++) {
+    if (i + 1 >= argc) return usage();
+    const char *a = argv[i], *v = argv[++i];
+    if (strcmp(a, "--socket") == 0) sock = v;
+    else if (strcmp(a, "--device") == 0) device = v;
+    else if (strcmp(a, "--batch") == 0) batches = v;
+    else if (strcmp(a, "-n") == 0) n = parse_count(BENCH_NAME, "-n", v, BLOCKS);
+    else if (strcmp(a, "-w") == 0) warm = parse_count(BENCH_NAME, "-w", v, 0);
+    else return usage();
+  }
+  if (!warm) warm = n / 10 < 2000 ? n / 10 : 2000;
+  int64_t bl[MAX_BATCHES];
+  int nb = 0;
+  for (const char *s = batches; *s && nb < MAX_BATCHES; nb++) {
+    char *end;
+    long b = strtol(s, &end, 10);
+    if (end == s || b < 1 || b > 4096 || (*end && *end != ',')) {
+      fprintf(stderr, "bench_graph: --batch expects sizes 1..4096 separated by commas, "
+                      "got \"%s\"\n", batches);
+      return 2;
+    }
+    bl[nb] = b;
+    s = *end ? end + 1 : end;
+  }
+
+  opd_client_t *c;
+  if (opd_connect(sock, &c)) die("connect");
+  int linear = mlp_has_op(c, "linear");
+  if (linear < 0) die("ops");
+  mlp_param_t p[MLP_NPARAMS];
+  float *w = malloc(mlp_layout(p));
+  if (!w) die("malloc");
+  mlp_fill(w, p, 42);
+  uint64_t warena;
+  void *wbase;
+  if (mlp_weights_create(c, device, 42, &warena, &wbase)) die("weights");
+
+  print_machine();
+  printf("# bench_graph: device=%s path=%s n=%zu warmup=%zu transport=%s\n", device,
+         linear ? "linear" : "matmul+add+relu", n, warm, opd_transport(c));
+  int bad = 0;
+  size_t per_block = n / BLOCKS;
+  uint64_t *lat[N_CASES];
+  for (int cs = 0; cs < N_CASES; cs++)
+    if (!(lat[cs] = malloc(sizeof(uint64_t) * per_block * BLOCKS))) die("malloc");
+  for (int bi = 0; bi < nb; bi++) {
+    model_t m = {.c = c, .device = device, .linear = linear, .batch = bl[bi]};
+    model_init(&m, warena);
+    for (int cs = 0; cs < N_CASES; cs++)
+      for (size_t i = 0; i < warm; i++)
+        if (run_case(&m, cs)) die(CASES[cs]);
+    double err[N_CASES];
+    for (int blk = 0; blk < BLOCKS; blk++)
+      for (int cs = 0; cs < N_CASES; cs++) {
+        for (size_t i = 0; i < per_block; i++) {
+          uint64_t t0 = now_ns();
+          if (run_case(&m, cs)) die(CASES[cs]);
+          lat[cs][blk * per_block + i] = now_ns() - t0;
+        }
+        if (blk == BLOCKS - 1) {  /* NaN first: a stale answer cannot pass */
+          for (int64_t b = 0; b < m.batch; b++) m.ys[b] = NAN;
+          if (run_case(&m, cs)) die(CASES[cs]);
+          err[cs] = check(&m, w, p);
+        }
+      }
+    for (int cs = 0; cs < N_CASES; cs++) {
+      size_t k = per_block * BLOCKS;
+      double sum = 0;
+      for (size_t i = 0; i < k; i++) sum += (double)lat[cs][i];
+      qsort(lat[cs], k, sizeof(uint64_t), cmp_u64);
+      int ok = err[cs] <= 1.0;
+      bad |= !ok;
+      printf("graph lang=c device=%s batch=%lld case=%s path=%s n=%zu p50_us=%.2f "
+             "p99_us=%.2f p999_us=%.2f mean_us=%.2f check=%s\n",
+             device, (long long)m.batch, CASES[cs], linear ? "linear" : "matmul",
+             k, pct(lat[cs], k, 0.5) / 1e3, pct(lat[cs], k, 0.99) / 1e3,
+             pct(lat[cs], k, 0.999) / 1e3, sum / (double)k / 1e3, ok ? "ok" : "MISMATCH");
+      fflush(stdout);
+    }
+    model_free(&m);
+  }
+  for (int cs = 0; cs < N_CASES; cs++) free(lat[cs]);
+  opd_arena_release(c, warena);
+  opd_close(c);
+  free(w);
+  return bad;
+}
