@@ -394,6 +394,7 @@ $(B)/tests/fake_torch: tests/torch/fake_torch.c $(TORCH_OBJ) $(B)/libopd.a
 	$(CC) $(CPPFLAGS) $(CFLAGS) -rdynamic $< -o $@ $(TORCH_OBJ) $(B)/libopd.a $(CLIENT_LIBS) -ldl
 
 test: all plugins $(B)/tests/unit $(B)/tests/ops $(B)/tests/integration $(B)/tests/chaos \
+      $(B)/bench/bench_graph \
       $(B)/tests/fake_torch
 	@OPD_BIN=$(abspath $(B)/opd) OPD_BUILD=$(abspath $(B)) \
 	  OPD_DAEMON_OBJ="$(B)/obj/daemon/main.o $(DAEMON_OBJ) $(KERNEL_OBJ) $(CUDA_OBJ) $(COMMON_OBJ)" \
