@@ -159,7 +159,7 @@ COMMON_SRC  := $(sort $(wildcard common/*.c))
 KERNEL_SRC  := $(sort $(wildcard kernels/*/*.c))
 # the device backend: CUDA, or the none backend in a build without CUDA
 # (daemon/backend/backend.h)
-DAEMON_SRC  := $(filter-out daemon/main.c,$(sort $(wildcard daemon/*.c daemon/run/*.c daemon/mem/*.c))) \
+DAEMON_SRC  := $(filter-out daemon/main.c,$(sort $(wildcard daemon/*.c daemon/run/*.c daemon/mem/*.c daemon/graph/*.c))) \
                daemon/backend/cpu.c
 ifeq ($(CUDA_ON),1)
   DAEMON_SRC += $(sort $(wildcard daemon/backend/cuda/*.c))
@@ -461,7 +461,7 @@ FUZZ_CFLAGS  := -std=c11 -g -O1 -fno-omit-frame-pointer -pthread -Wall -Wno-unkn
                 -Iinclude -I. -D_GNU_SOURCE -DOPD_NO_BLAS $(filter -DOPD_HAVE_%,$(CPPFLAGS)) \
                 $(if $(DEPS),-I$(DEPS)/include)
 FUZZ_SRC     := $(COMMON_SRC) $(KERNEL_SRC) \
-                $(filter-out daemon/main.c,$(sort $(wildcard daemon/*.c daemon/run/*.c daemon/mem/*.c))) \
+                $(filter-out daemon/main.c,$(sort $(wildcard daemon/*.c daemon/run/*.c daemon/mem/*.c daemon/graph/*.c))) \
                 daemon/backend/cpu.c daemon/backend/none.c
 FUZZ_OBJ     := $(patsubst %.c,$(B)/fuzz/obj/%.o,$(FUZZ_SRC))
 FUZZ_BINS    := $(patsubst %,$(B)/fuzz/fuzz_%,$(FUZZ_TARGETS))
@@ -561,7 +561,7 @@ install-files: $(BINS) $(MANS) $(PKG_FILES)
 	install -m 644 $(B)/libopd.a $(DESTDIR)$(LIBDIR)/
 	install -m 755 $(B)/libopd.so $(DESTDIR)$(LIBDIR)/libopd.so.0
 	ln -sf libopd.so.0 $(DESTDIR)$(LIBDIR)/libopd.so
-	install -m 644 include/opd/opd.h include/opd/protocol.h include/opd/op.h \
+	install -m 644 include/opd/opd.h include/opd/graph.h include/opd/protocol.h include/opd/op.h \
 	  $(DESTDIR)$(INCLUDEDIR)/opd/
 	install -m 644 $(B)/packaging/opd.pc $(DESTDIR)$(LIBDIR)/pkgconfig/
 	install -m 644 python/opd/*.py $(DESTDIR)$(PYTHONDIR)/opd/

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "common/wire.h"
+#include "daemon/graph/table.h"
 #include "daemon/access.h"
 #include "daemon/backend/backend.h"
 #include "daemon/handlers.h"
@@ -502,6 +503,13 @@ static void handle_sync(opd_req_t *r, int type, const msgpack_object *body) {
                      "waiting already, the limit", OPD_MAX_SYNCS);
 }
 
+static void handle_graph(opd_req_t *r, int type, const msgpack_object *body) {
+  if (type == OPD_MSG_GRAPH_DEFINE)
+    opd__graph_define(r, body);
+  else
+    opd__graph_destroy_request(r, body);
+}
+
 /* The requests a client may send: X(message, handler, flags), one row
  * each (a message missing here is "unknown"; REPLY and GOODBYE are the
  * daemon's own). PRE_HELLO: allowed before the hello. */
@@ -524,7 +532,9 @@ static void handle_sync(opd_req_t *r, int type, const msgpack_object *body) {
   X(EXPORT, handle_export, 0)                   \
   X(RING_SETUP, handle_ring_setup, 0)           \
   X(STREAM, handle_stream, 0)                   \
-  X(SYNC, handle_sync, 0)
+  X(SYNC, handle_sync, 0)                       \
+  X(GRAPH_DEFINE, handle_graph, 0)              \
+  X(GRAPH_DESTROY, handle_graph, 0)
 
 typedef void handler_fn(opd_req_t *r, int type, const msgpack_object *body);
 static const struct {

@@ -273,7 +273,7 @@ int opd__server_init(opd_server_t *srv, uv_loop_t *loop,
   snprintf(srv->goodbye_why, sizeof srv->goodbye_why,
            "daemon is shutting down");
   msgpack_sbuffer_init(&srv->scratch);
-  srv->op_stats = calloc((size_t)opd__n_ops, sizeof *srv->op_stats);
+  srv->op_stats = calloc((size_t)opd__n_ops + 1, sizeof *srv->op_stats); /* + graphs */
   if (srv->op_stats == NULL) return OPD_ENOMEM;
   srv->cost = calloc(OPD_COST_SLOTS, sizeof *srv->cost);
   if (srv->cost == NULL) return OPD_ENOMEM;

@@ -41,6 +41,7 @@
 
 #include "common/clock.h" /* opd__now_ns */
 #include "common/wire.h"
+#include "daemon/graph/table.h"
 #include "daemon/access.h"
 #include "daemon/backend/backend.h"
 #include "daemon/handlers.h"
@@ -226,6 +227,7 @@ static void maybe_free(opd_session_t *s) {
   opd__unpublish_all(s);
   opd__ring_free(s);
   opd__run_cache_free(s);
+  opd__graphs_release_all(s);
   opd__arena_release_all(s);
   opd__backend_dev.session_end(s);
   if (s->prev) s->prev->next = s->next;

@@ -13,7 +13,7 @@
 #include "kernels/runtime/registry.h"
 
 void opd__stats_pack(opd_server_t *srv, msgpack_packer *pk) {
-  msgpack_pack_map(pk, 21);
+  msgpack_pack_map(pk, 22);
   PACK_STR(pk, "gpus"); /* the devices as the hello lists them, counters now */
   opd__backend_dev.describe(srv, pk);
   PACK_STR(pk, "imports"); /* CUDA IPC imports made since start */
@@ -57,6 +57,23 @@ void opd__stats_pack(opd_server_t *srv, msgpack_packer *pk) {
   PACK_STR(pk, "healthy");
   if (srv->healthy) msgpack_pack_true(pk);
   else msgpack_pack_false(pk);
+  PACK_STR(pk, "graphs"); /* defined graphs and their runs (docs/graphs.md) */
+  {
+    const opd_op_stats_t *g = &srv->op_stats[opd__n_ops];
+    msgpack_pack_map(pk, 6);
+    PACK_STR(pk, "live");
+    msgpack_pack_uint32(pk, srv->n_graphs);
+    PACK_STR(pk, "defined");
+    msgpack_pack_uint64(pk, srv->graphs_defined);
+    PACK_STR(pk, "runs");
+    msgpack_pack_uint64(pk, g->calls);
+    PACK_STR(pk, "inline");
+    msgpack_pack_uint64(pk, g->inlined);
+    PACK_STR(pk, "errors");
+    msgpack_pack_uint64(pk, g->errors);
+    PACK_STR(pk, "ns");
+    msgpack_pack_uint64(pk, g->ns);
+  }
   PACK_STR(pk, "ops");
   msgpack_pack_map(pk, (size_t)opd__n_ops);
   for (int i = 0; i < opd__n_ops; i++) {

@@ -41,6 +41,7 @@ typedef struct opd_job opd_job_t;
 typedef struct opd_req opd_req_t;
 typedef struct opd_pub opd_pub_t;
 typedef struct opd_acct opd_acct_t;
+typedef struct opd_graph opd_graph_t;
 struct opd_readers;
 struct opd_run_cache;
 
@@ -214,6 +215,10 @@ struct opd_server {
   uid_t *allow_uids;             /* --allow-users, resolved (daemon/access.c) */
   gid_t *allow_gids;             /* --allow-groups, resolved */
   int n_allow_uids, n_allow_gids;
+  opd_graph_t *graphs;           /* every live graph (daemon/graph/) */
+  uint64_t next_graph_id;
+  uint64_t graphs_defined;       /* graphs defined since start */
+  uint32_t n_graphs;             /* live now */
   opd_pub_t *pubs;               /* published arenas */
   uint32_t n_pubs, cap_pubs;
   int n_devices;                 /* CUDA devices in use (0: cpu only) */
@@ -233,7 +238,11 @@ struct opd_job {
   int via;                       /* where its reply goes (OPD_VIA_*) */
   opd_job_t *next;               /* session queue / free list */
   uint64_t req_id;
-  int op_index;                  /* into opd__ops */
+  int op_index;                  /* into opd__ops; a graph run's:
+                                    opd__n_ops (its stats slot) */
+  opd_graph_t *graph;            /* a graph run: the graph (a reference
+                                    held; call.op is opd__graph_op and call
+                                    holds the run's tensors) */
   int rc;                        /* kernel result */
   uint64_t ns;                   /* kernel time */
   uint64_t bytes;                /* bytes of all its tensors */
@@ -337,6 +346,9 @@ struct opd_session {
   void *ring_over_tail;          /* its last entry (appends are O(1)) */
   void *backend_session[OPD_MAX_DEVICES]; /* the device backend's, per
                                     device (CUDA: the session's stream) */
+  opd_graph_t **graphs;          /* its graphs (daemon/graph/), a
+                                    reference each */
+  uint32_t n_graphs;
   struct opd_run_cache *run_cache; /* the last validated run
                                     (runcache.c) */
 };

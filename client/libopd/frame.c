@@ -124,7 +124,17 @@ static int pack_tensor_list(fbuf_t *b, const opd_tensor_t *t, uint32_t n,
   return 0;
 }
 
-static inline int pack_tensors(fbuf_t *b, const opd_tensor_t *t, uint32_t n,
+int opd__pack_tensor(fbuf_t *b, const opd_tensor_t *t) {
+  unsigned char *p = fbuf_room(b, OPD_MP_DESC_MAX);
+  if (t->rank < 0 || t->rank > OPD_MAX_RANK)
+    return opd__fail(OPD_ELIMIT, "rank %d out of 0..%d", t->rank, OPD_MAX_RANK);
+  if (p != NULL)
+    fbuf_set_end(b, opd__mp_put_desc(p, t->arena, t->offset, t->dtype, t->rank,
+                                     t->shape, t->strided ? t->strides : NULL));
+  return 0;
+}
+
+int opd__pack_tensors(fbuf_t *b, const opd_tensor_t *t, uint32_t n,
                                const char *what) {
   if (n > 0) return pack_tensor_list(b, t, n, what);
   unsigned char *p = fbuf_room(b, 1);
@@ -168,7 +178,7 @@ static int put_attr(fbuf_t *b, const opd_attr_t *a) {
                    a->type);
 }
 
-static int pack_attrs(fbuf_t *b, const opd_attr_t *a, uint32_t n) {
+int opd__pack_attrs(fbuf_t *b, const opd_attr_t *a, uint32_t n) {
   put_map(b, n);
   for (uint32_t i = 0; i < n; i++) {
     if (a[i].name == NULL) return opd__fail(OPD_EINVAL, "attribute %u has no name", i);
@@ -209,14 +219,44 @@ int opd__build_run(fbuf_t *b, int type, uint64_t id, const char *device,
     p = put_strp(p, op, op_len);
     fbuf_set_end(b, put_strp(p, "in", 2));
   }
-  int rc = pack_tensors(b, in, n_in, "input");
+  int rc = opd__pack_tensors(b, in, n_in, "input");
   if (rc == 0 && type == OPD_MSG_RUN) {
     PUT_KEY(b, "out");
-    rc = pack_tensors(b, out, n_out, "output");
+    rc = opd__pack_tensors(b, out, n_out, "output");
   }
   if (rc == 0) {
     PUT_KEY(b, "attrs");
-    rc = pack_attrs(b, attrs, n_attrs);
+    rc = opd__pack_attrs(b, attrs, n_attrs);
+  }
+  if (rc != 0) opd__fbuf_free(b);
+  return rc;
+}
+
+/* A RUN of graph `graph` (daemon/graph/): {"async"?, "graph", "in", "out"}. */
+int opd__build_graph_run(fbuf_t *b, uint64_t id, uint64_t graph, uint32_t flags,
+                         const opd_tensor_t *in, uint32_t n_in,
+                         const opd_tensor_t *out, uint32_t n_out) {
+  if ((n_in && !in) || (n_out && !out))
+    return opd__fail(OPD_EINVAL, "NULL tensor array with a count");
+  if (flags & ~OPD_RUN_F_ASYNC)
+    return opd__fail(OPD_EINVAL, "graph run flags 0x%x: only OPD_RUN_ASYNC "
+                     "is known", flags);
+  opd__frame_begin(b, NULL, OPD_MSG_RUN, id);
+  unsigned char *p = fbuf_room(b, 6 * OPD_MP_PUT_MAX + 16);
+  if (p != NULL) {
+    p = opd__mp_put_map(p, 3u + (flags != 0));
+    if (flags != 0) {
+      p = put_strp(p, "async", 5);
+      p = opd__mp_put_uint(p, flags);
+    }
+    p = put_strp(p, "graph", 5);
+    p = opd__mp_put_uint(p, graph);
+    fbuf_set_end(b, put_strp(p, "in", 2));
+  }
+  int rc = opd__pack_tensors(b, in, n_in, "input");
+  if (rc == 0) {
+    PUT_KEY(b, "out");
+    rc = opd__pack_tensors(b, out, n_out, "output");
   }
   if (rc != 0) opd__fbuf_free(b);
   return rc;

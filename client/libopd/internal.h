@@ -140,6 +140,14 @@ void opd__frame_begin(fbuf_t *b, msgpack_packer *pk, int type, uint64_t id);
 void opd__fbuf_free(fbuf_t *b);
 /* Builds a RUN or INFER frame for id into b. Returns 0, or OPD_EINVAL /
  * OPD_ELIMIT (the last error says which argument) with b freed. */
+/* A graph's RUN (graph.c); the pieces a GRAPH_DEFINE is packed with. */
+int opd__build_graph_run(fbuf_t *b, uint64_t id, uint64_t graph, uint32_t flags,
+                         const opd_tensor_t *in, uint32_t n_in,
+                         const opd_tensor_t *out, uint32_t n_out);
+int opd__pack_tensor(fbuf_t *b, const opd_tensor_t *t);
+int opd__pack_tensors(fbuf_t *b, const opd_tensor_t *t, uint32_t n,
+                      const char *what);
+int opd__pack_attrs(fbuf_t *b, const opd_attr_t *a, uint32_t n);
 int opd__build_run(fbuf_t *b, int type, uint64_t id, const char *device,
                    uint32_t flags, const char *op, const opd_tensor_t *in,
                    uint32_t n_in, const opd_tensor_t *out, uint32_t n_out,
@@ -200,6 +208,10 @@ int opd__run_flags(opd_client_t *c, const char *device, uint32_t flags,
                    const opd_attr_t *attrs, uint32_t n_attrs);
 /* A prepared run's device (NULL: auto) and OPD_RUN_F_* flags. */
 const char *opd__prepared_device(const opd_prepared_t *p);
+/* A prepared run from a frame packed with id UINT64_MAX (its id slot) and
+ * wire flags; 0 or OPD_ENOMEM (b is the caller's to free). */
+int opd__prepared_from(opd_client_t *c, const fbuf_t *b, uint32_t flags,
+                       opd_prepared_t **p);
 uint32_t opd__prepared_flags(const opd_prepared_t *p);
 
 /* ---- batch.c (stream.h declares the rest of the CUDA side) -------------- */

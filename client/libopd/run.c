@@ -175,19 +175,25 @@ int opd_prepare_flags(opd_client_t *c, const char *device, const char *op,
                       (flags & OPD_RUN_STREAM) ? dname : device, wire, op, in,
                       n_in, out, n_out, attrs, n_attrs);
   if (rc != 0) return rc;
-  opd_prepared_t *q = NULL;
-  if (b.oom || (unsigned char)b.data[PREP_ID_AT] != 0xcf ||
-      (q = malloc(sizeof *q + b.size)) == NULL) {
-    opd__fbuf_free(&b);
-    return opd__fail(OPD_ENOMEM, "out of memory preparing a run");
-  }
-  q->c = c;
-  q->flags = wire;
-  snprintf(q->device, sizeof q->device, "%s",
-           (flags & OPD_RUN_STREAM) ? device : "");
-  q->len = b.size;
-  memcpy(q->frame, b.data, b.size);
+  rc = opd__prepared_from(c, &b, wire, p);
   opd__fbuf_free(&b);
+  if (rc == 0)
+    snprintf((*p)->device, sizeof (*p)->device, "%s",
+             (flags & OPD_RUN_STREAM) ? device : "");
+  return rc;
+}
+
+int opd__prepared_from(opd_client_t *c, const fbuf_t *b, uint32_t flags,
+                       opd_prepared_t **p) {
+  opd_prepared_t *q = NULL;
+  if (b->oom || (unsigned char)b->data[PREP_ID_AT] != 0xcf ||
+      (q = malloc(sizeof *q + b->size)) == NULL)
+    return opd__fail(OPD_ENOMEM, "out of memory preparing a run");
+  q->c = c;
+  q->flags = flags;
+  q->device[0] = '\0';
+  q->len = b->size;
+  memcpy(q->frame, b->data, b->size);
   *p = q;
   return 0;
 }

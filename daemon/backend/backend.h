@@ -36,6 +36,7 @@ typedef struct opd_arena opd_arena_t;
 typedef struct opd_job opd_job_t;
 typedef struct msgpack_packer msgpack_packer;
 typedef struct opd_op_def opd_op_def_t;
+typedef struct opd_graph opd_graph_t;
 
 /* Where one tensor of a run lives, for a backend's plan. */
 typedef struct opd_tplace {
@@ -116,6 +117,13 @@ typedef struct opd_backend {
   void (*pin)(opd_server_t *srv, opd_arena_t *a);
   /* what the backend holds for an arena (pin, memory, import) goes */
   void (*release)(opd_arena_t *a);
+  /* a graph defined to run here (daemon/graph/graph.h; device set, nodes
+   * checked and in order, temp_bytes planned): whether every node can run
+   * here (err names the node), and its memory (g->temp, the backend's
+   * state in g->backend). 0, or an error code with err set. */
+  int (*graph_prepare)(opd_graph_t *g, opd_err_t *err);
+  /* ... and what graph_prepare made goes (the graph's last reference) */
+  void (*graph_release)(opd_graph_t *g);
   /* the runs launched on device dev and not yet seen complete: its queue
    * depth, for "auto" placement (the loop's thread) */
   int (*load)(const opd_server_t *srv, int dev);

@@ -33,21 +33,49 @@
  */
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/wire.h"
 #include "daemon/backend/backend.h"
+#include "daemon/graph/graph.h"
 #include "daemon/ticks.h"
 #include "daemon/types.h"
 #include "kernels/runtime/exec.h"
 #include "kernels/runtime/opcheck.h"
 
+/* A graph's nodes back to back, on the run's tensors (daemon/graph/graph.h);
+ * the first failure stops it, named by its node. */
+static int run_graph(opd_job_t *job) {
+  opd_graph_t *g = job->graph;
+  void *in[OPD_MAX_TENSORS], *out[OPD_MAX_TENSORS];
+  for (int k = 0; k < g->n_in; k++) in[k] = job->call.in[k].data;
+  for (int k = 0; k < g->n_out; k++) out[k] = job->call.out[k].data;
+  opd__graph_bind(g, in, out);
+  for (int i = 0; i < g->n_nodes; i++) {
+    opd_kcall_t *c = &g->nodes[i].call;
+    const opd_op_def_t *op = c->op;
+    c->exec = job->call.exec;
+    c->err[0] = '\0';
+    int rc = opd__kernel_rc(c, (op->cpu_fast ? op->cpu_fast : op->cpu_ref)(c));
+    if (rc != 0) {
+      snprintf(job->call.err, sizeof job->call.err, "node %d (%s): %.200s",
+               g->nodes[i].def, op->name, c->err);
+      return rc;
+    }
+  }
+  return 0;
+}
+
 /* The kernel call and its time (kernel threads or the loop thread). */
 static void run_kernel(opd_job_t *job) {
   const opd_op_def_t *op = job->call.op;
   uint64_t t0 = opd__ticks();
-  job->rc = opd__kernel_rc(&job->call, (op->cpu_fast ? op->cpu_fast
-                                                    : op->cpu_ref)(&job->call));
+  if (job->graph != NULL)
+    job->rc = run_graph(job);
+  else
+    job->rc = opd__kernel_rc(&job->call, (op->cpu_fast ? op->cpu_fast
+                                                      : op->cpu_ref)(&job->call));
   uint64_t t1 = opd__ticks();
   job->ns = t1 > t0 ? opd__ticks_ns(t1 - t0) : 0; /* moved CPUs: no time */
 }
@@ -84,6 +112,7 @@ static uint64_t signature(const opd_job_t *job) {
  * contiguous data (OPD_OPF_INPLACE, not OPD_OPF_STRIDED), on the CPU,
  * more than --inline-bytes and at most INLINE_MAX_BYTES. */
 static int learns(const opd_job_t *job) {
+  if (job->graph != NULL) return 1; /* its own estimate: graph->cost_ns */
   uint32_t f = job->call.op->flags;
   return job->device < 0 && (f & OPD_OPF_INPLACE) && !(f & OPD_OPF_STRIDED) &&
          job->bytes <= INLINE_MAX_BYTES;
@@ -95,6 +124,9 @@ static int runs_inline(const opd_server_t *srv, const opd_job_t *job) {
   if (job->device >= 0) return 0;
   if (job->bytes <= srv->cfg.limits.inline_bytes) return 1;
   if (srv->cfg.limits.inline_us == 0 || !learns(job)) return 0;
+  if (job->graph != NULL)
+    return job->graph->cost_ns > 0 &&
+           job->graph->cost_ns <= srv->cfg.limits.inline_us * 1000ull;
   uint64_t sig = signature(job);
   const opd_cost_t *e = &srv->cost[sig % OPD_COST_SLOTS];
   return e->sig == sig && e->ns <= srv->cfg.limits.inline_us * 1000ull;
@@ -110,6 +142,11 @@ static void cpu_learn(opd_server_t *srv, const opd_job_t *job) {
   uint64_t ns = job->ns;
   if (job->call.exec != &opd__exec_serial && srv->exec.nthreads > 1)
     ns *= (uint64_t)srv->exec.nthreads;
+  if (job->graph != NULL) { /* the same moving mean, kept by the graph */
+    uint64_t *e = &job->graph->cost_ns;
+    *e = *e == 0 ? ns : (*e * 7 + ns + 7) / 8;
+    return;
+  }
   uint64_t sig = signature(job);
   opd_cost_t *e = &srv->cost[sig % OPD_COST_SLOTS];
   if (e->sig != sig) { /* a new signature, or another one's slot */
@@ -169,8 +206,33 @@ static int cpu_launch(opd_job_t *job) {
   return OPD_LAUNCH_QUEUED;
 }
 
+/* A graph on the cpu: each node's dtypes taken by its CPU kernels, and
+ * the intermediates' buffer. */
+static int cpu_graph_prepare(opd_graph_t *g, opd_err_t *err) {
+  for (int i = 0; i < g->n_nodes; i++) {
+    const opd_kcall_t *c = &g->nodes[i].call;
+    for (int k = 0; k < c->n_in && c->op->cpu_dtypes; k++)
+      if (!((c->op->cpu_dtypes >> c->in[k].dtype) & 1))
+        return opd__errf(err, OPD_EDTYPE, "node %d (%s): input %d has dtype "
+                         "%s, which the cpu backend does not take; define the "
+                         "graph on a cuda device", g->nodes[i].def, c->op->name,
+                         k, opd__dtype_name(c->in[k].dtype));
+  }
+  if (g->temp_bytes > 0 &&
+      (g->temp = aligned_alloc(64, (g->temp_bytes + 63) / 64 * 64)) == NULL)
+    return opd__errf(err, OPD_ENOMEM, "out of memory for %llu bytes of "
+                     "intermediates", (unsigned long long)g->temp_bytes);
+  return 0;
+}
+
+static void cpu_graph_release(opd_graph_t *g) {
+  free(g->temp);
+  g->temp = NULL;
+}
+
 /* Host memory needs nothing from this backend; the device operations are
  * the device backend's (NULL here: generic code never asks the CPU
  * backend for them). */
 const opd_backend_t opd__backend_cpu = {
-    .name = "cpu", .plan = cpu_plan, .launch = cpu_launch};
+    .name = "cpu", .plan = cpu_plan, .launch = cpu_launch,
+    .graph_prepare = cpu_graph_prepare, .graph_release = cpu_graph_release};

@@ -80,6 +80,13 @@ static int none_export(opd_server_t *srv, void *token, int *fd,
 static void none_pin(opd_server_t *srv, opd_arena_t *a) { (void)srv, (void)a; }
 static void none_release(opd_arena_t *a) { (void)a; }
 
+static int none_graph_prepare(opd_graph_t *g, opd_err_t *err) {
+  (void)g;
+  return opd__errf(err, OPD_EDEVICE, NO_CUDA);
+}
+
+static void none_graph_release(opd_graph_t *g) { (void)g; }
+
 static int none_load(const opd_server_t *srv, int dev) {
   (void)srv, (void)dev;
   return 0;
@@ -101,4 +108,6 @@ const opd_backend_t opd__backend_dev = {
     .pin = none_pin,
     .release = none_release,
     .load = none_load,
+    .graph_prepare = none_graph_prepare,
+    .graph_release = none_graph_release,
 };

@@ -33,6 +33,7 @@
 #include "common/clock.h" /* opd__now_ns */
 #include "common/wire.h"
 #include "daemon/backend/backend.h"
+#include "daemon/graph/table.h"
 #include "daemon/limits.h"
 #include "daemon/mem/arena.h"
 #include "daemon/metrics.h"
@@ -60,6 +61,7 @@ opd_job_t *opd__job_alloc(opd_server_t *srv) {
   j->flags = 0;
   j->flag_after = 0;
   j->now = 0;
+  j->graph = NULL;
   return j;
 }
 
@@ -71,6 +73,8 @@ opd_job_t *opd__job_alloc(opd_server_t *srv) {
 void opd__job_recycle(opd_server_t *srv, opd_job_t *j) {
   for (int i = 0; i < j->n_arenas; i++) opd__arena_unref(j->arenas[i]);
   j->n_arenas = 0;
+  if (j->graph != NULL) opd__graph_unref(srv, j->graph);
+  j->graph = NULL;
   if (srv->n_job_free >= JOB_POOL_MAX) {
     free(j);
     srv->trim_pending += sizeof *j;
@@ -84,6 +88,7 @@ void opd__job_recycle(opd_server_t *srv, opd_job_t *j) {
 void opd__job_copy_plan(opd_job_t *dst, const opd_job_t *src) {
   const opd_kcall_t *c = &src->call;
   dst->op_index = src->op_index;
+  dst->graph = src->graph;
   dst->via = src->via;
   dst->bytes = src->bytes;
   dst->device = src->device;
@@ -284,7 +289,7 @@ void opd__runq_drop(opd_session_t *s, int code, const char *msg) {
     opd__acct_inflight(s, -1);
     if (code != 0 && s->fd >= 0)
       opd__out_error(s, j->via, j->req_id, code, "%s: %s",
-                     opd__ops[j->op_index]->name, msg);
+                     j->call.op->name, msg);
     opd__job_recycle(s->srv, j);
   }
   q->tail = NULL;

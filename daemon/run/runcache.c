@@ -26,6 +26,7 @@
 
 #include "common/clock.h" /* opd__now_ns */
 #include "daemon/metrics.h"
+#include "daemon/graph/graph.h"
 #include "daemon/run/jobs.h"
 #include "daemon/run/runcache.h"
 
@@ -76,6 +77,7 @@ int opd__run_cached(const opd_req_t *r, const unsigned char *body,
   if (job == NULL) return 0; /* the full path reports it */
   opd__job_copy_plan(job, &c->job);
   for (int i = 0; i < job->n_arenas; i++) job->arenas[i]->refs++;
+  if (job->graph != NULL) job->graph->refs++;
   job->s = s;
   job->req_id = r->id;
   job->via = r->via;

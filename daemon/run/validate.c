@@ -23,6 +23,7 @@
 #include "common/clock.h" /* opd__now_ns */
 #include "common/wire.h"
 #include "daemon/backend/backend.h"
+#include "daemon/graph/table.h"
 #include "daemon/mem/arena.h"
 #include "daemon/metrics.h"
 #include "daemon/outbox.h"
@@ -453,6 +454,31 @@ static void flag_refused(const opd_req_t *r, const msgpack_object *body) {
     opd__backend_dev.signal(s, dev, (uint32_t)r->id);
 }
 
+/* A RUN naming a graph (daemon/graph/grun.c checks it): queued, or refused. */
+static void graph_request(const opd_req_t *r, const msgpack_object *body) {
+  opd_server_t *srv = r->s->srv;
+  int slot = opd__n_ops; /* graph runs' stats */
+  opd_err_t err;
+  opd_job_t *job = opd__job_alloc(srv);
+  int rc = job == NULL ? opd__errf(&err, OPD_ENOMEM, "out of memory") : 0;
+  if (rc == 0) {
+    job->s = r->s;
+    job->req_id = r->id;
+    job->via = r->via;
+    job->op_index = slot;
+    job->t_recv = opd__now_ns();
+    rc = opd__graph_run(r, body, job, &err);
+  }
+  if (rc != 0) {
+    srv->op_stats[slot].errors++;
+    opd__reply_error(r, rc, "graph: %s", err.msg);
+    if (job) opd__job_recycle(srv, job);
+    return;
+  }
+  opd__run_cache_store(r, job);
+  opd__runq_push(r->s, job);
+}
+
 void opd__run_request(const opd_req_t *r, const msgpack_object *body,
                       int infer) {
   opd_session_t *s = r->s;
@@ -462,6 +488,15 @@ void opd__run_request(const opd_req_t *r, const msgpack_object *body,
   char name[OPD_MAX_NAME];
   opd_err_t err;
   opd_tshape_t expect[OPD_MAX_TENSORS];
+
+  if (opd__mp_get(body, "graph") != NULL) {
+    if (infer)
+      opd__reply_error(r, OPD_EPROTO, "infer: a graph's output shapes are "
+                       "in its define reply");
+    else
+      graph_request(r, body);
+    return;
+  }
 
   if (opd__mp_str(opd__mp_get(body, "op"), name, sizeof name) != 0) {
     opd__reply_error(r, OPD_EPROTO, "%s: \"op\" (a string) is required",

@@ -161,6 +161,12 @@ typedef struct opd_io_spec {
                                     OPD_CUDA_LT_WORKSPACE bytes for it (see
                                     opd_cuda_ctx_t), even when
                                     cuda_workspace asks for no scratch */
+#define OPD_OPF_NO_CAPTURE 0x8u  /* the CUDA kernel may not be captured
+                                    into a CUDA graph (it synchronizes,
+                                    allocates or reads device memory from
+                                    the host): in a graph (docs/graphs.md)
+                                    it runs uncaptured, between captured
+                                    segments */
 
 /* Shape rule: from call->in (shapes/dtypes, data NULL) and call->attr, fill
  * out[0..n_out) with the outputs the op writes. Returns 0, or OPD_ESHAPE /

@@ -574,4 +574,6 @@ const char *opd_version(void);                /* library version */
 }
 #endif
 
+#include "opd/graph.h" /* graphs: a model in one request */
+
 #endif /* OPD_H */

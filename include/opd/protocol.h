@@ -180,6 +180,22 @@
  *                   ring, except replies that carry an fd and goodbyes,
  *                   which stay on the socket.
  *
+ *   GRAPH_DEFINE    {"device"?: str, "name"?: str,
+ *                   "inputs": [{"name": str, "dtype": uint, "shape": [int]}],
+ *                   "consts": [{"name": str, "tensor": tensor}],
+ *                   "nodes": [{"op": str, "in": [uint], "n_out"?: uint,
+ *                   "attrs"?: map}], "outputs": [uint]} -> {"graph": uint,
+ *                   "outputs": [[dtype, [shape]]], "nodes": uint,
+ *                   "temp_bytes": uint, "device": str}: a graph of ops
+ *                   checked once (docs/graphs.md). Values are numbered:
+ *                   the inputs 0..I-1, the constants I..I+C-1, then each
+ *                   node's outputs in node order; a node's "in" and
+ *                   "outputs" name values by number. A graph RUNs with
+ *                   {"graph": id, "in": [tensor], "out": [tensor],
+ *                   "async"?: flags} instead of "op" (one job, one reply).
+ *   GRAPH_DESTROY   {"graph": uint} -> {}: the graph ends (runs already
+ *                   queued finish first). A session's graphs end with it.
+ *
  * Framing errors (length over max_frame, payload that is not msgpack, counts
  * larger than the bytes left, nesting deeper than OPD_MAX_DEPTH, a payload
  * that is not the array above) close that one connection: the stream can
@@ -203,6 +219,9 @@
 #define OPD_MAX_ATTRS 16                 /* attributes of one run */
 #define OPD_MAX_DEPTH 8                  /* msgpack nesting of a payload */
 #define OPD_MAX_NAME 64                  /* op and attribute names, strings */
+#define OPD_MAX_GRAPHS 64                /* graphs of one session */
+#define OPD_MAX_GRAPH_NODES 1024         /* nodes of one graph */
+#define OPD_MAX_GRAPH_CONSTS 256         /* constants of one graph */
 
 /* Message types: X(name, value, string). */
 #define OPD_MSG_MAP(X)                     \
@@ -225,7 +244,9 @@
   X(RING_SETUP, 16, "ring_setup")           \
   X(PLUGINS, 17, "plugins")                \
   X(STREAM, 18, "stream")                  \
-  X(SYNC, 19, "sync")
+  X(SYNC, 19, "sync")                      \
+  X(GRAPH_DEFINE, 20, "graph_define")      \
+  X(GRAPH_DESTROY, 21, "graph_destroy")
 
 typedef enum {
 #define X(name, val, str) OPD_MSG_##name = val,

@@ -1,0 +1,39 @@
+/* Graphs: the messages (define.c, grun.c) and their lifetime (graph.c). */
+#ifndef OPD_GRAPH_TABLE_H
+#define OPD_GRAPH_TABLE_H
+
+#include <msgpack.h>
+
+#include "daemon/types.h"
+
+/* ---- graph.c: tables and references ---------------------------------- */
+
+/* The session's graph of that id, or NULL. */
+opd_graph_t *opd__graph_find(opd_session_t *s, uint64_t id);
+/* ... or OPD_ENOENT with err telling another session's graph from one
+ * that does not exist. */
+int opd__graph_lookup(opd_session_t *s, uint64_t id, opd_graph_t **g,
+                      opd_err_t *err);
+/* A checked graph into the session's table (its id given here, one
+ * reference): 0, or OPD_ELIMIT / OPD_ENOMEM (the graph is the caller's). */
+int opd__graph_add(opd_session_t *s, opd_graph_t *g, opd_err_t *err);
+/* GRAPH_DESTROY: the table's reference goes. */
+int opd__graph_destroy(opd_session_t *s, uint64_t id, opd_err_t *err);
+/* A job's reference goes (the last frees the graph). */
+void opd__graph_unref(opd_server_t *srv, opd_graph_t *g);
+/* A graph never added (define.c's failures) or whose last reference went. */
+void opd__graph_free(opd_graph_t *g);
+/* The session's end: every table reference goes. */
+void opd__graphs_release_all(opd_session_t *s);
+
+/* ---- define.c, grun.c: the messages ----------------------------------- */
+
+/* GRAPH_DEFINE and GRAPH_DESTROY: replied here. */
+void opd__graph_define(const opd_req_t *r, const msgpack_object *body);
+void opd__graph_destroy_request(const opd_req_t *r, const msgpack_object *body);
+/* A RUN naming "graph": its tensors checked against the graph's, then a
+ * job queued (0), or an error code with err set (the caller replies). */
+int opd__graph_run(const opd_req_t *r, const msgpack_object *body,
+                   opd_job_t *job, opd_err_t *err);
+
+#endif /* OPD_GRAPH_TABLE_H */
