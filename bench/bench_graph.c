@@ -213,7 +213,7 @@ int main(int argc, char **argv) {
       bad |= !ok;
       printf("graph lang=c device=%s batch=%lld case=%s path=%s n=%zu p50_us=%.2f "
              "p99_us=%.2f p999_us=%.2f mean_us=%.2f check=%s\n",
-             device, (long long)m.batch, CASES[cs], linear ? "linear" : "matmul",
+             device, (long long)m.batch, CASES[cs], linear ? "linear" : "matmul+add+relu",
              k, pct(lat[cs], k, 0.5) / 1e3, pct(lat[cs], k, 0.99) / 1e3,
              pct(lat[cs], k, 0.999) / 1e3, sum / (double)k / 1e3, ok ? "ok" : "MISMATCH");
       fflush(stdout);

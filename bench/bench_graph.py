@@ -55,7 +55,10 @@ import torch.nn.functional as F
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
-sys.path.insert(0, os.path.join(REPO, "python"))
+# this checkout's opd package, unless $PYTHONPATH names one
+if not any(os.path.exists(os.path.join(p, "opd", "__init__.py"))
+           for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p):
+    sys.path.insert(0, os.path.join(REPO, "python"))
 sys.path.insert(0, os.path.join(REPO, "examples", "hft_server"))
 import mlp  # noqa: E402
 import opd  # noqa: E402
