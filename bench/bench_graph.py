@@ -43,6 +43,7 @@ import argparse
 import datetime
 import os
 import platform
+import re
 import shlex
 import statistics
 import subprocess
@@ -290,8 +291,9 @@ def _torch_worker(device, threads, seconds, barrier, q):
 
 
 def gpu_memory(pids=None):
-    """(MiB used by pids, or by every compute process when None; memory.used
-    of GPU 0), None where nvidia-smi cannot tell."""
+    """(MiB used by pids, or when None by every compute process but this
+    one (the daemon's, in the opd phase); memory.used of GPU 0), None
+    where nvidia-smi cannot tell."""
     def smi(args):
         try:
             r = subprocess.run(["nvidia-smi"] + args + ["--format=csv,noheader,nounits"],
@@ -304,7 +306,8 @@ def gpu_memory(pids=None):
     used = None
     if apps:
         rows = [(int(p), int(m)) for p, m in (ln.split(",") for ln in apps if "," in ln)]
-        used = sum(m for p, m in rows if pids is None or p in pids) or None
+        used = sum(m for p, m in rows if (p != os.getpid() if pids is None else p in pids))
+        used = used or None
     return used, (int(total[0]) if total else None)
 
 
@@ -352,7 +355,8 @@ def procs(a, c, device, wt):
 def header(a, c, device, linear):
     print("# bench_graph.py: %s" % " ".join(shlex.quote(x) for x in [sys.executable] + sys.argv))
     print("# date: %s" % datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
-    card = torch.cuda.get_device_name(0) if device != "cpu" else "none (CPU backend)"
+    card = torch.cuda.get_device_name(torch.device(device).index or 0) \
+        if device != "cpu" else "none (CPU backend)"
     print("# machine: %s; cpu: %s; nproc: %d; card: %s" % (platform.node(), _cpu(),
                                                            os.cpu_count(), card))
     print("# torch %s (threads %d on the CPU), numpy %s, python %s; opd graph form: %s; "
@@ -392,7 +396,9 @@ def main():
         ap.error("-n must be at least %d" % BLOCKS)
     if a.procs < 0 or a.seconds <= 0 or a.threads < 1:
         ap.error("--procs must be >= 0, --seconds > 0, --threads >= 1")
-    device = "cpu" if a.device == "cpu" else a.device
+    device = a.device
+    if not re.fullmatch(r"cpu|cuda(:\d+)?", device):
+        ap.error("--device is cpu, cuda or cuda:N, not %r" % device)
     if device != "cpu" and not torch.cuda.is_available():
         sys.exit("bench_graph: --device %s but torch sees no CUDA device" % device)
     torch.set_num_threads(a.threads)

@@ -71,6 +71,8 @@ def test_procs_mode_runs_both_sides(sock):
 def test_options_are_checked(sock):
     r = run(sock, "--batch", "0")
     assert r.returncode == 2 and "--batch expects sizes 1..4096" in r.stderr, r.stderr
+    r = run(sock, "--device", "tpu")
+    assert r.returncode == 2 and "--device is cpu, cuda or cuda:N, not 'tpu'" in r.stderr
     r = run(sock, "-n", "3")
     assert r.returncode == 2 and "-n must be at least 10" in r.stderr, r.stderr
     r = subprocess.run([C_BENCH, "--socket", sock, "--batch", "2,x"],
