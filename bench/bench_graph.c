@@ -13,6 +13,8 @@
  *   graph_prepared  opd_graph_prepare once, opd_run_prepared per request
  *                   (the hot path: one round trip, no encoding);
  *   graph_run       opd_graph_run per request (encodes the run each time);
+ *   graph_rotate    opd_graph_run on the next of N_IO pairs of x and y in
+ *                   turn: runs on other tensors of the graph's shapes;
  *   ops_prepared    each node as its own prepared run (opd_prepare once per
  *                   node), back to back: the per-op service's best case;
  *                   on cuda its intermediates are device memory.
@@ -32,8 +34,9 @@
 #include "bench/harness.h"
 #include "examples/hft_server/mlp.h"
 
-enum { BLOCKS = 10, MAX_BATCHES = 8, N_CASES = 3 };
-static const char *const CASES[N_CASES] = {"graph_prepared", "graph_run", "ops_prepared"};
+enum { BLOCKS = 10, MAX_BATCHES = 8, N_CASES = 4, N_IO = 4 };
+static const char *const CASES[N_CASES] = {"graph_prepared", "graph_run", "graph_rotate",
+                                           "ops_prepared"};
 
 typedef struct model {
   opd_client_t *c;
@@ -41,8 +44,10 @@ typedef struct model {
   int linear;                      /* the form of mlp.h in use */
   int64_t batch;
   uint64_t graph;
-  opd_tensor_t x, y;               /* host tensors of io */
-  float *xs, *ys;
+  opd_tensor_t x[N_IO], y[N_IO];   /* host tensors of io; [0] the usual */
+  float *xs[N_IO], *ys[N_IO];
+  int last;                        /* the pair the last run used */
+  uint64_t turn;                   /* graph_rotate's next pair */
   opd_prepared_t *gprep;           /* the graph run, prepared */
   opd_prepared_t *node[MLP_MAX_NODES]; /* each node, prepared */
   int n_nodes;
@@ -63,25 +68,31 @@ static void model_init(model_t *m, uint64_t warena) {
   void *io;
   mlp_layout(p);
   if (mlp_graph_define(m->c, m->device, warena, m->batch, m->linear, &m->graph,
-                       &m->x, &m->y))
+                       &m->x[0], &m->y[0]))
     die("graph define");
-  uint64_t xbytes = (uint64_t)m->batch * MLP_IN * 4, ybytes = (uint64_t)m->batch * 4;
-  if (opd_arena_create(m->c, xbytes + ybytes + 64, &m->io, &io)) die("arena");
-  m->x.arena = m->y.arena = m->io;
-  m->y.offset = xbytes;
-  m->xs = io;
-  m->ys = (float *)((char *)io + xbytes);
-  for (int64_t b = 0; b < m->batch; b++)
-    for (int j = 0; j < MLP_IN; j++)
-      m->xs[mlp_x_index(m->linear, m->batch, b, j)] = mlp_event_value(1, (uint64_t)b, j);
-  if (opd_graph_prepare(m->c, m->graph, &m->x, 1, &m->y, 1, 0, &m->gprep))
+  /* N_IO pairs of x and y, each x holding the same events */
+  uint64_t xbytes = ((uint64_t)m->batch * MLP_IN * 4 + 63) & ~(uint64_t)63;
+  uint64_t pair = xbytes + (((uint64_t)m->batch * 4 + 63) & ~(uint64_t)63);
+  if (opd_arena_create(m->c, pair * N_IO, &m->io, &io)) die("arena");
+  for (int k = 0; k < N_IO; k++) {
+    m->x[k] = m->x[0], m->y[k] = m->y[0];
+    m->x[k].arena = m->y[k].arena = m->io;
+    m->x[k].offset = pair * (uint64_t)k;
+    m->y[k].offset = m->x[k].offset + xbytes;
+    m->xs[k] = (float *)((char *)io + m->x[k].offset);
+    m->ys[k] = (float *)((char *)io + m->y[k].offset);
+    for (int64_t b = 0; b < m->batch; b++)
+      for (int j = 0; j < MLP_IN; j++)
+        m->xs[k][mlp_x_index(m->linear, m->batch, b, j)] = mlp_event_value(1, (uint64_t)b, j);
+  }
+  if (opd_graph_prepare(m->c, m->graph, &m->x[0], 1, &m->y[0], 1, 0, &m->gprep))
     die("graph prepare");
 
   /* op by op: value v's tensor (the input, a parameter, an intermediate
    * in scratch, or y for the last node) */
   m->n_nodes = mlp_nodes(m->linear, m->batch, n, xshape);
   opd_tensor_t val[MLP_FIRST_NODE + MLP_MAX_NODES];
-  val[MLP_X] = m->x;
+  val[MLP_X] = m->x[0];
   for (int k = 0; k < MLP_NPARAMS; k++)
     mlp_param_tensor(warena, p, k, m->linear, &val[1 + k]);
   uint64_t per = (uint64_t)m->batch * MLP_HID * 4, scratch_bytes = per * MLP_MAX_NODES;
@@ -92,7 +103,7 @@ static void model_init(model_t *m, uint64_t warena) {
     die("scratch arena");
   for (int k = 0; k < m->n_nodes; k++) {
     opd_tensor_t *o = &val[MLP_FIRST_NODE + k], in[3];
-    if (k == m->n_nodes - 1) *o = m->y;
+    if (k == m->n_nodes - 1) *o = m->y[0];
     else opd_tensor_init(o, m->scratch, per * (uint64_t)k, OPD_DTYPE_FLOAT32, 2, n[k].shape);
     for (int i = 0; i < n[k].n_in; i++) in[i] = val[n[k].in[i]];
     opd_attr_t act = {.name = "act", .type = OPD_ATTR_STR, .s = n[k].act};
@@ -103,8 +114,13 @@ static void model_init(model_t *m, uint64_t warena) {
 }
 
 static int run_case(model_t *m, int cs) {
+  m->last = 0;
   if (cs == 0) return opd_run_prepared(m->c, m->gprep);
-  if (cs == 1) return opd_graph_run(m->c, m->graph, &m->x, 1, &m->y, 1);
+  if (cs == 1) return opd_graph_run(m->c, m->graph, &m->x[0], 1, &m->y[0], 1);
+  if (cs == 2) {
+    int k = m->last = (int)(m->turn++ % N_IO);
+    return opd_graph_run(m->c, m->graph, &m->x[k], 1, &m->y[k], 1);
+  }
   for (int k = 0; k < m->n_nodes; k++) {
     int rc = opd_run_prepared(m->c, m->node[k]);
     if (rc) return rc;
@@ -116,8 +132,8 @@ static int run_case(model_t *m, int cs) {
 static double check(model_t *m, const void *w, const mlp_param_t *p) {
   double *want = malloc(sizeof(double) * (size_t)m->batch), h[2 * MLP_HID];
   if (!want) die("malloc");
-  mlp_reference(w, p, m->xs, m->linear, m->batch, h, want);
-  double e = mlp_error(m->ys, want, m->batch);
+  mlp_reference(w, p, m->xs[m->last], m->linear, m->batch, h, want);
+  double e = mlp_error(m->ys[m->last], want, m->batch);
   free(want);
   return e;
 }
@@ -199,7 +215,8 @@ int main(int argc, char **argv) {
           lat[cs][blk * per_block + i] = now_ns() - t0;
         }
         if (blk == BLOCKS - 1) {  /* NaN first: a stale answer cannot pass */
-          for (int64_t b = 0; b < m.batch; b++) m.ys[b] = NAN;
+          for (int k = 0; k < N_IO; k++)
+            for (int64_t b = 0; b < m.batch; b++) m.ys[k][b] = NAN;
           if (run_case(&m, cs)) die(CASES[cs]);
           err[cs] = check(&m, w, p);
         }

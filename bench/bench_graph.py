@@ -9,7 +9,8 @@ weights bit for bit as mlp.h, the node list with `linear` nodes when the
 daemon has the op, else matmul + add + relu; the header says which).
 Single-process mode, per batch (--batch, default 1,32):
   lang=c       build/bench/bench_graph run as a child on the same daemon
-               (graph_prepared, graph_run, ops_prepared: see bench_graph.c);
+               (graph_prepared, graph_run, graph_rotate, ops_prepared: see
+               bench_graph.c);
                its lines are copied here;
   lang=python  graph: g.run(x, out=y) on the same host x and y every time
                (the hot path); ops: each node a c.prepare'd run;

@@ -41,7 +41,8 @@ def test_every_case_runs_and_matches(sock):
     graphs = [kv(ln) for ln in r.stdout.splitlines() if ln.startswith("graph ")]
     got = sorted((g["lang"], g["batch"], g["case"]) for g in graphs)
     want = sorted((lang, b, case) for b in ("1", "3") for lang, case in (
-        ("c", "graph_prepared"), ("c", "graph_run"), ("c", "ops_prepared"),
+        ("c", "graph_prepared"), ("c", "graph_run"), ("c", "graph_rotate"),
+        ("c", "ops_prepared"),
         ("python", "graph"), ("python", "ops"), ("torch", "eager")))
     assert got == want, r.stdout
     for g in graphs:
@@ -49,7 +50,7 @@ def test_every_case_runs_and_matches(sock):
         assert 0 < float(g["p50_us"]) <= float(g["p99_us"]) <= float(g["p999_us"]), g
     p50 = {(g["lang"], g["batch"], g["case"]): float(g["p50_us"]) for g in graphs}
     ratios = [kv(ln) for ln in r.stdout.splitlines() if ln.startswith("ratio ")]
-    assert len(ratios) == 10, r.stdout      # 5 opd cases x 2 batches
+    assert len(ratios) == 12, r.stdout      # 6 opd cases x 2 batches
     for q in ratios:
         assert q["vs"] == "torch_eager", q
         lang, case = q["case"].split("_", 1)
