@@ -413,6 +413,7 @@ static int define(opd_session_t *s, const msgpack_object *body,
   opd_graph_t *g = calloc(1, sizeof *g);
   if (g == NULL) return opd__errf(err, OPD_ENOMEM, "out of memory");
   *out = g;
+  g->srv = s->srv;
   g->device = device < 0 ? -1 : device;
   g->n_in = (int)n_in, g->n_const = (int)n_const, g->n_nodes = (int)n_nodes;
   g->n_out = (int)n_out;

@@ -64,6 +64,7 @@ typedef struct opd_gbind {
 struct opd_graph {
   uint64_t id;                   /* daemon-wide, never reused */
   uint64_t session;              /* the defining session's id */
+  opd_server_t *srv;
   opd_graph_t *next;             /* the server's list */
   int refs;                      /* session table + jobs */
   int device;                    /* -1: cpu; else a CUDA device */

@@ -22,7 +22,7 @@ echo "== build"
 if [ "${BUILD:-1}" = 0 ]; then
   echo "BUILD=0: build/ and build-test/ as they are"
 else
-  make -j"$(nproc)" CUDA=1 BLAS=0 BENCH=1 $deps build/opd build/opctl build/tests/daemon_gpu \
+  make -j"$(nproc)" CUDA=1 BLAS=0 BENCH=1 $deps build/opd build/opctl build/tests/daemon_gpu build/tests/graph_gpu \
     build/tests/poison_gpu build/tests/ipc_gpu build/tests/async_gpu build/tests/gpu_kernels build/libopd.so \
     build/bench/bench_launch build/bench/bench_pingpong plugins \
     >"$out/build.log" 2>&1 &&
@@ -45,6 +45,9 @@ pid=$opd_pid
 timeout 120 build/tests/daemon_gpu "$sock" >"$out/daemon_gpu.txt" 2>&1 || status=1
 OPD_WAIT=spin timeout 120 build/tests/daemon_gpu "$sock" 2>&1 | grep -E "latency|passed" | sed 's/^/spin: /' >>"$out/daemon_gpu.txt"
 cat "$out/daemon_gpu.txt" | grep -v "^# stats"
+echo "== graphs on the CUDA backend"
+timeout 120 build/tests/graph_gpu "$sock" >"$out/graph_gpu.txt" 2>&1 || status=1
+cat "$out/graph_gpu.txt"
 echo "== transports: opd noop over spin / adaptive / socket next to raw ping-pongs"
 timeout 120 build/bench/bench_pingpong -n 100000 -s "$sock" 2>&1 | tee "$out/transports.txt" | grep -E "^(latency|error|# placement)"
 echo "== CUDA IPC import"

@@ -248,4 +248,6 @@ const opd_backend_t opd__backend_dev = {
     .pin = opd__cu_pin,
     .release = opd__cu_release,
     .load = opd__cu_load,
+    .graph_prepare = opd__cu_graph_prepare,
+    .graph_release = opd__cu_graph_release,
 };

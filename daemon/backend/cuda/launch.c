@@ -53,7 +53,8 @@ int opd__cu_plan(opd_job_t *job, const opd_tplace_t *in,
   opd_kcall_t *call = &job->call;
   cuda_job_t *cj = cuda_job(job);
   int dtype = call->n_in > 0 ? call->in[0].dtype : 0;
-  cj->kernel = opd__cuda_kernel(call->op, dtype, err);
+  /* a graph's nodes were checked at define (graph.c) */
+  cj->kernel = job->graph ? call->op : opd__cuda_kernel(call->op, dtype, err);
   if (cj->kernel == NULL) return OPD_EDEVICE;
   cj->event = NULL;
   for (int i = 0; i < call->n_in; i++) {
@@ -449,6 +450,12 @@ int opd__cu_launch(opd_job_t *job) {
                                          : cs->wait_ev, 0));
   t_step[1] = opd__now_ns();
   int host = 0; /* host tensors: answered at completion */
+  int pdl = 0;
+  if (job->graph != NULL) { /* a graph: its captured work (graph.c) */
+    if ((rc = opd__cu_graph_enqueue(job, stream, &host, &err)) != 0) goto fail;
+    t_step[2] = opd__now_ns();
+    goto enqueued;
+  }
   for (int i = 0; i < call->n_in; i++) {
     if (cj->host_in[i] == NULL || cj->in_bytes[i] == 0) continue;
     void *p;
@@ -483,7 +490,7 @@ int opd__cu_launch(opd_job_t *job) {
    * built-in kernel may go on as a dependent launch (kernels/cuda/cuda.h) */
   opd__cuda_pdl_offer(d->pdl);
   rc = opd__kernel_rc(call, op->cuda(call, &ctx));
-  int pdl = opd__cuda_pdl_taken();
+  pdl = opd__cuda_pdl_taken();
   if (rc != 0) goto fail;
   t_step[2] = opd__now_ns();
   for (int i = 0; i < call->n_out; i++) {
@@ -493,6 +500,7 @@ int opd__cu_launch(opd_job_t *job) {
   }
   for (int i = 0; i < n_scratch; i++) cudaFreeAsync(scratch[i], stream);
   n_scratch = 0;
+enqueued:
   /* the client's later work waits for this, on the GPU */
   if (job->flags & OPD_RUN_F_SIGNAL) STEP(cudaEventRecord(cs->signal_ev, stream));
   if (job->flags & OPD_RUN_F_FLAG) /* right after the op: not past SIGNAL's record */

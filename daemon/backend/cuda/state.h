@@ -234,6 +234,12 @@ int opd__cu_stream(opd_session_t *s, int dev, const opd_stream_req_t *rq,
 /* the flag words of ended sessions (launch.c), at shutdown */
 void opd__cu_flags_free(opd_server_t *srv);
 void opd__cu_signal(opd_session_t *s, int dev, uint32_t value);
+/* graph.c: a graph's memory, its captured work, and a run's enqueueing
+ * (after the run's waits, before its event; *host: staged tensors) */
+int opd__cu_graph_prepare(opd_graph_t *g, opd_err_t *err);
+void opd__cu_graph_release(opd_graph_t *g);
+int opd__cu_graph_enqueue(opd_job_t *job, cudaStream_t stream, int *host,
+                          opd_err_t *err);
 /* poller.c: the completion side. start registers the loop watcher and
  * starts the thread; stop joins it and logs the short jobs' breakdown. */
 int opd__cu_poller_start(opd_server_t *srv);
