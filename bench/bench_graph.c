@@ -24,13 +24,22 @@
  * Torch baselines and the ratios are bench_graph.py's, which runs this
  * program and reads its lines.
  *
+ * --procs P: P forked clients at once (each its own connection and graph on
+ * weights published once by this process), graph_prepared runs for
+ * --seconds (default 10) after one go; prints their total requests/s.
+ *
  * Usage: build/bench/bench_graph [--socket PATH] [--device cpu|cuda|cuda:N]
- *          [--batch 1,32] [-n N] [-w WARMUP]
+ *          [--batch 1,32] [-n N] [-w WARMUP] [--procs P [--seconds S]]
  * Output (after the harness's # lines), per batch and case:
  *   graph lang=c device=cpu batch=1 case=graph_prepared path=linear n=...
  *     p50_us=... p99_us=... p999_us=... mean_us=... check=ok
+ * or with --procs:
+ *   procs side=opd lang=c device=cpu procs=16 seconds=... requests=...
+ *     req_per_s=... check=ok
  */
 #define BENCH_NAME "bench_graph"
+#include <sys/wait.h>
+
 #include "bench/harness.h"
 #include "examples/hft_server/mlp.h"
 
@@ -148,13 +157,107 @@ static void model_free(model_t *m) {
 
 static int usage(void) {
   fprintf(stderr, "usage: bench_graph [--socket PATH] [--device cpu|cuda|cuda:N] "
-                  "[--batch 1,32] [-n N] [-w WARMUP]\n");
+                  "[--batch 1,32] [-n N] [-w WARMUP] [--procs P [--seconds S]]\n");
   return 2;
+}
+
+typedef struct procs_run {
+  const char *sock, *device, *name;  /* the daemon, the graph's device, the weights */
+  int ready, go, res;              /* pipe ends: child -> parent, parent -> child, results */
+  double seconds;
+  const void *w;                   /* the weights, for the check */
+  const mlp_param_t *p;
+} procs_run_t;
+
+typedef struct procs_result {
+  uint64_t requests;
+  double err;
+} procs_result_t;
+
+/* One of --procs's processes: its own connection, the weights attached,
+ * its own graph; ready, then graph_prepared runs for r->seconds after
+ * the parent's go, then its count and the check of one more answer. */
+static void procs_child(const procs_run_t *r) {
+  opd_client_t *c;
+  uint64_t warena, wsize;
+  if (opd_connect(r->sock, &c)) die("child connect");
+  if (opd_attach(c, r->name, &warena, &wsize, NULL, 0, NULL, 0)) die("child attach");
+  int linear = mlp_has_op(c, "linear");
+  if (linear < 0) die("ops");
+  model_t m = {.c = c, .device = r->device, .linear = linear, .batch = 1};
+  model_init(&m, warena);
+  for (int i = 0; i < 100; i++)
+    if (run_case(&m, 0)) die("warmup");
+  char b = 'r';
+  SYSCHECK(write(r->ready, &b, 1) == 1, "ready");
+  SYSCHECK(read(r->go, &b, 1) == 1, "go");
+  procs_result_t res = {0, 0};
+  uint64_t end = now_ns() + (uint64_t)(r->seconds * 1e9);
+  while (now_ns() < end) {
+    if (run_case(&m, 0)) die("graph run");
+    res.requests++;
+  }
+  m.ys[0][0] = NAN;
+  if (run_case(&m, 0)) die("graph run");
+  res.err = check(&m, r->w, r->p);
+  SYSCHECK(write(r->res, &res, sizeof res) == (ssize_t)sizeof res, "result");
+  model_free(&m);
+  opd_close(c);
+  _exit(0);
+}
+
+/* --procs: publishes the weights, forks `procs` clients, starts them
+ * together and prints their total requests per second. Returns 0, or 1
+ * when a child failed or an answer did not match. */
+static int procs_mode(opd_client_t *c, procs_run_t *r, uint64_t warena, int procs) {
+  char name[64];
+  snprintf(name, sizeof name, "bench_graph_c_%ld", (long)getpid());
+  r->name = name;
+  if (opd_publish(c, warena, name, NULL)) die("publish");
+  int ready[2], go[2], res[2];
+  SYSCHECK(pipe(ready) == 0 && pipe(go) == 0 && pipe(res) == 0, "pipe");
+  r->ready = ready[1], r->go = go[0], r->res = res[1];
+  fflush(stdout);
+  for (int i = 0; i < procs; i++) {
+    pid_t pid = fork();
+    SYSCHECK(pid >= 0, "fork");
+    if (pid == 0) {
+      close(ready[0]), close(go[1]), close(res[0]);
+      procs_child(r);
+    }
+  }
+  close(ready[1]), close(go[0]), close(res[1]);  /* a dead child: EOF, not a hang */
+  char b;
+  for (int i = 0; i < procs; i++)
+    if (read(ready[0], &b, 1) != 1) die("a child failed before it was ready");
+  uint64_t t0 = now_ns();
+  for (int i = 0; i < procs; i++) SYSCHECK(write(go[1], "g", 1) == 1, "go");
+  uint64_t total = 0;
+  double worst = 0;
+  int got = 0;
+  procs_result_t one;
+  while (got < procs && read(res[0], &one, sizeof one) == (ssize_t)sizeof one) {
+    total += one.requests;
+    worst = one.err > worst ? one.err : worst;
+    got++;
+  }
+  double wall = (double)(now_ns() - t0) / 1e9;
+  int bad = got < procs || worst > 1.0;
+  for (int i = 0; i < procs; i++) {
+    int st;
+    if (wait(&st) < 0 || !WIFEXITED(st) || WEXITSTATUS(st)) bad = 1;
+  }
+  opd_unpublish(c, name);
+  printf("procs side=opd lang=c device=%s procs=%d seconds=%.2f requests=%llu req_per_s=%.0f "
+         "check=%s\n", r->device, procs, wall, (unsigned long long)total, total / wall,
+         bad ? "MISMATCH" : "ok");
+  return bad;
 }
 
 int main(int argc, char **argv) {
   const char *sock = getenv("OPD_SOCKET"), *device = "cpu", *batches = "1,32";
-  size_t n = 5000, warm = 0;
+  size_t n = 5000, warm = 0, procs = 0;
+  double seconds = 10;
   for (int i = 1; i < argc; i++) {
     if (i + 1 >= argc) return usage();
     const char *a = argv[i], *v = argv[++i];
@@ -163,7 +266,19 @@ int main(int argc, char **argv) {
     else if (strcmp(a, "--batch") == 0) batches = v;
     else if (strcmp(a, "-n") == 0) n = parse_count(BENCH_NAME, "-n", v, BLOCKS);
     else if (strcmp(a, "-w") == 0) warm = parse_count(BENCH_NAME, "-w", v, 0);
-    else return usage();
+    else if (strcmp(a, "--procs") == 0) procs = parse_count(BENCH_NAME, "--procs", v, 1);
+    else if (strcmp(a, "--seconds") == 0) {
+      char *end;
+      seconds = strtod(v, &end);
+      if (*end || !(seconds > 0 && seconds <= 3600)) {
+        fprintf(stderr, "bench_graph: --seconds expects 0 < S <= 3600, got \"%s\"\n", v);
+        return 2;
+      }
+    } else return usage();
+  }
+  if (procs > 256) {
+    fprintf(stderr, "bench_graph: --procs expects 1..256, got %zu\n", procs);
+    return 2;
   }
   if (!warm) warm = n / 10 < 2000 ? n / 10 : 2000;
   int64_t bl[MAX_BATCHES];
@@ -195,6 +310,14 @@ int main(int argc, char **argv) {
   print_machine();
   printf("# bench_graph: device=%s path=%s n=%zu warmup=%zu transport=%s\n", device,
          linear ? "linear" : "matmul+add+relu", n, warm, opd_transport(c));
+  if (procs) {
+    procs_run_t r = {.sock = sock, .device = device, .seconds = seconds, .w = w, .p = p};
+    int rc = procs_mode(c, &r, warena, (int)procs);
+    opd_arena_release(c, warena);
+    opd_close(c);
+    free(w);
+    return rc;
+  }
   int bad = 0;
   size_t per_block = n / BLOCKS;
   uint64_t *lat[N_CASES];

@@ -27,9 +27,9 @@ line per opd case: p50 over the baseline's p50 (torch graph on CUDA, torch
 eager on the CPU) and the case's own p99 / p50.
 
 --procs P: P processes at once for --seconds each, batch 1, one request
-at a time per process: first P opd clients (each attaches the weights
-published once by this process and runs its own graph on them), then P
-torch processes (each with its own copy of the weights, replaying its own
+at a time per process: first P C clients (bench_graph.c --procs), then P
+Python opd clients (each attaches the weights published once by this
+process and runs its own graph on them), then P torch processes (each with its own copy of the weights, replaying its own
 CUDA graph; on the CPU running eager with one thread). Printed: each
 side's total requests per second, their ratio, and on CUDA the GPU memory
 nvidia-smi shows while each side runs (the daemon's process for opd, the
@@ -327,9 +327,26 @@ def gpu_memory(pids=None):
     return used, (int(total[0]) if total else None)
 
 
+def c_procs(a, device):
+    """bench_graph.c --procs: P C clients at once; their requests/s, or None."""
+    if a.c_bench == "none" or not os.path.exists(a.c_bench):
+        return None
+    cmd = [a.c_bench, "--device", device, "--procs", str(a.procs), "--seconds",
+           str(a.seconds), "--socket", a.socket]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=a.seconds + 600)
+    lines = [ln for ln in r.stdout.splitlines() if ln.startswith("procs ")]
+    for ln in lines:
+        print(ln, flush=True)
+    if r.returncode or not lines:
+        print(r.stderr, file=sys.stderr)
+        sys.exit("bench_graph: %s failed (exit %d)" % (shlex.join(cmd), r.returncode))
+    return float(dict(f.split("=", 1) for f in lines[0].split()[1:])["req_per_s"])
+
+
 def procs(a, c, device, wt):
     import multiprocessing as mp
     ctx = mp.get_context("spawn")
+    c_rate = c_procs(a, device)
     c.publish(PUB_NAME, wt)
     sides = {}
     for side in ("opd", "torch"):
@@ -356,14 +373,16 @@ def procs(a, c, device, wt):
         n = sum(g[0] for g in got)
         ok = all(g[1] for g in got) and all(p.exitcode == 0 for p in ps)
         sides[side] = (n / wall, mem, ok)
-        print("procs side=%s device=%s procs=%d seconds=%.1f requests=%d req_per_s=%.0f "
-              "gpu_mem_mib=%s gpu_used_mib=%s check=%s"
+        print("procs side=%s lang=python device=%s procs=%d seconds=%.1f requests=%d "
+              "req_per_s=%.0f gpu_mem_mib=%s gpu_used_mib=%s check=%s"
               % (side, device, a.procs, wall, n, n / wall, mem[0], mem[1],
                  "ok" if ok else "MISMATCH"), flush=True)
     (ro, mo, oko), (rt, mt, okt) = sides["opd"], sides["torch"]
     mem_ratio = "%.3f" % (mo[0] / mt[0]) if mo[0] and mt[0] else "n/a"
     print("procs ratio device=%s procs=%d throughput_opd_over_torch=%.2f "
-          "gpu_mem_opd_over_torch=%s" % (device, a.procs, ro / rt, mem_ratio), flush=True)
+          "c_throughput_opd_over_torch=%s gpu_mem_opd_over_torch=%s"
+          % (device, a.procs, ro / rt, "%.2f" % (c_rate / rt) if c_rate else "n/a",
+             mem_ratio), flush=True)
     c.unpublish(PUB_NAME)
     return oko and okt
 

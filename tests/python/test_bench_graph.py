@@ -59,14 +59,16 @@ def test_every_case_runs_and_matches(sock):
 
 
 def test_procs_mode_runs_both_sides(sock):
-    r = run(sock, "--procs", "2", "--seconds", "0.5")
+    r = run(sock, "--procs", "2", "--seconds", "0.5", "--c-bench", C_BENCH)
     assert r.returncode == 0, r.stdout + r.stderr
     sides = [kv(ln) for ln in r.stdout.splitlines() if ln.startswith("procs side=")]
-    assert [s["side"] for s in sides] == ["opd", "torch"], r.stdout
+    assert [(s["side"], s["lang"]) for s in sides] == [("opd", "c"), ("opd", "python"),
+                                                       ("torch", "python")], r.stdout
     for s in sides:
         assert s["check"] == "ok" and int(s["requests"]) > 0 and s["procs"] == "2", s
     ratio = [kv(ln) for ln in r.stdout.splitlines() if ln.startswith("procs ratio")]
     assert len(ratio) == 1 and float(ratio[0]["throughput_opd_over_torch"]) > 0, r.stdout
+    assert float(ratio[0]["c_throughput_opd_over_torch"]) > 0, r.stdout
 
 
 def test_options_are_checked(sock):
@@ -79,3 +81,6 @@ def test_options_are_checked(sock):
     r = subprocess.run([C_BENCH, "--socket", sock, "--batch", "2,x"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "--batch expects sizes 1..4096" in r.stderr, r.stderr
+    r = subprocess.run([C_BENCH, "--socket", sock, "--procs", "2", "--seconds", "-1"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "--seconds expects 0 < S <= 3600" in r.stderr, r.stderr
