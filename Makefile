@@ -455,7 +455,7 @@ test-asan: check-deps
 # BLAS, and archived, so that each target links only what it calls.
 FUZZ_CC      ?= clang
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS := wire desc session
+FUZZ_TARGETS := wire desc session graph
 FUZZ_SAN     := address,undefined -fno-sanitize-recover=undefined
 FUZZ_CFLAGS  := -std=c11 -g -O1 -fno-omit-frame-pointer -pthread -Wall -Wno-unknown-attributes \
                 -Iinclude -I. -D_GNU_SOURCE -DOPD_NO_BLAS $(filter -DOPD_HAVE_%,$(CPPFLAGS)) \

@@ -229,6 +229,14 @@ static int cmd_stats(opd_client_t *c, int json) {
            jstr(jget(o, "errors")), inl ? inl->num : 0.0, t / 1e6,
            nc > 0 ? t / nc / 1e3 : 0.0);
   }
+  const jv_t *g = jget(root, "graphs"); /* an older daemon: none */
+  if (g != NULL) {
+    const jv_t *gr = jget(g, "runs"), *gn = jget(g, "ns"), *gi = jget(g, "inline");
+    double nr = gr ? gr->num : 0, t = gn ? gn->num : 0;
+    printf("  %-10s %10.0f %8s %10.0f %12.3f %10.2f   (%s live, %s defined)\n",
+           "(graphs)", nr, jstr(jget(g, "errors")), gi ? gi->num : 0.0, t / 1e6,
+           nr > 0 ? t / nr / 1e3 : 0.0, jstr(jget(g, "live")), jstr(jget(g, "defined")));
+  }
   int healthy = h && h->boolean;
   jfree(root);
   opd_free(text);

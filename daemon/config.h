@@ -54,6 +54,8 @@ typedef struct opd_limits {
   uint32_t inline_us;            /* and larger runs of one-pass ops whose
                                     measured time says they take at most
                                     this long (0: only inline_bytes) */
+  uint32_t graph_inline_us;      /* a CPU graph run learnt to take at most
+                                    this runs on the loop (graphs.md) */
 } opd_limits_t;
 
 #define OPD_MAX_DEVICES 16

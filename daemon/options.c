@@ -283,6 +283,11 @@ const opd_opt_row_t opd__opt_rows[] = {
           "may write over their input: relu, add, softmax, ...) whose "
           "kernel, measured on earlier runs of the same shapes and "
           "attributes, takes at most this (0: off)")
+    NUM32("graph-inline-us", graph_inline_us, 0, 1000000, 100,
+          "a CPU graph run whose nodes took at most this (a moving mean "
+          "of its earlier runs) executes on the event loop: a model's one "
+          "request without a thread hand-off (0: graphs go by "
+          "--inline-bytes only)")
     {"pid-file", 0, "PATH", p_str, OFF(svc.pid_file), 0,
      sizeof(((opd_config_t *)0)->svc.pid_file), 0, 2,
      "write the daemon's pid here once it serves; removed at exit"},

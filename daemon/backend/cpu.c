@@ -122,11 +122,12 @@ static int learns(const opd_job_t *job) {
  * (--inline-bytes, --inline-us). */
 static int runs_inline(const opd_server_t *srv, const opd_job_t *job) {
   if (job->device >= 0) return 0;
+  if (job->graph != NULL) /* a model's request: by its own time alone (its
+                             tensors' bytes say nothing of its nodes') */
+    return job->graph->cost_ns > 0 &&
+           job->graph->cost_ns <= srv->cfg.limits.graph_inline_us * 1000ull;
   if (job->bytes <= srv->cfg.limits.inline_bytes) return 1;
   if (srv->cfg.limits.inline_us == 0 || !learns(job)) return 0;
-  if (job->graph != NULL)
-    return job->graph->cost_ns > 0 &&
-           job->graph->cost_ns <= srv->cfg.limits.inline_us * 1000ull;
   uint64_t sig = signature(job);
   const opd_cost_t *e = &srv->cost[sig % OPD_COST_SLOTS];
   return e->sig == sig && e->ns <= srv->cfg.limits.inline_us * 1000ull;
@@ -136,8 +137,8 @@ static int runs_inline(const opd_server_t *srv, const opd_job_t *job) {
  * loop thread, as the run completes, before its job->done or launch's
  * OPD_LAUNCH_DONE: the backend learns from its own runs). */
 static void cpu_learn(opd_server_t *srv, const opd_job_t *job) {
-  if (job->rc != 0 || job->ns == 0 || job->bytes <= srv->cfg.limits.inline_bytes ||
-      !learns(job))
+  if (job->rc != 0 || job->ns == 0 || !learns(job) ||
+      (job->graph == NULL && job->bytes <= srv->cfg.limits.inline_bytes))
     return;
   uint64_t ns = job->ns;
   if (job->call.exec != &opd__exec_serial && srv->exec.nthreads > 1)

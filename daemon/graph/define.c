@@ -351,7 +351,7 @@ static uint64_t plan_temps(opd_graph_t *g) {
     if (at + size > total) total = at + size;
   }
   free(t);
-  return total;
+  return total > 0 ? total : TEMP_ALIGN; /* never NULL: an empty view points somewhere */
 }
 
 /* (6) where the run's tensors go into the node calls, and the pointers
@@ -369,7 +369,8 @@ static int bind_plan(opd_graph_t *g, opd_err_t *err) {
       const opd_gval_t *v = &g->vals[is_out ? nd->out[slot] : nd->in[slot]];
       opd_tview_t *view = is_out ? &nd->call.out[slot] : &nd->call.in[slot];
       if (v->kind == OPD_GV_CONST) view->data = v->view.data;
-      else if (v->kind == OPD_GV_TEMP) view->data = (char *)g->temp + v->offset;
+      else if (v->kind == OPD_GV_TEMP) /* NULL: every intermediate is empty */
+        view->data = g->temp ? (char *)g->temp + v->offset : NULL;
       else
         g->binds[g->n_binds++] = (opd_gbind_t){(uint16_t)i, (uint8_t)slot,
                                                (uint8_t)is_out,
@@ -380,8 +381,8 @@ static int bind_plan(opd_graph_t *g, opd_err_t *err) {
   return 0;
 }
 
-static int define(opd_session_t *s, const msgpack_object *body,
-                  opd_graph_t **out, opd_err_t *err) {
+int opd__graph_build(opd_session_t *s, const msgpack_object *body,
+                     opd_graph_t **out, opd_err_t *err) {
   uint32_t n_in, n_const, n_nodes, n_out;
   const msgpack_object *o_in = array_of(body, "inputs", &n_in);
   const msgpack_object *o_const = array_of(body, "consts", &n_const);
@@ -482,7 +483,7 @@ void opd__graph_define(const opd_req_t *r, const msgpack_object *body) {
   opd_server_t *srv = s->srv;
   opd_graph_t *g = NULL;
   opd_err_t err;
-  int rc = define(s, body, &g, &err);
+  int rc = opd__graph_build(s, body, &g, &err);
   if (rc == 0) rc = opd__graph_add(s, g, &err);
   if (rc != 0) {
     opd__reply_error(r, rc, "graph_define: %s", err.msg);

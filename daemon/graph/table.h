@@ -28,6 +28,11 @@ void opd__graphs_release_all(opd_session_t *s);
 
 /* ---- define.c, grun.c: the messages ----------------------------------- */
 
+/* A GRAPH_DEFINE body checked and planned into *out, not yet in a table
+ * (0), or an error code with err set; *out, when set, is the caller's to
+ * free either way (opd__graph_free) or to add (opd__graph_add). */
+int opd__graph_build(opd_session_t *s, const msgpack_object *body,
+                     opd_graph_t **out, opd_err_t *err);
 /* GRAPH_DEFINE and GRAPH_DESTROY: replied here. */
 void opd__graph_define(const opd_req_t *r, const msgpack_object *body);
 void opd__graph_destroy_request(const opd_req_t *r, const msgpack_object *body);

@@ -343,10 +343,48 @@ def desc_seeds():
     return s
 
 
+def gdef(inputs, consts, nodes, outputs, device=None):
+    """A GRAPH_DEFINE body: inputs [(name, shape)], consts [(name, tensor)],
+    nodes [(op, [ids], attrs)], outputs [ids]."""
+    body = {"inputs": [{"name": n, "dtype": F32, "shape": list(sh)} for n, sh in inputs],
+            "consts": [{"name": n, "tensor": c} for n, c in consts],
+            "nodes": [dict({"op": op, "in": ins, "n_out": 1}, **({"attrs": a} if a else {}))
+                      for op, ins, a in nodes],
+            "outputs": outputs}
+    if device:
+        body["device"] = device
+    return body
+
+
+def graph_seeds():
+    s = {}
+    mlp = gdef([("x", [2, 8])],
+               [("w1", t(1, 0, [8, 16])), ("b1", t(1, 512, [16])),
+                ("w2", t(1, 1024, [16, 4])), ("b2", t(1, 2048, [4]))],
+               [("matmul", [0, 1], None), ("add", [5, 2], None), ("relu", [6], None),
+                ("matmul", [7, 3], None), ("add", [8, 4], None)], [9])
+    s["mlp"] = mp(mlp)
+    s["norms"] = mp(gdef([("x", [4, 32])], [("g", t(1, 0, [32])), ("b", t(1, 128, [32]))],
+                         [("layernorm", [0, 1, 2], {"eps": 1e-5}), ("gelu", [3], None),
+                          ("softmax", [4], None), ("rmsnorm", [5, 1], None)], [6, 4]))
+    s["out_of_order"] = mp(gdef([("x", [16])], [], [("relu", [2], None), ("relu", [0], None)],
+                                [1]))
+    s["cycle"] = mp(gdef([("x", [4])], [], [("relu", [0], None), ("add", [1, 3], None),
+                                            ("relu", [2], None)], [3]))
+    s["bad_shape"] = mp(gdef([("x", [3, 8])], [("w", t(1, 0, [16, 4]))],
+                             [("matmul", [0, 1], None)], [2]))
+    s["nms"] = mp(gdef([("boxes", [8, 4]), ("scores", [8])], [],
+                       [("nms", [0, 1], {"iou": 0.5})], [2]))
+    s["conv"] = mp(gdef([("x", [1, 2, 6, 6])], [("w", t(1, 0, [4, 2, 3, 3]))],
+                        [("conv2d", [0, 1], {"padding": 1}), ("relu", [2], None)], [3]))
+    s["cuda"] = mp(gdef([("x", [4])], [], [("relu", [0], None)], [1], "cuda:0"))
+    return s
+
+
 def main():
     total = 0
     for name, seeds in (("wire", wire_seeds()), ("desc", desc_seeds()),
-                        ("session", session_seeds())):
+                        ("session", session_seeds()), ("graph", graph_seeds())):
         d = os.path.join(HERE, "corpus", name)
         shutil.rmtree(d, ignore_errors=True)
         os.makedirs(d)
