@@ -15,6 +15,11 @@
  *   graph_run       opd_graph_run per request (encodes the run each time);
  *   graph_rotate    opd_graph_run on the next of N_IO pairs of x and y in
  *                   turn: runs on other tensors of the graph's shapes;
+ *   graph_dev, graph_dev_rotate (a device only): the same two on copies of
+ *                   x and y in device memory (opd_alloc), where a run on
+ *                   other tensors than the last one's recaptures the graph
+ *                   (host tensors are staged through the graph's own
+ *                   buffers, so rotating them does not);
  *   ops_prepared    each node as its own prepared run (opd_prepare once per
  *                   node), back to back: the per-op service's best case;
  *                   on cuda its intermediates are device memory.
@@ -43,9 +48,9 @@
 #include "bench/harness.h"
 #include "examples/hft_server/mlp.h"
 
-enum { BLOCKS = 10, MAX_BATCHES = 8, N_CASES = 4, N_IO = 4 };
+enum { BLOCKS = 10, MAX_BATCHES = 8, N_CASES = 6, N_HOST_CASES = 4, N_IO = 4 };
 static const char *const CASES[N_CASES] = {"graph_prepared", "graph_run", "graph_rotate",
-                                           "ops_prepared"};
+                                           "ops_prepared", "graph_dev", "graph_dev_rotate"};
 
 typedef struct model {
   opd_client_t *c;
@@ -61,6 +66,9 @@ typedef struct model {
   opd_prepared_t *node[MLP_MAX_NODES]; /* each node, prepared */
   int n_nodes;
   uint64_t io, scratch;            /* arenas: x and y; intermediates */
+  int dev;                         /* a device: the graph_dev cases run */
+  uint64_t dio;                    /* device arena of dx and dy */
+  opd_tensor_t dx[N_IO], dy[N_IO]; /* device copies of x and y */
 } model_t;
 
 static void die(const char *what) {
@@ -96,6 +104,16 @@ static void model_init(model_t *m, uint64_t warena) {
   }
   if (opd_graph_prepare(m->c, m->graph, &m->x[0], 1, &m->y[0], 1, 0, &m->gprep))
     die("graph prepare");
+  m->dev = strcmp(m->device, "cpu") != 0;
+  if (m->dev) {  /* the same pairs in device memory, x copied there once */
+    if (opd_alloc(m->c, m->device, pair * N_IO, &m->dio)) die("device arena");
+    for (int k = 0; k < N_IO; k++) {
+      m->dx[k] = m->x[k], m->dy[k] = m->y[k];
+      m->dx[k].arena = m->dy[k].arena = m->dio;
+      if (opd_run_on(m->c, m->device, "copy", &m->x[k], 1, &m->dx[k], 1, NULL, 0))
+        die("copy x to the device");
+    }
+  }
 
   /* op by op: value v's tensor (the input, a parameter, an intermediate
    * in scratch, or y for the last node) */
@@ -126,10 +144,12 @@ static int run_case(model_t *m, int cs) {
   m->last = 0;
   if (cs == 0) return opd_run_prepared(m->c, m->gprep);
   if (cs == 1) return opd_graph_run(m->c, m->graph, &m->x[0], 1, &m->y[0], 1);
-  if (cs == 2) {
+  if (cs == 2 || cs == 5) {
     int k = m->last = (int)(m->turn++ % N_IO);
-    return opd_graph_run(m->c, m->graph, &m->x[k], 1, &m->y[k], 1);
+    return cs == 2 ? opd_graph_run(m->c, m->graph, &m->x[k], 1, &m->y[k], 1)
+                   : opd_graph_run(m->c, m->graph, &m->dx[k], 1, &m->dy[k], 1);
   }
+  if (cs == 4) return opd_graph_run(m->c, m->graph, &m->dx[0], 1, &m->dy[0], 1);
   for (int k = 0; k < m->n_nodes; k++) {
     int rc = opd_run_prepared(m->c, m->node[k]);
     if (rc) return rc;
@@ -147,7 +167,25 @@ static double check(model_t *m, const void *w, const mlp_param_t *p) {
   return e;
 }
 
+/* Case cs run once more on NaN-filled outputs (a stale answer cannot
+ * pass; device outputs are filled through a copy and read back after),
+ * then checked. */
+static double final_check(model_t *m, int cs, const void *w, const mlp_param_t *p) {
+  int on_dev = cs >= N_HOST_CASES;
+  for (int k = 0; k < N_IO; k++) {
+    for (int64_t b = 0; b < m->batch; b++) m->ys[k][b] = NAN;
+    if (on_dev && opd_run_on(m->c, m->device, "copy", &m->y[k], 1, &m->dy[k], 1, NULL, 0))
+      die("copy to the device");
+  }
+  if (run_case(m, cs)) die(CASES[cs]);
+  if (on_dev && opd_run_on(m->c, m->device, "copy", &m->dy[m->last], 1, &m->y[m->last], 1,
+                           NULL, 0))
+    die("copy from the device");
+  return check(m, w, p);
+}
+
 static void model_free(model_t *m) {
+  if (m->dev) opd_arena_release(m->c, m->dio);
   for (int k = 0; k < m->n_nodes; k++) opd_prepared_free(m->node[k]);
   opd_prepared_free(m->gprep);
   opd_graph_destroy(m->c, m->graph);
@@ -197,9 +235,7 @@ static void procs_child(const procs_run_t *r) {
     if (run_case(&m, 0)) die("graph run");
     res.requests++;
   }
-  m.ys[0][0] = NAN;
-  if (run_case(&m, 0)) die("graph run");
-  res.err = check(&m, r->w, r->p);
+  res.err = final_check(&m, 0, r->w, r->p);
   SYSCHECK(write(r->res, &res, sizeof res) == (ssize_t)sizeof res, "result");
   model_free(&m);
   opd_close(c);
@@ -326,25 +362,21 @@ int main(int argc, char **argv) {
   for (int bi = 0; bi < nb; bi++) {
     model_t m = {.c = c, .device = device, .linear = linear, .batch = bl[bi]};
     model_init(&m, warena);
-    for (int cs = 0; cs < N_CASES; cs++)
+    int n_cases = m.dev ? N_CASES : N_HOST_CASES;  /* device tensors: cuda only */
+    for (int cs = 0; cs < n_cases; cs++)
       for (size_t i = 0; i < warm; i++)
         if (run_case(&m, cs)) die(CASES[cs]);
     double err[N_CASES];
     for (int blk = 0; blk < BLOCKS; blk++)
-      for (int cs = 0; cs < N_CASES; cs++) {
+      for (int cs = 0; cs < n_cases; cs++) {
         for (size_t i = 0; i < per_block; i++) {
           uint64_t t0 = now_ns();
           if (run_case(&m, cs)) die(CASES[cs]);
           lat[cs][blk * per_block + i] = now_ns() - t0;
         }
-        if (blk == BLOCKS - 1) {  /* NaN first: a stale answer cannot pass */
-          for (int k = 0; k < N_IO; k++)
-            for (int64_t b = 0; b < m.batch; b++) m.ys[k][b] = NAN;
-          if (run_case(&m, cs)) die(CASES[cs]);
-          err[cs] = check(&m, w, p);
-        }
+        if (blk == BLOCKS - 1) err[cs] = final_check(&m, cs, w, p);
       }
-    for (int cs = 0; cs < N_CASES; cs++) {
+    for (int cs = 0; cs < n_cases; cs++) {
       size_t k = per_block * BLOCKS;
       double sum = 0;
       for (size_t i = 0; i < k; i++) sum += (double)lat[cs][i];
