@@ -17,9 +17,9 @@
  * The parameters are laid out in torch's order and layout (w1 (512, 256),
  * b1 (512), w2 (512, 512), b2 (512), w3 (1, 512), b3 (1)), each at a
  * 64-byte aligned offset of one arena. The model is a list of nodes over
- * value ids numbered as a graph definition numbers them: 0 the input,
- * 1..6 the parameters, 7.. the nodes' outputs in node order. Two
- * forms, chosen by what the daemon offers:
+ * value ids numbered as a graph definition numbers them (docs/graphs.md):
+ * 0 the input, 1..6 the parameters, 7.. the nodes' outputs in node order.
+ * Two forms, chosen by what the daemon offers:
  *   linear: x (B, 256) -> 3 linear nodes (act relu, relu, none) -> (B, 1);
  *   matmul: the same model without `linear`, on the transposed problem so
  *     that torch's (N, K) weights serve as matmul's left operand with no
