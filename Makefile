@@ -204,7 +204,8 @@ ifneq ($(CUDA_ON),1)
 endif
 
 BINS := $(B)/opd $(B)/libopd.so $(B)/libopd.a $(B)/opctl
-EXAMPLES := $(B)/examples/softmax_conv
+EXAMPLES := $(B)/examples/softmax_conv $(B)/examples/hft_server/publisher \
+            $(B)/examples/hft_server/client
 BENCHES := $(patsubst bench/%.c,$(B)/bench/%,$(sort $(wildcard bench/*.c)))
 
 .PHONY: all deps check-deps test test-c run bench install clean cuda python-lib plugins
@@ -393,6 +394,7 @@ $(B)/tests/fake_torch: tests/torch/fake_torch.c $(TORCH_OBJ) $(B)/libopd.a
 	$(CC) $(CPPFLAGS) $(CFLAGS) -rdynamic $< -o $@ $(TORCH_OBJ) $(B)/libopd.a $(CLIENT_LIBS) -ldl
 
 test: all plugins $(B)/tests/unit $(B)/tests/ops $(B)/tests/integration $(B)/tests/chaos \
+      $(B)/bench/bench_graph \
       $(B)/tests/fake_torch
 	@OPD_BIN=$(abspath $(B)/opd) OPD_BUILD=$(abspath $(B)) \
 	  OPD_DAEMON_OBJ="$(B)/obj/daemon/main.o $(DAEMON_OBJ) $(KERNEL_OBJ) $(CUDA_OBJ) $(COMMON_OBJ)" \

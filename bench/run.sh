@@ -89,6 +89,13 @@ run_all() {
   else
     echo "# bench_python: no numpy for /usr/bin/python3, skipped"
   fi
+  # the MLP as a graph (bench_graph.py runs the C bench_graph too)
+  if /usr/bin/python3 -c 'import numpy, torch' 2>/dev/null; then
+    OPD_LIB=$build/libopd.so /usr/bin/python3 "$here/bench_graph.py" --socket "$sock" \
+      --c-bench "$build/bench/bench_graph"
+  elif [ -x "$build/bench/bench_graph" ]; then
+    "$build/bench/bench_graph" --socket "$sock"
+  fi
 }
 
 st=0
