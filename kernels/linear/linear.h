@@ -30,6 +30,14 @@ typedef struct linear_plan {
   opd_act_t act;                   /* the epilogue's activation */
 } linear_plan_t;
 
+/* linear's CUDA variants, for tests and benchmarks (kernels/linear/cuda.cu
+ * says which M takes which): OPD_LINEAR_AUTO is what opd__linear_cuda
+ * runs; OPD_LINEAR_GEMV returns OPD_EINVAL for x of more than 8 rows
+ * (its leading dims' product); OPD_LINEAR_BLASLT is cuBLASLt at any M.
+ * Defined only in a CUDA build. */
+enum { OPD_LINEAR_AUTO = 0, OPD_LINEAR_GEMV = 1, OPD_LINEAR_BLASLT = 2 };
+int opd__linear_cuda_variant(opd_kcall_t *call, const opd_cuda_ctx_t *ctx, int variant);
+
 /* Fills *p and, when out is not NULL, out's shape. Returns 0, or
  * OPD_ESHAPE with call->err naming the shapes that disagree. */
 int opd__linear_plan(opd_kcall_t *call, linear_plan_t *p, opd_tshape_t *out);

@@ -42,16 +42,17 @@ static void *dev_rand(int dt, int64_t n, float lo, float hi) {
   return d;
 }
 
-/* Median time (us) of fn() over reps runs, each after an L2 flush. */
+/* Median time (us) of fn() over reps runs, each after an L2 flush (none
+ * with flush false: what a kernel whose inputs stay in L2 costs). */
 template <typename F>
-static double time_us(F fn, int reps = 20) {
+static double time_us(F fn, int reps = 20, bool flush = true) {
   cudaEvent_t a, b;
   CK(cudaEventCreate(&a));
   CK(cudaEventCreate(&b));
   fn(); /* warm up */
   std::vector<float> t;
   for (int i = 0; i < reps; i++) {
-    CK(cudaMemsetAsync(g_flush, i, g_flush_bytes, g_stream));
+    if (flush) CK(cudaMemsetAsync(g_flush, i, g_flush_bytes, g_stream));
     CK(cudaEventRecord(a, g_stream));
     fn();
     CK(cudaEventRecord(b, g_stream));
@@ -142,6 +143,95 @@ static void bench_matmul(void) {
     fflush(stdout);
     for (int i = 0; i < 2; i++) CK(cudaFree(c.in[i].data));
     CK(cudaFree(c.out[0].data));
+  }
+}
+
+/* linear (M, K) @ (N, K)^T + bias, act, on random device tensors (x
+ * given, or random when NULL); the output allocated. */
+static void linear_call(opd_kcall_t *c, int dt, int64_t M, int64_t K, int64_t N, const char *act,
+                        void *x) {
+  call_init(c, "linear");
+  strcpy(attr(c, "act")->s, act);
+  int64_t sx[2] = {M, K}, sw[2] = {N, K}, sb[1] = {N};
+  c->n_in = 3;
+  set_view(&c->in[0], dt, 2, sx, x ? x : dev_rand(dt, M * K, -1, 1));
+  set_view(&c->in[1], dt, 2, sw, dev_rand(dt, N * K, -0.5f, 0.5f));
+  set_view(&c->in[2], dt, 1, sb, dev_rand(dt, N, -1, 1));
+  shape_outs(c);
+  CK(cudaMalloc(&c->out[0].data, (size_t)(M * N) * opd__dtype_size(dt)));
+}
+
+/* linear through the gemv variant and cuBLASLt in the same run, float32
+ * and bfloat16: the trading MLP's layers at M = 1 (256 -> 512, 512 -> 512,
+ * 512 -> 1, relu) and 4096 -> 4096 at M = 1 and 8; cold (the L2 flushed)
+ * and warm (W in L2, as a replayed graph finds it), medians of 20 runs:
+ * "bench op=linear variant=gemv|blaslt dtype=... shape=... us_cold=...
+ * us_warm=... gbps_cold=..."; then the 3-layer MLP captured into one CUDA
+ * graph with each variant: one replay (median of 50, warm) and replays
+ * back to back (mean of 200): "bench op=linear_mlp3 variant=... us_replay=...
+ * us_back_to_back=...". The card is the run's "device:" line. */
+static void bench_linear(void) {
+  if (!wanted("linear")) return;
+  struct { int64_t M, K, N; } shapes[] = {
+      {1, 256, 512}, {1, 512, 512}, {1, 512, 1}, {1, 4096, 4096}, {8, 512, 512}, {8, 4096, 4096}};
+  struct { const char *name; cuda_fn fn; } vs[2] = {{"gemv", linear_gemv}, {"blaslt", linear_blaslt}};
+  const int dts[2] = {OPD_DTYPE_FLOAT32, OPD_DTYPE_BFLOAT16};
+  for (int dt : dts) {
+    for (auto &k : shapes) {
+      opd_kcall_t c;
+      linear_call(&c, dt, k.M, k.K, k.N, "relu", NULL);
+      size_t bytes = (size_t)(k.M * k.K + k.N * k.K + k.N + k.M * k.N) * opd__dtype_size(dt);
+      for (auto &v : vs) {
+        double cold = time_us([&] { run_or_die(&c, v.fn); });
+        double warm = time_us([&] { run_or_die(&c, v.fn); }, 20, false);
+        printf("bench op=linear variant=%s dtype=%s shape=[%lld,%lld]x[%lld,%lld] act=relu "
+               "us_cold=%.2f us_warm=%.2f gbps_cold=%.0f\n",
+               v.name, opd__kdtype_name(dt), (long long)k.M, (long long)k.K, (long long)k.N,
+               (long long)k.K, cold, warm, bytes / (cold * 1e3));
+        fflush(stdout);
+      }
+      for (int i = 0; i < 3; i++) CK(cudaFree(c.in[i].data));
+      CK(cudaFree(c.out[0].data));
+    }
+    opd_kcall_t l[3];
+    linear_call(&l[0], dt, 1, 256, 512, "relu", NULL);
+    linear_call(&l[1], dt, 1, 512, 512, "relu", l[0].out[0].data);
+    linear_call(&l[2], dt, 1, 512, 1, "none", l[1].out[0].data);
+    for (auto &v : vs) {
+      cudaGraph_t g;
+      cudaGraphExec_t ge;
+      CK(cudaStreamBeginCapture(g_stream, cudaStreamCaptureModeThreadLocal));
+      int rc = 0;
+      for (int i = 0; i < 3 && !rc; i++) rc = v.fn(&l[i], &g_ctx);
+      CK(cudaStreamEndCapture(g_stream, &g));
+      if (rc) {
+        fprintf(stderr, "linear under capture: %s\n", l[0].err[0] ? l[0].err : l[1].err[0] ? l[1].err : l[2].err);
+        exit(2);
+      }
+      CK(cudaGraphInstantiate(&ge, g, 0));
+      double one = time_us([&] { CK(cudaGraphLaunch(ge, g_stream)); }, 50, false);
+      cudaEvent_t a, b;
+      CK(cudaEventCreate(&a));
+      CK(cudaEventCreate(&b));
+      CK(cudaEventRecord(a, g_stream));
+      for (int i = 0; i < 200; i++) CK(cudaGraphLaunch(ge, g_stream));
+      CK(cudaEventRecord(b, g_stream));
+      CK(cudaEventSynchronize(b));
+      float ms;
+      CK(cudaEventElapsedTime(&ms, a, b));
+      printf("bench op=linear_mlp3 variant=%s dtype=%s shape=[1,256]>512>512>1 us_replay=%.2f "
+             "us_back_to_back=%.2f\n",
+             v.name, opd__kdtype_name(dt), one, ms * 1000.0 / 200);
+      fflush(stdout);
+      CK(cudaEventDestroy(a));
+      CK(cudaEventDestroy(b));
+      CK(cudaGraphExecDestroy(ge));
+      CK(cudaGraphDestroy(g));
+    }
+    for (int i = 0; i < 3; i++) {
+      for (int j = i ? 1 : 0; j < 3; j++) CK(cudaFree(l[i].in[j].data));
+      CK(cudaFree(l[i].out[0].data));
+    }
   }
 }
 

@@ -31,21 +31,43 @@ static void check_matmul(void) {
     }
 }
 
-/* linear with its bias moved 4 bytes off 16-byte alignment (an arena
- * offset can put it there): the kernel must take the path without
- * cuBLASLt's bias epilogue. */
-static int linear_misaligned_bias(opd_kcall_t *c, const opd_cuda_ctx_t *x) {
-  size_t esz = opd__dtype_size(c->in[2].dtype), n = (size_t)c->in[2].numel * esz;
-  char *buf;
-  CK(cudaMalloc(&buf, n + 16));
-  CK(cudaMemcpyAsync(buf + 4, c->in[2].data, n, cudaMemcpyDeviceToDevice, g_stream));
-  void *keep = c->in[2].data;
-  c->in[2].data = buf + 4;
+/* linear (the table's kernel) with the inputs of `mask` (bit i: input i)
+ * moved `off` bytes past 16-byte alignment, as arena offsets can put
+ * them: the paths without 16-byte loads or cuBLASLt's bias epilogue. */
+static int linear_moved(opd_kcall_t *c, const opd_cuda_ctx_t *x, unsigned mask, size_t off) {
+  char *buf[3] = {NULL, NULL, NULL};
+  void *keep[3];
+  for (int i = 0; i < c->n_in; i++) {
+    if (!(mask >> i & 1)) continue;
+    size_t n = (size_t)c->in[i].numel * opd__dtype_size(c->in[i].dtype);
+    CK(cudaMalloc(&buf[i], n + 16));
+    CK(cudaMemcpyAsync(buf[i] + off, c->in[i].data, n, cudaMemcpyDeviceToDevice, g_stream));
+    keep[i] = c->in[i].data;
+    c->in[i].data = buf[i] + off;
+  }
   int rc = opd__op_find("linear")->cuda(c, x);
   CK(cudaStreamSynchronize(g_stream));
-  c->in[2].data = keep;
-  CK(cudaFree(buf));
+  for (int i = 0; i < c->n_in; i++)
+    if (buf[i]) {
+      c->in[i].data = keep[i];
+      CK(cudaFree(buf[i]));
+    }
   return rc;
+}
+static int linear_misaligned_bias(opd_kcall_t *c, const opd_cuda_ctx_t *x) {
+  return linear_moved(c, x, 1u << 2, 4);
+}
+static int linear_moved_all4(opd_kcall_t *c, const opd_cuda_ctx_t *x) {
+  return linear_moved(c, x, 7u, 4);
+}
+static int linear_moved_w2(opd_kcall_t *c, const opd_cuda_ctx_t *x) {
+  return linear_moved(c, x, 1u << 1, 2);
+}
+static int linear_gemv(opd_kcall_t *c, const opd_cuda_ctx_t *x) {
+  return opd__linear_cuda_variant(c, x, OPD_LINEAR_GEMV);
+}
+static int linear_blaslt(opd_kcall_t *c, const opd_cuda_ctx_t *x) {
+  return opd__linear_cuda_variant(c, x, OPD_LINEAR_BLASLT);
 }
 
 /* Every act with and without bias (cuBLASLt's epilogues: BIAS, RELU_BIAS,
@@ -80,6 +102,66 @@ static void check_linear(void) {
                    [an](opd_kcall_t *c) { strcpy(attr(c, "act")->s, an); }, a, r,
                    bias == 2 ? linear_misaligned_bias : NULL);
         }
+}
+
+/* linear at M <= 8 (the gemv variant) and just past it: every case
+ * through gemv and cuBLASLt forced (each act with bias, none and relu
+ * without), and through the table's kernel with x, W and bias 4 bytes
+ * off 16-byte alignment and (float16 / bfloat16) W one element off. M =
+ * 1, 3, 5, 8 (2-d and 3-d x), K odd, not a multiple of 4 or 8, 0, or
+ * long (x staged in several chunks: 8192 at M = 1, 4100 at M = 8; K
+ * split over 4 warps for N = 3), N = 1 (the MLP's last layer), 7, 512.
+ * M = 9 goes to cuBLASLt, and the gemv variant refuses it. Tolerances:
+ * matmul's. */
+static void check_linear_small(void) {
+  if (!wanted("linear")) return;
+  static const char *acts[5] = {"none", "relu", "gelu", "gelu_tanh", "silu"};
+  struct { int rank; int64_t x[3]; int64_t N; } cases[] = {
+      {2, {1, 256}, 512}, {2, {1, 512}, 1},   {1, {64}, 7},        {2, {3, 53}, 29},
+      {2, {8, 1000}, 17}, {3, {2, 4, 37}, 9}, {2, {5, 130}, 33},   {2, {1, 8192}, 3},
+      {2, {8, 4100}, 5},  {2, {4, 2048}, 1},  {2, {2, 6}, 1},      {2, {1, 0}, 6},
+      {2, {9, 64}, 7},
+  };
+  struct { const char *name; cuda_fn fn; } paths[4] = {{"gemv", linear_gemv},
+      {"blaslt", linear_blaslt}, {"moved4", linear_moved_all4}, {"moved-w2", linear_moved_w2}};
+  for (int d = 0; d < 3; d++)
+    for (auto &k : cases) {
+      int64_t K = k.x[k.rank - 1], M = k.rank == 1 ? 1 : k.x[0] * (k.rank == 3 ? k.x[1] : 1);
+      in_spec_t in[3] = {{k.rank, {k.x[0], k.x[1], k.x[2]}, -1, 1, NULL},
+                         {2, S(k.N, K), -0.5f, 0.5f, NULL},
+                         {1, S(k.N), -1, 1, NULL}};
+      double a, r;
+      tol(DTS[d], &a, &r, 0, 1e-5);
+      a = DTS[d] == OPD_DTYPE_FLOAT32 ? (double)(K + 1) * ldexp(1.0, -22)
+                                      : a * sqrt((double)K + 1);
+      for (auto &pa : paths)
+        for (int act = 0; act < 5; act++)
+          for (int bias = 0; bias < 2; bias++) {
+            bool moved = pa.fn == linear_moved_all4 || pa.fn == linear_moved_w2;
+            if (!bias && act > 1) continue;
+            if (moved && (!bias || (act != 1 && act != 3))) continue;
+            if (pa.fn == linear_moved_w2 && DTS[d] == OPD_DTYPE_FLOAT32) continue;
+            if (pa.fn == linear_gemv && M > 8) continue;
+            char label[64];
+            snprintf(label, sizeof label, "[%s,%s%s]", pa.name, acts[act], bias ? ",bias" : "");
+            const char *an = acts[act];
+            run_case("linear", label, DTS[d], 2 + bias, in,
+                     [an](opd_kcall_t *c) { strcpy(attr(c, "act")->s, an); }, a, r, pa.fn);
+          }
+    }
+  /* the gemv variant on M = 9: OPD_EINVAL, nothing written */
+  opd_kcall_t c;
+  call_init(&c, "linear");
+  int64_t sx[2] = {9, 4}, sw[2] = {3, 4};
+  c.n_in = 2;
+  set_view(&c.in[0], OPD_DTYPE_FLOAT32, 2, sx, NULL);
+  set_view(&c.in[1], OPD_DTYPE_FLOAT32, 2, sw, NULL);
+  shape_outs(&c);
+  int rc = opd__linear_cuda_variant(&c, &g_ctx, OPD_LINEAR_GEMV);
+  bool ok = rc == OPD_EINVAL && strstr(c.err, "at most 8 rows") != NULL;
+  printf("gpu op=linear[gemv,M=9 refused] dtype=float32 shape=[9,4]x[3,4] max_abs_err=0 "
+         "max_rel_err=0 %s (%s)\n", ok ? "PASS" : "FAIL", c.err);
+  ok ? g_pass++ : g_fail++;
 }
 
 /* gru_cell with 0, 1 or 2 biases, batch 1 to 33, unbatched. gi and gh

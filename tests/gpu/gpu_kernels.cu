@@ -43,7 +43,11 @@
  *
  * linear: every act with and without bias, and a bias 4 bytes off
  * 16-byte alignment ("[misaligned-bias]": the path without cuBLASLt's
- * bias epilogue); gru_cell: 0, 1 or 2 biases, batch 1 to 33.
+ * bias epilogue); at M <= 8 through the gemv variant and cuBLASLt forced,
+ * and with x / W / bias moved off alignment ("[gemv,...]", "[blaslt,...]",
+ * "[moved4,...]", "[moved-w2,...]"); --bench: both variants per layer and
+ * as the 3-layer MLP in a CUDA graph. gru_cell: 0, 1 or 2 biases, batch
+ * 1 to 33.
  *
  * Build and run (GPU machine):
  *   make CUDA=1 BLAS=0 build/tests/gpu_kernels
@@ -70,6 +74,7 @@
 
 extern "C" {
 #include "kernels/common/kutil.h"
+#include "kernels/linear/linear.h"
 #include "kernels/runtime/exec.h"
 #include "kernels/runtime/registry.h"
 }
@@ -529,6 +534,7 @@ int main(int argc, char **argv) {
     CK(cudaMalloc(&g_flush, g_flush_bytes));
     bench_rows();
     bench_matmul();
+    bench_linear();
     bench_conv2d();
     bench_nms();
     return 0;
@@ -548,6 +554,7 @@ int main(int argc, char **argv) {
   check_numerics();
   check_matmul();
   check_linear();
+  check_linear_small();
   check_gru_cell();
   check_conv2d();
   check_nms();
