@@ -27,8 +27,9 @@
  * else 4 bytes (2 halves) or one element (arena offsets may leave W
  * 4-byte aligned only), 4 loads in flight. x is staged in shared memory
  * as float, once per block, a chunk of K at a time (at most 4096 floats:
- * all of K up to 4096 at M = 1, 512 per chunk at M = 8; read an element
- * at a time, whatever its alignment), while the lane's first W vectors
+ * all of K up to 4096 at M = 1, 512 per chunk at M = 8; read 16 bytes at
+ * a time where x's address and K's bytes allow, else an element at a
+ * time), while the lane's first W vectors
  * are prefetched; every lane accumulates all M rows in fp32 (fmaf: no
  * TF32), then a warp-shuffle sum (a shared-memory sum over the S warps),
  * the bias, act and one store per output, one rounding.
@@ -148,6 +149,44 @@ __device__ __forceinline__ void gemv_fma(float *acc, const GemvVec<T, VB> &w, co
   }
 }
 
+/* A gemv_kernel launch: pointers to the call's dtype, the split S, the
+ * staged chunk's row pitch, whether x takes 16-byte loads. */
+struct GemvArgs {
+  const void *x, *w, *bias;        /* x (M, K), w (N, K), bias (N) or NULL */
+  void *y;                         /* (M, N) */
+  int M, N;
+  int64_t K;
+  int S;                           /* warps per row: 1, 2 or 4 */
+  int pitch;                       /* floats per staged row of x, a multiple of 8 */
+  int xvec;                        /* x and K's bytes 16-byte aligned */
+  LinAct f;
+};
+
+/* xs (M, pitch) = x[:, k0:k0+kc] as float, by the whole block: 16 bytes
+ * of x per load when a.xvec, else one element. */
+template <typename T>
+__device__ __forceinline__ void gemv_stage(float *xs, const GemvArgs &a, int64_t k0, int kc) {
+  const T *x = (const T *)a.x;
+  if (a.xvec) {
+    constexpr int P = Pack<T>::N;
+    int np = kc / P, n = a.M * np;
+#pragma unroll 4
+    for (int i = threadIdx.x; i < n; i += GEMV_WARPS * 32) {
+      int m = i / np, j = (i - m * np) * P;
+      Pack<T> t = load_pack(x + m * a.K + k0 + j);
+#pragma unroll
+      for (int e = 0; e < P; e++) xs[m * a.pitch + j + e] = to_f(t.v[e]);
+    }
+  } else {
+    int n = a.M * kc;
+#pragma unroll 4
+    for (int i = threadIdx.x; i < n; i += GEMV_WARPS * 32) {
+      int m = i / kc, j = i - m * kc;
+      xs[m * a.pitch + j] = to_f(x[m * a.K + k0 + j]);
+    }
+  }
+}
+
 /* y (M, N) = act(x (M, K) @ w (N, K)^T + bias), M <= MR. A block is
  * GEMV_WARPS warps on GEMV_WARPS / S rows; the S warps of a row split its
  * K (S = 1, 2 or 4). Per chunk of K: the block stages x's chunk in shared
@@ -157,17 +196,17 @@ __device__ __forceinline__ void gemv_fma(float *acc, const GemvVec<T, VB> &w, co
  * sum over the S warps in shared memory), the bias and act, and lane m
  * stores y[m, n]. */
 template <typename T, int VB, int MR>
-__global__ void __launch_bounds__(GEMV_WARPS * 32)
-    gemv_kernel(const T *__restrict__ x, const T *__restrict__ w, const T *__restrict__ bias,
-                T *__restrict__ y, int M, int N, int64_t K, int S, int pitch, LinAct f) {
+__global__ void __launch_bounds__(GEMV_WARPS * 32) gemv_kernel(const GemvArgs a) {
   constexpr int E = GemvVec<T, VB>::E;
-  extern __shared__ __align__(16) float xs[]; /* (MR, pitch) */
+  extern __shared__ __align__(16) float xs[]; /* (M, pitch) */
   __shared__ float part[GEMV_WARPS][MR];
+  const int M = a.M, S = a.S, pitch = a.pitch;
+  const int64_t K = a.K;
   int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   int64_t n = (int64_t)blockIdx.x * (GEMV_WARPS / S) + warp / S;
   int sub = warp % S, step = S * 32;
-  bool live = n < N;
-  const T *wr = w + (live ? n : 0) * K;
+  bool live = n < a.N;
+  const T *wr = (const T *)a.w + (live ? n : 0) * K;
   float acc[MR];
 #pragma unroll
   for (int m = 0; m < MR; m++) acc[m] = 0.0f;
@@ -180,9 +219,7 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
   for (int64_t k0 = 0; k0 < K; k0 += pitch) {
     int kc = (int)(K - k0 < pitch ? K - k0 : pitch); /* a multiple of E */
     if (k0) __syncthreads();                         /* the last chunk is used */
-    for (int m = 0; m < M; m++)
-      for (int k = threadIdx.x; k < kc; k += GEMV_WARPS * 32)
-        xs[m * pitch + k] = to_f(x[m * K + k0 + k]);
+    gemv_stage<T>(xs, a, k0, kc);
     __syncthreads();
     if (!live) continue;
     const GemvVec<T, VB> *wv = reinterpret_cast<const GemvVec<T, VB> *>(wr + k0);
@@ -221,8 +258,8 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
 #pragma unroll
   for (int m = 0; m < MR; m++)
     if (m == lane) v = acc[m];
-  if (bias) v += to_f(bias[n]);
-  y[(int64_t)lane * N + n] = from_f<T>(f(v));
+  if (a.bias) v += to_f(((const T *)a.bias)[n]);
+  ((T *)a.y)[(int64_t)lane * a.N + n] = from_f<T>(a.f(v));
 }
 
 /* The cuBLASLt epilogue for act with or without the bias, and whether
@@ -248,16 +285,12 @@ static int gemv_vec_bytes(const void *w, int64_t K, size_t esz) {
 }
 
 template <typename T, int VB>
-static void gemv_launch_vb(int MR, dim3 grid, size_t smem, cudaStream_t st, const T *x,
-                           const T *w, const T *b, T *y, int M, int N, int64_t K, int S,
-                           int pitch, LinAct f) {
+static void gemv_launch_vb(int MR, dim3 grid, size_t smem, cudaStream_t st, const GemvArgs &a) {
   switch (MR) {
-#define GEMV_MR(R)                                                                 \
-  case R:                                                                          \
-    gemv_kernel<T, VB, R><<<grid, GEMV_WARPS * 32, smem, st>>>(x, w, b, y, M, N, K, S, pitch, f); \
-    break;
-    GEMV_MR(1) GEMV_MR(2) GEMV_MR(4) default: GEMV_MR(8)
-#undef GEMV_MR
+    case 1: gemv_kernel<T, VB, 1><<<grid, GEMV_WARPS * 32, smem, st>>>(a); break;
+    case 2: gemv_kernel<T, VB, 2><<<grid, GEMV_WARPS * 32, smem, st>>>(a); break;
+    case 4: gemv_kernel<T, VB, 4><<<grid, GEMV_WARPS * 32, smem, st>>>(a); break;
+    default: gemv_kernel<T, VB, 8><<<grid, GEMV_WARPS * 32, smem, st>>>(a); break;
   }
 }
 
@@ -266,33 +299,27 @@ static int linear_gemv(opd_kcall_t *call, const opd_cuda_ctx_t *ctx, const linea
                        const void *bias) {
   int32_t dt = call->out[0].dtype;
   size_t esz = opd__dtype_size(dt);
-  const void *x = call->in[0].data, *w = call->in[1].data;
-  void *y = call->out[0].data;
-  int M = (int)p->M, N = (int)p->N;
-  int MR = M <= 1 ? 1 : M <= 2 ? 2 : M <= 4 ? 4 : 8;
-  int vb = gemv_vec_bytes(w, p->K, esz);
+  GemvArgs a = {call->in[0].data, call->in[1].data, bias, call->out[0].data, (int)p->M,
+                (int)p->N, p->K, 1, 0, 0, {(int)p->act}};
+  int MR = a.M <= 1 ? 1 : a.M <= 2 ? 2 : a.M <= 4 ? 4 : 8;
+  int vb = gemv_vec_bytes(a.w, p->K, esz);
+  a.xvec = gemv_vec_bytes(a.x, p->K, esz) == 16;
   int64_t nvec = p->K / (vb / (int64_t)esz);
   /* split K over S warps while the rows give few warps and each lane keeps
    * a full round of loads */
-  int S = 1;
-  while (S < GEMV_WARPS && (int64_t)N * S < 1024 && nvec >= (int64_t)S * 2 * 32 * GEMV_UNROLL)
-    S *= 2;
+  while (a.S < GEMV_WARPS && p->N * a.S < 1024 &&
+         nvec >= (int64_t)a.S * 2 * 32 * GEMV_UNROLL)
+    a.S *= 2;
   int64_t kr = (p->K + 7) / 8 * 8;
-  int pitch = (int)(kr < GEMV_XS_FLOATS / MR ? kr : GEMV_XS_FLOATS / MR);
-  int64_t rows = GEMV_WARPS / S;
+  a.pitch = (int)(kr < GEMV_XS_FLOATS / MR ? kr : GEMV_XS_FLOATS / MR);
+  int64_t rows = GEMV_WARPS / a.S;
   dim3 grid((unsigned)((p->N + rows - 1) / rows));
-  size_t smem = (size_t)M * pitch * sizeof(float);
+  size_t smem = (size_t)a.M * a.pitch * sizeof(float);
   cudaStream_t st = OPD_STREAM(ctx);
-  LinAct f = {(int)p->act};
   OPD_FLOAT_DISPATCH(dt, return opd__cuda_bad_dtype(call, dt),
-    const T *tx = (const T *)x, *tw = (const T *)w, *tb = (const T *)bias;
-    if (vb == 16)
-      gemv_launch_vb<T, 16>(MR, grid, smem, st, tx, tw, tb, (T *)y, M, N, p->K, S, pitch, f);
-    else if (vb == 4)
-      gemv_launch_vb<T, 4>(MR, grid, smem, st, tx, tw, tb, (T *)y, M, N, p->K, S, pitch, f);
-    else
-      gemv_launch_vb<T, sizeof(T)>(MR, grid, smem, st, tx, tw, tb, (T *)y, M, N, p->K, S,
-                                   pitch, f);
+    if (vb == 16) gemv_launch_vb<T, 16>(MR, grid, smem, st, a);
+    else if (vb == 4) gemv_launch_vb<T, 4>(MR, grid, smem, st, a);
+    else gemv_launch_vb<T, sizeof(T)>(MR, grid, smem, st, a);
   )
   OPD_CUDA_LAUNCHED();
   return 0;
