@@ -29,10 +29,10 @@
  * as float, once per block, a chunk of K at a time (at most 4096 floats:
  * all of K up to 4096 at M = 1, 512 per chunk at M = 8; read 16 bytes at
  * a time where x's address and K's bytes allow, else an element at a
- * time), while the lane's first W vectors
- * are prefetched; every lane accumulates all M rows in fp32 (fmaf: no
- * TF32), then a warp-shuffle sum (a shared-memory sum over the S warps),
- * the bias, act and one store per output, one rounding.
+ * time), while the lane's first W vectors are prefetched; every lane
+ * accumulates all M rows in fp32 (fmaf: no TF32), then a warp-shuffle sum
+ * (a shared-memory sum over the S warps), the bias, act and one store per
+ * output, one rounding.
  * The bound M <= 8: W is read once whatever M, but each 16 bytes of W
  * take M 16-byte reads of x from shared memory. At M = 8 those are 8x
  * W's bytes, about where shared memory's bandwidth per SM (128 B per
