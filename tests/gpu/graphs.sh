@@ -33,11 +33,32 @@ start || exit 1
 echo "== bench_graph, cuda, one process"
 timeout 240 python3 bench/bench_graph.py --socket "$sock" --device cuda -n 3000 \
   >"$out/graph-cuda.txt" 2>&1
-grep -E "^(ratio|graph)" "$out/graph-cuda.txt" | grep -E "ratio|graph_prepared|cudagraph|eager" | head -n 30
+grep -E "^(ratio|graph)" "$out/graph-cuda.txt" | grep -E "ratio|graph_prepared|graph_dev |lang=torch" | head -n 30
+echo "== bench_graph from C over spinning rings (the latency client's transport)"
+OPD_WAIT=spin timeout 120 build/bench/bench_graph --socket "$sock" --device cuda -n 5000 \
+  >"$out/graph-cuda-spin.txt" 2>&1
+grep -E "transport|case=graph_(prepared|dev) " "$out/graph-cuda-spin.txt"
 echo "== bench_graph, cuda, 16 processes"
 timeout 120 python3 bench/bench_graph.py --socket "$sock" --device cuda --procs 16 --seconds 5 \
   >"$out/graph-cuda-procs.txt" 2>&1
 grep -E "^(procs|ratio)" "$out/graph-cuda-procs.txt"
+stop
+echo "== the same under MPS (a private control daemon; opd and torch both clients of it)"
+if mps_start "$out"; then
+  start || exit 1
+  timeout 240 python3 bench/bench_graph.py --socket "$sock" --device cuda -n 3000 \
+    >"$out/graph-cuda-mps.txt" 2>&1
+  grep -E "^ratio" "$out/graph-cuda-mps.txt" | grep -E "c_graph_(prepared|dev) |python_graph" | head -n 8
+  OPD_WAIT=spin timeout 120 build/bench/bench_graph --socket "$sock" --device cuda -n 5000 \
+    >"$out/graph-cuda-mps-spin.txt" 2>&1
+  grep -E "case=graph_(prepared|dev) " "$out/graph-cuda-mps-spin.txt"
+  timeout 120 python3 bench/bench_graph.py --socket "$sock" --device cuda --procs 16 --seconds 5 \
+    >"$out/graph-cuda-mps-procs.txt" 2>&1
+  grep -E "^(procs|ratio)" "$out/graph-cuda-mps-procs.txt"
+  stop
+  mps_stop
+fi
+start || exit 1
 echo "== tests/torch2 on the GPU machine's torch"
 timeout 240 python3 -m pytest -q -p no:cacheprovider tests/torch2 2>&1 | tail -n 5 | tee "$out/torch2.txt"
 echo "== GPT-2 small under torch.compile(backend=\"opd\")"

@@ -23,6 +23,7 @@ if [ "${BUILD:-1}" = 0 ]; then
   echo "BUILD=0: build/ and build-test/ as they are"
 else
   make -j"$(nproc)" CUDA=1 BLAS=0 BENCH=1 $deps build/opd build/opctl build/tests/daemon_gpu build/tests/graph_gpu \
+    build/examples/hft_server/publisher build/examples/hft_server/client build/bench/bench_graph \
     build/tests/poison_gpu build/tests/ipc_gpu build/tests/async_gpu build/tests/gpu_kernels build/libopd.so \
     build/bench/bench_launch build/bench/bench_pingpong plugins \
     >"$out/build.log" 2>&1 &&
