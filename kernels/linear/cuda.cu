@@ -274,11 +274,11 @@ static int epilogue_for(opd_act_t act, bool bias, bool *post) {
   }
 }
 
-/* The widest load of W, 16 or 4 bytes or one element, whose size divides
- * w's address and a row's bytes (so that every row is aligned to it; x is
- * read an element at a time, once per block). */
-static int gemv_vec_bytes(const void *w, int64_t K, size_t esz) {
-  uint64_t a = (uint64_t)(uintptr_t)w | (uint64_t)K * esz;
+/* The widest load, 16 or 4 bytes or one element, whose size divides the
+ * matrix's address and its rows' bytes (K elements of esz), so that every
+ * row starts aligned to it. */
+static int gemv_vec_bytes(const void *m, int64_t K, size_t esz) {
+  uint64_t a = (uint64_t)(uintptr_t)m | (uint64_t)K * esz;
   if (a % 16 == 0) return 16;
   if (a % 4 == 0 && esz < 4) return 4;
   return (int)esz;
