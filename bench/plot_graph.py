@@ -5,7 +5,7 @@
 
 Reads the `graph lang=... device=... batch=... case=... p50_us=...
 p99_us=...` lines of bench/bench_graph.py (the first run of each case in
-the file) and draws, per batch size, the p50 of every case as a bar with
+the file; C cases after a `transport=spin` header apart) and draws, per batch size, the p50 of every case as a bar with
 its p99 as a tick: the opd graph (C prepared, C on device tensors,
 Python), the same ops one by one, and torch (eager, CUDA-graph replay).
 Needs Debian's python3-matplotlib.
@@ -18,6 +18,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 ORDER = [("c", "graph_prepared", "opd graph (C)"), ("c", "graph_dev", "opd graph, device tensors (C)"),
+         ("c-spin", "graph_prepared", "opd graph (C, spin)"),
+         ("c-spin", "graph_dev", "opd graph, device tensors (C, spin)"),
          ("python", "graph", "opd graph (Python)"), ("c", "ops_prepared", "opd op by op (C)"),
          ("python", "ops", "opd op by op (Python)"), ("torch", "eager", "torch eager"),
          ("torch", "graph", "torch CUDA graph replay"), ("torch", "graph_io", "torch replay + host copies")]
@@ -26,14 +28,19 @@ ORDER = [("c", "graph_prepared", "opd graph (C)"), ("c", "graph_dev", "opd graph
 def main():
     src = sys.argv[1]
     out = sys.argv[2] if len(sys.argv) > 2 else re.sub(r"\.txt$", ".png", src)
-    seen, title = {}, ""
+    seen, title, spin = {}, "", False
     for line in open(src):
+        if line.startswith("## "):   # a new section: its transport unknown
+            spin = False
+        if line.startswith("# bench_graph:"):
+            spin = "transport=spin" in line
         if line.startswith("# card:") or line.startswith("# machine:"):
             title = title or line[2:].strip()
         if not line.startswith("graph "):
             continue
         kv = dict(p.split("=", 1) for p in line.split()[1:] if "=" in p)
-        key = (kv["device"], int(kv["batch"]), kv["lang"], kv["case"])
+        lang = kv["lang"] + ("-spin" if spin and kv["lang"] == "c" else "")
+        key = (kv["device"], int(kv["batch"]), lang, kv["case"])
         seen.setdefault(key, (float(kv["p50_us"]), float(kv["p99_us"])))
     panels = sorted({(d, b) for d, b, _, _ in seen})
     fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4.5), squeeze=False)
