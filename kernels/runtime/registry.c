@@ -42,9 +42,10 @@
   X(conv2d)        \
   X(nms)
 
-/* Operators of test builds only (make TEST_OPS=1): see kernels/fault. */
+/* Operators of test builds only (make TEST_OPS=1): see kernels/fault and
+ * kernels/hostsync. */
 #ifdef OPD_TEST_OPS
-#define OPD_TEST_OPS_LIST(X) X(fault)
+#define OPD_TEST_OPS_LIST(X) X(fault) X(hostsync) X(hostsync_nocap)
 #else
 #define OPD_TEST_OPS_LIST(X)
 #endif

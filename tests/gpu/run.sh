@@ -145,6 +145,12 @@ else
   echo "FAIL: no MPS control daemon"; status=1
 fi
 
+echo "== graphs and capture: ops that may not be captured, a capture that fails (test build)"
+opd_up "$sock" "$out/opd-capture.log" build-test/opd --socket "$sock" || status=1
+timeout 120 build/tests/graph_gpu "$sock" >"$out/graph_gpu_test.txt" 2>&1 || status=1
+grep -E "hostsync|capture|passed" "$out/graph_gpu_test.txt"
+grep -E "could not be captured" "$out/opd-capture.log" | head -n 2
+opd_down
 echo "== the poisoned-context drill (test build with the fault op)"
 opd_up "$sock" "$out/opd-poison.log" build-test/opd --socket "$sock" || status=1
 timeout 60 build/tests/poison_gpu "$sock" 2>&1 | tee "$out/poison_gpu.txt" || status=1
