@@ -155,12 +155,26 @@ static void job_reply(opd_job_t *job) {
 
 /* A run's end: answered, the job back to the pool; the session's queue
  * moves on. */
+/* Whether the loop should stay awake for the session's next request after
+ * this run: a graph (a model's request, whose client sends the next one as
+ * soon as it has the answer) that ran on the loop thread or on a GPU. Not
+ * one that ran on the kernel threads: a linger there takes a core from the
+ * next run's kernels (on the 2-vCPU VM the MLP at batch 32 went from 1.21x
+ * to 1.63x torch's time with it, batch 1 from 1.84x to 0.54x;
+ * bench/results/2026-12-07-vm-graph-linger.txt). */
+static int lingers(const opd_job_t *job) {
+  return job->graph != NULL &&
+         (job->device >= 0 || job->call.exec == &opd__exec_serial);
+}
+
 static void job_finish(opd_job_t *job) {
   opd_session_t *s = job->s;
+  int model = lingers(job);
   s->runq.running = NULL;
   opd__acct_inflight(s, -1);
   job_reply(job);
   opd__job_recycle(s->srv, job);
+  if (model) opd__ring_linger(s); /* its next request comes at once */
 }
 
 /* An asynchronous run was enqueued: answered now ({"queued": true}); the
@@ -278,6 +292,7 @@ int opd__runq_now(opd_session_t *s, opd_job_t *job) {
   if (rc == OPD_LAUNCH_LATER) return 0;
   if (rc != OPD_LAUNCH_DONE) job->rc = rc;
   job_reply(job);
+  if (lingers(job)) opd__ring_linger(s); /* as job_finish */
   return 1;
 }
 
