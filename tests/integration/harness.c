@@ -21,6 +21,9 @@
 
 th_daemon_t th_d;
 
+#define START_S 30 /* th_start: how long a daemon that neither answers nor
+                      exits may take */
+
 static void sleep_ms(int ms) {
   struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
   nanosleep(&ts, NULL);
@@ -78,7 +81,12 @@ void th_start(const char *const *args) {
     execv(bin, (char *const *)argv);
     _exit(127);
   }
-  for (int i = 0; i < 200; i++) {
+  /* ready when it answers: no fixed time (a 2-core machine under load
+   * took over 2 s to start it); the bound only catches a daemon that
+   * hangs without exiting */
+  struct timespec t0, t;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  for (t = t0; t.tv_sec - t0.tv_sec < START_S; clock_gettime(CLOCK_MONOTONIC, &t)) {
     opd_client_t *c;
     if (opd_connect(th_d.sock, &c) == 0) {
       opd_close(c);
@@ -93,7 +101,8 @@ void th_start(const char *const *args) {
     sleep_ms(10);
   }
   dump_log();
-  cr_assert_fail("opd did not answer on %s within 2 s", th_d.sock);
+  cr_assert_fail("opd (pid %d) runs but did not answer on %s within %d s",
+                 (int)th_d.pid, th_d.sock, START_S);
 }
 
 void th_start_default(void) { th_start(NULL); }

@@ -39,7 +39,7 @@ class Daemon:
             spin = ["--spin", "always"] if os.environ.get("OPD_WAIT") == "spin" else []
             self.proc = subprocess.Popen([OPD_BIN, "--socket", self.socket, *spin,
                                           *args], stdout=log, stderr=log)
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 30  # ready when it answers; the bound catches a hang
         while True:
             if self.proc.poll() is not None:
                 raise RuntimeError("opd exited with %s: %s" % (self.proc.returncode,
