@@ -250,11 +250,25 @@ class Client:
         dev = device_name(device) if device is not None else "cpu"
         self._handle()
         nbytes = _prod(shape) * protocol.DTYPE_SIZES[dt]
+        limit = self._arena_limit()
+        if limit is not None and nbytes > limit:
+            raise errors.error(protocol.ELIMIT, "empty: %s %s is %d bytes, over "
+                               "the daemon's limit of %d bytes per arena "
+                               "(max_arena_bytes: opd --max-arena-bytes)"
+                               % (dt, shape, nbytes, limit))
         if dev == "cpu":
             block = self._arenas.alloc.alloc(nbytes)
         else:
             block = self._arenas.dalloc(dev).alloc(nbytes)
         return Tensor(block.state.arena, block.offset, dt, shape, None, block)
+
+    def _arena_limit(self):
+        """The daemon's max_arena_bytes (its hello's limits), once."""
+        lim = self.__dict__.get("_max_arena")
+        if lim is None:
+            lim = (self.server_info().get("limits") or {}).get("max_arena_bytes")
+            self._max_arena = lim
+        return lim
 
     def zeros(self, shape, dtype="float32", device=None):
         """Returns a new zero-filled Tensor (see empty); a device tensor is

@@ -67,6 +67,9 @@ def test_limits_and_timeouts(c):
     r = c.submit("matmul", big, big)
     raises(opd.OpdTimeoutError, "ETIMEDOUT", lambda: r.wait(0))
     assert r.wait().shape == (1500, 1500)     # still pending, then done
+    # a tensor over the daemon's arena limit: named, before any memfd
+    raises(opd.LimitError, "ELIMIT", lambda: c.empty((2 ** 62,)),
+           "float32", "max_arena_bytes", str(2 ** 64))
 
 
 def test_state_after_fork_is_handled(c):

@@ -1,6 +1,6 @@
 /* scale: y = a*x + b, the smallest useful opd plugin (float32, any shape).
  * Build: make (CPU; and the CUDA kernel of scale.cu when nvcc is found).
- * Load:  opd --plugin ./scale.so      Call: opctl ops; client.scale(x, a=2) */
+ * Load:  opd --plugin ./hello.so      Call: opctl ops; client.scale(x, a=2) */
 #include <opd/op.h>
 
 typedef struct { const float *x; float *y; float a, b; } job_t;
