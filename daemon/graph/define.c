@@ -138,9 +138,13 @@ static int node_ops(opd_graph_t *g, const msgpack_object *o, opd_err_t *err) {
       return opd__errf(err, OPD_EPROTO, "node %d must be {\"op\": str, "
                        "\"in\": [uint], \"n_out\"?: uint, \"attrs\"?: map}", i);
     n->def = i;
-    if ((n->op_index = opd__op_index(name)) < 0)
+    if ((n->op_index = opd__op_index(name)) < 0) {
+      const char *near = opd__op_nearest(name);
       return opd__errf(err, OPD_ENOOP, "node %d: unknown operator \"%s\" "
-                       "(`opctl ops` lists them)", i, name);
+                       "(%s%s%s`opctl ops` lists them)", i, name,
+                       near ? "did you mean \"" : "", near ? near : "",
+                       near ? "\"? " : "");
+    }
     const opd_op_def_t *op = opd__ops[n->op_index];
     const msgpack_object *no = opd__mp_get(m, "n_out");
     if (no != NULL && (opd__mp_uint(no, &n_out) != 0 || n_out != (uint64_t)op->n_out))

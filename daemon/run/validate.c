@@ -506,9 +506,11 @@ void opd__run_request(const opd_req_t *r, const msgpack_object *body,
   }
   int idx = opd__op_index(name);
   if (idx < 0) {
+    const char *near = opd__op_nearest(name);
     opd__reply_error(r, OPD_ENOOP,
-                     "%s: unknown operator \"%s\" (`opctl ops` lists them)",
-                     what, name);
+                     "unknown operator \"%s\" (%s%s%s`opctl ops` lists them)",
+                     name, near ? "did you mean \"" : "", near ? near : "",
+                     near ? "\"? " : "");
     if (!infer) flag_refused(r, body);
     return;
   }

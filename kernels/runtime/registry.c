@@ -89,6 +89,40 @@ int opd__op_index(const char *name) {
   return -1;
 }
 
+/* Edit distance (insert, delete, substitute; an adjacent swap counts one)
+ * of a and b, both shorter than OPD_MAX_NAME. */
+static int distance(const char *a, const char *b) {
+  int la = (int)strlen(a), lb = (int)strlen(b);
+  int d[OPD_MAX_NAME + 1][OPD_MAX_NAME + 1];
+  if (la > OPD_MAX_NAME || lb > OPD_MAX_NAME) return OPD_MAX_NAME;
+  for (int i = 0; i <= la; i++) d[i][0] = i;
+  for (int j = 0; j <= lb; j++) d[0][j] = j;
+  for (int i = 1; i <= la; i++)
+    for (int j = 1; j <= lb; j++) {
+      int v = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+      if (d[i - 1][j] + 1 < v) v = d[i - 1][j] + 1;
+      if (d[i][j - 1] + 1 < v) v = d[i][j - 1] + 1;
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
+          d[i - 2][j - 2] + 1 < v)
+        v = d[i - 2][j - 2] + 1;
+      d[i][j] = v;
+    }
+  return d[la][lb];
+}
+
+const char *opd__op_nearest(const char *name) {
+  const char *best = NULL;
+  int best_d = 0, len = name ? (int)strlen(name) : 0;
+  if (len == 0 || len >= OPD_MAX_NAME) return NULL;
+  for (int i = 0; i < opd__n_ops; i++) {
+    int dd = distance(name, opd__ops[i]->name);
+    if (best == NULL || dd < best_d) best = opd__ops[i]->name, best_d = dd;
+  }
+  /* close enough to be a typo: at most 2 edits, and fewer than a third of
+   * the name (a 3-letter name needs 1) */
+  return best != NULL && best_d <= 2 && best_d * 3 <= len ? best : NULL;
+}
+
 /* Returns the op named `name`, or NULL. */
 const opd_op_def_t *opd__op_find(const char *name) {
   int i = opd__op_index(name);

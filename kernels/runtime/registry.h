@@ -21,6 +21,10 @@ extern const int opd__n_builtin_ops;             /* [0, this): built-ins */
 const opd_op_def_t *opd__op_find(const char *name);
 /* The index in opd__ops of the op named `name`, or -1 if unknown. */
 int opd__op_index(const char *name);
+/* The name of the op closest to `name` when it looks like a typo of it
+ * (at most 2 edits, under a third of the name), else NULL: for "did you
+ * mean" in an unknown operator's message. */
+const char *opd__op_nearest(const char *name);
 /* Appends a row; returns its index, or -1 when the table is full. The row
  * is not checked here (opd__op_validate, kernels/runtime/opcheck.h). */
 int opd__op_register(const opd_op_def_t *op);

@@ -31,7 +31,11 @@ static fixture_t fx(void) {
 Test(bad, unknown_op) {
   fixture_t f = fx();
   EXPECT_ERR(opd_run(f.c, "softmaxx", NULL, 0, NULL, 0, NULL, 0), OPD_ENOOP,
-             "unknown operator \"softmaxx\"");
+             "unknown operator \"softmaxx\" (did you mean \"softmax\"?");
+  EXPECT_ERR(opd_run(f.c, "lyaernorm", NULL, 0, NULL, 0, NULL, 0), OPD_ENOOP,
+             "did you mean \"layernorm\"?"); /* a swap is one edit */
+  EXPECT_ERR(opd_run(f.c, "frobnicate", NULL, 0, NULL, 0, NULL, 0), OPD_ENOOP,
+             "unknown operator \"frobnicate\" (`opctl ops` lists them)");
   cr_assert_eq(opd_ping(f.c), 0, "the session survives");
   th_assert_alive();
   opd_close(f.c);
