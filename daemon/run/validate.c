@@ -84,18 +84,26 @@ static int load_tensor(opd_session_t *s, const opd_op_def_t *op,
     return opd__errf(err, OPD_EDTYPE, LABEL " has unknown dtype %d", LABEL_ARGS,
                      ref->d.dtype);
   if (!((io->dtypes >> ref->d.dtype) & 1)) {
-    char want[120];
-    size_t len = 0;
-    want[0] = '\0';
-#define X(name, val, size, str)                                     \
-  if (((io->dtypes >> val) & 1) && len < sizeof want)               \
-    len += (size_t)snprintf(want + len, sizeof want - len, "%s%s", \
-                            len ? " or " : "", str);
+    /* what the cpu takes, then what only a cuda device takes */
+    uint32_t cpu = op->cpu_dtypes ? io->dtypes & op->cpu_dtypes : io->dtypes;
+    char want[120], gpu[80];
+    size_t len = 0, glen = 0;
+    want[0] = gpu[0] = '\0';
+#define X(name, val, size, str)                                             \
+  if (((cpu >> val) & 1) && len < sizeof want)                              \
+    len += (size_t)snprintf(want + len, sizeof want - len, "%s%s",         \
+                            len ? " or " : "", str);                        \
+  else if (((io->dtypes >> val) & 1) && glen < sizeof gpu)                  \
+    glen += (size_t)snprintf(gpu + glen, sizeof gpu - glen, "%s%s",         \
+                             glen ? " or " : "", str);
     OPD_DTYPE_MAP(X)
 #undef X
     return opd__errf(err, OPD_EDTYPE,
-                     LABEL " has dtype %s, expected %s", LABEL_ARGS,
-                     opd__dtype_name(ref->d.dtype), want);
+                     LABEL " has dtype %s, expected %s%s%s%s%s", LABEL_ARGS,
+                     opd__dtype_name(ref->d.dtype), want,
+                     glen ? " (" : "", gpu, glen ? " on a cuda device)" : "",
+                     ref->d.dtype == OPD_DTYPE_FLOAT64 ? "; convert float64 "
+                     "to float32" : "");
   }
   uint64_t arena_size = UINT64_MAX;
   ref->arena = NULL;

@@ -35,7 +35,7 @@ import weakref
 from . import _lib, errors, memory, protocol
 from ._torch import _is_torch
 from .errors import check
-from .tensor import Tensor, device_name
+from .tensor import Tensor, device_name, dtype_name
 
 _DT = protocol.DTYPE_CODES
 _AT = protocol.ATTR_TYPE_CODES
@@ -210,7 +210,12 @@ class Runner:
         odev = "cpu"                          # where new outputs go
         on_dev = False                        # a tensor in device memory
         maps = ti.maps
+        scalar_dt = None                      # a Python number's dtype
         for i, x in enumerate(ins):
+            if type(x) in (int, float):       # torch's rule: a number takes
+                if scalar_dt is None:         # the tensors' float dtype
+                    scalar_dt = _scalar_dtype(ins)
+                ins[i] = x = self._c.from_numpy(_np().asarray(x, scalar_dt))
             if type(x) is not Tensor:
                 if x is None:
                     raise errors.error(protocol.EINVAL, "%s: input %d is None "
@@ -243,7 +248,7 @@ class Runner:
                                 spec]) if spec else ()
             on_dev = on_dev or (odev != "cpu" and bool(outs))
         else:
-            ret = (out,) if isinstance(out, Tensor) or _is_torch(out) else tuple(out)
+            ret = tuple(out) if isinstance(out, (list, tuple)) else (out,)
             outs = []
             for o in ret:
                 if not isinstance(o, Tensor):
@@ -443,3 +448,26 @@ class _Encoded:
         except Exception:
             pass
 
+
+def _np():
+    import numpy
+    return numpy
+
+
+def _scalar_dtype(ins):
+    """The dtype a Python number among a run's inputs takes: the first
+    tensor's when it is a float dtype (float16, bfloat16, float32,
+    float64), else float32 (torch's result_type for a number and a
+    tensor)."""
+    for x in ins:
+        if type(x) in (int, float) or x is None:
+            continue
+        dt = getattr(x, "dtype", None)
+        try:
+            name = dtype_name(dt) if dt is not None else None
+        except Exception:
+            name = None
+        if name in ("float16", "bfloat16", "float32", "float64"):
+            return "float32" if name == "bfloat16" else name
+        return "float32"
+    return "float32"
