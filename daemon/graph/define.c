@@ -32,10 +32,6 @@
 
 #define TEMP_ALIGN 256
 
-int opd__graph_tensor(opd_session_t *s, const msgpack_object *o,
-                      opd_arena_t **arena, opd_desc_t *d, uint64_t *extent,
-                      opd_tview_t *view, opd_err_t *err);
-
 static const msgpack_object *array_of(const msgpack_object *body, const char *key,
                                       uint32_t *n) {
   const msgpack_object *o = opd__mp_get(body, key);

@@ -94,12 +94,13 @@ int opd__graph_run(const opd_req_t *r, const msgpack_object *body,
   int rc;
   if (opd__mp_uint(opd__mp_get(body, "graph"), &id) != 0)
     return opd__errf(err, OPD_EPROTO, "\"graph\" must be a graph id (uint)");
-  if ((rc = opd__graph_lookup(s, id, &g, err)) != 0) return rc;
   const msgpack_object *o_async = opd__mp_get(body, "async");
   if (o_async != NULL &&
       (opd__mp_uint(o_async, &flags) != 0 || (flags & ~(uint64_t)OPD_RUN_F_ASYNC)))
     return opd__errf(err, OPD_EPROTO, "\"async\" of a graph run takes ASYNC "
-                     "(1) only");
+                     "(1) only (stream-ordered WAIT/SIGNAL/FLAG runs are for "
+                     "single ops)");
+  if ((rc = opd__graph_lookup(s, id, &g, err)) != 0) return rc;
   const msgpack_object *o_in = opd__mp_get(body, "in"), *o_out = opd__mp_get(body, "out");
   uint32_t n_in = o_in && o_in->type == MSGPACK_OBJECT_ARRAY ? o_in->via.array.size : 0;
   uint32_t n_out = o_out && o_out->type == MSGPACK_OBJECT_ARRAY ? o_out->via.array.size : 0;

@@ -4,6 +4,7 @@
 
 #include <msgpack.h>
 
+#include "common/wire.h" /* opd_desc_t */
 #include "daemon/types.h"
 
 /* ---- graph.c: tables and references ---------------------------------- */
@@ -36,6 +37,13 @@ int opd__graph_build(opd_session_t *s, const msgpack_object *body,
 /* GRAPH_DEFINE and GRAPH_DESTROY: replied here. */
 void opd__graph_define(const opd_req_t *r, const msgpack_object *body);
 void opd__graph_destroy_request(const opd_req_t *r, const msgpack_object *body);
+/* One tensor of a graph's definition or run (grun.c): decoded, in an
+ * arena of this session, inside it, C-contiguous; *view its view (data
+ * set), *extent its bytes. 0, or an error code with err set (the message
+ * names no tensor: the caller prefixes it). */
+int opd__graph_tensor(opd_session_t *s, const msgpack_object *o,
+                      opd_arena_t **arena, opd_desc_t *d, uint64_t *extent,
+                      opd_tview_t *view, opd_err_t *err);
 /* A RUN naming "graph": its tensors checked against the graph's, then a
  * job queued (0), or an error code with err set (the caller replies). */
 int opd__graph_run(const opd_req_t *r, const msgpack_object *body,

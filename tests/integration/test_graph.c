@@ -319,3 +319,62 @@ Test(graph, limits_and_reclaim_after_sigkill) {
   opd_graph_def_free(g);
   th_assert_alive();
 }
+
+/* A run's tensor that is a strided view, and a run asking for stream
+ * order (only ASYNC is a graph run's): refused, the session goes on. */
+Test(graph, strided_tensors_and_stream_flags_refused) {
+  opd_client_t *c = th_connect();
+  opd_graph_def_t *g = opd_graph_def_new();
+  opd_graph_input(g, "x", OPD_DTYPE_FLOAT32, 2, (int64_t[]){4, 8});
+  opd_graph_output(g, opd_graph_node(g, "relu", (int[]){0}, 1, NULL, 0, 1));
+  uint64_t id;
+  cr_assert_eq(opd_graph_define(c, NULL, g, &id), 0, "%s", opd_last_error());
+  void *base;
+  uint64_t a = th_arena(c, 4096, &base);
+  opd_tensor_t x = th_f32(a, 0, 2, (int64_t)4, (int64_t)8);
+  opd_tensor_t y = th_f32(a, 1024, 2, (int64_t)4, (int64_t)8);
+  opd_tensor_t xt = x; /* the transpose's strides over the same bytes */
+  xt.strided = 1;
+  xt.strides[0] = 1;
+  xt.strides[1] = 4;
+  EXPECT_ERR(opd_graph_run(c, id, &xt, 1, &y, 1), OPD_ELAYOUT,
+             "input 0: is not contiguous; a graph takes C-contiguous tensors");
+  /* WAIT (2) on the wire: libopd offers only ASYNC, so a raw request */
+  int fd = th_raw_connect();
+  th_raw_hello(fd);
+  th_pack_t p;
+  th_pack_init(&p);
+  msgpack_pack_map(&p.pk, 2);
+  th_pack_str(&p, "graph");
+  msgpack_pack_uint64(&p.pk, id);
+  th_pack_str(&p, "async");
+  msgpack_pack_uint32(&p.pk, OPD_RUN_F_WAIT);
+  th_raw_request(fd, OPD_MSG_RUN, 3, p.sb.data, p.sb.size, -1);
+  th_reply_t r;
+  cr_assert_eq(th_raw_reply(fd, &r, 5000), 0);
+  cr_assert_eq(r.code, OPD_EPROTO, "%s", r.message);
+  cr_assert(strstr(r.message, "takes ASYNC (1) only"), "%s", r.message);
+  th_pack_free(&p);
+  close(fd);
+  cr_assert_eq(opd_graph_run(c, id, &x, 1, &y, 1), 0, "%s", opd_last_error());
+  opd_graph_def_free(g);
+  opd_close(c);
+}
+
+/* A graph's intermediates count against the session's bytes. */
+Test(graph, intermediates_over_the_session_bytes_refused, .init = NULL) {
+  const char *args[] = {"--max-session-bytes", "1000000", NULL};
+  th_start(args);
+  opd_client_t *c = th_connect();
+  opd_graph_def_t *g = opd_graph_def_new();
+  opd_graph_input(g, "x", OPD_DTYPE_FLOAT32, 2, (int64_t[]){512, 512});
+  int h = opd_graph_node(g, "relu", (int[]){0}, 1, NULL, 0, 1);
+  opd_graph_output(g, opd_graph_node(g, "relu", &h, 1, NULL, 0, 1));
+  uint64_t id;
+  EXPECT_ERR(opd_graph_define(c, NULL, g, &id), OPD_ELIMIT, "max_session_bytes (1000000)");
+  cr_assert(strstr(opd_last_error(), "1048576 of intermediates"), "%s", opd_last_error());
+  cr_assert_eq(th_stat("live"), 0);
+  opd_graph_def_free(g);
+  opd_close(c);
+  th_assert_alive();
+}
