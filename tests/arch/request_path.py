@@ -44,7 +44,20 @@ calls = []
 def prof(frame, event, arg):
     if event == "call" and frame.f_code.co_filename.startswith(pkg):
         calls.append(frame.f_code.co_filename[len(pkg):])
-with opd.connect(sys.argv[2], wait=os.environ.get("OPD_WAIT")) as c:
+# The daemon is ready once it answers (as tests/integration/harness.c
+# waits): a connection refused or closed during its start-up is retried
+# for up to 30 s, each failure printed, so a slow start is seen, not hidden.
+deadline = time.monotonic() + 30
+while True:
+    try:
+        c = opd.connect(sys.argv[2], wait=os.environ.get("OPD_WAIT"))
+        break
+    except opd.OpdError as e:
+        if time.monotonic() > deadline:
+            raise
+        print("request_path: connect: %s; retrying" % e, file=sys.stderr)
+        time.sleep(0.1)
+with c:
     x = c.empty((8, 1024), dtype="float32")
     y = c.empty((8, 1024), dtype="float32")
     x.numpy()[:] = 1.0
@@ -217,7 +230,9 @@ def main():
     daemon.send_signal(signal.SIGTERM)
     daemon.wait(timeout=30)
     if rc != 0:
-        print("request_path: the client failed (exit %d)" % rc)
+        print("request_path: the client failed (exit %d); the daemon's log:" % rc)
+        with open(os.path.join(tmp, "opd.log")) as f:
+            sys.stdout.write(f.read()[-4000:])
         return 1
     with open(res) as f:
         r = json.load(f)
