@@ -40,7 +40,14 @@
   X(linear)        \
   X(gru_cell)      \
   X(conv2d)        \
-  X(nms)
+  X(nms)           \
+  X(permute)       \
+  X(reshape)       \
+  X(slice)         \
+  X(cat)           \
+  X(embedding)     \
+  X(where)         \
+  X(expand)
 
 /* Operators of test builds only (make TEST_OPS=1): see kernels/fault and
  * kernels/hostsync. */
