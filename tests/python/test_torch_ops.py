@@ -73,6 +73,13 @@ def samples(dev):
                 {"iou_threshold": 0.5}),
         "scale": ((r(6, 7),), {"a": 2.0, "b": -1.0}),
         "conv3x3_bias_relu": ((r(2, 3, 7, 9), r(4, 3, 3, 3), r(4)), {}),
+        "permute": ((r(2, 3, 4),), {"dims": [2, 0, 1]}),
+        "reshape": ((r(2, 3, 4),), {"shape": [4, -1]}),
+        "slice": ((r(5, 6),), {"dim": 1, "start": 1, "end": 5, "step": 2}),
+        "cat": (([r(2, 3), r(2, 1)],), {"dim": 1}),
+        "embedding": ((r(10, 4), torch.randint(0, 10, (2, 3), generator=g).to(dev)), {}),
+        "where": (((r(3, 4) > 0), r(3, 4), r(4)), {}),
+        "expand": ((r(3, 1),), {"shape": [2, 3, 5]}),
     }
 
 
