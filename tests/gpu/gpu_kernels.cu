@@ -47,7 +47,9 @@
  * and with x / W / bias moved off alignment ("[gemv,...]", "[blaslt,...]",
  * "[moved4,...]", "[moved-w2,...]"); --bench: both variants per layer and
  * as the 3-layer MLP in a CUDA graph. gru_cell: 0, 1 or 2 biases, batch
- * 1 to 33.
+ * 1 to 33. The data movement ops (permute, reshape, slice, cat, expand,
+ * embedding, where; tests/gpu/gpu_checks_shape.cuh) byte for byte over
+ * element sizes 1 to 8.
  *
  * Build and run (GPU machine):
  *   make CUDA=1 BLAS=0 build/tests/gpu_kernels
@@ -501,6 +503,7 @@ static void check_rows(void) {
 
 #include "tests/gpu/gpu_numerics.cuh"
 #include "tests/gpu/gpu_checks_ops.cuh"
+#include "tests/gpu/gpu_checks_shape.cuh"
 #include "tests/gpu/gpu_bench.cuh"
 
 int main(int argc, char **argv) {
@@ -558,6 +561,7 @@ int main(int argc, char **argv) {
   check_gru_cell();
   check_conv2d();
   check_nms();
+  check_shape_ops();
   printf("%d passed, %d failed\n", g_pass, g_fail);
   return g_fail ? 1 : 0;
 }
