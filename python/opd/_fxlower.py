@@ -166,7 +166,7 @@ def _identity(n, mod):
         raise Unsupported("dropout in training mode")
     if name == "dropout" and arg(n, 2, "training", True) and n.target is F.dropout:
         raise Unsupported("dropout in training mode")
-    if name in ("to", "type_as", "float"):
+    if name in ("to", "type", "type_as", "float"):
         a, b = meta(x), meta(n)
         if a is None or b is None or a.dtype != b.dtype or a.device != b.device:
             raise Unsupported(".%s changing dtype or device" % name)
@@ -312,7 +312,7 @@ for _keys, _rule in (
         ((operator.truediv, torch.div, "div", torch.true_divide), _binary("div")),
         ((operator.matmul, torch.matmul, torch.mm, torch.bmm, "matmul"), _matmul),
         ((torch.gru_cell, nn.GRUCell), _gru_cell),
-        (("contiguous", "clone", "detach", "to", "type_as", "float", F.dropout,
+        (("contiguous", "clone", "detach", "to", "type", "type_as", "float", F.dropout,
           nn.Dropout, torch.clone, torch.detach), _identity),
         (("view", "reshape", "flatten", "unsqueeze", "squeeze", "unflatten",
           torch.reshape, torch.flatten, torch.unsqueeze, torch.squeeze),
