@@ -3,10 +3,12 @@
 torch eager, same process, same run (docs/graphs.md, docs/python.md).
 
     python3 bench/bench_compile.py --socket /tmp/opd.sock [--model gpt2|mlp]
-        [--device cuda] [--shapes 1x16,4x256] [-n 50]
+        [--device cuda] [--shapes 1x16,4x256] [-n 50] [--attn sdpa|eager]
 
 GPT-2 small (12 layers, transformers' GPT2LMHeadModel from its config,
-random weights: no download) or the trading MLP; fp32, TF32 off, eval,
+random weights: no download; no KV cache; attention through torch's
+scaled_dot_product_attention, or --attn eager for transformers' own
+matmul/softmax attention) or the trading MLP; fp32, TF32 off, eval,
 no grad. Prints per shape: eager and compiled forward time (median of n,
 synchronized), their ratio, the largest absolute difference of the
 logits, how many opd graphs the backend made and how many FX nodes fell
@@ -52,6 +54,7 @@ def main():
     ap.add_argument("--shapes", default="1x16,4x256")
     ap.add_argument("--layers", type=int, default=12)
     ap.add_argument("-n", type=int, default=50)
+    ap.add_argument("--attn", default="sdpa", choices=["sdpa", "eager"])
     a = ap.parse_args()
     if a.socket:
         os.environ["OPD_SOCKET"] = a.socket
@@ -70,18 +73,18 @@ def main():
     torch.manual_seed(0)
     if a.model == "gpt2":
         from transformers import GPT2Config, GPT2LMHeadModel
-        cfg = GPT2Config(n_layer=a.layers, attn_implementation="eager")
+        cfg = GPT2Config(n_layer=a.layers, attn_implementation=a.attn)
         model = GPT2LMHeadModel(cfg).to(dev).eval()
         make = lambda b, t: torch.randint(0, cfg.vocab_size, (b, t), device=dev)  # noqa: E731
-        fwd = lambda m: (lambda x: m(x).logits)  # noqa: E731
+        fwd = lambda m: (lambda x: m(x, use_cache=False).logits)  # noqa: E731
     else:
         model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(),
                                     torch.nn.Linear(512, 512), torch.nn.ReLU(),
                                     torch.nn.Linear(512, 1)).to(dev).eval()
         make = lambda b, t: torch.randn(b, 256, device=dev)  # noqa: E731
         fwd = lambda m: m  # noqa: E731
-    print("# bench_compile: model=%s layers=%d device=%s card=%s torch=%s" %
-          (a.model, a.layers, a.device, card, torch.__version__))
+    print("# bench_compile: model=%s layers=%d attn=%s device=%s card=%s torch=%s" %
+          (a.model, a.layers, a.attn, a.device, card, torch.__version__))
     with torch.no_grad():
         for shape in a.shapes.split(","):
             b, t = (int(v) for v in shape.split("x"))

@@ -14,6 +14,8 @@ Single-process mode, per batch (--batch, default 1,32):
                its lines are copied here;
   lang=python  graph: g.run(x, out=y) on the same host x and y every time
                (the hot path); ops: each node a c.prepare'd run;
+               graph_dev (a device only): g.run(dx, out=dy, wait=True) on
+               x and y in device memory, answered when done;
   lang=torch   eager: the model with torch.nn.functional.linear under
                no_grad (CPU: torch.set_num_threads(--threads, default 1));
                on CUDA also graph: torch.cuda.CUDAGraph replay +
@@ -123,6 +125,35 @@ class OpdSide:
     def by_ops(self):
         for p in self.ops:
             p()
+
+
+class OpdDevSide:
+    """The graph on x and y in device memory (opd device tensors): run with
+    wait=True, answered when done (one round trip), as torch's graph case
+    replays on device-resident x and y and synchronizes."""
+
+    def __init__(self, c, o, device):
+        self.c, self.o = c, o
+        self.dx = c.empty(o.x.shape, "float32", device=device)
+        self.dy = c.empty(o.y.shape, "float32", device=device)
+
+    def set_events(self, ev):
+        self.o.set_events(ev)
+        self.c.run("copy", self.o.x, out=self.dx)
+        self.c.synchronize()
+
+    def graph_dev(self):
+        self.o.g.run(self.dx, out=self.dy, wait=True)
+
+    def answer(self):
+        self.c.run("copy", self.dy, out=self.o.y)
+        self.c.synchronize()
+        return self.o.answer()
+
+    def poison(self):
+        self.o.poison()
+        self.c.run("copy", self.o.y, out=self.dy)
+        self.c.synchronize()
 
 
 class TorchSide:
@@ -252,7 +283,10 @@ def single(a, c, device, linear, w, wt):
         cases = [("python_graph", o.graph, o), ("python_ops", o.by_ops, o),
                  ("torch_eager", t.eager, t)]
         if t.cuda:
-            cases += [("torch_graph", t.graph, t), ("torch_graph_io", t.graph_io, t)]
+            d = OpdDevSide(c, o, device)
+            d.set_events(ev)
+            cases += [("python_graph_dev", d.graph_dev, d),
+                      ("torch_graph", t.graph, t), ("torch_graph_io", t.graph_io, t)]
         got = measure(cases, a.n, max(a.n // 10, 20))
         for nm, (ns, ans) in got.items():
             lang, case = nm.split("_", 1)

@@ -41,6 +41,7 @@ struct opd_graph_def {
   int sealed;                    /* a node was added: no more inputs or
                                     constants (their ids come first) */
   opd_tensor_t shapes[OPD_MAX_TENSORS]; /* the outputs, after define */
+  uint64_t temp_bytes;               /* the intermediates' memory, after define */
   int defined;
 };
 
@@ -287,6 +288,8 @@ int opd_graph_define(opd_client_t *c, const char *device, opd_graph_def_t *g,
       if (opd__mp_int(&sh->via.array.ptr[d], &t->shape[d]) != 0)
         rc = opd__fail(OPD_EPROTO, "graph_define: malformed reply");
   }
+  g->temp_bytes = 0;
+  if (rc == 0) (void)opd__mp_uint(opd__mp_get(body, "temp_bytes"), &g->temp_bytes);
   g->defined = rc == 0;
   opd__reply_free(&r);
   return rc;
@@ -301,6 +304,16 @@ int opd_graph_def_outputs(const opd_graph_def_t *g, opd_tensor_t *out,
                      "defined yet (opd_graph_define fills them)");
   *n_out = g->n_out;
   for (uint32_t k = 0; k < g->n_out && k < cap; k++) out[k] = g->shapes[k];
+  return 0;
+}
+
+int opd_graph_def_temp_bytes(const opd_graph_def_t *g, uint64_t *bytes) {
+  if (g == NULL || bytes == NULL)
+    return opd__fail(OPD_EINVAL, "opd_graph_def_temp_bytes: NULL argument");
+  if (!g->defined)
+    return opd__fail(OPD_ESTATE, "opd_graph_def_temp_bytes: the graph is not "
+                     "defined yet");
+  *bytes = g->temp_bytes;
   return 0;
 }
 

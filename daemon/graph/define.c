@@ -9,7 +9,9 @@
  * ready ones); what is left is on a cycle, which the error spells out;
  * (3) each node in that order checked as a RUN is (arity, attributes,
  * dtypes against its row, the op's shape rule), which gives its outputs'
- * dtypes and shapes; (4) the outputs; (5) the intermediates placed in one
+ * dtypes and shapes; (4) the outputs, then the views: an intermediate a
+ * VIEW op (reshape) makes of an intermediate shares its memory, which
+ * lives until the last reader of either; (5) the intermediates placed in one
  * buffer by liveness (largest first, the lowest offset that no value
  * alive at the same steps uses); (6) the backend's prepare (every node has
  * a kernel there; the buffer). Every error names the node by its place in
@@ -320,13 +322,29 @@ static int outputs(opd_graph_t *g, const msgpack_object *o, opd_err_t *err) {
   return 0;
 }
 
+/* (4b) an intermediate made by a VIEW op (reshape) from an intermediate
+ * shares its memory: no copy runs (the kernel sees out == in), and the
+ * memory lives until the last reader of any view of it */
+static void views(opd_graph_t *g) {
+  for (int i = 0; i < g->n_nodes; i++) {
+    const opd_gnode_t *n = &g->nodes[i];
+    if (!(n->call.op->flags & OPD_OPF_VIEW) || n->call.n_in < 1) continue;
+    opd_gval_t *in = &g->vals[n->in[0]], *out = &g->vals[n->out[0]];
+    if (in->kind != OPD_GV_TEMP || out->kind != OPD_GV_TEMP || in->bytes != out->bytes)
+      continue;
+    int root = in->view_of >= 0 ? in->view_of : n->in[0];
+    out->view_of = root;
+    if (g->vals[root].last < out->last) g->vals[root].last = out->last;
+  }
+}
+
 /* (5) offsets of the intermediates; returns the buffer's size */
 static uint64_t plan_temps(opd_graph_t *g) {
   int n = 0, *t = malloc(sizeof(int) * (size_t)(g->n_vals + 1));
   uint64_t total = 0;
   if (t == NULL) return UINT64_MAX;
   for (int v = g->n_in + g->n_const; v < g->n_vals; v++)
-    if (g->vals[v].kind == OPD_GV_TEMP) t[n++] = v;
+    if (g->vals[v].kind == OPD_GV_TEMP && g->vals[v].view_of < 0) t[n++] = v;
   for (int i = 1; i < n; i++) /* largest first (insertion sort: n is small) */
     for (int j = i; j > 0 && g->vals[t[j]].bytes > g->vals[t[j - 1]].bytes; j--) {
       int x = t[j];
@@ -351,6 +369,9 @@ static uint64_t plan_temps(opd_graph_t *g) {
     if (at + size > total) total = at + size;
   }
   free(t);
+  for (int v = g->n_in + g->n_const; v < g->n_vals; v++)
+    if (g->vals[v].kind == OPD_GV_TEMP && g->vals[v].view_of >= 0)
+      g->vals[v].offset = g->vals[g->vals[v].view_of].offset;
   return total > 0 ? total : TEMP_ALIGN; /* never NULL: an empty view points somewhere */
 }
 
@@ -438,7 +459,7 @@ int opd__graph_build(opd_session_t *s, const msgpack_object *body,
     free(order);
     return opd__errf(err, OPD_ENOMEM, "out of memory");
   }
-  for (int v = 0; v < n_vals; v++) g->vals[v].producer = -1;
+  for (int v = 0; v < n_vals; v++) g->vals[v].producer = g->vals[v].view_of = -1;
   for (int k = 0; k < g->n_in; k++) g->in_val[k] = k;
   if ((rc = inputs(g, o_in, err)) != 0 || (rc = consts(s, g, o_const, err)) != 0 ||
       (rc = node_ops(g, o_nodes, err)) != 0 ||
@@ -461,6 +482,7 @@ int opd__graph_build(opd_session_t *s, const msgpack_object *body,
   free(defs);
   free(order);
   if (rc != 0 || (rc = outputs(g, o_out, err)) != 0) return rc;
+  views(g);
   if ((g->temp_bytes = plan_temps(g)) == UINT64_MAX)
     return opd__errf(err, OPD_ENOMEM, "out of memory");
   g->bytes = g->temp_bytes + sizeof *g + sizeof *g->nodes * n_nodes +

@@ -40,6 +40,8 @@ typedef struct opd_gval {
   int index;                     /* INPUT, OUTPUT: the run's tensor k; CONST: k */
   int producer;                  /* the node (definition order) making it; -1 */
   int first, last;               /* execution steps that make it and last read it */
+  int view_of;                   /* TEMP: the value whose memory it shares
+                                    (a VIEW op's output), -1 none */
   uint64_t offset;               /* TEMP: in temp */
   uint64_t bytes;
   opd_tview_t view;              /* dtype, shape, contiguous strides; data set

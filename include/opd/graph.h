@@ -42,6 +42,10 @@ int opd_graph_define(opd_client_t *c, const char *device, opd_graph_def_t *g,
 /* after opd_graph_define: the outputs' dtypes and shapes (arena, offset 0) */
 int opd_graph_def_outputs(const opd_graph_def_t *g, opd_tensor_t *out,
                           uint32_t cap, uint32_t *n_out);
+/* after opd_graph_define: the bytes of device (or host) memory the daemon
+ * planned for the intermediates (reused by liveness; a reshape of an
+ * intermediate shares its memory) */
+int opd_graph_def_temp_bytes(const opd_graph_def_t *g, uint64_t *bytes);
 int opd_graph_run(opd_client_t *c, uint64_t graph, const opd_tensor_t *in,
                   uint32_t n_in, const opd_tensor_t *out, uint32_t n_out);
 /* flags: 0 or OPD_RUN_ASYNC (answered when enqueued: device runs) */

@@ -167,6 +167,11 @@ typedef struct opd_io_spec {
                                     the host): in a graph (docs/graphs.md)
                                     it runs uncaptured, between captured
                                     segments */
+#define OPD_OPF_VIEW 0x10u       /* output 0 is input 0's bytes in another
+                                    shape (reshape): in a graph it may
+                                    share input 0's memory, so its kernels
+                                    must do nothing when out[0].data ==
+                                    in[0].data */
 
 /* Shape rule: from call->in (shapes/dtypes, data NULL) and call->attr, fill
  * out[0..n_out) with the outputs the op writes. Returns 0, or OPD_ESHAPE /

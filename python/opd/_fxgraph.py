@@ -2,7 +2,9 @@
 body of the torch.compile backend, opd.dynamo).
 
 DESIGN
-compile_fx() marks the graph's constants (placeholders dynamo feeds
+compile_fx() rewrites the graph into the forms the lowering takes
+(_fxnorm: constants folded, split pieces as narrow, empty cat inputs
+dropped, the written-out tanh GELU as one gelu), marks the graph's constants (placeholders dynamo feeds
 parameters and buffers, get_attr tensors: meta "opd_const"), asks
 torch.fx's CapabilityBasedPartitioner for the largest subgraphs of nodes
 _fxlower.spec() accepts (Support: each refused node is logged once per
@@ -33,7 +35,7 @@ import torch
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
-from . import _fxlower, errors
+from . import _fxlower, _fxnorm, errors
 from ._fxlower import Unsupported, meta, spec
 
 log = logging.getLogger("opd.compile")
@@ -77,6 +79,8 @@ def compile_fx(c, gm, example_inputs, published=None):
     torch tensor returning its published opd Tensor (or None). Returns
     the callable dynamo runs, and the Parts made (as gm.opd_parts)."""
     ops, devices = set(c.ops()), c.devices()
+    rewrites = _fxnorm.normalize(gm)
+    log.debug("rewrites: %s", rewrites)
     values = {}                           # constant node name -> its tensor
     phs = [n for n in gm.graph.nodes if n.op == "placeholder"]
     for n, ex in zip(phs, example_inputs):
@@ -171,7 +175,8 @@ class Part(torch.nn.Module):
                           values[outer.name])
             else:
                 m = meta(outer) if meta(p) is None else meta(p)
-                env[p] = g.input(p.name, tuple(m.shape), "float32")
+                env[p] = g.input(p.name, tuple(m.shape),
+                                 str(m.dtype).replace("torch.", ""))
                 self._in_pos.append(k)
         done = set()
         out_node = None
@@ -185,7 +190,11 @@ class Part(torch.nn.Module):
         res = out_node.args[0]
         self._single = not isinstance(res, (tuple, list))
         outs = [res] if self._single else list(res)
-        g.output(*[env[x] for x in outs])
+        vals = [env[x] for x in outs]
+        # a graph's outputs are node outputs: an input or constant given
+        # back as it is (an identity in torch) is copied
+        vals = [g.copy(v) if v.kind in ("input", "const") else v for v in vals]
+        g.output(*vals)
         g.define()
         if dev == "cpu":      # opd tensors, written and read through torch views
             self._stage = [c.empty(v.shape, v.dtype) for v in g._inputs]
@@ -194,10 +203,10 @@ class Part(torch.nn.Module):
             self._out_views = [t.torch() for t in self._outs]
         else:                 # torch's CUDA tensors, imported once (same storage)
             self._stage = self._stage_views = [
-                torch.empty(v.shape, dtype=torch.float32, device=dev)
+                torch.empty(v.shape, dtype=getattr(torch, v.dtype), device=dev)
                 for v in g._inputs]
             self._outs = self._out_views = [
-                torch.empty(o.shape, dtype=torch.float32, device=dev)
+                torch.empty(o.shape, dtype=getattr(torch, o.dtype), device=dev)
                 for o in g.outputs]
 
     def _val(self, g, x, env, transpose=False):
@@ -229,6 +238,16 @@ class Part(torch.nn.Module):
 
     def _emit(self, g, n, env, ops, devices, done):
         op, ins, attrs = spec(n, ops, devices)
+        if op == "=":
+            return self._val(g, ins[0], env)
+        if op == "pow":
+            x = self._val(g, ins[0], env)
+            v = x
+            for _ in range(attrs["n"] - 1):
+                v = g.mul(v, x)
+            return v
+        if op == "addmm":
+            return self._addmm(g, n, ins, env, ops, devices, done)
         if op != "linear":
             return g.node(op, *[self._val(g, x, env) for x in ins], **attrs)
         x, w, b = ins
@@ -242,6 +261,22 @@ class Part(torch.nn.Module):
             return v
         v = g.matmul(self._val(g, x, env), self._val(g, w, env, transpose=True))
         return v if b is None else g.add(v, self._val(g, b, env))
+
+    def _addmm(self, g, n, ins, env, ops, devices, done):
+        """x @ w + b: opd's linear with w transposed once where w is a
+        constant (its activation fused), else matmul and add."""
+        x, w, b = ins
+        ref = env.get(w) if not isinstance(w, torch.Tensor) else ("const",)
+        if isinstance(ref, tuple) and ref[0] == "const" and "linear" in ops:
+            act, user = _fxlower.fused_act(n, ops, devices)
+            v = g.linear(self._val(g, x, env), self._val(g, w, env, transpose=True),
+                         self._val(g, b, env), act=act or "none")
+            if user is not None:
+                env[user] = v
+                done.add(user)
+            return v
+        return g.add(g.matmul(self._val(g, x, env), self._val(g, w, env)),
+                     self._val(g, b, env))
 
     def forward(self, *args):
         with self._lock:

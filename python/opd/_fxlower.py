@@ -153,6 +153,149 @@ def _gru_cell(n, mod):
     return "gru_cell", ins, {}
 
 
+
+# ---- data movement: views in torch, copies (or aliases) in an opd graph --
+
+def _identity(n, mod):
+    """Nodes that give their input's value in an opd graph: contiguous()
+    (every graph value is contiguous), clone(), dropout outside training,
+    .to() / .type_as() / .float() that change nothing."""
+    x = n.args[0]
+    name = n.target if n.op == "call_method" else getattr(n.target, "__name__", "")
+    if mod is not None and isinstance(mod, nn.Dropout) and mod.training:
+        raise Unsupported("dropout in training mode")
+    if name == "dropout" and arg(n, 2, "training", True) and n.target is F.dropout:
+        raise Unsupported("dropout in training mode")
+    if name in ("to", "type", "type_as", "float"):
+        a, b = meta(x), meta(n)
+        if a is None or b is None or a.dtype != b.dtype or a.device != b.device:
+            raise Unsupported(".%s changing dtype or device" % name)
+    return "=", [x], {}
+
+
+def _reshape(n, mod):
+    """view / reshape / flatten / unsqueeze / squeeze: the output shape is
+    the node's (static shapes), whatever the arguments said."""
+    return "reshape", [n.args[0]], {"shape": [int(d) for d in meta(n).shape]}
+
+
+def _expand(n, mod):
+    return "expand", [n.args[0]], {"shape": [int(d) for d in meta(n).shape]}
+
+
+def _permute(n, mod):
+    x = n.args[0]
+    rank = len(meta(x).shape)
+    name = n.target if n.op == "call_method" else getattr(n.target, "__name__", "")
+    if name in ("transpose", "swapaxes", "swapdims"):
+        a, b = arg(n, 1, "dim0"), arg(n, 2, "dim1")
+        dims = list(range(rank))
+        dims[a % rank], dims[b % rank] = dims[b % rank], dims[a % rank]
+    elif name == "t":
+        dims = [1, 0] if rank == 2 else list(range(rank))
+    else:
+        dims = list(n.args[1:]) if len(n.args) > 1 else list(n.kwargs.get("dims", ()))
+        if len(dims) == 1 and isinstance(dims[0], (list, tuple)):
+            dims = list(dims[0])
+        dims = [d % rank for d in dims]
+    return "permute", [x], {"dims": dims}
+
+
+def _narrow(n, mod):
+    x, dim, start, length = n.args[0], arg(n, 1, "dim"), arg(n, 2, "start"), \
+        arg(n, 3, "length")
+    if not all(isinstance(v, int) for v in (dim, start, length)):
+        raise Unsupported("narrow with a tensor start")
+    size = meta(x).shape[dim]
+    start %= size if start < 0 else size + 1
+    return "slice", [x], {"dim": dim, "start": start, "end": start + length,
+                          "step": 1}
+
+
+def _getitem(n, mod):
+    """x[...] with slices of one dim (steps included) as opd's slice."""
+    x, idx = n.args[0], n.args[1]
+    if meta(x) is None:
+        raise Unsupported("getitem of a non-tensor")
+    idx = idx if isinstance(idx, tuple) else (idx,)
+    rank = len(meta(x).shape)
+    if any(not isinstance(i, slice) and i is not Ellipsis for i in idx):
+        raise Unsupported("indexing with %s: opd takes slices" %
+                          ", ".join(type(i).__name__ for i in idx))
+    if idx.count(Ellipsis) > 1:
+        raise Unsupported("two ellipses")
+    if Ellipsis in idx:
+        k = idx.index(Ellipsis)
+        idx = idx[:k] + (slice(None),) * (rank - len(idx) + 1) + idx[k + 1:]
+    cut = [(d, s) for d, s in enumerate(idx) if s != slice(None)]
+    if not cut:
+        return "=", [x], {}
+    if len(cut) > 1:
+        raise Unsupported("slices of %d dims: opd's slice takes one" % len(cut))
+    d, s = cut[0]
+    if not all(v is None or isinstance(v, int) for v in (s.start, s.stop, s.step)):
+        raise Unsupported("a slice with tensor bounds")
+    attrs = {"dim": d, "start": s.start or 0, "step": s.step or 1}
+    if s.stop is not None:
+        attrs["end"] = s.stop
+    return "slice", [x], attrs
+
+
+def _cat(n, mod):
+    xs = n.args[0] if n.args else n.kwargs.get("tensors")
+    if not isinstance(xs, (list, tuple)) or not xs:
+        raise Unsupported("cat of no list")
+    if len(xs) > 15:
+        raise Unsupported("cat of %d tensors: opd's cat takes up to 15" % len(xs))
+    return "cat", list(xs), {"dim": arg(n, 1, "dim", 0)}
+
+
+def _embedding(n, mod):
+    if mod is not None:
+        if mod.max_norm is not None:
+            raise Unsupported("embedding with max_norm")
+        return "embedding", [mod.weight, n.args[0]], {}
+    if arg(n, 3, "max_norm") is not None:
+        raise Unsupported("embedding with max_norm")
+    return "embedding", [arg(n, 1, "weight"), n.args[0]], {}
+
+
+def _sdpa(n, mod):
+    q, k, v = n.args[0], arg(n, 1, "key"), arg(n, 2, "value")
+    mask = arg(n, 3, "attn_mask")
+    if arg(n, 4, "dropout_p", 0.0) not in (0, 0.0):
+        raise Unsupported("attention dropout")
+    if n.kwargs.get("enable_gqa", False):
+        raise Unsupported("grouped-query attention (enable_gqa)")
+    causal = bool(arg(n, 5, "is_causal", False))
+    scale = arg(n, 6, "scale")
+    if mask is not None and causal:
+        raise Unsupported("a mask and is_causal together")
+    if scale is not None and not isinstance(scale, (int, float)):
+        raise Unsupported("a tensor scale")
+    return "sdpa", [q, k, v] + ([mask] if mask is not None else []), \
+        {"causal": causal, "scale": float(scale or 0.0)}
+
+
+def _addmm(n, mod):
+    """torch.addmm(bias, x, w) (transformers' Conv1D): x @ w + bias."""
+    if arg(n, 3, "beta", 1) != 1 or arg(n, 4, "alpha", 1) != 1:
+        raise Unsupported("addmm with beta or alpha")
+    return "addmm", [n.args[1], n.args[2], n.args[0]], {}
+
+
+def _pow(n, mod):
+    e = arg(n, 1, "exponent")
+    if not isinstance(e, (int, float)) or float(e) not in (1.0, 2.0, 3.0, 4.0):
+        raise Unsupported("pow with exponent %r: opd multiplies for 1..4" % (e,))
+    return "pow", [n.args[0]], {"n": int(e)}
+
+
+# pseudo ops: what each needs of the daemon (the rest are daemon ops)
+PSEUDO = {"=": (), "addmm": ("linear",), "pow": ("mul",)}
+# ops that move data of any dtype (the rest compute in float32)
+MOVES = {"=", "reshape", "expand", "permute", "slice", "cat"}
+
 RULES = {}
 for _keys, _rule in (
         ((F.linear, torch._C._nn.linear, nn.Linear), _linear),
@@ -168,7 +311,22 @@ for _keys, _rule in (
         ((operator.mul, torch.mul, "mul"), _binary("mul")),
         ((operator.truediv, torch.div, "div", torch.true_divide), _binary("div")),
         ((operator.matmul, torch.matmul, torch.mm, torch.bmm, "matmul"), _matmul),
-        ((torch.gru_cell, nn.GRUCell), _gru_cell)):
+        ((torch.gru_cell, nn.GRUCell), _gru_cell),
+        (("contiguous", "clone", "detach", "to", "type", "type_as", "float", F.dropout,
+          nn.Dropout, torch.clone, torch.detach), _identity),
+        (("view", "reshape", "flatten", "unsqueeze", "squeeze", "unflatten",
+          torch.reshape, torch.flatten, torch.unsqueeze, torch.squeeze),
+         _reshape),
+        (("expand", "expand_as"), _expand),
+        (("transpose", "permute", "t", "swapaxes", "swapdims", torch.transpose,
+          torch.permute, torch.t, torch.swapaxes), _permute),
+        ((torch.narrow, "narrow"), _narrow),
+        ((operator.getitem,), _getitem),
+        ((torch.cat, torch.concat), _cat),
+        ((F.embedding, nn.Embedding), _embedding),
+        ((getattr(F, "scaled_dot_product_attention", _sdpa),), _sdpa),
+        ((torch.addmm,), _addmm),
+        ((torch.pow, operator.pow, "pow"), _pow)):
     for _k in _keys:
         RULES[_k] = _rule
 for _k in (getattr(F, "rms_norm", None), getattr(torch, "rms_norm", None)):
@@ -177,6 +335,9 @@ for _k in (getattr(F, "rms_norm", None), getattr(torch, "rms_norm", None)):
 if hasattr(nn, "RMSNorm"):
     RULES[nn.RMSNorm] = _rms_norm
 del _keys, _rule, _k
+
+DTYPES = {torch.float32, torch.float16, torch.bfloat16, torch.float64,
+          torch.int8, torch.uint8, torch.int32, torch.int64, torch.bool}
 
 ACTS = {"relu": "relu", "silu": "silu"}    # op -> linear's act (gelu: below)
 
@@ -230,22 +391,31 @@ def spec(node, ops, devices):
         raise Unsupported("no opd op")
     if node.kwargs.get("out") is not None:
         raise Unsupported("an out= tensor")
-    op, ins, attrs = rule(node, mod)
-    if op not in ops and not (op == "linear" and "matmul" in ops and "add" in ops):
-        raise Unsupported("the daemon has no %s op" % op)
     out = meta(node)
     if out is None:
         raise Unsupported("its output is not one tensor")
+    op, ins, attrs = rule(node, mod)
+    need = PSEUDO.get(op, (op,))
+    if op == "addmm" and not (isinstance(ins[1], torch.Tensor) or _static(ins[1])):
+        need = ("matmul", "add")       # a weight that is not a constant
+    if any(o not in ops for o in need) and \
+            not (op == "linear" and "matmul" in ops and "add" in ops):
+        raise Unsupported("the daemon has no %s op" % "/".join(
+            o for o in need if o not in ops))
     if out.requires_grad:
         raise Unsupported("its output needs autograd: opd graphs run forward "
                           "only (call under torch.no_grad() or "
                           "torch.inference_mode())")
     dev = None
-    for x in [out] + [meta(i) if not isinstance(i, torch.Tensor) else i
-                      for i in ins]:
+    for k, x in enumerate([out] + [meta(i) if not isinstance(i, torch.Tensor)
+                                   else i for i in ins]):
         if x is None:
             continue
-        if x.dtype != torch.float32:
+        if op in MOVES or (op == "embedding" and k == 2) or (
+                op == "sdpa" and k == 4 and x.dtype == torch.bool):
+            if x.dtype not in DTYPES:
+                raise Unsupported("dtype %s" % str(x.dtype).replace("torch.", ""))
+        elif x.dtype != torch.float32:
             raise Unsupported("dtype %s: the opd backend takes float32"
                               % str(x.dtype).replace("torch.", ""))
         if not all(isinstance(d, int) for d in x.shape):

@@ -104,6 +104,7 @@ class Graph(Runs):
         self._nodes, self._out = [], []
         self.id = None            # the daemon's graph id once defined
         self.outputs = None       # [Output(shape, dtype)] once defined
+        self.temp_bytes = None    # the intermediates' bytes once defined
         self._state = "building"  # "defined", "closed"
         self._token = None        # the connection it is defined on
         self._arena = None        # the arena of the copied constants
@@ -296,6 +297,9 @@ class Graph(Runs):
             check(need("opd_graph_define")(h, dev, d, ctypes.byref(gid)))
             check(need("opd_graph_def_outputs")(d, arr, protocol.MAX_TENSORS,
                                                 ctypes.byref(n)))
+            tb = ctypes.c_uint64()
+            check(need("opd_graph_def_temp_bytes")(d, ctypes.byref(tb)))
+            self.temp_bytes = tb.value
         finally:
             need("opd_graph_def_free")(d)
         self.id, self._token, self._state = gid.value, c._token, "defined"

@@ -170,7 +170,7 @@ class Runs:
         desc = self._c._runner.desc
         return (_lib.TensorDesc * len(ts))(*[desc(t) for t in ts])
 
-    def run(self, *inputs, out=None):
+    def run(self, *inputs, out=None, wait=False):
         """Runs the graph on `inputs` (opd Tensors used in place; numpy
         arrays and torch CPU tensors copied into staging tensors reused
         across calls; torch CUDA tensors in place) and returns the outputs
@@ -180,11 +180,15 @@ class Runs:
         allocates once and returns each time, so copy what you keep
         (threads sharing a Graph pass their own tensors: the staging
         tensors and own outputs are one set per Graph). Raises the
-        daemon's OpdError."""
+        daemon's OpdError.
+        wait: on device memory a run is stream-ordered and returns once
+        enqueued (synchronize() waits, docs/async.md); wait=True makes it
+        answered when its work is done, in the same one round trip (a
+        server reading its output next)."""
         f, c = self._fast, self._c
         # the fast path: the last call's opd Tensors again, on the same
         # connection, nothing to release or order with torch since
-        if (f is not None and out is f[1] and c._h is f[2] and
+        if (f is not None and out is f[1] and c._h is f[2] and wait is f[5] and
                 len(inputs) == len(f[0]) and not c._pending_release and
                 c._gen == memory._fork_gen[0] and not c._torch.maps):
             for a, b in zip(inputs, f[0]):
@@ -208,11 +212,12 @@ class Runs:
                                            len(ins), self._descs(outs),
                                            len(outs)))
             return ret
-        key = tuple(map(id, ins)) + (None,) + tuple(map(id, outs))
+        wait = bool(wait)
+        key = tuple(map(id, ins)) + (wait,) + tuple(map(id, outs))
         tensors = ins + list(outs)
         m = self._memo.get(key)
         if m is None or not m.holds(tensors):
-            m = self._prepare(h, ins, outs, key)
+            m = self._prepare(h, ins, outs, key, wait)
         if m.on_dev:
             c._runner.unsynced = True
         rc = m.enc.run(h, m.enc.p)
@@ -222,13 +227,13 @@ class Runs:
             if type(x) is not Tensor:     # an array: staged on every call
                 self._fast = None
                 return ret
-        self._fast = (inputs, out, h, m, ret)
+        self._fast = (inputs, out, h, m, ret, wait)
         return ret
 
-    def _prepare(self, h, ins, outs, key):
+    def _prepare(self, h, ins, outs, key, wait):
         c = self._c
-        on_dev = any(t.arena.device != "cpu" for t in ins) or \
-            any(t.arena.device != "cpu" for t in outs)
+        on_dev = not wait and (any(t.arena.device != "cpu" for t in ins) or
+                               any(t.arena.device != "cpu" for t in outs))
         p = ctypes.c_void_p()
         check(c._need("opd_graph_prepare")(
             h, self.id, self._descs(ins), len(ins), self._descs(outs),

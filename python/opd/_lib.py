@@ -172,6 +172,7 @@ def _declare(lib):
         "opd_graph_output": (c_int, [vp, c_int]),
         "opd_graph_define": (c_int, [vp, cp, vp, P(c_uint64)]),
         "opd_graph_def_outputs": (c_int, [vp, T, c_uint32, P(c_uint32)]),
+        "opd_graph_def_temp_bytes": (c_int, [vp, P(c_uint64)]),
         "opd_graph_run": (c_int, [vp, c_uint64, T, c_uint32, T, c_uint32]),
         "opd_graph_submit": (c_int, [vp, c_uint64, T, c_uint32, T, c_uint32,
                                      c_uint32, P(c_uint64)]),

@@ -105,6 +105,12 @@ def test_given_outputs_take_one_prepared_request_per_tensor_set(c, rng):
         assert y2.numpy().tobytes() == _mlp_ops(c, ws, a).tobytes()
         g.run(x, out=y)                    # the first set: still memoized
     assert g.prepares == 2 and len(g._memo) == 2
+    for k in range(2):                     # wait=True: its own prepared run
+        a = rng.standard_normal((2, 16)).astype(np.float32)
+        x.numpy()[:] = a
+        assert g.run(x, out=y, wait=True) is y
+        assert y.numpy().tobytes() == _mlp_ops(c, ws, a).tobytes()
+    assert g.prepares == 3 and len(g._memo) == 3
     # a graph run is one request, whatever the number of nodes
     n = c.stats()["requests"]
     g.run(x, out=y)
@@ -336,6 +342,12 @@ def test_a_device_graph_equals_the_ops_on_the_device(c, rng):
                        "relu" if i < len(ws) - 1 else "none")
     assert y.numpy().tobytes() == h.numpy().tobytes()
     np.testing.assert_array_equal(g.run(a).numpy(), y.numpy())   # host in, staged
+    # wait=True: answered when done, so y is final with no synchronize()
+    y2 = c.empty((4, 4), device="cuda")
+    for _ in range(3):
+        assert g.run(x, out=y2, wait=True) is y2
+        assert not c._runner.unsynced
+    assert y2.numpy().tobytes() == h.numpy().tobytes()
 
 
 def test_builder_misuse_is_refused_with_what_was_wrong(c):

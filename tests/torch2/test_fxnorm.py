@@ -1,0 +1,89 @@
+"""The rewrites of opd._fxnorm on dynamo graphs: each keeps the graph's
+result in torch (run here as torch runs it, with no daemon) and leaves the
+form the lowering takes."""
+import math
+import operator
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from opd import _fxnorm
+
+pytestmark = pytest.mark.skipif(not hasattr(torch, "compile"),
+                                reason="needs torch >= 2.4")
+
+
+def _rewritten(fn, *args):
+    """fn compiled with a backend that applies normalize(); returns (the
+    counts, the rewritten graph's call targets, the compiled result)."""
+    seen = {}
+
+    def backend(gm, example_inputs):
+        seen["counts"] = _fxnorm.normalize(gm)
+        seen["targets"] = [n.target for n in gm.graph.nodes
+                           if n.op in ("call_function", "call_method")]
+        return gm.forward
+    torch._dynamo.reset()
+    out = torch.compile(fn, backend=backend, dynamic=False)(*args)
+    return seen["counts"], seen["targets"], out
+
+
+def test_written_out_tanh_gelu_becomes_one_gelu():
+    def fn(x):           # GPT-2's NewGELUActivation
+        return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) *
+                                           (x + 0.044715 * torch.pow(x, 3.0))))
+    x = torch.randn(4, 32)
+    counts, targets, out = _rewritten(fn, x)
+    assert counts["gelu_tanh"] == 1
+    assert targets == [F.gelu], targets
+    torch.testing.assert_close(out, fn(x), atol=1e-6, rtol=1e-6)
+
+
+def test_a_near_miss_is_left_alone():
+    def fn(x):           # 0.045, not 0.044715: not GELU
+        return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) *
+                                           (x + 0.045 * torch.pow(x, 3.0))))
+    x = torch.randn(4, 32)
+    counts, targets, out = _rewritten(fn, x)
+    assert counts["gelu_tanh"] == 0 and F.gelu not in targets
+    torch.testing.assert_close(out, fn(x))
+
+
+def test_split_pieces_become_narrow():
+    def fn(x):
+        q, k, v = x.split(4, dim=2)
+        a, b = x.chunk(2, dim=-1)
+        return q * 2 + k - v, a + b
+    x = torch.randn(2, 3, 12)
+    counts, targets, out = _rewritten(fn, x)
+    assert counts["split"] == 5
+    assert targets.count(torch.narrow) == 5 and "split" not in targets
+    for got, want in zip(out, fn(x)):
+        torch.testing.assert_close(got, want)
+
+
+def test_positions_fold_into_a_constant_and_inputs_never_do():
+    w = torch.randn(16, 8)
+
+    def fn(x):
+        pos = torch.arange(x.shape[1]) + 0
+        return F.embedding(pos.unsqueeze(0), w) + x * 1.0
+    x = torch.randn(1, 10, 8)
+    counts, targets, out = _rewritten(fn, x)
+    assert counts["fold"] >= 1
+    assert torch.arange not in targets and "unsqueeze" not in targets
+    assert operator.mul in targets               # x * 1.0 reads the input
+    torch.testing.assert_close(out, fn(x))
+
+
+def test_cat_drops_empty_inputs():
+    def fn(x):
+        empty = torch.tensor([], dtype=torch.float32)
+        return torch.cat([empty, x], dim=-2) * 2, torch.cat([x, x, empty.reshape(1, 0, 4)], 1)
+    x = torch.randn(1, 3, 4)
+    counts, targets, out = _rewritten(fn, x)
+    assert counts["cat"] == 2
+    assert targets.count(torch.cat) == 1           # the [x, x] one
+    for got, want in zip(out, fn(x)):
+        torch.testing.assert_close(got, want)
