@@ -6,9 +6,10 @@
  * permute, slice and expand are views of x (kernels/shape/view.c) gathered
  * by the copy op's kernels: their rules state the view's shape, their
  * kernels gather it, and they take a strided x (OPD_OPF_STRIDED), whose
- * strides the view composes with. reshape is a copy of contiguous bytes
- * (nothing at all in place: OPD_OPF_INPLACE lets y be exactly x, which the
- * daemon allows when y has x's shape). cat copies each input's rows into
+ * strides the view composes with. reshape is a copy of contiguous bytes,
+ * and nothing at all when y is x's memory: OPD_OPF_INPLACE lets a run's y
+ * be exactly x (the same shape), OPD_OPF_VIEW lets a graph give a reshape
+ * of an intermediate that intermediate's memory (docs/graphs.md). cat copies each input's rows into
  * its span of every output row. A dtype is only its element size here, so
  * every dtype of the protocol is taken (cpu_dtypes 0: all of them).
  *
@@ -166,7 +167,7 @@ const opd_op_def_t opd__op_reshape = {
                .required = 1,
                .doc = "the new extents, one of them may be -1 (inferred); the element "
                       "count must stay x's"}},
-    .flags = OPD_OPF_INPLACE,
+    .flags = OPD_OPF_INPLACE | OPD_OPF_VIEW,
     .shape_doc = "x (...) -> y (shape), numel(y) == numel(x)",
     .shape = reshape_shape,
     OPD_ROW_KERNELS(reshape),
