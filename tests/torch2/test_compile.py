@@ -141,11 +141,15 @@ def test_transformer_block_matches_eager(c, backend):
         with torch.no_grad():
             torch.testing.assert_close(f(x), blk(x), atol=1e-5, rtol=1e-5)
     parts = backend.last.opd_parts
-    assert len(parts) >= 2
     nodes = sum(len(p.graph._nodes) for p in parts)
     assert nodes >= 10, [p.graph for p in parts]
     whats = [w for w, _ in backend.last.opd_fallbacks]
-    assert any("transpose" in w for w in whats), backend.last.opd_fallbacks
+    if "permute" in c.ops():    # the transpose lowers onto permute: one graph
+        assert len(parts) == 1, [p.graph for p in parts]
+        assert not any("transpose" in w for w in whats), backend.last.opd_fallbacks
+    else:
+        assert len(parts) >= 2
+        assert any("transpose" in w for w in whats), backend.last.opd_fallbacks
 
 
 def test_fallbacks_are_logged_once_with_their_reason(c, backend, caplog):
