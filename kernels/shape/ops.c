@@ -21,7 +21,8 @@
  *   Python's clamping (negative bounds count from the end; out of range is
  *   clamped, an empty range gives extent 0); step >= 1; end defaults to
  *   INT64_MAX (to the end), as aten.slice.Tensor's None.
- * cat(x0, ..., x14) dim: torch.cat; one dtype, one rank >= 1, extents
+ * cat(x, ...) dim: torch.cat of 1 to 15 inputs (all named x, a list for
+ *   torch.ops.opd.cat); one dtype, one rank >= 1, extents
  *   equal except on dim (torch's legacy skip of 1-d empty inputs is not
  *   done: a (0,) input among 2-d ones is refused).
  * expand(x) shape: x.expand(shape).contiguous(); -1 keeps an extent.
@@ -132,6 +133,7 @@ static int cat_shape(opd_kcall_t *call, opd_tshape_t *out) {
 }
 
 #define ANY_X {"x", OPD_DT_ANY, "(...) any dtype"}
+#define CAT_X {"x", OPD_DT_ANY, "(...) 1 to 15 tensors of one dtype"}
 
 const opd_op_def_t opd__op_permute = {
     .name = "permute",
@@ -213,15 +215,16 @@ const opd_op_def_t opd__op_cat = {
     .n_in_min = 1,
     .n_in_max = OPD_MAX_TENSORS - 1,
     .n_out = 1,
-    .in = {ANY_X, ANY_X, ANY_X, ANY_X, ANY_X, ANY_X, ANY_X, ANY_X, ANY_X, ANY_X, ANY_X,
-           ANY_X, ANY_X, ANY_X, ANY_X},
+    .in = {CAT_X, CAT_X, CAT_X, CAT_X, CAT_X, CAT_X, CAT_X, CAT_X, CAT_X, CAT_X, CAT_X,
+           CAT_X, CAT_X, CAT_X, CAT_X},
     .out = {{"y", OPD_DT_ANY, "(...) the inputs' shape, their extents on dim summed"}},
     .n_attrs = 1,
     .attrs = {{.name = "dim",
                .type = OPD_ATTR_INT,
                .def = {.type = OPD_ATTR_INT, .i = 0},
                .doc = "the dim joined along (negative counts from the end)"}},
-    .shape_doc = "x0 (..., n0, ...), x1 (..., n1, ...), ... -> y (..., n0+n1+..., ...)",
+    .shape_doc = "x (1 to 15 tensors: (..., n0, ...), (..., n1, ...), ...) -> "
+                 "y (..., n0+n1+..., ...)",
     .shape = cat_shape,
     OPD_ROW_KERNELS(cat),
     .cuda_dtypes = OPD_DT_ANY,
