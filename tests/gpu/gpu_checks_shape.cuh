@@ -69,8 +69,7 @@ static void move_case(const char *op, const char *label, std::vector<mv_in_t> in
   ref.n_in = gpu.n_in = nin;
   char shp[512];
   shapes_str(&gpu, shp, sizeof shp);
-  const char *dts = opd__kdtype_name(ins[0].dt == OPD_DTYPE_BOOL && nin == 3 ? ins[1].dt
-                                                                                : ins[0].dt);
+  const char *dts = opd__kdtype_name(strcmp(op, "where") == 0 ? ins[1].dt : ins[0].dt);
   if (shape_outs(&ref) || shape_outs(&gpu)) {
     printf("gpu op=%s%s dtype=%s shape=%s shape rule failed: %s FAIL\n", op, label, dts, shp,
            ref.err);
