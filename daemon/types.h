@@ -158,6 +158,9 @@ struct opd_server {
   uint64_t fd_short_logged;      /* when "out of fds" was last logged */
   uint64_t fd_short_count;       /* pauses since that line */
   uint32_t n_reserved;           /* sessions on reserved slots */
+  uint32_t max_clients;          /* --max-clients, lowered to what the fd
+                                    limit allows (server.c, fd_budget) */
+  uint64_t fd_limit;             /* RLIMIT_NOFILE (soft, after raising) */
   int unthrottle;                /* a uid's or the daemon's run limit came
                                     free: look at the throttled sessions */
   size_t trim_pending;           /* bytes freed since the last malloc_trim */
