@@ -5,7 +5,9 @@
  *   cpu_ref   element by element with a full multi-index (the truth)
  *   cpu_fast  opd__copy_views_cpu: dims merged where both views are
  *             contiguous across them, whole runs copied with memcpy (or a
- *             typed strided loop), rows spread over call->exec
+ *             typed strided loop), rows spread over call->exec; a
+ *             transpose (the unit-stride dim of one side is not the
+ *             last) in 32 x 32 tiles
  * Test: build/tests/ops, suite copy
  */
 #include <string.h>
@@ -117,6 +119,72 @@ static void copy_rows(void *arg, int64_t b, int64_t e) {
   }
 }
 
+#define TILE 16 /* a transpose's square: a 64-byte line of float32 per row */
+
+/* A block of the tile: element (k, l) from src sk*k + sl*l to dst
+ * dk*k + dl*l (elements), k in [k0, k1), l in [l0, l1), typed moves. */
+#define TILE_LOOP(U)                                                        \
+  for (int64_t k = k0; k < k1; k++) {                                       \
+    const char *s_ = s + k * sk * (int64_t)sizeof(U);                       \
+    char *d_ = d + k * dk * (int64_t)sizeof(U);                             \
+    for (int64_t l = l0; l < l1; l++)                                       \
+      memcpy(d_ + l * dl * (int64_t)sizeof(U),                              \
+             s_ + l * sl * (int64_t)sizeof(U), sizeof(U));                  \
+  }
+
+/* Tiles [b, e) of a copy whose last two dims are transposed between src
+ * and dst (one is unit-stride in src, the other in dst): tile r is the
+ * r-th TILE rows of dim K at the outer multi-index of the dims before K,
+ * copied in TILE x TILE blocks so both sides stay in cache. */
+OPD_FAST static void copy_tiles(void *arg, int64_t b, int64_t e) {
+  const copy_plan_t *p = arg;
+  int L = p->rank - 1, K = p->rank - 2;
+  const int64_t sk = p->ss[K], sl = p->ss[L], dk = p->ds[K], dl = p->ds[L];
+  int64_t nk = p->shape[K], nl = p->shape[L], kb = (nk + TILE - 1) / TILE;
+  for (int64_t r = b; r < e; r++) {
+    int64_t so = 0, dof = 0, rem = r / kb;
+    for (int d = K - 1; d >= 0; d--) {
+      int64_t i = rem % p->shape[d];
+      so += i * p->ss[d];
+      dof += i * p->ds[d];
+      rem /= p->shape[d];
+    }
+    const char *s = p->src + so * (int64_t)p->esz;
+    char *d = p->dst + dof * (int64_t)p->esz;
+    int64_t k0 = r % kb * TILE, k1 = k0 + TILE < nk ? k0 + TILE : nk;
+    for (int64_t l0 = 0; l0 < nl; l0 += TILE) {
+      int64_t l1 = l0 + TILE < nl ? l0 + TILE : nl;
+      switch (p->esz) {
+        case 1: TILE_LOOP(uint8_t); break;
+        case 2: TILE_LOOP(uint16_t); break;
+        case 4: TILE_LOOP(uint32_t); break;
+        default: TILE_LOOP(uint64_t); break; /* plan_tiles: 8 at most */
+      }
+    }
+  }
+}
+
+/* Whether to copy in tiles: src's last dim is not unit-stride but another
+ * dim is (or the same of dst), and elements are 1-8 bytes. That dim is
+ * swapped into place K = rank - 2 (the order of the outer dims is free:
+ * each element is copied once whatever it is). */
+static int plan_tiles(copy_plan_t *p) {
+  int L = p->rank - 1;
+  if (p->rank < 2 || p->esz > 8 || (p->esz & (p->esz - 1)) != 0) return 0;
+  const int64_t *unit = p->ss[L] != 1 ? p->ss : p->ds[L] != 1 ? p->ds : NULL;
+  if (unit == NULL) return 0;
+  for (int k = L - 1; k >= 0; k--) {
+    if (unit[k] != 1 || p->shape[k] < TILE / 4) continue;
+    int K = L - 1;
+    int64_t t;
+    t = p->shape[k], p->shape[k] = p->shape[K], p->shape[K] = t;
+    t = p->ss[k], p->ss[k] = p->ss[K], p->ss[K] = t;
+    t = p->ds[k], p->ds[k] = p->ds[K], p->ds[K] = t;
+    return 1;
+  }
+  return 0;
+}
+
 /* Elements [b, e) of a copy contiguous on both sides. */
 static void copy_flat(void *arg, int64_t b, int64_t e) {
   const copy_plan_t *p = arg;
@@ -139,6 +207,13 @@ int opd__copy_views_cpu(const opd_exec_t *ex, const opd_tview_t *dst,
   int64_t n = p.shape[p.rank - 1];
   if (p.rank == 1 && p.ss[0] == 1 && p.ds[0] == 1) {
     ex->parallel_for(ex, n, OPD_GRAIN_ELEMS * 4 / (int64_t)esz, copy_flat, &p);
+    return 0;
+  }
+  if (plan_tiles(&p)) {
+    int64_t nk = p.shape[p.rank - 2];
+    int64_t tiles = src->numel / (nk * n) * ((nk + TILE - 1) / TILE);
+    int64_t grain = OPD_GRAIN_ELEMS * 4 / ((int64_t)esz * n * TILE);
+    ex->parallel_for(ex, tiles, grain < 1 ? 1 : grain, copy_tiles, &p);
     return 0;
   }
   int64_t rows = src->numel / n;

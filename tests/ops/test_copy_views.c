@@ -53,6 +53,9 @@ Test(copy_views, strided_to_strided) {
       {1, {1000}, {1}, {1}},                 /* one memcpy */
       {2, {300, 33}, {66, 2}, {1, 300}},     /* enough rows for the pool */
       {2, {0, 5}, {5, 1}, {5, 1}},           /* empty */
+      {2, {40, 70}, {1, 40}, {70, 1}},       /* transpose gather: tiles */
+      {2, {40, 70}, {70, 1}, {1, 40}},       /* transpose scatter: tiles */
+      {3, {4, 50, 45}, {50, 1, 200}, {2250, 45, 1}}, /* permute: tiles */
   };
   for (int pool = 0; pool < 2; pool++)
     for (size_t d = 0; d < sizeof dts / sizeof dts[0]; d++)
