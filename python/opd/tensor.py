@@ -494,6 +494,32 @@ def _rebuild(pid, fd, key, size, offset, dtype, shape, strides):
     return Tensor(arena, offset, dtype, shape, strides, arena)
 
 
+def view_of_array(a):
+    """The Tensor over ndarray a's own memory when a is numpy's view of a
+    host Tensor (np.asarray(t), t.numpy(), and numpy views of those:
+    slices with steps, .T, transposes, broadcasts), with a's strides; None
+    for any other array (its bytes are not in an arena), a bfloat16 view
+    (no numpy dtype) or negative strides."""
+    b = a
+    while b is not None and not isinstance(b, Tensor):
+        b = getattr(b, "base", None)
+    if b is None or b.arena.base is None:
+        return None
+    try:
+        dt = dtype_name(a.dtype)
+    except errors.OpdError:
+        return None
+    size = protocol.DTYPE_SIZES[dt]
+    if any(st < 0 or st % size for st in a.strides):
+        return None
+    off = a.ctypes.data - b.arena.base
+    span = (1 + sum((d - 1) * st // size for d, st in zip(a.shape, a.strides))
+            if 0 not in a.shape else 0) * size
+    if off < 0 or off % size or off + span > b.arena.size:
+        return None
+    return Tensor(b.arena, off, dt, a.shape, [st // size for st in a.strides], b._mem)
+
+
 def share_reference(t):
     """Returns the tuple a pickled Tensor carries: (pid, fd, (st_dev,
     st_ino), arena size, offset, dtype, shape, strides)."""

@@ -172,3 +172,20 @@ def test_views_match_numpy(c):
     assert e.value.name == "ELAYOUT"
     assert (t.permute(0, 2, 1, 3).reshape(2, 4, 3, 5, 1).numpy() ==
             a.transpose(0, 2, 1, 3).reshape(2, 4, 3, 5, 1)).all()
+
+
+def test_numpy_views_of_arena_memory(c):
+    a = rand(8, 12, seed=16)
+    t = c.from_numpy(a)
+    n = t.numpy()
+    v = n[1::2, ::3].T                             # numpy's strided view of t
+    n0, _ = strided_stats(c)
+    np.testing.assert_allclose(c.relu(v).numpy(), np.maximum(v, 0))
+    assert strided_stats(c)[0] - n0 == 1           # sent as it is: a gather
+    big = c.zeros((8, 30))
+    out = big.numpy()[:, 5:17]                     # numpy's view as out=
+    assert c.softmax(t, out=out) is out
+    np.testing.assert_allclose(big.numpy()[:, 5:17], softmax_np(a), rtol=1e-5, atol=1e-6)
+    assert (big.numpy()[:, :5] == 0).all() and (big.numpy()[:, 17:] == 0).all()
+    with pytest.raises(opd.BadArgumentError, match="ndarray"):
+        c.relu(t, out=np.zeros((8, 12), np.float32))   # not in an arena
