@@ -259,8 +259,6 @@ class Tensor:
         """t[...] with ints, slices of any step >= 1, ... and None, as
         numpy's basic indexing: a view. Raises IndexError / TypeError for
         other indices, BadArgumentError (EINVAL) for a step < 1."""
-        if not self.shape and idx != () and idx is not Ellipsis and idx is not None:
-            raise IndexError("a 0-d tensor cannot be indexed")
         return self._view(*_views.index(self.shape, self.strides, idx))
 
     def view(self, *shape):
