@@ -6,9 +6,9 @@
  * choices, required, defaults), then per input: descriptor decode, dtype
  * against the schema, arena lookup, bounds/overflow (opd__desc_validate),
  * layout (a strided tensor an op's kernel cannot take is marked for a
- * contiguous copy in the job: daemon/run/strided.h); then the op's shape rule, and per output the same checks plus
- * dtype and shape equal to what the rule computed; finally aliasing between
- * outputs and inputs. Every error message starts with the op name and
+ * contiguous copy in the job: daemon/run/strided.h); then the op's shape
+ * rule, and per output the same checks plus dtype and shape equal to what
+ * the rule computed; finally aliasing between outputs and inputs. Every error message starts with the op name and
  * names the tensor ("softmax: input 0 (x) has dtype int32, expected
  * float32"). Kernels see only calls that passed all of it. The job it
  * fills is queued on its session (daemon/run/jobs.c), which runs it; a RUN
