@@ -30,7 +30,8 @@ int opd__cu_strided_gather(opd_job_t *job, cudaStream_t stream, void **scratch,
                            opd_strided_save_t *sv, opd_err_t *err) {
   opd_kcall_t *call = &job->call;
   size_t bytes = opd__strided_bytes(call, job->strided);
-  cudaError_t e = cudaMallocAsync(scratch, bytes, stream);
+  *scratch = NULL; /* empty tensors only: nothing to copy */
+  cudaError_t e = bytes ? cudaMallocAsync(scratch, bytes, stream) : cudaSuccess;
   if (e != cudaSuccess)
     return opd__errf(err, cuda_code(e), "cuda:%d: cudaMallocAsync of %zu "
                      "bytes for the contiguous copies of strided tensors: %s",
