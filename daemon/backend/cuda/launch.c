@@ -14,10 +14,10 @@
  * the loop thread: host tensors are staged through stream-ordered scratch
  * (cudaMallocAsync, H2D copy from the pinned arena), strided tensors
  * an op's kernel cannot take get contiguous copies around it (strided.c),
- * the kernel gets a
- * workspace the same way when it needs one (cuBLASLt, im2col, nms masks:
- * never shared between streams, and the pool recycles it, so idle
- * sessions hold no device memory), the kernel is launched, outputs are
+ * the kernel gets a workspace the same way when it needs one (cuBLASLt,
+ * im2col, nms masks: never shared between streams, and the pool recycles
+ * it, so idle sessions hold no device memory), the kernel is launched,
+ * outputs are
  * copied back, scratch is freed on the stream, and an event is recorded;
  * poller.c then watches that event. Nothing blocks the loop or other
  * clients on the GPU.
