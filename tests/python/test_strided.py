@@ -189,3 +189,24 @@ def test_numpy_views_of_arena_memory(c):
     assert (big.numpy()[:, :5] == 0).all() and (big.numpy()[:, 17:] == 0).all()
     with pytest.raises(opd.BadArgumentError, match="ndarray"):
         c.relu(t, out=np.zeros((8, 12), np.float32))   # not in an arena
+
+
+def test_metrics_count_the_copies(start_daemon):
+    import socket
+    import urllib.request
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    d = start_daemon("--metrics-listen", "127.0.0.1:%d" % port)
+    c = opd.connect(d.socket)
+    x = c.from_numpy(rand(16, 32, seed=17))
+    c.relu(x.T)
+    c.relu(x, out=c.zeros((16, 64))[:, ::2])
+    text = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=10).read().decode()
+    vals = {line.split()[0]: float(line.split()[1]) for line in text.splitlines()
+            if line.startswith("opd_strided_")}
+    assert vals == {"opd_strided_copies_total": 2,
+                    "opd_strided_copy_bytes_total": 2 * 16 * 32 * 4}, vals
+    assert c.stats()["strided"] == {"copies": 2, "bytes": 2 * 16 * 32 * 4}
+    c.close()
