@@ -298,6 +298,23 @@ class Tensor:
         """The view with dims reversed (a strided view)."""
         return self.permute(*reversed(range(self.ndim)))
 
+    def unsqueeze(self, dim):
+        """Returns the view with a new dim of size 1 at dim (negative dims
+        count from the end, as torch's)."""
+        d = dim % (self.ndim + 1) if -self.ndim - 1 <= dim <= self.ndim else None
+        if d is None:
+            raise errors.error(protocol.EINVAL, "unsqueeze: dim %d out of range "
+                               "for %d dims" % (dim, self.ndim))
+        return self[(slice(None),) * d + (None,)]
+
+    def contiguous(self, client=None):
+        """Returns self if it is C-contiguous, else a contiguous copy made
+        by the daemon's copy op (on `client`, else the connection that owns
+        or allocated the tensor, else opd.client())."""
+        if self.is_contiguous():
+            return self
+        return _client_of(self, client).copy(self)
+
     def expand(self, *sizes):
         """Returns the view broadcast to sizes (torch.Tensor.expand: new
         leading dims and size-1 dims get stride 0, -1 keeps a dim). Such a

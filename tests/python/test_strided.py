@@ -210,3 +210,15 @@ def test_metrics_count_the_copies(start_daemon):
                     "opd_strided_copy_bytes_total": 2 * 16 * 32 * 4}, vals
     assert c.stats()["strided"] == {"copies": 2, "bytes": 2 * 16 * 32 * 4}
     c.close()
+
+
+def test_unsqueeze_and_contiguous(c):
+    a = rand(3, 4, seed=18)
+    t = c.from_numpy(a)
+    assert t.unsqueeze(0).shape == (1, 3, 4) and t.unsqueeze(-1).shape == (3, 4, 1)
+    assert (t.unsqueeze(1).numpy() == a[:, None]).all()
+    assert t.contiguous() is t
+    u = t.T.contiguous()
+    assert u.is_contiguous() and (u.numpy() == a.T).all()
+    with pytest.raises(opd.BadArgumentError):
+        t.unsqueeze(3)
