@@ -214,6 +214,11 @@ static int cmd_stats(opd_client_t *c, int json) {
   print_num("async runs", jget(root, "async"));   /* answered at enqueue */
   print_num("async peak", jget(root, "async_peak"));
   print_num("cuda imports", jget(root, "imports"));
+  const jv_t *sc = jget(root, "strided"); /* an older daemon: none */
+  if (sc != NULL) { /* contiguous copies of strided tensors around kernels */
+    print_num("strided copies", jget(sc, "copies"));
+    print_num("strided bytes", jget(sc, "bytes"));
+  }
   print_num("users", jget(root, "uids"));
   const jv_t *up = jget(root, "uptime_ns");
   printf("  %-16s %.1f s\n", "uptime", up ? up->num / 1e9 : 0.0);

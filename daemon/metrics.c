@@ -199,6 +199,14 @@ static void render(const opd_server_t *srv, FILE *f) {
        "Times accepting paused for lack of file descriptors.");
   fprintf(f, "opd_accept_pauses_total %llu\n",
           (unsigned long long)srv->fd_short_count);
+  HEAD("opd_strided_copies_total", "counter",
+       "Contiguous copies of strided tensors made around kernels.");
+  fprintf(f, "opd_strided_copies_total %llu\n",
+          (unsigned long long)srv->strided_copies);
+  HEAD("opd_strided_copy_bytes_total", "counter",
+       "Bytes of those copies.");
+  fprintf(f, "opd_strided_copy_bytes_total %llu\n",
+          (unsigned long long)srv->strided_bytes);
 
   HEAD("opd_gpu_memory_total_bytes", "gauge", "Memory of each CUDA device in use.");
   gpu_memory(srv, f);

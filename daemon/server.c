@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -53,6 +54,44 @@
 #define FD_SHORT_LOG_MS 10000
 
 static void on_listen(uv_poll_t *h, int status, int events);
+
+/* Fds: the soft RLIMIT_NOFILE is raised to the hard one at start, and the
+ * sessions are capped below it, as Redis sizes maxclients: a session holds
+ * up to FDS_PER_SESSION (its socket; two more for adaptive rings) and
+ * FD_RESERVE stay free for the listener, the loop, the log, the CUDA
+ * driver's own and the fds clients pass in (an arena's memfd is held from
+ * its message to its mmap), so a flood of connections is refused by name
+ * ("too many clients") before it can take the fds that the clients
+ * already served need to register arenas. */
+#define FD_RESERVE 64
+#define FDS_PER_SESSION 3
+
+static void fd_budget(opd_server_t *srv) {
+  const opd_limits_t *l = &srv->cfg.limits;
+  struct rlimit rl;
+  srv->max_clients = l->max_clients;
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return;
+  if (rl.rlim_cur < rl.rlim_max) {
+    rlim_t was = rl.rlim_cur;
+    rl.rlim_cur = rl.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &rl) == 0)
+      LOG_INFO("fd limit raised from %llu to the hard limit %llu",
+               (unsigned long long)was, (unsigned long long)rl.rlim_cur);
+    else
+      rl.rlim_cur = was;
+  }
+  uint64_t n = rl.rlim_cur == RLIM_INFINITY ? UINT32_MAX : (uint64_t)rl.rlim_cur;
+  uint64_t reserve = FD_RESERVE + (uint64_t)FDS_PER_SESSION * l->reserved_clients;
+  uint64_t cap = n > reserve + FDS_PER_SESSION ? (n - reserve) / FDS_PER_SESSION : 1;
+  srv->fd_limit = n;
+  if (cap < srv->max_clients) {
+    srv->max_clients = (uint32_t)cap;
+    LOG_WARN("--max-clients %u lowered to %u: the fd limit is %llu (ulimit -n, "
+             "LimitNOFILE=), %u kept for the daemon and %u per session",
+             l->max_clients, srv->max_clients, (unsigned long long)n,
+             (unsigned)reserve, FDS_PER_SESSION);
+  }
+}
 
 static void on_accept_resume(uv_timer_t *t) {
   opd_server_t *srv = t->data;
@@ -279,6 +318,7 @@ int opd__server_init(opd_server_t *srv, uv_loop_t *loop,
   if (srv->cost == NULL) return OPD_ENOMEM;
   if (opd__ops_pack(srv) != 0) return OPD_EINTERNAL;
   if (opd__access_init(srv) != 0) return OPD_EINVAL;
+  fd_budget(srv);
   srv->healthy = 1;
   srv->poisoned = server_poisoned;
   /* the scheduler first: the sessions, the backend and the rings register

@@ -70,18 +70,22 @@ static int admit(opd_server_t *srv, opd_session_t *s, char *why, size_t cap) {
              "--allow-users or --allow-groups)", (unsigned)s->uid);
     return OPD_EPERM;
   }
-  int over_all = srv->n_sessions - srv->n_reserved > l->max_clients;
+  int over_all = srv->n_sessions - srv->n_reserved > srv->max_clients;
   int over_uid = s->acct->clients > l->max_uid_clients;
   if (!over_all && !over_uid) return 0;
   /* the reserve is for an admin whom others lock out, not one that fills
    * the daemon itself */
   if (opd__is_admin(srv, s->uid) && srv->n_reserved < l->reserved_clients &&
-      s->acct->clients - 1 < (over_all ? l->max_clients : l->max_uid_clients)) {
+      s->acct->clients - 1 < (over_all ? srv->max_clients : l->max_uid_clients)) {
     s->reserved = 1;
     srv->n_reserved++;
     return 0;
   }
-  if (over_all)
+  if (over_all && srv->max_clients < l->max_clients)
+    snprintf(why, cap, "too many clients (limit %u: --max-clients %u, lowered "
+             "by the daemon's fd limit %llu)", srv->max_clients, l->max_clients,
+             (unsigned long long)srv->fd_limit);
+  else if (over_all)
     snprintf(why, cap, "too many clients (limit %u); set by --max-clients",
              l->max_clients);
   else

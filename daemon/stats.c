@@ -13,7 +13,7 @@
 #include "kernels/runtime/registry.h"
 
 void opd__stats_pack(opd_server_t *srv, msgpack_packer *pk) {
-  msgpack_pack_map(pk, 22);
+  msgpack_pack_map(pk, 23);
   PACK_STR(pk, "gpus"); /* the devices as the hello lists them, counters now */
   opd__backend_dev.describe(srv, pk);
   PACK_STR(pk, "imports"); /* CUDA IPC imports made since start */
@@ -48,6 +48,13 @@ void opd__stats_pack(opd_server_t *srv, msgpack_packer *pk) {
   msgpack_pack_uint64(pk, srv->errors);
   PACK_STR(pk, "run_cache_hits");
   msgpack_pack_uint64(pk, srv->run_cache_hits);
+  PACK_STR(pk, "strided"); /* contiguous copies around kernels
+                              (daemon/run/strided.h) */
+  msgpack_pack_map(pk, 2);
+  PACK_STR(pk, "copies");
+  msgpack_pack_uint64(pk, srv->strided_copies);
+  PACK_STR(pk, "bytes");
+  msgpack_pack_uint64(pk, srv->strided_bytes);
   PACK_STR(pk, "arenas");
   msgpack_pack_uint64(pk, srv->arenas);
   PACK_STR(pk, "bytes_mapped");

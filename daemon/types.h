@@ -158,6 +158,9 @@ struct opd_server {
   uint64_t fd_short_logged;      /* when "out of fds" was last logged */
   uint64_t fd_short_count;       /* pauses since that line */
   uint32_t n_reserved;           /* sessions on reserved slots */
+  uint32_t max_clients;          /* --max-clients, lowered to what the fd
+                                    limit allows (server.c, fd_budget) */
+  uint64_t fd_limit;             /* RLIMIT_NOFILE (soft, after raising) */
   int unthrottle;                /* a uid's or the daemon's run limit came
                                     free: look at the throttled sessions */
   size_t trim_pending;           /* bytes freed since the last malloc_trim */
@@ -169,6 +172,9 @@ struct opd_server {
   /* stats */
   uint64_t sessions_total, requests, errors, bytes_mapped, arenas;
   uint64_t run_cache_hits;       /* runs that skipped decode and checks */
+  uint64_t strided_copies;       /* contiguous copies of strided tensors
+                                    made around kernels (run/strided.c) */
+  uint64_t strided_bytes;        /* ... and their bytes */
   opd_op_stats_t *op_stats;      /* one per registry entry */
   opd_cost_t *cost;              /* OPD_COST_SLOTS (cpu.c, --inline-us) */
   /* the OPS reply body, packed once */
@@ -246,6 +252,8 @@ struct opd_job {
   int rc;                        /* kernel result */
   uint64_t ns;                   /* kernel time */
   uint64_t bytes;                /* bytes of all its tensors */
+  uint32_t strided;              /* tensors copied around the kernel
+                                    (daemon/run/strided.h bits) */
   int device;                    /* -1: cpu; else the device backend's */
   int by_load;                   /* placed on a GPU by its load ("auto"):
                                     not kept by the run cache */

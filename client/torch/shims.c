@@ -114,6 +114,8 @@ static int look_up(void) {
   LOOK(rt_typeinfo, "_ZTISt13runtime_error");
   LOOK(rt_ctor, "_ZNSt13runtime_errorC1EPKc");
   LOOK(rt_dtor, "_ZNSt13runtime_errorD1Ev");
+  /* optional: without it a strided tensor goes as a contiguous copy */
+  *(void **)&T.strides = find("aoti_torch_get_strides");
   T.cuda = T.type_cuda();
   for (int d = 1; d < 10; d++) T.tdt[d] = T.dt[d]();
   return 0;

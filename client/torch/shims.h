@@ -38,6 +38,8 @@ typedef struct opd_torch_shims {
   aerr_t (*dev_type)(ath_t, int32_t *);
   aerr_t (*dev_index)(ath_t, int32_t *);
   aerr_t (*contiguous)(ath_t, bool *);
+  aerr_t (*strides)(ath_t, int64_t **); /* NULL: this torch lacks it (strided
+                                           tensors then go as contiguous copies) */
   aerr_t (*empty)(int64_t, const int64_t *, const int64_t *, int32_t, int32_t,
                   int32_t, ath_t *);
   aerr_t (*new_handle)(ath_t, ath_t *);

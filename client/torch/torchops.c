@@ -29,10 +29,14 @@
  * calls are opd_enqueue_stream_ptrs, which does not wait for the answer
  * (under MPS: a poll kernel on torch's stream waits for the daemon's flag
  * word), so a refusal of those is raised by a later call instead.
- * A non-contiguous input is made contiguous first (aten::contiguous through
- * the dispatcher); an in-place form on a non-contiguous tensor, or a
- * non-contiguous out= tensor, is written as a contiguous temporary that is
- * copied back (aten::copy_).
+ * A strided tensor (a transpose, a slice, an expand) goes as it is, its
+ * strides in its descriptor: the daemon copies it around a kernel that
+ * needs a contiguous one, in the same run (daemon/run/strided.h), and
+ * writes a strided out= (or an in-place form's strided input) through a
+ * contiguous temporary of its own. Only with a torch that lacks
+ * aoti_torch_get_strides is a non-contiguous input made contiguous here
+ * (aten::contiguous through the dispatcher), and a non-contiguous output
+ * written as a contiguous temporary copied back (aten::copy_).
  *
  * Errors are thrown (opd__torch_throw) once the call released what it
  * holds: torch raises them as RuntimeError("opd: layernorm: input 0 has
@@ -224,9 +228,11 @@ static int read_attrs(const top_t *o, call_t *k, const siv_t *stack,
   return rc;
 }
 
-/* Tensor h as opd describes it (dtype, rank, shape) into *t, its CUDA
- * device into *dev and whether it is contiguous into *contig; what =
- * "input 0", "output 1", ... for the error. */
+/* Tensor h as opd describes it (dtype, rank, shape, and its strides when
+ * it is not contiguous and torch gives them) into *t, its CUDA device into
+ * *dev and into *contig whether the daemon takes it as it is (contiguous,
+ * or its strides described); what = "input 0", "output 1", ... for the
+ * error. */
 static int describe(call_t *k, const top_t *o, ath_t h, const char *what,
                     opd_tensor_t *t, int *dev, bool *contig) {
   int32_t dt = 0, dty = 0, di = 0;
@@ -253,6 +259,12 @@ static int describe(call_t *k, const top_t *o, ath_t h, const char *what,
   t->dtype = code;
   t->rank = (int32_t)rank;
   for (int64_t d = 0; d < rank; d++) t->shape[d] = sz[d];
+  int64_t *st = NULL;
+  if (!*contig && T.strides != NULL && T.strides(h, &st) == 0 && st != NULL) {
+    t->strided = 1;
+    for (int64_t d = 0; d < rank; d++) t->strides[d] = st[d];
+    *contig = true;
+  }
   return 0;
 }
 
@@ -303,6 +315,8 @@ static int outputs(top_t *o, call_t *k, const opd_tensor_t *ins, void *const *in
         return fail_output(k, o, 0, x, d);
       ptrs[j] = in_ptrs[0];
       if (k->tmp[0] != NULL) *back = k->tmp[0];
+      else if (x->strided) /* written through its own strides */
+        d->strided = 1, memcpy(d->strides, x->strides, sizeof d->strides);
     } else if (o->kind == OPD_TORCH_OUT) {
       opd_tensor_t g;
       bool contig = true;
@@ -315,6 +329,7 @@ static int outputs(top_t *o, call_t *k, const opd_tensor_t *ins, void *const *in
       if (contig) {
         if (T.data_ptr(k->out[j], &ptrs[j]) != 0)
           return fail(k, o, "%s: no data pointer", what);
+        if (g.strided) d->strided = 1, memcpy(d->strides, g.strides, sizeof d->strides);
       } else if (empty_like(d, dev, &k->otmp[j], &ptrs[j]) != 0) {
         return fail(k, o, "%s", "torch could not allocate an output");
       }
@@ -350,7 +365,8 @@ static void kernel(int idx, siv_t *stack, uint64_t n_args, uint64_t n_ret) {
   if (read_attrs(o, &k, stack, &pos, &s) != 0 && rc == 0) rc = -1;
   if (rc != 0) goto out;
 
-  /* the inputs: CUDA, one device, contiguous (copies made here else) */
+  /* the inputs: CUDA, one device, as they are (strided ones described by
+   * their strides; contiguous copies made here only without them) */
   for (uint32_t i = 0; i < k.n_in; i++) {
     bool contig = true;
     char what[32];
@@ -383,6 +399,8 @@ static void kernel(int idx, siv_t *stack, uint64_t n_args, uint64_t n_ret) {
     opd__torch_sig_put(&s, &t[i].dtype, sizeof t[i].dtype);
     opd__torch_sig_put(&s, &t[i].rank, sizeof t[i].rank);
     opd__torch_sig_put(&s, t[i].shape, sizeof t[i].shape[0] * (size_t)t[i].rank);
+    if (t[i].strided)
+      opd__torch_sig_put(&s, t[i].strides, sizeof t[i].strides[0] * (size_t)t[i].rank);
   }
   if (dev < 0) {
     rc = fail(&k, o, "%s", "no tensor input: the CUDA kernel needs one");

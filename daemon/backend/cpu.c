@@ -39,6 +39,7 @@
 #include "common/wire.h"
 #include "daemon/backend/backend.h"
 #include "daemon/graph/graph.h"
+#include "daemon/run/strided.h"
 #include "daemon/ticks.h"
 #include "daemon/types.h"
 #include "kernels/runtime/exec.h"
@@ -71,11 +72,13 @@ static int run_graph(opd_job_t *job) {
 static void run_kernel(opd_job_t *job) {
   const opd_op_def_t *op = job->call.op;
   uint64_t t0 = opd__ticks();
+  opd_cpu_fn fn = op->cpu_fast ? op->cpu_fast : op->cpu_ref;
   if (job->graph != NULL)
     job->rc = run_graph(job);
+  else if (job->strided) /* contiguous copies around it (run/strided.h) */
+    job->rc = opd__kernel_rc(&job->call, opd__strided_cpu(&job->call, job->strided, fn));
   else
-    job->rc = opd__kernel_rc(&job->call, (op->cpu_fast ? op->cpu_fast
-                                                      : op->cpu_ref)(&job->call));
+    job->rc = opd__kernel_rc(&job->call, fn(&job->call));
   uint64_t t1 = opd__ticks();
   job->ns = t1 > t0 ? opd__ticks_ns(t1 - t0) : 0; /* moved CPUs: no time */
 }
@@ -87,8 +90,9 @@ static uint64_t mix(uint64_t h, uint64_t v) {
   return h;
 }
 
-/* The run's signature: op, dtypes, shapes and attribute values; nonzero.
- * Strides are not in it: the ops that learn take contiguous tensors only. */
+/* The run's signature: op, dtypes, shapes and attribute values, and the
+ * strides of a run with contiguous copies around its kernel (they cost
+ * what its layout makes them cost); nonzero. */
 static uint64_t signature(const opd_job_t *job) {
   const opd_kcall_t *c = &job->call;
   uint64_t h = mix(0x6f7064, (uint64_t)job->op_index);
@@ -96,6 +100,8 @@ static uint64_t signature(const opd_job_t *job) {
     const opd_tview_t *t = i < c->n_in ? &c->in[i] : &c->out[i - c->n_in];
     h = mix(h, ((uint64_t)(uint32_t)t->dtype << 32) | (uint32_t)t->rank);
     for (int d = 0; d < t->rank; d++) h = mix(h, (uint64_t)t->shape[d]);
+    for (int d = 0; job->strided && d < t->rank; d++)
+      h = mix(h, (uint64_t)t->strides[d]);
   }
   for (int a = 0; a < c->op->n_attrs && a < OPD_MAX_ATTRS; a++) {
     const opd_attr_val_t *v = &c->attr[a];

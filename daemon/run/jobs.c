@@ -40,6 +40,7 @@
 #include "daemon/outbox.h"
 #include "daemon/ringsvc.h"
 #include "daemon/run/jobs.h"
+#include "daemon/run/strided.h"
 #include "kernels/runtime/exec.h"
 #include "kernels/runtime/registry.h"
 
@@ -62,6 +63,7 @@ opd_job_t *opd__job_alloc(opd_server_t *srv) {
   j->flag_after = 0;
   j->now = 0;
   j->graph = NULL;
+  j->strided = 0;
   return j;
 }
 
@@ -91,6 +93,7 @@ void opd__job_copy_plan(opd_job_t *dst, const opd_job_t *src) {
   dst->graph = src->graph;
   dst->via = src->via;
   dst->bytes = src->bytes;
+  dst->strided = src->strided;
   dst->device = src->device;
   dst->flags = src->flags;
   dst->n_arenas = src->n_arenas;
@@ -120,6 +123,7 @@ static void job_count(const opd_job_t *job) {
   st->calls++;
   st->ns += job->ns;
   if (job->rc != 0) st->errors++;
+  else if (job->strided) opd__strided_count(job->s->srv, &job->call, job->strided);
   if (job->device < 0) st->inlined += job->call.exec == &opd__exec_serial;
 }
 

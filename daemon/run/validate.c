@@ -5,9 +5,10 @@
  * step on private copies only: operator lookup, arity, attributes (types,
  * choices, required, defaults), then per input: descriptor decode, dtype
  * against the schema, arena lookup, bounds/overflow (opd__desc_validate),
- * layout; then the op's shape rule, and per output the same checks plus
- * dtype and shape equal to what the rule computed; finally aliasing between
- * outputs and inputs. Every error message starts with the op name and
+ * layout (a strided tensor an op's kernel cannot take is marked for a
+ * contiguous copy in the job: daemon/run/strided.h); then the op's shape
+ * rule, and per output the same checks plus dtype and shape equal to what
+ * the rule computed; finally aliasing between outputs and inputs. Every error message starts with the op name and
  * names the tensor ("softmax: input 0 (x) has dtype int32, expected
  * float32"). Kernels see only calls that passed all of it. The job it
  * fills is queued on its session (daemon/run/jobs.c), which runs it; a RUN
@@ -30,6 +31,7 @@
 #include "daemon/run/attrs.h"
 #include "daemon/run/jobs.h"
 #include "daemon/run/runcache.h"
+#include "daemon/run/strided.h"
 #include "daemon/run/validate.h"
 #include "kernels/common/kutil.h"
 #include "kernels/runtime/registry.h"
@@ -67,11 +69,14 @@ typedef struct tref {
   uint64_t extent;
 } tref_t;
 
-/* Decodes and validates one tensor; fills view (data set when arena). */
+/* Decodes and validates one tensor; fills view (data set when arena) and
+ * marks in *strided a tensor the job copies around its kernel
+ * (daemon/run/strided.h). */
 static int load_tensor(opd_session_t *s, const opd_op_def_t *op,
-                       const msgpack_object *o, const char *what, int idx,
-                       const opd_io_spec_t *io, int strided_ok, int infer,
-                       tref_t *ref, opd_tview_t *view, opd_err_t *err) {
+                       const msgpack_object *o, int output, int idx,
+                       const opd_io_spec_t *io, int infer, tref_t *ref,
+                       opd_tview_t *view, uint32_t *strided, opd_err_t *err) {
+  const char *what = output ? "output" : "input";
   char why[200];
   int64_t numel;
   int rc;
@@ -120,21 +125,26 @@ static int load_tensor(opd_session_t *s, const opd_op_def_t *op,
   if ((rc = opd__desc_validate(&ref->d, arena_size, &numel, &ref->extent, why,
                                sizeof why)) != 0)
     return opd__errf(err, rc, LABEL ": %s", LABEL_ARGS, why);
-  if (!strided_ok && !ref->d.contiguous && !opd__desc_is_contiguous(&ref->d)) {
-    char sbuf[120];
-    return opd__errf(err, OPD_ELAYOUT,
-                     LABEL " is not contiguous (strides %s); %s needs C-contiguous "
-                     "tensors (the copy op makes one)",
-                     LABEL_ARGS, opd__shape_str(sbuf, sizeof sbuf, ref->d.strides,
-                     ref->d.rank),
-                     op->name);
-  }
   view->data = ref->arena ? (char *)ref->arena->base + ref->d.offset : NULL;
   view->dtype = ref->d.dtype;
   view->rank = ref->d.rank;
   memcpy(view->shape, ref->d.shape, sizeof view->shape);
   memcpy(view->strides, ref->d.strides, sizeof view->strides);
   view->numel = numel;
+  if (!ref->d.contiguous && !opd__view_contiguous(view)) {
+    /* a strided input: read as it is (OPD_OPF_STRIDED) or copied into a
+       contiguous one in the job; a strided output: written through a
+       contiguous one, which needs one address per element */
+    char sbuf[120];
+    if (output && opd__view_self_overlaps(view))
+      return opd__errf(err, OPD_ELAYOUT, LABEL " has strides %s under which "
+                       "elements overlap (a stride 0, or dims interleaved); "
+                       "an output needs one address per element", LABEL_ARGS,
+                       opd__shape_str(sbuf, sizeof sbuf, ref->d.strides,
+                                      ref->d.rank));
+    if (output || !(op->flags & OPD_OPF_STRIDED))
+      *strided |= 1u << (output ? OPD_STRIDED_OUT + idx : idx);
+  }
   return 0;
 #undef LABEL
 #undef LABEL_ARGS
@@ -212,15 +222,15 @@ static int prepare(opd_session_t *s, const opd_op_def_t *op,
     return rc;
 
   job->bytes = 0;
+  job->strided = 0;
   for (int i = 0; i < n_in; i++) {
     /* a variadic op (noop) names its first inputs; the rest reuse the
        last named spec */
     int k = i;
     while (k > 0 && op->in[k].name == NULL) k--;
     const opd_io_spec_t *io = &op->in[k];
-    rc = load_tensor(s, op, &o_in->via.array.ptr[i], "input", i, io,
-                     (op->flags & OPD_OPF_STRIDED) != 0, infer, &in[i],
-                     &call->in[i], err);
+    rc = load_tensor(s, op, &o_in->via.array.ptr[i], 0, i, io, infer, &in[i],
+                     &call->in[i], &job->strided, err);
     if (rc != 0) return rc;
     job->bytes += in[i].extent;
   }
@@ -235,8 +245,8 @@ static int prepare(opd_session_t *s, const opd_op_def_t *op,
 
   for (int i = 0; i < n_out; i++) {
     char a[120], b[120];
-    rc = load_tensor(s, op, &o_out->via.array.ptr[i], "output", i, &op->out[i],
-                     0, 0, &out[i], &call->out[i], err);
+    rc = load_tensor(s, op, &o_out->via.array.ptr[i], 1, i, &op->out[i], 0,
+                     &out[i], &call->out[i], &job->strided, err);
     if (rc != 0) return rc;
     if (out[i].arena->readonly)
       return opd__errf(err, OPD_EREADONLY,

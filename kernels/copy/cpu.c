@@ -1,16 +1,20 @@
-/* copy on the CPU: gather a strided view into a contiguous output.
+/* copy on the CPU: gather a strided view into a contiguous output, and
+ * the strided-to-strided copy behind it (kernels/copy/copy.h).
  *
  * Variants:
  *   cpu_ref   element by element with a full multi-index (the truth)
- *   cpu_fast  dims merged where the view is contiguous across them, whole
- *             runs copied with memcpy (or a typed strided loop), rows
- *             spread over call->exec
+ *   cpu_fast  opd__copy_views_cpu: dims merged where both views are
+ *             contiguous across them, whole runs copied with memcpy (or a
+ *             typed strided loop), rows spread over call->exec; a
+ *             transpose (the unit-stride dim of one side is not the
+ *             last) in 32 x 32 tiles
  * Test: build/tests/ops, suite copy
  */
 #include <string.h>
 
 #include "kernels/common/cpu.h"
 #include "kernels/common/kutil.h"
+#include "kernels/copy/copy.h"
 
 OPD_OP_DECLARE(copy);
 
@@ -32,44 +36,68 @@ int opd__copy_cpu_ref(opd_kcall_t *call) {
   return 0;
 }
 
+/* The joint geometry of a copy: dims of extent 1 dropped, neighbours
+ * merged where both views are contiguous across them; the last dim is the
+ * run. */
 typedef struct copy_plan {
-  int rank;                        /* merged dims, the last is the run */
+  int rank;                        /* merged dims, >= 1 */
   int64_t shape[OPD_MAX_RANK];     /* merged extents */
-  int64_t strides[OPD_MAX_RANK];   /* merged strides, in elements */
+  int64_t ss[OPD_MAX_RANK];        /* src strides, in elements */
+  int64_t ds[OPD_MAX_RANK];        /* dst strides, in elements */
   size_t esz;                      /* bytes per element */
-  const char *src;                 /* x's first element */
-  char *dst;                       /* y's first element */
+  const char *src;                 /* src's first element */
+  char *dst;                       /* dst's first element */
 } copy_plan_t;
 
-/* Copies one run of n elements of esz bytes, source stride s elements. */
+static void plan_views(copy_plan_t *p, const opd_tview_t *dst,
+                       const opd_tview_t *src) {
+  p->rank = 0;
+  for (int d = 0; d < src->rank; d++) {
+    if (src->shape[d] == 1) continue;
+    int k = p->rank - 1;
+    if (k >= 0 && p->ss[k] == src->strides[d] * src->shape[d] &&
+        p->ds[k] == dst->strides[d] * src->shape[d]) {
+      p->shape[k] *= src->shape[d];
+      p->ss[k] = src->strides[d];
+      p->ds[k] = dst->strides[d];
+    } else {
+      p->shape[p->rank] = src->shape[d];
+      p->ss[p->rank] = src->strides[d];
+      p->ds[p->rank] = dst->strides[d];
+      p->rank++;
+    }
+  }
+  if (p->rank == 0) { /* a single element */
+    p->rank = 1;
+    p->shape[0] = 1;
+    p->ss[0] = p->ds[0] = 1;
+  }
+}
+
+/* Copies one run of n elements of esz bytes: source stride s, destination
+ * stride t (elements). */
 OPD_FAST static void copy_run(char *dst, const char *src, int64_t n,
-                              int64_t s, size_t esz) {
-  if (s == 1) {
+                              int64_t s, int64_t t, size_t esz) {
+  if (s == 1 && t == 1) {
     memcpy(dst, src, (size_t)n * esz);
     return;
   }
   switch (esz) {
     case 1:
-      for (int64_t i = 0; i < n; i++) dst[i] = src[i * s];
+      for (int64_t i = 0; i < n; i++) dst[i * t] = src[i * s];
       break;
-    case 2: {
-      uint16_t *d = (uint16_t *)dst;
-      for (int64_t i = 0; i < n; i++) memcpy(&d[i], src + i * s * 2, 2);
+    case 2:
+      for (int64_t i = 0; i < n; i++) memcpy(dst + i * t * 2, src + i * s * 2, 2);
       break;
-    }
-    case 4: {
-      uint32_t *d = (uint32_t *)dst;
-      for (int64_t i = 0; i < n; i++) memcpy(&d[i], src + i * s * 4, 4);
+    case 4:
+      for (int64_t i = 0; i < n; i++) memcpy(dst + i * t * 4, src + i * s * 4, 4);
       break;
-    }
-    case 8: {
-      uint64_t *d = (uint64_t *)dst;
-      for (int64_t i = 0; i < n; i++) memcpy(&d[i], src + i * s * 8, 8);
+    case 8:
+      for (int64_t i = 0; i < n; i++) memcpy(dst + i * t * 8, src + i * s * 8, 8);
       break;
-    }
     default:
       for (int64_t i = 0; i < n; i++)
-        memcpy(dst + i * (int64_t)esz, src + i * s * (int64_t)esz, esz);
+        memcpy(dst + i * t * (int64_t)esz, src + i * s * (int64_t)esz, esz);
   }
 }
 
@@ -79,59 +107,121 @@ static void copy_rows(void *arg, int64_t b, int64_t e) {
   int last = p->rank - 1;
   int64_t n = p->shape[last];
   for (int64_t r = b; r < e; r++) {
-    int64_t off = 0, rem = r;
+    int64_t so = 0, dof = 0, rem = r;
     for (int d = last - 1; d >= 0; d--) {
-      off += (rem % p->shape[d]) * p->strides[d];
+      int64_t i = rem % p->shape[d];
+      so += i * p->ss[d];
+      dof += i * p->ds[d];
       rem /= p->shape[d];
     }
-    copy_run(p->dst + r * n * (int64_t)p->esz,
-             p->src + off * (int64_t)p->esz, n, p->strides[last], p->esz);
+    copy_run(p->dst + dof * (int64_t)p->esz, p->src + so * (int64_t)p->esz, n,
+             p->ss[last], p->ds[last], p->esz);
   }
 }
 
-/* Elements [b, e) of a fully contiguous copy. */
+#define TILE 16 /* a transpose's square: a 64-byte line of float32 per row */
+
+/* A block of the tile: element (k, l) from src sk*k + sl*l to dst
+ * dk*k + dl*l (elements), k in [k0, k1), l in [l0, l1), typed moves. */
+#define TILE_LOOP(U)                                                        \
+  for (int64_t k = k0; k < k1; k++) {                                       \
+    const char *s_ = s + k * sk * (int64_t)sizeof(U);                       \
+    char *d_ = d + k * dk * (int64_t)sizeof(U);                             \
+    for (int64_t l = l0; l < l1; l++)                                       \
+      memcpy(d_ + l * dl * (int64_t)sizeof(U),                              \
+             s_ + l * sl * (int64_t)sizeof(U), sizeof(U));                  \
+  }
+
+/* Tiles [b, e) of a copy whose last two dims are transposed between src
+ * and dst (one is unit-stride in src, the other in dst): tile r is the
+ * r-th TILE rows of dim K at the outer multi-index of the dims before K,
+ * copied in TILE x TILE blocks so both sides stay in cache. */
+OPD_FAST static void copy_tiles(void *arg, int64_t b, int64_t e) {
+  const copy_plan_t *p = arg;
+  int L = p->rank - 1, K = p->rank - 2;
+  const int64_t sk = p->ss[K], sl = p->ss[L], dk = p->ds[K], dl = p->ds[L];
+  int64_t nk = p->shape[K], nl = p->shape[L], kb = (nk + TILE - 1) / TILE;
+  for (int64_t r = b; r < e; r++) {
+    int64_t so = 0, dof = 0, rem = r / kb;
+    for (int d = K - 1; d >= 0; d--) {
+      int64_t i = rem % p->shape[d];
+      so += i * p->ss[d];
+      dof += i * p->ds[d];
+      rem /= p->shape[d];
+    }
+    const char *s = p->src + so * (int64_t)p->esz;
+    char *d = p->dst + dof * (int64_t)p->esz;
+    int64_t k0 = r % kb * TILE, k1 = k0 + TILE < nk ? k0 + TILE : nk;
+    for (int64_t l0 = 0; l0 < nl; l0 += TILE) {
+      int64_t l1 = l0 + TILE < nl ? l0 + TILE : nl;
+      switch (p->esz) {
+        case 1: TILE_LOOP(uint8_t); break;
+        case 2: TILE_LOOP(uint16_t); break;
+        case 4: TILE_LOOP(uint32_t); break;
+        default: TILE_LOOP(uint64_t); break; /* plan_tiles: 8 at most */
+      }
+    }
+  }
+}
+
+/* Whether to copy in tiles: src's last dim is not unit-stride but another
+ * dim is (or the same of dst), and elements are 1-8 bytes. That dim is
+ * swapped into place K = rank - 2 (the order of the outer dims is free:
+ * each element is copied once whatever it is). */
+static int plan_tiles(copy_plan_t *p) {
+  int L = p->rank - 1;
+  if (p->rank < 2 || p->esz > 8 || (p->esz & (p->esz - 1)) != 0) return 0;
+  const int64_t *unit = p->ss[L] != 1 ? p->ss : p->ds[L] != 1 ? p->ds : NULL;
+  if (unit == NULL) return 0;
+  for (int k = L - 1; k >= 0; k--) {
+    if (unit[k] != 1 || p->shape[k] < TILE / 4) continue;
+    int K = L - 1;
+    int64_t t;
+    t = p->shape[k], p->shape[k] = p->shape[K], p->shape[K] = t;
+    t = p->ss[k], p->ss[k] = p->ss[K], p->ss[K] = t;
+    t = p->ds[k], p->ds[k] = p->ds[K], p->ds[K] = t;
+    return 1;
+  }
+  return 0;
+}
+
+/* Elements [b, e) of a copy contiguous on both sides. */
 static void copy_flat(void *arg, int64_t b, int64_t e) {
   const copy_plan_t *p = arg;
   memcpy(p->dst + b * (int64_t)p->esz, p->src + b * (int64_t)p->esz,
          (size_t)(e - b) * p->esz);
 }
 
-int opd__copy_cpu_fast(opd_kcall_t *call) {
-  const opd_tview_t *x = &call->in[0];
-  if (x->numel == 0) return 0;
-  copy_plan_t p = {0};
-  p.esz = opd__dtype_size(x->dtype);
-  p.src = x->data;
-  p.dst = call->out[0].data;
-  /* Drop extents of 1, merge dim d into d+1 where x is contiguous across
-   * them (stride[d] == stride[d+1] * shape[d+1]). */
-  for (int d = 0; d < x->rank; d++) {
-    if (x->shape[d] == 1) continue;
-    if (p.rank > 0 &&
-        p.strides[p.rank - 1] == x->strides[d] * x->shape[d]) {
-      p.shape[p.rank - 1] *= x->shape[d];
-      p.strides[p.rank - 1] = x->strides[d];
-    } else {
-      p.shape[p.rank] = x->shape[d];
-      p.strides[p.rank] = x->strides[d];
-      p.rank++;
-    }
-  }
-  if (p.rank == 0) { /* a single element */
-    p.rank = 1;
-    p.shape[0] = 1;
-    p.strides[0] = 1;
-  }
+int opd__copy_views_cpu(const opd_exec_t *ex, const opd_tview_t *dst,
+                        const opd_tview_t *src) {
+  size_t esz = opd__dtype_size(src->dtype);
+  if (src->rank != dst->rank || esz != opd__dtype_size(dst->dtype) ||
+      memcmp(src->shape, dst->shape, sizeof(int64_t) * (size_t)src->rank) != 0)
+    return OPD_EINVAL;
+  if (src->numel == 0) return 0;
+  copy_plan_t p;
+  p.esz = esz;
+  p.src = src->data;
+  p.dst = dst->data;
+  plan_views(&p, dst, src);
   int64_t n = p.shape[p.rank - 1];
-  if (p.rank == 1 && p.strides[0] == 1) {
-    call->exec->parallel_for(call->exec, n,
-                             OPD_GRAIN_ELEMS * 4 / (int64_t)p.esz, copy_flat,
-                             &p);
+  if (p.rank == 1 && p.ss[0] == 1 && p.ds[0] == 1) {
+    ex->parallel_for(ex, n, OPD_GRAIN_ELEMS * 4 / (int64_t)esz, copy_flat, &p);
     return 0;
   }
-  int64_t rows = x->numel / n;
-  int64_t grain = OPD_GRAIN_ELEMS * 4 / ((int64_t)p.esz * n);
-  call->exec->parallel_for(call->exec, rows, grain < 1 ? 1 : grain,
-                           copy_rows, &p);
+  if (plan_tiles(&p)) {
+    int64_t nk = p.shape[p.rank - 2];
+    int64_t tiles = src->numel / (nk * n) * ((nk + TILE - 1) / TILE);
+    int64_t grain = OPD_GRAIN_ELEMS * 4 / ((int64_t)esz * n * TILE);
+    ex->parallel_for(ex, tiles, grain < 1 ? 1 : grain, copy_tiles, &p);
+    return 0;
+  }
+  int64_t rows = src->numel / n;
+  int64_t grain = OPD_GRAIN_ELEMS * 4 / ((int64_t)esz * n);
+  ex->parallel_for(ex, rows, grain < 1 ? 1 : grain, copy_rows, &p);
   return 0;
+}
+
+int opd__copy_cpu_fast(opd_kcall_t *call) {
+  return opd__copy_views_cpu(call->exec, &call->out[0], &call->in[0]);
 }

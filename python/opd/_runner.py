@@ -35,7 +35,7 @@ import weakref
 from . import _lib, errors, memory, protocol
 from ._torch import _is_torch
 from .errors import check
-from .tensor import Tensor, device_name, dtype_name
+from .tensor import Tensor, device_name, dtype_name, view_of_array
 
 _DT = protocol.DTYPE_CODES
 _AT = protocol.ATTR_TYPE_CODES
@@ -145,10 +145,15 @@ class Runner:
 
     # ---- inputs and attributes -----------------------------------------------
     def convert(self, x):
-        """An opd Tensor for x: a torch tensor's (from_torch), else a copy
-        of an array-like (from_numpy)."""
+        """An opd Tensor for x: a torch tensor's (from_torch), numpy's view
+        of a host Tensor's memory as it is (its strides kept, no copy),
+        else a copy of an array-like (from_numpy)."""
         if _is_torch(x):
             return self._torch.from_torch(x)
+        if type(x).__name__ == "ndarray":
+            t = view_of_array(x)
+            if t is not None:
+                return t
         return self._c.from_numpy(x)
 
     def attrs(self, schema, kw):
@@ -251,6 +256,8 @@ class Runner:
             ret = tuple(out) if isinstance(out, (list, tuple)) else (out,)
             outs = []
             for o in ret:
+                if type(o).__name__ == "ndarray" and view_of_array(o) is not None:
+                    o = view_of_array(o)          # numpy's view of an arena
                 if not isinstance(o, Tensor):
                     if not (_is_torch(o) and o.is_cuda):
                         raise errors.error(protocol.EINVAL, "%s: an output must "

@@ -5,8 +5,8 @@ A Tensor is (arena, byte offset, dtype, shape, strides in elements) plus
 `_mem`, the object that keeps its memory alive: the allocator Block for a
 tensor a Client made (its space is reused once every Tensor, view and
 numpy array using it is gone), or the Arena itself for a tensor received
-from another process. Views (indexing on dim 0, reshape, permute) share
-`_mem`. Tensors never know a connection: any Client can run an operator
+from another process. Views (indexing with steps, view/reshape, permute,
+transpose, .T, expand) share `_mem` and carry strides, which runs send. Tensors never know a connection: any Client can run an operator
 on any Tensor (the client registers the arena with its daemon session on
 first use).
 
@@ -37,7 +37,7 @@ above client.py, hands its getter to set_default_client() when imported
 import ctypes
 import os
 
-from . import errors, memory, protocol
+from . import _views, errors, memory, protocol
 
 # dtype name -> __array_interface__ typestr (bfloat16 has no numpy type:
 # it shows as 2-byte void)
@@ -248,57 +248,37 @@ class Tensor:
             ", read-only" if self.arena.readonly else "")
 
     # ---- views -----------------------------------------------------------
-    def __getitem__(self, idx):
-        """t[i] drops dim 0; t[a:b] (step 1) narrows it. Both are views.
-        Raises IndexError / TypeError for other indices."""
-        if not self.shape:
-            raise IndexError("a 0-d tensor cannot be indexed")
-        n, st0 = self.shape[0], self.strides[0]
-        if isinstance(idx, slice):
-            a, b, step = idx.indices(n)
-            if step != 1:
-                raise TypeError("opd tensors support slices of step 1 only; "
-                                "use .numpy() for more")
-            b = max(a, b)
-            return Tensor(self.arena, self.offset + a * st0 * self.itemsize,
-                          self.dtype, (b - a,) + self.shape[1:],
-                          self.strides, self._mem)
-        if isinstance(idx, int) or hasattr(idx, "__index__"):
-            i = idx.__index__()
-            if i < 0:
-                i += n
-            if not 0 <= i < n:
-                raise IndexError("index %d out of range for dim 0 of size %d"
-                                 % (idx, n))
-            return Tensor(self.arena, self.offset + i * st0 * self.itemsize,
-                          self.dtype, self.shape[1:], self.strides[1:],
-                          self._mem)
-        raise TypeError("opd tensors take an int or a slice on dim 0; use "
-                        ".numpy() for more")
+    # Views share the memory and carry strides (opd._views has the rules);
+    # every op takes them: the daemon copies a strided tensor around a
+    # kernel that needs a contiguous one, in the same run (docs/python.md).
+    def _view(self, off, shape, strides):
+        return Tensor(self.arena, self.offset + off * self.itemsize,
+                      self.dtype, shape, strides, self._mem)
 
-    def reshape(self, *shape):
-        """Returns a view with a new shape (one dim may be -1). Needs a
-        contiguous tensor. Raises BadArgumentError (ESHAPE, ELAYOUT)."""
-        if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
-            shape = tuple(shape[0])
-        shape = list(shape)
-        if shape.count(-1) > 1:
-            raise errors.error(protocol.ESHAPE, "reshape: more than one -1")
-        if -1 in shape:
-            rest = _prod(d for d in shape if d != -1)
-            shape[shape.index(-1)] = self.size // rest if rest else 0
-        if _prod(shape) != self.size:
-            raise errors.error(protocol.ESHAPE, "reshape: %s has %d elements, "
-                               "%s does not" % (self.shape, self.size, tuple(shape)))
-        if not self.is_contiguous():
-            raise errors.error(protocol.ELAYOUT, "reshape needs a contiguous "
-                               "tensor; copy it first (client.copy(t))")
-        return Tensor(self.arena, self.offset, self.dtype, shape, None, self._mem)
+    def __getitem__(self, idx):
+        """t[...] with ints, slices of any step >= 1, ... and None, as
+        numpy's basic indexing: a view. Raises IndexError / TypeError for
+        other indices, BadArgumentError (EINVAL) for a step < 1."""
+        return self._view(*_views.index(self.shape, self.strides, idx))
+
+    def view(self, *shape):
+        """Returns a view with a new shape (one dim may be -1), as
+        torch.Tensor.view: it splits and merges only dims that are
+        contiguous with each other. Raises BadArgumentError (ESHAPE: the
+        sizes differ; ELAYOUT: no strides express it, copy first)."""
+        shape = _views.new_shape(self.size, shape)
+        strides = _views.view_strides(self.shape, self.strides, shape)
+        if strides is None:
+            raise errors.error(protocol.ELAYOUT, "view: shape %s of a tensor "
+                               "with strides %s needs a copy (client.copy(t) "
+                               "first)" % (shape, self.strides))
+        return Tensor(self.arena, self.offset, self.dtype, shape, strides,
+                      self._mem)
+
+    reshape = view   # torch's reshape copies where view cannot; here: copy()
 
     def permute(self, *dims):
-        """Returns a strided view with dims reordered (no copy). Only `copy`
-        accepts non-contiguous inputs; client.copy(t.permute(...)) makes a
-        contiguous tensor."""
+        """Returns a strided view with dims reordered (no copy)."""
         if len(dims) == 1 and isinstance(dims[0], (tuple, list)):
             dims = tuple(dims[0])
         if sorted(d % self.ndim for d in dims) != list(range(self.ndim)):
@@ -309,10 +289,39 @@ class Tensor:
                       [self.shape[d] for d in dims],
                       [self.strides[d] for d in dims], self._mem)
 
+    def transpose(self, a, b):
+        """Returns the strided view with dims a and b swapped."""
+        return self.permute(_views.transpose(self.ndim, a, b))
+
     @property
     def T(self):
         """The view with dims reversed (a strided view)."""
         return self.permute(*reversed(range(self.ndim)))
+
+    def unsqueeze(self, dim):
+        """Returns the view with a new dim of size 1 at dim (negative dims
+        count from the end, as torch's)."""
+        d = dim % (self.ndim + 1) if -self.ndim - 1 <= dim <= self.ndim else None
+        if d is None:
+            raise errors.error(protocol.EINVAL, "unsqueeze: dim %d out of range "
+                               "for %d dims" % (dim, self.ndim))
+        return self[(slice(None),) * d + (None,)]
+
+    def contiguous(self, client=None):
+        """Returns self if it is C-contiguous, else a contiguous copy made
+        by the daemon's copy op (on `client`, else the connection that owns
+        or allocated the tensor, else opd.client())."""
+        if self.is_contiguous():
+            return self
+        return _client_of(self, client).copy(self)
+
+    def expand(self, *sizes):
+        """Returns the view broadcast to sizes (torch.Tensor.expand: new
+        leading dims and size-1 dims get stride 0, -1 keeps a dim). Such a
+        view is an input only (an output needs one address per element)."""
+        shape, strides = _views.expand(self.shape, self.strides, sizes)
+        return Tensor(self.arena, self.offset, self.dtype, shape, strides,
+                      self._mem)
 
     # ---- bytes, numpy ----------------------------------------------------
     def _extent(self):
@@ -498,6 +507,32 @@ class Tensor:
 def _rebuild(pid, fd, key, size, offset, dtype, shape, strides):
     arena = memory.open_shared(pid, fd, key, size)
     return Tensor(arena, offset, dtype, shape, strides, arena)
+
+
+def view_of_array(a):
+    """The Tensor over ndarray a's own memory when a is numpy's view of a
+    host Tensor (np.asarray(t), t.numpy(), and numpy views of those:
+    slices with steps, .T, transposes, broadcasts), with a's strides; None
+    for any other array (its bytes are not in an arena), a bfloat16 view
+    (no numpy dtype) or negative strides."""
+    b = a
+    while b is not None and not isinstance(b, Tensor):
+        b = getattr(b, "base", None)
+    if b is None or b.arena.base is None:
+        return None
+    try:
+        dt = dtype_name(a.dtype)
+    except errors.OpdError:
+        return None
+    size = protocol.DTYPE_SIZES[dt]
+    if any(st < 0 or st % size for st in a.strides):
+        return None
+    off = a.ctypes.data - b.arena.base
+    span = (1 + sum((d - 1) * st // size for d, st in zip(a.shape, a.strides))
+            if 0 not in a.shape else 0) * size
+    if off < 0 or off % size or off + span > b.arena.size:
+        return None
+    return Tensor(b.arena, off, dt, a.shape, [st // size for st in a.strides], b._mem)
 
 
 def share_reference(t):

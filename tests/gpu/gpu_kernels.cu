@@ -504,6 +504,7 @@ static void check_rows(void) {
 #include "tests/gpu/gpu_numerics.cuh"
 #include "tests/gpu/gpu_checks_ops.cuh"
 #include "tests/gpu/gpu_checks_shape.cuh"
+#include "tests/gpu/gpu_checks_strided.cuh"
 #include "tests/gpu/gpu_bench.cuh"
 
 int main(int argc, char **argv) {
@@ -550,6 +551,7 @@ int main(int argc, char **argv) {
   }
   check_noop();
   check_copy();
+  check_copy_views();
   check_unary();
   check_unary_edges();
   check_binary();

@@ -22,7 +22,7 @@ echo "== build"
 if [ "${BUILD:-1}" = 0 ]; then
   echo "BUILD=0: build/ and build-test/ as they are"
 else
-  make -j"$(nproc)" CUDA=1 BLAS=0 BENCH=1 $deps build/opd build/opctl build/tests/daemon_gpu build/tests/graph_gpu \
+  make -j"$(nproc)" CUDA=1 BLAS=0 BENCH=1 $deps build/opd build/opctl build/tests/daemon_gpu build/tests/graph_gpu build/tests/strided_gpu \
     build/examples/hft_server/publisher build/examples/hft_server/client build/bench/bench_graph \
     build/tests/poison_gpu build/tests/ipc_gpu build/tests/async_gpu build/tests/gpu_kernels build/libopd.so \
     build/bench/bench_launch build/bench/bench_pingpong plugins \
@@ -49,6 +49,9 @@ cat "$out/daemon_gpu.txt" | grep -v "^# stats"
 echo "== graphs on the CUDA backend"
 timeout 120 build/tests/graph_gpu "$sock" >"$out/graph_gpu.txt" 2>&1 || status=1
 cat "$out/graph_gpu.txt"
+echo "== strided tensors on the CUDA backend"
+timeout 120 build/tests/strided_gpu "$sock" >"$out/strided_gpu.txt" 2>&1 || status=1
+cat "$out/strided_gpu.txt"
 echo "== transports: opd noop over spin / adaptive / socket next to raw ping-pongs"
 timeout 120 build/bench/bench_pingpong -n 100000 -s "$sock" 2>&1 | tee "$out/transports.txt" | grep -E "^(latency|error|# placement)"
 echo "== CUDA IPC import"

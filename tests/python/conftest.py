@@ -31,14 +31,15 @@ OPD_BIN = os.environ.get("OPD_BIN") or os.path.join(REPO, "build", "opd")
 class Daemon:
     """A daemon process on a private socket; stop() returns its exit code."""
 
-    def __init__(self, directory, args=()):
+    def __init__(self, directory, args=(), preexec_fn=None):
         self.socket = os.path.join(directory, "opd.sock")
         self.log = os.path.join(directory, "opd.log")
         with open(self.log, "wb") as log:
             # the spin pass tests the spin transport, whatever the cores
             spin = ["--spin", "always"] if os.environ.get("OPD_WAIT") == "spin" else []
             self.proc = subprocess.Popen([OPD_BIN, "--socket", self.socket, *spin,
-                                          *args], stdout=log, stderr=log)
+                                          *args], stdout=log, stderr=log,
+                                         preexec_fn=preexec_fn)
         deadline = time.monotonic() + 30  # ready when it answers; the bound catches a hang
         while True:
             if self.proc.poll() is not None:
@@ -138,10 +139,10 @@ def c(daemon):
 def start_daemon(tmp_path):
     started = []
 
-    def start(*args):
+    def start(*args, preexec_fn=None):
         d = tmp_path / ("d%d" % len(started))
         d.mkdir()
-        dm = Daemon(str(d), args)
+        dm = Daemon(str(d), args, preexec_fn)
         started.append(dm)
         return dm
     yield start

@@ -12,10 +12,12 @@
  * ways, no thread waits. A run asked to be asynchronous whose tensors are
  * all device memory returns OPD_LAUNCH_ENQUEUED once queued. A run is launched from
  * the loop thread: host tensors are staged through stream-ordered scratch
- * (cudaMallocAsync, H2D copy from the pinned arena), the kernel gets a
- * workspace the same way when it needs one (cuBLASLt, im2col, nms masks:
- * never shared between streams, and the pool recycles it, so idle
- * sessions hold no device memory), the kernel is launched, outputs are
+ * (cudaMallocAsync, H2D copy from the pinned arena), strided tensors
+ * an op's kernel cannot take get contiguous copies around it (strided.c),
+ * the kernel gets a workspace the same way when it needs one (cuBLASLt,
+ * im2col, nms masks: never shared between streams, and the pool recycles
+ * it, so idle sessions hold no device memory), the kernel is launched,
+ * outputs are
  * copied back, scratch is freed on the stream, and an event is recorded;
  * poller.c then watches that event. Nothing blocks the loop or other
  * clients on the GPU.
@@ -29,6 +31,7 @@
 #include "common/wire.h"
 #include "daemon/backend/cuda/state.h"
 #include "daemon/log.h"
+#include "daemon/run/strided.h"
 #include "kernels/cuda/cuda.h"
 #include "kernels/runtime/opcheck.h"
 
@@ -458,6 +461,9 @@ int opd__cu_launch(opd_job_t *job) {
     host = 1;
     STEP(cudaMallocAsync(&p, cj->out_bytes[i], stream));
     scratch[n_scratch++] = p;
+    if (job->strided >> (OPD_STRIDED_OUT + i) & 1) /* its gaps kept */
+      STEP(cudaMemcpyAsync(p, cj->host_out[i], cj->out_bytes[i],
+                           cudaMemcpyHostToDevice, stream));
     call->out[i].data = p;
   }
   const opd_op_def_t *op = cj->kernel;
@@ -470,13 +476,24 @@ int opd__cu_launch(opd_job_t *job) {
     STEP(cudaMallocAsync(&ws, ws_bytes, stream));
     scratch[n_scratch++] = ws;
   }
+  opd_strided_save_t sv; /* strided tensors: contiguous copies */
+  if (job->strided) {
+    void *p = NULL;
+    rc = opd__cu_strided_gather(job, stream, &p, &sv, &err);
+    if (p != NULL) scratch[n_scratch++] = p;
+    if (rc != 0) goto fail;
+  }
   opd_cuda_ctx_t ctx = {.stream = stream, .cublaslt = d->lt, .workspace = ws,
                         .workspace_bytes = ws_bytes, .device = d->index};
   /* its message, if any, in call->err; a plugin's result checked. A
    * built-in kernel may go on as a dependent launch (kernels/cuda/cuda.h) */
-  opd__cuda_pdl_offer(d->pdl);
+  opd__cuda_pdl_offer(d->pdl && !job->strided); /* not behind a copy */
   rc = opd__kernel_rc(call, op->cuda(call, &ctx));
   pdl = opd__cuda_pdl_taken();
+  if (job->strided) { /* the outputs scattered, the views put back */
+    if (rc != 0) opd__strided_restore(call, job->strided, &sv);
+    else if ((rc = opd__cu_strided_scatter(job, stream, &sv, &err)) != 0) goto fail;
+  }
   if (rc != 0) goto fail;
   t_step[2] = opd__now_ns();
   for (int i = 0; i < call->n_out; i++) {

@@ -1,9 +1,10 @@
 /* The CUDA backend's own types and helpers, shared by its four files:
  * device.c (devices, init, shutdown), memory.c (pinned, device, exportable
  * and imported memory), launch.c (plans, streams, launching a run) and
- * poller.c (completion: events, the loop's watcher, the poller thread).
+ * poller.c (completion: events, the loop's watcher, the poller thread);
+ * strided.c copies strided tensors around a run's kernel.
  * Calls go device.c -> {memory.c, launch.c, poller.c} and launch.c ->
- * poller.c, never back (state.c holds their one shared variable).
+ * {poller.c, strided.c}, never back (state.c holds their one shared variable).
  * Nothing outside daemon/backend/cuda/ includes this header. */
 #ifndef OPD_BACKEND_CUDA_STATE_H
 #define OPD_BACKEND_CUDA_STATE_H
@@ -17,6 +18,7 @@
 #include "common/clock.h" /* opd_steps_t */
 #include "daemon/backend/backend.h"
 #include "daemon/backend/cuda/flag.h"
+#include "daemon/run/strided.h"
 #include "daemon/types.h"
 #include "kernels/cuda/cuda.h"
 
@@ -249,6 +251,15 @@ void opd__cu_event_give(cuda_state_t *st, int dev, cudaEvent_t ev);
 void opd__cu_events_free(opd_server_t *srv);
 /* a launched job (its event recorded): polled until it completes */
 void opd__cu_pending_add(opd_server_t *srv, opd_job_t *job);
+/* strided.c: a run's strided tensors (daemon/run/strided.h) on its
+ * stream. gather: *scratch from cudaMallocAsync (the caller frees it on
+ * the stream), the views pointed at it, the inputs copied in; scatter:
+ * the outputs copied out after the kernel, the views put back. 0, or an
+ * error with err set (the views put back). */
+int opd__cu_strided_gather(opd_job_t *job, cudaStream_t stream, void **scratch,
+                           opd_strided_save_t *sv, opd_err_t *err);
+int opd__cu_strided_scatter(opd_job_t *job, cudaStream_t stream,
+                            const opd_strided_save_t *sv, opd_err_t *err);
 int opd__cu_load(const opd_server_t *srv, int dev);
 
 #endif /* OPD_BACKEND_CUDA_STATE_H */
