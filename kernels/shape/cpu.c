@@ -7,9 +7,9 @@
  *   cpu_ref   permute/slice/expand: opd__copy_cpu_ref over the view (a
  *             full multi-index per element); reshape: one memcpy; cat:
  *             output row by output row, one memcpy per input
- *   cpu_fast  permute/slice/expand: opd__copy_cpu_fast (dims merged, runs
- *             copied, rows over call->exec); reshape: the same kernel's
- *             parallel memcpy; cat: the output's elements split over
+ *   cpu_fast  permute/slice/expand: opd__copy_views_cpu (kernels/copy/copy.h:
+ *             dims merged, runs or tiles copied over call->exec); reshape:
+ *             the same function's parallel memcpy; cat: the output's elements split over
  *             call->exec, each range copied as runs of one input
  * In place (reshape with y exactly x): nothing to copy.
  * Test: build/tests/ops, suite shape
@@ -18,6 +18,7 @@
 
 #include "kernels/common/cpu.h"
 #include "kernels/common/kutil.h"
+#include "kernels/copy/copy.h"
 #include "kernels/shape/view.h"
 
 OPD_OP_DECLARE(copy);
@@ -27,33 +28,38 @@ OPD_OP_DECLARE(slice);
 OPD_OP_DECLARE(cat);
 OPD_OP_DECLARE(expand);
 
-/* Runs copy kernel `copy` from view v into call's output 0. Returns its
- * code, its message moved into call->err. */
-static int gather(opd_kcall_t *call, const opd_tview_t *v, opd_cpu_fn copy) {
+/* Gathers view v into call's output 0: the copy op's reference (a call of
+ * its own: x the view) or the copy family's fast view-to-view copy. */
+static int gather(opd_kcall_t *call, const opd_tview_t *v, int fast) {
+  if (fast) {
+    opd_tview_t d = opd__dense_view(v, call->out[0].data);
+    int rc = opd__copy_views_cpu(call->exec, &d, v);
+    return rc ? opd__kerr(call, rc, "the view's copy failed (%d)", rc) : 0;
+  }
   opd_kcall_t sub;
   sub.op = call->op;
   sub.n_in = sub.n_out = 1;
   sub.in[0] = *v;
-  sub.out[0] = call->out[0];
+  sub.out[0] = opd__dense_view(v, call->out[0].data);
   sub.exec = call->exec;
   sub.err[0] = '\0';
-  int rc = copy(&sub);
+  int rc = opd__copy_cpu_ref(&sub);
   if (rc != 0) memcpy(call->err, sub.err, sizeof call->err);
   return rc;
 }
 
 /* The kernels of a view op: its view, gathered by the copy reference or
  * the fast copy. */
-#define VIEW_KERNELS(op)                                      \
-  int opd__##op##_cpu_ref(opd_kcall_t *call) {                \
-    opd_tview_t v;                                            \
-    int rc = opd__##op##_view(call, &v);                      \
-    return rc ? rc : gather(call, &v, opd__copy_cpu_ref);     \
-  }                                                           \
-  int opd__##op##_cpu_fast(opd_kcall_t *call) {               \
-    opd_tview_t v;                                            \
-    int rc = opd__##op##_view(call, &v);                      \
-    return rc ? rc : gather(call, &v, opd__copy_cpu_fast);    \
+#define VIEW_KERNELS(op)                               \
+  int opd__##op##_cpu_ref(opd_kcall_t *call) {         \
+    opd_tview_t v;                                     \
+    int rc = opd__##op##_view(call, &v);               \
+    return rc ? rc : gather(call, &v, 0);              \
+  }                                                    \
+  int opd__##op##_cpu_fast(opd_kcall_t *call) {        \
+    opd_tview_t v;                                     \
+    int rc = opd__##op##_view(call, &v);               \
+    return rc ? rc : gather(call, &v, 1);              \
   }
 
 VIEW_KERNELS(permute)
@@ -71,7 +77,7 @@ int opd__reshape_cpu_ref(opd_kcall_t *call) {
 
 int opd__reshape_cpu_fast(opd_kcall_t *call) {
   if (call->in[0].data == call->out[0].data) return 0;
-  return gather(call, &call->in[0], opd__copy_cpu_fast); /* contiguous: memcpy */
+  return gather(call, &call->in[0], 1); /* contiguous to contiguous: memcpy */
 }
 
 /* ---- cat --------------------------------------------------------------- */

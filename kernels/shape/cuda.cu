@@ -5,9 +5,9 @@
  * so every kernel can be captured into a CUDA graph.
  *
  * Variants:
- *   view      permute/slice/expand: opd__copy_cuda over the view (merged
- *             dims; one cudaMemcpyAsync when the view is one contiguous
- *             run, else one thread per output element, coalesced writes)
+ *   view      permute/slice/expand: opd__copy_views_cuda over the view
+ *             (kernels/copy/copy.h: merged dims; one cudaMemcpyAsync when
+ *             the view is one contiguous run, else the copy's gather)
  *   memcpy    reshape (nothing in place)
  *   cat       one thread per unit of y (the widest of 16..1 bytes that
  *             divides every run and address: kernels/shape/move.cuh), its
@@ -18,22 +18,17 @@
 #include "kernels/shape/move.cuh"
 
 extern "C" {
+#include "kernels/copy/copy.h"
 #include "kernels/shape/view.h"
-int opd__copy_cuda(opd_kcall_t *call, const opd_cuda_ctx_t *ctx);
 }
 
-/* Runs the copy kernel from view v into call's output 0. */
+/* Queues the copy of view v into call's output 0 (C-contiguous, v's
+ * shape). */
 static int gather(opd_kcall_t *call, const opd_tview_t *v, const opd_cuda_ctx_t *ctx) {
-  opd_kcall_t sub;
-  sub.op = call->op;
-  sub.n_in = sub.n_out = 1;
-  sub.in[0] = *v;
-  sub.out[0] = call->out[0];
-  sub.exec = call->exec;
-  sub.err[0] = '\0';
-  int rc = opd__copy_cuda(&sub, ctx);
-  if (rc != 0) memcpy(call->err, sub.err, sizeof call->err);
-  return rc;
+  opd_tview_t d = opd__dense_view(v, call->out[0].data);
+  int rc = opd__copy_views_cuda(ctx->stream, &d, v);
+  if (rc > 0) return opd__cuda_fail(call, (cudaError_t)rc, __FILE__, __LINE__);
+  return rc ? opd__kerr(call, rc, "the view's copy failed (%d)", rc) : 0;
 }
 
 #define VIEW_CUDA(op)                                                                  \

@@ -131,3 +131,14 @@ int opd__expand_view(opd_kcall_t *call, opd_tview_t *v) {
   }
   return count(call, v);
 }
+
+opd_tview_t opd__dense_view(const opd_tview_t *v, void *data) {
+  opd_tview_t d = *v;
+  d.data = data;
+  int64_t s = 1;
+  for (int i = v->rank - 1; i >= 0; i--) {
+    d.strides[i] = s;
+    s *= v->shape[i];
+  }
+  return d;
+}

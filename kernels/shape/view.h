@@ -31,4 +31,8 @@ int opd__slice_view(opd_kcall_t *call, opd_tview_t *v);
  * a dim of x of extent 1 repeats (stride 0), new leading dims repeat. */
 int opd__expand_view(opd_kcall_t *call, opd_tview_t *v);
 
+/* The view the gathered output is: v's dtype and shape, C-contiguous, at
+ * `data`. */
+opd_tview_t opd__dense_view(const opd_tview_t *v, void *data);
+
 #endif /* OPD_KERNELS_SHAPE_VIEW_H */
