@@ -43,7 +43,8 @@
   X(nms)           \
   X(sum)           \
   X(mean)          \
-  X(amax)
+  X(amax)          \
+  X(log_softmax)
 
 /* Operators of test builds only (make TEST_OPS=1): see kernels/fault and
  * kernels/hostsync. */
