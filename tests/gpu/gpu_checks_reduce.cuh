@@ -53,3 +53,85 @@ static void check_reduce(void) {
       run_case("amax", "[nan]", DTS[d], 1, &x, dims_attrs(1, &dim, 0), 0, 0);
   }
 }
+
+/* softmax and log_softmax along every dim of 3-d inputs (the row kernels
+ * for the last dim, softmax_cols for the others). */
+static void check_softmax_dims(void) {
+  in_spec_t xs[] = {{3, S(4, 7, 33), -5, 5, NULL}, {3, S(3, 300, 70), -5, 5, NULL},
+                    {3, S(2, 2000, 3), -5, 5, NULL}};
+  static const float sp[8] = {-INFINITY, 0, 1, -INFINITY, NAN, 2, INFINITY, 1};
+  in_spec_t s = {3, S(2, 2, 2), 0, 0, sp};
+  for (int d = 0; d < 3; d++)
+    for (const char *op : {"softmax", "log_softmax"}) {
+      double a, r;
+      tol(DTS[d], &a, &r, 1e-6, 1e-4);
+      for (int64_t dim = -3; dim < 3; dim++) {
+        auto set = [dim](opd_kcall_t *c) { attr(c, "dim")->i = dim; };
+        for (auto &x : xs) run_case(op, "[dim]", DTS[d], 1, &x, set, a, r);
+        run_case(op, "[dim,inf/nan]", DTS[d], 1, &s, set, a, r);
+      }
+    }
+}
+
+/* dtype=float32 on float16 / bfloat16 x: y in float32, equal to the CPU
+ * reference on the same (rounded) values within float rounding. */
+static void check_softmax_dtype(void) {
+  for (const char *op : {"softmax", "log_softmax"})
+    for (int d = 1; d < 3; d++)
+      for (int64_t dim : {-1, 0}) {
+        if (!wanted(op)) return;
+        const int64_t shape[2] = {37, 300};
+        int64_t n = 37 * 300;
+        std::vector<float> h((size_t)n);
+        for (auto &v : h) v = round_to(DTS[d], frand(-8, 8));
+        opd_kcall_t ref, gpu;
+        call_init(&ref, op);
+        call_init(&gpu, op);
+        for (opd_kcall_t *c : {&ref, &gpu}) {
+          attr(c, "dim")->i = dim;
+          strcpy(attr(c, "dtype")->s, "float32");
+          c->n_in = 1;
+        }
+        void *dx = to_dev(DTS[d], h.data(), n);
+        set_view(&ref.in[0], OPD_DTYPE_FLOAT32, 2, shape, h.data());
+        set_view(&gpu.in[0], DTS[d], 2, shape, dx);
+        bool ok = shape_outs(&ref) == 0 && shape_outs(&gpu) == 0 &&
+                  gpu.out[0].dtype == OPD_DTYPE_FLOAT32;
+        std::vector<float> want((size_t)n);
+        void *dy;
+        CK(cudaMalloc(&dy, (size_t)n * 4));
+        ref.out[0].data = want.data();
+        gpu.out[0].data = dy;
+        ok = ok && ref.op->cpu_ref(&ref) == 0 && gpu.op->cuda(&gpu, &g_ctx) == 0;
+        CK(cudaStreamSynchronize(g_stream));
+        std::vector<float> got = from_dev(OPD_DTYPE_FLOAT32, dy, n);
+        double maxa = 0;
+        for (int64_t i = 0; ok && i < n; i++) {
+          double e = fabs((double)got[i] - want[i]);
+          maxa = std::max(maxa, e);
+          if (!(e <= 1e-6 + 1e-5 * fabs(want[i]))) ok = false;
+        }
+        printf("gpu op=%s[dtype=float32] dtype=%s dim=%lld max_abs_err=%.3g %s\n", op,
+               opd__kdtype_name(DTS[d]), (long long)dim, maxa, ok ? "PASS" : "FAIL");
+        ok ? g_pass++ : g_fail++;
+        CK(cudaFree(dx));
+        CK(cudaFree(dy));
+      }
+}
+
+/* layernorm and rmsnorm over 2 and 3 trailing dims (weight's shape, or
+ * ndims without a weight). */
+static void check_norm_dims(void) {
+  for (int d = 0; d < 3; d++) {
+    double a, r;
+    tol(DTS[d], &a, &r, 1e-5, 1e-4);
+    in_spec_t x = {3, S(6, 40, 70), -2, 3, NULL};
+    in_spec_t w = {2, S(40, 70), 0.5f, 1.5f, NULL}, b = {2, S(40, 70), -1, 1, NULL};
+    in_spec_t ln[3] = {x, w, b};
+    run_case("layernorm", "[2 dims,w,b]", DTS[d], 3, ln, no_attrs, a, r);
+    run_case("rmsnorm", "[2 dims,w]", DTS[d], 2, ln, no_attrs, a, r);
+    auto nd3 = [](opd_kcall_t *c) { attr(c, "ndims")->i = 3; };
+    run_case("layernorm", "[ndims=3]", DTS[d], 1, &x, nd3, a, r);
+    run_case("rmsnorm", "[ndims=3]", DTS[d], 1, &x, nd3, a, r);
+  }
+}

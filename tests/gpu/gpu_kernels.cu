@@ -560,6 +560,9 @@ int main(int argc, char **argv) {
   check_conv2d();
   check_nms();
   check_reduce();
+  check_softmax_dims();
+  check_softmax_dtype();
+  check_norm_dims();
   printf("%d passed, %d failed\n", g_pass, g_fail);
   return g_fail ? 1 : 0;
 }
