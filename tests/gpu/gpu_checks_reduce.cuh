@@ -135,3 +135,22 @@ static void check_norm_dims(void) {
     run_case("rmsnorm", "[ndims=3]", DTS[d], 1, &x, nd3, a, r);
   }
 }
+
+/* add and sub with alpha, in each layout of the kernel. */
+static void check_alpha(void) {
+  struct { in_spec_t a, b; } cases[] = {
+      {{2, S(37, 129), -2, 2, NULL}, {2, S(37, 129), -2, 2, NULL}},
+      {{2, S(300, 257), -2, 2, NULL}, {1, S(257), -2, 2, NULL}},
+      {{1, S(257), -2, 2, NULL}, {2, S(300, 257), -2, 2, NULL}},
+      {{3, S(4, 1, 6), -2, 2, NULL}, {3, S(1, 5, 1), -2, 2, NULL}},
+  };
+  for (int d = 0; d < 3; d++)
+    for (auto &c : cases)
+      for (double al : {2.5, -0.5}) {
+        in_spec_t in[2] = {c.a, c.b};
+        double a, r;
+        tol(DTS[d], &a, &r, 1e-6, 1e-6);
+        auto set = [al](opd_kcall_t *k) { attr(k, "alpha")->f = al; };
+        for (const char *op : {"add", "sub"}) run_case(op, "[alpha]", DTS[d], 2, in, set, a, r);
+      }
+}
