@@ -73,6 +73,10 @@ def samples(dev):
                 {"iou_threshold": 0.5}),
         "scale": ((r(6, 7),), {"a": 2.0, "b": -1.0}),
         "conv3x3_bias_relu": ((r(2, 3, 7, 9), r(4, 3, 3, 3), r(4)), {}),
+        "sum": ((r(3, 4, 5),), {"dims": [1]}),
+        "mean": ((r(3, 4),), {"dims": [0], "keepdim": True}),
+        "amax": ((r(3, 4),), {}),
+        "log_softmax": ((r(4, 33),), {"dim": 0}),
     }
 
 
@@ -194,12 +198,13 @@ def variants(c, dev):
 def test_out_and_inplace_forms_are_registered(tc):
     ops = tc.ops()
     assert ot.out_schema(ops["softmax"]) == \
-        "(Tensor x, *, Tensor(a!) out, int dim=-1) -> ()"
+        "(Tensor x, *, Tensor(a!) out, int dim=-1, str dtype=\"\") -> ()"
     assert ot.out_schema(ops["nms"]) == ("(Tensor boxes, Tensor scores, *, "
                                          "Tensor(a!) out_keep, Tensor(b!) out_count, "
                                          "float iou_threshold) -> ()")
     assert ot.inplace_schema(ops["layernorm"]) == (
-        "(Tensor(a!) x, Tensor? weight=None, Tensor? bias=None, *, float eps=1e-05) -> ()")
+        "(Tensor(a!) x, Tensor? weight=None, Tensor? bias=None, *, float eps=1e-05, "
+        "int ndims=1) -> ()")
     for name, schema in ops.items():
         assert hasattr(torch.ops.opd, name + "_out") == bool(schema["outputs"]), name
         assert hasattr(torch.ops.opd, name + "_") == ot.has_inplace(schema), name
