@@ -154,3 +154,54 @@ static void check_alpha(void) {
         for (const char *op : {"add", "sub"}) run_case(op, "[alpha]", DTS[d], 2, in, set, a, r);
       }
 }
+
+/* max_pool2d, adaptive_avg_pool2d and batch_norm. */
+static void check_pool_bn(void) {
+  struct {
+    int64_t shape[4], k[2], s[2], p[2], d[2];
+    int ceil;
+  } mp[] = {
+      {{2, 3, 9, 11}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, 0},
+      {{1, 2, 10, 7}, {2, 3}, {1, 2}, {0, 1}, {2, 1}, 1},
+      {{2, 64, 56, 56}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, 0},  /* ResNet's */
+  };
+  int64_t sizes[][2] = {{1, 1}, {3, 3}, {4, 5}, {20, 13}};
+  for (int d = 0; d < 3; d++) {
+    double a, r;
+    tol(DTS[d], &a, &r, 1e-6, 1e-5);
+    for (auto &c : mp) {
+      in_spec_t x = {4, S(c.shape[0], c.shape[1], c.shape[2], c.shape[3]), -3, 3, NULL};
+      auto set = [&c](opd_kcall_t *k) {
+        const char *names[4] = {"kernel", "stride", "padding", "dilation"};
+        const int64_t *v[4] = {c.k, c.s, c.p, c.d};
+        for (int i = 0; i < 4; i++) {
+          opd_attr_val_t *at = attr(k, names[i]);
+          at->type = OPD_ATTR_INTS;
+          at->n = 2;
+          at->ints[0] = v[i][0];
+          at->ints[1] = v[i][1];
+        }
+        attr(k, "ceil_mode")->i = c.ceil;
+      };
+      run_case("max_pool2d", "", DTS[d], 1, &x, set, 0, 0);
+    }
+    in_spec_t x = {4, S(2, 3, 14, 13), -3, 3, NULL};
+    for (auto &sz : sizes) {
+      auto set = [&sz](opd_kcall_t *k) {
+        opd_attr_val_t *at = attr(k, "size");
+        at->type = OPD_ATTR_INTS;
+        at->n = 2;
+        at->ints[0] = sz[0];
+        at->ints[1] = sz[1];
+      };
+      run_case("adaptive_avg_pool2d", "", DTS[d], 1, &x, set, a, r);
+    }
+    in_spec_t bn[5] = {{4, S(3, 7, 9, 11), -3, 3, NULL}, {1, S(7), -1, 1, NULL},
+                       {1, S(7), 0.1f, 2, NULL}, {1, S(7), 0.5f, 2, NULL},
+                       {1, S(7), -1, 1, NULL}};
+    run_case("batch_norm", "[w,b]", DTS[d], 5, bn, no_attrs, a * 4, r * 4);
+    run_case("batch_norm", "", DTS[d], 3, bn, no_attrs, a * 4, r * 4);
+    in_spec_t bn2[3] = {{2, S(8, 7), -3, 3, NULL}, bn[1], bn[2]};
+    run_case("batch_norm", "[N,C]", DTS[d], 3, bn2, no_attrs, a * 4, r * 4);
+  }
+}

@@ -564,6 +564,7 @@ int main(int argc, char **argv) {
   check_softmax_dtype();
   check_norm_dims();
   check_alpha();
+  check_pool_bn();
   printf("%d passed, %d failed\n", g_pass, g_fail);
   return g_fail ? 1 : 0;
 }
