@@ -77,6 +77,9 @@ def samples(dev):
         "mean": ((r(3, 4),), {"dims": [0], "keepdim": True}),
         "amax": ((r(3, 4),), {}),
         "log_softmax": ((r(4, 33),), {"dim": 0}),
+        "max_pool2d": ((r(2, 3, 9, 8),), {"kernel": [3], "stride": [2], "padding": [1]}),
+        "adaptive_avg_pool2d": ((r(2, 3, 9, 8),), {"size": [2, 3]}),
+        "batch_norm": ((r(2, 3, 4, 5), r(3), r(3).abs() + 0.1, r(3), r(3)), {}),
     }
 
 

@@ -88,3 +88,24 @@ def test_bad_input_names_it(tc):
         torch.ops.opd.sum(torch.zeros(2, 3), dims=[3])
     with pytest.raises(opd.BadArgumentError, match="softmax: dim=2 is out of range"):
         torch.ops.opd.softmax(torch.zeros(2, 3), dim=2)
+
+
+def test_pool_and_batch_norm(tc):
+    for dev in devices(tc):
+        x = torch.randn(2, 3, 13, 12, device=dev)
+        m, v = torch.randn(3, device=dev), torch.rand(3, device=dev) + 0.1
+        w, b = torch.randn(3, device=dev), torch.randn(3, device=dev)
+        for name, args, kwargs, want in [
+            ("max_pool2d", (x,), {"kernel": [3], "stride": [2], "padding": [1]},
+             F.max_pool2d(x, 3, 2, 1)),
+            ("max_pool2d", (x,), {"kernel": [2, 3], "dilation": [2, 1], "ceil_mode": True},
+             F.max_pool2d(x, (2, 3), dilation=(2, 1), ceil_mode=True)),
+            ("adaptive_avg_pool2d", (x,), {"size": [5, 7]}, F.adaptive_avg_pool2d(x, (5, 7))),
+            ("adaptive_avg_pool2d", (x[0],), {"size": [1]}, F.adaptive_avg_pool2d(x[0], 1)),
+            ("batch_norm", (x, m, v, w, b), {"eps": 1e-3},
+             F.batch_norm(x, m, v, w, b, training=False, eps=1e-3)),
+            ("batch_norm", (x[:, :, 0], m, v), {}, F.batch_norm(x[:, :, 0], m, v)),
+        ]:
+            op = getattr(torch.ops.opd, name)
+            torch.library.opcheck(op.default, args, kwargs)
+            torch.testing.assert_close(op(*args, **kwargs), want, rtol=1e-5, atol=1e-5)
