@@ -16,11 +16,14 @@
  *                                     a warp per output when there are
  *                                     fewer than 1024 outputs
  * A single merged reduced dim (the common case) skips the index split.
+ * At most 256 outputs of 32768 elements or more each take the split path
+ * instead: P blocks per output (P up to nred / 8192, P nout <= 2048)
+ * write partials into the workspace (opd__<op>_cuda_workspace: nout P
+ * floats; cudaMallocAsync on the stream when the workspace is smaller),
+ * a second kernel combines them, so a sum of everything fills the GPU.
  * amax gives NaN when any element is NaN (the group counts NaNs apart
- * from its fmaxf, which skips them). No scratch, no synchronization: it
- * may be captured into a CUDA graph. One block reduces a whole output,
- * so a reduction of everything into one value runs on one SM (a two-pass
- * reduction would be the next step for huge all-reductions).
+ * from its fmaxf, which skips them). No synchronization, no cudaMalloc:
+ * it may be captured into a CUDA graph.
  * Test: build/tests/gpu_kernels (op=sum, op=mean, op=amax).
  */
 #include "kernels/cuda/common.cuh"
@@ -87,6 +90,63 @@ static void red_launch(const T *x, T *y, const opd_red_geom_t &g, cudaStream_t s
   }
 }
 
+/* Few outputs with long reductions: P blocks per output (grid P x nout),
+ * block b reducing elements b*256 + t, stepping P*256, into part[o P + b]
+ * (amax: NaN when its slice holds one); then a warp per output combines
+ * its P partials. */
+template <typename T, int OP>
+__global__ __launch_bounds__(256) void red_split(const T *x, float *part, opd_red_geom_t g,
+                                                 int P) {
+  __shared__ float sh[32];
+  int64_t o = blockIdx.y;
+  const T *xo = x + opd__red_koff(&g, o);
+  float acc = OP == RED_MAX ? -INFINITY : 0.0f, nan = 0.0f;
+  for (int64_t r = (int64_t)blockIdx.x * 256 + threadIdx.x; r < g.nred;
+       r += (int64_t)P * 256) {
+    float v = to_f(xo[g.nr == 1 ? r * g.rstride[0] : opd__red_roff(&g, r)]);
+    if (OP == RED_MAX) {
+      acc = fmaxf(acc, v);
+      nan += v != v;
+    } else {
+      acc += v;
+    }
+  }
+  acc = red_group<256, OP == RED_MAX>(acc, sh);
+  if (OP == RED_MAX && red_group<256, false>(nan, sh) > 0.0f) acc = NAN;
+  if (threadIdx.x == 0) part[o * P + blockIdx.x] = acc;
+}
+
+template <typename T, int OP>
+__global__ __launch_bounds__(256) void red_finish(const float *part, T *y, int64_t nout, int P,
+                                                  int64_t nred) {
+  int64_t o = (int64_t)blockIdx.x * 8 + threadIdx.x / 32;
+  int lane = threadIdx.x % 32;
+  if (o >= nout) return; /* o is uniform over the warp */
+  float acc = OP == RED_MAX ? -INFINITY : 0.0f, nan = 0.0f;
+  for (int i = lane; i < P; i += 32) {
+    float v = part[o * P + i];
+    if (OP == RED_MAX) {
+      acc = fmaxf(acc, v);
+      nan += v != v;
+    } else {
+      acc += v;
+    }
+  }
+  acc = red_group<32, OP == RED_MAX>(acc, NULL);
+  if (OP == RED_MAX && red_group<32, false>(nan, NULL) > 0.0f) acc = NAN;
+  if (OP == RED_MEAN) acc = acc / (float)nred;
+  if (lane == 0) y[o] = from_f<T>(acc);
+}
+
+/* Blocks per output of the split path for g, or 0 when one group per
+ * output is enough (many outputs, or short reductions). */
+static int red_split_blocks(const opd_red_geom_t &g) {
+  if (g.nout > 256 || g.nred < 32768) return 0;
+  int64_t p = (g.nred + 8191) / 8192, cap = 2048 / g.nout;
+  if (p > cap) p = cap;
+  return p < 2 ? 0 : (int)p;
+}
+
 template <int OP>
 static int reduce_run(opd_kcall_t *call, const opd_cuda_ctx_t *ctx) {
   opd_red_geom_t g;
@@ -94,11 +154,53 @@ static int reduce_run(opd_kcall_t *call, const opd_cuda_ctx_t *ctx) {
   if (g.nout == 0) return 0;
   cudaStream_t st = OPD_STREAM(ctx);
   const opd_tview_t *xv = &call->in[0];
+  if (!(OPD_DT_FLOATS & (1u << xv->dtype))) return opd__cuda_bad_dtype(call, xv->dtype);
+  int P = red_split_blocks(g);
+  float *part = NULL, *own = NULL;
+  if (P > 0) {
+    size_t need = (size_t)g.nout * P * sizeof(float);
+    if (ctx->workspace && ctx->workspace_bytes >= need) {
+      part = (float *)ctx->workspace;
+    } else {
+      OPD_CUDA_CHECK(cudaMallocAsync((void **)&own, need, st));
+      part = own;
+    }
+  }
   OPD_FLOAT_DISPATCH(xv->dtype, return opd__cuda_bad_dtype(call, xv->dtype),
-    red_launch<T, OP>((const T *)xv->data, (T *)call->out[0].data, g, st);
+    const T *x = (const T *)xv->data;
+    T *y = (T *)call->out[0].data;
+    if (P > 0) {
+      red_split<T, OP><<<dim3((unsigned)P, (unsigned)g.nout), 256, 0, st>>>(x, part, g, P);
+      red_finish<T, OP><<<(unsigned)((g.nout + 7) / 8), 256, 0, st>>>(part, y, g.nout, P,
+                                                                     g.nred);
+    } else {
+      red_launch<T, OP>(x, y, g, st);
+    }
   )
-  OPD_CUDA_LAUNCHED();
+  cudaError_t e = cudaGetLastError();
+  if (own) {
+    cudaError_t f = cudaFreeAsync(own, st);
+    if (e == cudaSuccess) e = f;
+  }
+  if (e != cudaSuccess) return opd__cuda_fail(call, e, __FILE__, __LINE__);
   return 0;
+}
+
+/* Scratch of the split path: nout P floats (0 when it does not run). */
+static size_t reduce_workspace(const opd_kcall_t *call) {
+  opd_red_geom_t g;
+  opd__red_call_geom(call, &g);
+  return (size_t)g.nout * red_split_blocks(g) * sizeof(float);
+}
+
+extern "C" size_t opd__sum_cuda_workspace(const opd_kcall_t *call) {
+  return reduce_workspace(call);
+}
+extern "C" size_t opd__mean_cuda_workspace(const opd_kcall_t *call) {
+  return reduce_workspace(call);
+}
+extern "C" size_t opd__amax_cuda_workspace(const opd_kcall_t *call) {
+  return reduce_workspace(call);
 }
 
 extern "C" int opd__sum_cuda(opd_kcall_t *call, const opd_cuda_ctx_t *ctx) {

@@ -25,6 +25,9 @@
 OPD_OP_DECLARE(sum);
 OPD_OP_DECLARE(mean);
 OPD_OP_DECLARE(amax);
+OPD_OP_DECLARE_CUDA_WORKSPACE(sum);
+OPD_OP_DECLARE_CUDA_WORKSPACE(mean);
+OPD_OP_DECLARE_CUDA_WORKSPACE(amax);
 
 #define INTS_DT \
   (OPD_DT(INT8) | OPD_DT(UINT8) | OPD_DT(INT32) | OPD_DT(INT64) | OPD_DT(BOOL))
@@ -98,6 +101,7 @@ static int amax_shape(opd_kcall_t *call, opd_tshape_t *out) {
                  "keepdim)",                                                \
     .shape = op##_shape,                                                    \
     OPD_ROW_KERNELS(op),                                                    \
+    .cuda_workspace = opd__##op##_cuda_workspace,                           \
     .cuda_dtypes = OPD_DT(FLOAT32) | OPD_DT(FLOAT16) | OPD_DT(BFLOAT16),    \
     __VA_ARGS__                                                             \
   }

@@ -205,3 +205,40 @@ static void check_pool_bn(void) {
     run_case("batch_norm", "[N,C]", DTS[d], 3, bn2, no_attrs, a * 4, r * 4);
   }
 }
+
+/* The table's CUDA kernel run without a workspace (its cudaMallocAsync
+ * path). */
+static int without_workspace(opd_kcall_t *c, const opd_cuda_ctx_t *ctx) {
+  opd_cuda_ctx_t bare = *ctx;
+  bare.workspace = NULL;
+  bare.workspace_bytes = 0;
+  return c->op->cuda(c, &bare);
+}
+
+/* The split path (few outputs, long reductions), with the workspace and
+ * without it. */
+static void check_reduce_split(void) {
+  struct {
+    in_spec_t x;
+    int n;
+    int64_t dims[2];
+  } cases[] = {
+      {{1, S(3000017), -2, 2, NULL}, 0, S(0)},        /* everything */
+      {{2, S(4, 1000003), -2, 2, NULL}, 1, S(1)},     /* 4 long rows */
+      {{2, S(200000, 3), -2, 2, NULL}, 1, S(0)},      /* 3 long columns */
+      {{3, S(64, 1000, 2), -2, 2, NULL}, 2, S(0, 1)}, /* general */
+  };
+  for (int d = 0; d < 3; d++)
+    for (auto &c : cases) {
+      double a, r;
+      tol(DTS[d], &a, &r, 1e-4, 1e-4);
+      int64_t n = 1;
+      for (int k = 0; k < c.x.rank; k++) n *= c.x.shape[k];
+      a *= sqrt((double)n);
+      for (const char *op : {"sum", "mean", "amax"}) {
+        run_case(op, "[split]", DTS[d], 1, &c.x, dims_attrs(c.n, c.dims, 0), a, r);
+        run_case(op, "[split,no workspace]", DTS[d], 1, &c.x, dims_attrs(c.n, c.dims, 0), a,
+                 r, without_workspace);
+      }
+    }
+}

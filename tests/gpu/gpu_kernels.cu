@@ -560,6 +560,7 @@ int main(int argc, char **argv) {
   check_conv2d();
   check_nms();
   check_reduce();
+  check_reduce_split();
   check_softmax_dims();
   check_softmax_dtype();
   check_norm_dims();
