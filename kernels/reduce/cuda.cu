@@ -1,5 +1,6 @@
 /* The reduce family on the GPU (sum, mean, amax over any set of dims),
- * float32 / float16 / bfloat16, accumulated in float; one body for every
+ * float32 / float16 / bfloat16, accumulated in float (sum also of int8,
+ * uint8, int32, int64 and bool into int64: red_int); one body for every
  * op of the family (rows: ops.c).
  *
  * DESIGN
@@ -90,6 +91,50 @@ static void red_launch(const T *x, T *y, const opd_red_geom_t &g, cudaStream_t s
   }
 }
 
+/* sum of an integer or bool x into int64: a warp per output when the
+ * innermost dim is reduced, else a thread per output; wrapping sums (as
+ * torch), in unsigned arithmetic. */
+template <typename T, int TPR>
+__global__ __launch_bounds__(256) void red_int(const T *x, int64_t *y, opd_red_geom_t g) {
+  const int per = 256 / TPR;
+  int lane = threadIdx.x % TPR;
+  for (int64_t o = (int64_t)blockIdx.x * per + threadIdx.x / TPR; o < g.nout;
+       o += (int64_t)gridDim.x * per) {
+    const T *xo = x + opd__red_koff(&g, o);
+    unsigned long long acc = 0;
+    for (int64_t r = lane; r < g.nred; r += TPR)
+      acc += (unsigned long long)(long long)xo[g.nr == 1 ? r * g.rstride[0] : opd__red_roff(&g, r)];
+#pragma unroll
+    for (int off = TPR / 2; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off, TPR);
+    if (lane == 0) y[o] = (int64_t)acc;
+  }
+}
+
+template <typename T>
+static void red_int_launch(const void *x, void *y, const opd_red_geom_t &g, cudaStream_t st) {
+  bool inner_red = g.nr > 0 && g.rstride[g.nr - 1] == 1;
+  int tpr = inner_red ? 32 : 1;
+  int64_t blocks = (g.nout + 256 / tpr - 1) / (256 / tpr);
+  unsigned grid = (unsigned)(blocks > (1 << 20) ? (1 << 20) : blocks < 1 ? 1 : blocks);
+  if (tpr == 32)
+    red_int<T, 32><<<grid, 256, 0, st>>>((const T *)x, (int64_t *)y, g);
+  else
+    red_int<T, 1><<<grid, 256, 0, st>>>((const T *)x, (int64_t *)y, g);
+}
+
+/* Launches the integer sum for x's dtype; false for a float dtype. */
+static bool red_int_run(int32_t dt, const void *x, void *y, const opd_red_geom_t &g,
+                        cudaStream_t st) {
+  switch (dt) {
+    case OPD_DTYPE_INT8: red_int_launch<int8_t>(x, y, g, st); return true;
+    case OPD_DTYPE_UINT8:
+    case OPD_DTYPE_BOOL: red_int_launch<uint8_t>(x, y, g, st); return true;
+    case OPD_DTYPE_INT32: red_int_launch<int32_t>(x, y, g, st); return true;
+    case OPD_DTYPE_INT64: red_int_launch<int64_t>(x, y, g, st); return true;
+    default: return false;
+  }
+}
+
 /* Few outputs with long reductions: P blocks per output (grid P x nout),
  * block b reducing elements b*256 + t, stepping P*256, into part[o P + b]
  * (amax: NaN when its slice holds one); then a warp per output combines
@@ -154,6 +199,10 @@ static int reduce_run(opd_kcall_t *call, const opd_cuda_ctx_t *ctx) {
   if (g.nout == 0) return 0;
   cudaStream_t st = OPD_STREAM(ctx);
   const opd_tview_t *xv = &call->in[0];
+  if (OP == RED_SUM && red_int_run(xv->dtype, xv->data, call->out[0].data, g, st)) {
+    OPD_CUDA_LAUNCHED();
+    return 0;
+  }
   if (!(OPD_DT_FLOATS & (1u << xv->dtype))) return opd__cuda_bad_dtype(call, xv->dtype);
   int P = red_split_blocks(g);
   float *part = NULL, *own = NULL;

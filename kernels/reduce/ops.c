@@ -14,8 +14,8 @@
  * torch's dim=None (the protocol carries no empty list). A dim given
  * twice or out of range is an OPD_EATTR naming it. keepdim keeps the
  * reduced dims as extent 1. Dtypes: float32 (float16 and bfloat16 on the
- * CUDA backend); sum also takes int8, uint8, int32, int64 and bool on the
- * CPU and gives int64 for them, as torch. Empty reductions: sum gives 0,
+ * CUDA backend); sum also takes int8, uint8, int32, int64 and bool and
+ * gives int64 for them, as torch. Empty reductions: sum gives 0,
  * mean NaN (0/0, as torch), amax is refused (torch raises too).
  */
 #include "kernels/common/cpu.h"
@@ -102,7 +102,6 @@ static int amax_shape(opd_kcall_t *call, opd_tshape_t *out) {
     .shape = op##_shape,                                                    \
     OPD_ROW_KERNELS(op),                                                    \
     .cuda_workspace = opd__##op##_cuda_workspace,                           \
-    .cuda_dtypes = OPD_DT(FLOAT32) | OPD_DT(FLOAT16) | OPD_DT(BFLOAT16),    \
     __VA_ARGS__                                                             \
   }
 
@@ -111,17 +110,17 @@ const opd_op_def_t opd__op_sum = REDUCE_ROW(
     .in = {{"x", OPD_DT_FLOATS | INTS_DT, "(...)"}},
     .out = {{"out", OPD_DT_FLOATS | OPD_DT(INT64),
              "x's dtype; int64 for integer or bool x"}},
-    .cpu_dtypes = OPD_DT_FLOAT | INTS_DT);
+    .cpu_dtypes = OPD_DT_FLOAT | INTS_DT, .cuda_dtypes = OPD_DT_FLOATS | INTS_DT);
 
 const opd_op_def_t opd__op_mean = REDUCE_ROW(
     mean, .summary = "mean over dims (torch.mean(x, dims, keepdim))",
     .in = {{"x", OPD_DT_FLOATS, "(...)"}},
     .out = {{"out", OPD_DT_FLOATS, "x's dtype"}},
-    .cpu_dtypes = OPD_DT_FLOAT);
+    .cpu_dtypes = OPD_DT_FLOAT, .cuda_dtypes = OPD_DT_FLOATS);
 
 const opd_op_def_t opd__op_amax = REDUCE_ROW(
     amax, .summary = "maximum over dims, NaN if any (torch.amax(x, dims, "
                      "keepdim))",
     .in = {{"x", OPD_DT_FLOATS, "(...)"}},
     .out = {{"out", OPD_DT_FLOATS, "x's dtype"}},
-    .cpu_dtypes = OPD_DT_FLOAT);
+    .cpu_dtypes = OPD_DT_FLOAT, .cuda_dtypes = OPD_DT_FLOATS);

@@ -242,3 +242,58 @@ static void check_reduce_split(void) {
       }
     }
 }
+
+/* sum of int32 / uint8 / int64 x into int64, against the CPU reference. */
+static void check_reduce_int(void) {
+  if (!wanted("sum")) return;
+  struct {
+    int rank;
+    int64_t shape[3];
+    int n;
+    int64_t dims[2];
+  } cases[] = {{2, {37, 1000}, 1, {1}}, {2, {1000, 37}, 1, {0}}, {3, {4, 5, 6}, 2, {0, 2}},
+               {1, {100003}, 0, {0}}};
+  const int dts[3] = {OPD_DTYPE_INT32, OPD_DTYPE_UINT8, OPD_DTYPE_INT64};
+  for (int dt : dts)
+    for (auto &c : cases) {
+      int64_t n = 1;
+      for (int k = 0; k < c.rank; k++) n *= c.shape[k];
+      size_t esz = opd__dtype_size(dt);
+      std::vector<unsigned char> h((size_t)n * esz);
+      for (int64_t i = 0; i < n; i++) {
+        int64_t v = (int64_t)frand(-1000, 1000);
+        if (dt == OPD_DTYPE_INT32) { int32_t w = (int32_t)v; memcpy(&h[i * esz], &w, 4); }
+        else if (dt == OPD_DTYPE_UINT8) h[i] = (unsigned char)(v & 0xff);
+        else { v *= 1000000007LL; memcpy(&h[i * esz], &v, 8); }
+      }
+      void *dx;
+      CK(cudaMalloc(&dx, h.size()));
+      CK(cudaMemcpy(dx, h.data(), h.size(), cudaMemcpyHostToDevice));
+      opd_kcall_t ref, gpu;
+      call_init(&ref, "sum");
+      call_init(&gpu, "sum");
+      auto set = dims_attrs(c.n, c.dims, 0);
+      set(&ref);
+      set(&gpu);
+      ref.n_in = gpu.n_in = 1;
+      set_view(&ref.in[0], dt, c.rank, c.shape, h.data());
+      set_view(&gpu.in[0], dt, c.rank, c.shape, dx);
+      bool ok = shape_outs(&ref) == 0 && shape_outs(&gpu) == 0 &&
+                gpu.out[0].dtype == OPD_DTYPE_INT64;
+      int64_t m = ref.out[0].numel;
+      std::vector<int64_t> want((size_t)m), got((size_t)m);
+      void *dy;
+      CK(cudaMalloc(&dy, (size_t)m * 8));
+      ref.out[0].data = want.data();
+      gpu.out[0].data = dy;
+      ok = ok && ref.op->cpu_ref(&ref) == 0 && gpu.op->cuda(&gpu, &g_ctx) == 0;
+      CK(cudaStreamSynchronize(g_stream));
+      CK(cudaMemcpy(got.data(), dy, (size_t)m * 8, cudaMemcpyDeviceToHost));
+      for (int64_t i = 0; ok && i < m; i++) ok = got[i] == want[i];
+      printf("gpu op=sum[int] dtype=%s numel=%lld outputs=%lld %s\n", opd__kdtype_name(dt),
+             (long long)n, (long long)m, ok ? "PASS" : "FAIL");
+      ok ? g_pass++ : g_fail++;
+      CK(cudaFree(dx));
+      CK(cudaFree(dy));
+    }
+}

@@ -561,6 +561,7 @@ int main(int argc, char **argv) {
   check_nms();
   check_reduce();
   check_reduce_split();
+  check_reduce_int();
   check_softmax_dims();
   check_softmax_dtype();
   check_norm_dims();
