@@ -168,3 +168,18 @@ Test(softmax_dims, log_softmax_special_values_and_dtype) {
   cr_assert_eq(ot_run(c, 1, &opd__exec_serial), OPD_EDTYPE);
   cr_assert(strstr(c->err, "dtype=float16") && strstr(c->err, "float32"), "%s", c->err);
 }
+
+Test(softmax_dims, in_place_on_a_leading_dim) {
+  const char *ops[2] = {"softmax", "log_softmax"};
+  for (int o = 0; o < 2; o++) {
+    opd_kcall_t *c = ot_new(ops[o]);
+    float *x = ot_in_rand(c, 0, 3, OT_SHAPE(30, 7, 70), 9, -5, 5);
+    ot_set_int(c, "dim", 0);
+    ot_ready(c);
+    cr_assert_eq(ot_run(c, 0, &opd__exec_serial), 0);
+    float *want = ot_out(c, 0);
+    c->out[0].data = x;
+    cr_assert_eq(ot_run(c, 1, ot_pool(2)), 0);
+    ot_assert_close(x, want, 30 * 7 * 70, 1e-6, 1e-5, ops[o]);
+  }
+}
