@@ -74,14 +74,15 @@ static int norm_shape(opd_kcall_t *call, opd_tshape_t *out,
                      "ndims=%lld but weight has rank %d: normalized_shape is "
                      "weight's shape (leave ndims at 1 or give %d)",
                      (long long)nd, call->in[1].rank, call->in[1].rank);
-  int k = opd__norm_ndims(call);
-  if (k < 1 || k > x->rank)
+  int64_t kk = call->n_in > 1 ? call->in[1].rank : nd;
+  if (kk < 1 || kk > x->rank)
     return opd__kerr(call, OPD_EATTR,
-                     "%s=%d is out of range for x of shape %s (expected 1 to "
-                     "%d trailing dims)",
-                     call->n_in > 1 ? "weight's rank" : "ndims", k,
+                     "%s=%lld is out of range for x of shape %s (expected 1 "
+                     "to %d trailing dims)",
+                     call->n_in > 1 ? "weight's rank" : "ndims", (long long)kk,
                      opd__shape_str(sx, sizeof sx, x->shape, x->rank),
                      x->rank);
+  int k = (int)kk;
   const int64_t *S = x->shape + x->rank - k;
   for (int i = 1; i < call->n_in; i++) {
     const opd_tview_t *p = &call->in[i];

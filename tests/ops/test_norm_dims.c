@@ -63,3 +63,10 @@ Test(norm_dims, errors) {
   ot_set_int(r, "ndims", 2);
   ot_expect_err(r, OPD_EATTR, "ndims=2", "weight has rank 1", NULL);
 }
+
+Test(norm_dims, huge_ndims_is_refused) {
+  opd_kcall_t *r = ot_new("layernorm");
+  ot_in(r, 0, OPD_DTYPE_FLOAT32, 2, OT_SHAPE(4, 5), NULL);
+  ot_set_int(r, "ndims", ((int64_t)1 << 32) + 1); /* 1 as an int */
+  ot_expect_err(r, OPD_EATTR, "ndims=4294967297", "out of range", NULL);
+}
