@@ -11,6 +11,8 @@
  */
 #include <float.h>
 
+#include <type_traits>
+
 #include "kernels/norm/rows.cuh"
 
 extern "C" {
@@ -20,9 +22,11 @@ extern "C" {
 /* ---- softmax and log_softmax on the GPU, float32 / float16 / bfloat16,
  * computed in float: y = exp(x - max) / sum(exp(x - max)), log_softmax
  * y = (x - max) - log(sum).
- * Along any other dim than the last, or with dtype= changing the dtype,
- * softmax_cols runs: a thread per column (o, i) of x seen as (outer, C,
- * inner), the same online max/sum, same semantics. Along the last dim:
+ * Along any other dim than the last, or with dtype= giving float16 /
+ * bfloat16, softmax_cols runs: a thread per column (o, i) of x seen as
+ * (outer, C, inner), the same online max/sum, same semantics. Along the
+ * last dim (dtype=float32 on float16 / bfloat16 x too: the _f32 row
+ * kernels, scalar float stores):
  *
  * Variants (threads per row from rows_tpr(C), kernels/norm/rows.cuh):
  *   warp per row   C <= 1024 (8 rows per block of 256)
@@ -44,9 +48,10 @@ extern "C" {
  * lines for the float range); bench: --bench (op=softmax).
  */
 
-/* One row of softmax (LOG: log_softmax) for the group of TPR lanes. */
-template <typename T, int TPR, int THREADS, bool VEC, bool LOG>
-__device__ __forceinline__ void softmax_row(const T *xr, T *yr, int64_t C, int lane,
+/* One row of softmax (LOG: log_softmax) for the group of TPR lanes, x in
+ * T, y in TO (T, or float for dtype=float32: then scalar stores). */
+template <typename T, typename TO, int TPR, int THREADS, bool VEC, bool LOG>
+__device__ __forceinline__ void softmax_row(const T *xr, TO *yr, int64_t C, int lane,
                                             float *sh) {
   float m = -INFINITY, s = 0.0f;
   row_visit<T, TPR, VEC>(xr, C, lane, [&](int64_t, float v) {
@@ -60,34 +65,31 @@ __device__ __forceinline__ void softmax_row(const T *xr, T *yr, int64_t C, int l
   float M = row_max<TPR, THREADS>(m, sh);
   s = s == 0.0f ? 0.0f : s * expf(m - M);
   float S = row_sum<TPR, THREADS>(s, sh);
-  if (LOG) {
-    float ls = logf(S);
-    row_map<T, TPR, VEC>(xr, yr, C, lane, [&](int64_t, float v) { return (v - M) - ls; });
-  } else {
-    float inv = 1.0f / S;
-    row_map<T, TPR, VEC>(xr, yr, C, lane, [&](int64_t, float v) { return expf(v - M) * inv; });
-  }
+  float ls = logf(S), inv = 1.0f / S;
+  auto f = [&](int64_t, float v) { return LOG ? (v - M) - ls : expf(v - M) * inv; };
+  if constexpr (std::is_same<T, TO>::value)
+    row_map<T, TPR, VEC>(xr, yr, C, lane, f);
+  else
+    row_visit<T, TPR, VEC>(xr, C, lane, [&](int64_t i, float v) { yr[i] = from_f<TO>(f(i, v)); });
 }
 
-template <typename T, int TPR, int THREADS, bool VEC>
-__global__ __launch_bounds__(THREADS) void softmax_rows(const T *x, T *y, int64_t rows,
-                                                        int64_t C) {
-  __shared__ float sh[32];
-  int lane = threadIdx.x % TPR;
-  OPD_FOR_ROWS(row, rows, TPR, THREADS) {
-    softmax_row<T, TPR, THREADS, VEC, false>(x + row * C, y + row * C, C, lane, sh);
+/* The row kernels: y in x's dtype (softmax_rows, log_softmax_rows) or in
+ * float32 (the _f32 ones, dtype=float32 on float16 / bfloat16 x). */
+#define SOFTMAX_ROWS_KERNEL(name, TO, LOG)                                        \
+  template <typename T, int TPR, int THREADS, bool VEC>                           \
+  __global__ __launch_bounds__(THREADS) void name(const T *x, TO *y, int64_t rows, \
+                                                  int64_t C) {                    \
+    __shared__ float sh[32];                                                      \
+    int lane = threadIdx.x % TPR;                                                 \
+    OPD_FOR_ROWS(row, rows, TPR, THREADS) {                                       \
+      softmax_row<T, TO, TPR, THREADS, VEC, LOG>(x + row * C, y + row * C, C, lane, sh); \
+    }                                                                             \
   }
-}
 
-template <typename T, int TPR, int THREADS, bool VEC>
-__global__ __launch_bounds__(THREADS) void log_softmax_rows(const T *x, T *y, int64_t rows,
-                                                            int64_t C) {
-  __shared__ float sh[32];
-  int lane = threadIdx.x % TPR;
-  OPD_FOR_ROWS(row, rows, TPR, THREADS) {
-    softmax_row<T, TPR, THREADS, VEC, true>(x + row * C, y + row * C, C, lane, sh);
-  }
-}
+SOFTMAX_ROWS_KERNEL(softmax_rows, T, false)
+SOFTMAX_ROWS_KERNEL(log_softmax_rows, T, true)
+SOFTMAX_ROWS_KERNEL(softmax_rows_f32, float, false)
+SOFTMAX_ROWS_KERNEL(log_softmax_rows_f32, float, true)
 
 /* Any dim, and dtype= (x in TI, y in TO): a thread per column (o, i) of
  * x seen as (outer, C, inner), neighbouring threads on neighbouring
@@ -126,8 +128,8 @@ static int softmax_run(opd_kcall_t *call, const opd_cuda_ctx_t *ctx) {
   opd__sm_geom(xv, call->attr[0].i, &outer, &C, &inner);
   if (xv->numel == 0) return 0;
   cudaStream_t st = OPD_STREAM(ctx);
+  int64_t rows = outer;
   if (inner == 1 && yv->dtype == xv->dtype) {
-    int64_t rows = outer;
     OPD_FLOAT_DISPATCH(xv->dtype, return opd__cuda_bad_dtype(call, xv->dtype),
       const T *x = (const T *)xv->data;
       T *y = (T *)yv->data;
@@ -140,6 +142,21 @@ static int softmax_run(opd_kcall_t *call, const opd_cuda_ctx_t *ctx) {
         OPD_ROWS_LAUNCH(softmax_rows, T, true, C, rows, st, x, y, rows, C)
       } else {
         OPD_ROWS_LAUNCH(softmax_rows, T, false, C, rows, st, x, y, rows, C)
+      }
+    )
+  } else if (inner == 1 && yv->dtype == OPD_DTYPE_FLOAT32) { /* half x, float y */
+    OPD_FLOAT_DISPATCH(xv->dtype, return opd__cuda_bad_dtype(call, xv->dtype),
+      const T *x = (const T *)xv->data;
+      float *y = (float *)yv->data;
+      bool vec = aligned16(x) && C % Pack<T>::N == 0;
+      if (LOG && vec) {
+        OPD_ROWS_LAUNCH(log_softmax_rows_f32, T, true, C, rows, st, x, y, rows, C)
+      } else if (LOG) {
+        OPD_ROWS_LAUNCH(log_softmax_rows_f32, T, false, C, rows, st, x, y, rows, C)
+      } else if (vec) {
+        OPD_ROWS_LAUNCH(softmax_rows_f32, T, true, C, rows, st, x, y, rows, C)
+      } else {
+        OPD_ROWS_LAUNCH(softmax_rows_f32, T, false, C, rows, st, x, y, rows, C)
       }
     )
   } else {
