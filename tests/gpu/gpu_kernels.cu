@@ -47,7 +47,10 @@
  * and with x / W / bias moved off alignment ("[gemv,...]", "[blaslt,...]",
  * "[moved4,...]", "[moved-w2,...]"); --bench: both variants per layer and
  * as the 3-layer MLP in a CUDA graph. gru_cell: 0, 1 or 2 biases, batch
- * 1 to 33.
+ * 1 to 33. gpu_checks_reduce.cuh: sum / mean / amax over dims ("[split]":
+ * the two-kernel path, with and without a workspace; "[int]" sums),
+ * softmax / log_softmax on every dim and with dtype=float32, the norms
+ * over several dims, add / sub with alpha, the pools and batch_norm.
  *
  * Build and run (GPU machine):
  *   make CUDA=1 BLAS=0 build/tests/gpu_kernels
