@@ -87,3 +87,38 @@ def test_pool_and_batch_norm(c):
         want = F.batch_norm(x64, m.double(), v.double(), w.double(), b.double(), eps=1e-3)
         check(c.batch_norm(x, to_dev(c, m), to_dev(c, v), to_dev(c, w), to_dev(c, b), eps=1e-3),
               want, dt, TOL_WIDE)
+
+
+def _graph(c, dev, C, m, v):
+    with c.graph(device=dev, name="reduce-ops-" + dev) as g:
+        x = g.input("x", (2, C, 12, 12), "float32")
+        h = g.batch_norm(x, m, v)
+        h = g.max_pool2d(h, kernel=3, stride=2, padding=1)
+        h = g.adaptive_avg_pool2d(h, size=[2, 2])            # (2, C, 2, 2)
+        n = g.add(g.softmax(h, dim=1), g.log_softmax(h, dim=-1), alpha=0.5)
+        n = g.layernorm(n, ndims=3)
+        g.output(g.sum(n, dims=[1, 2]))
+        g.output(g.amax(n, dims=[0]))
+        g.output(g.mean(n))
+    return g
+
+
+def _host(t):
+    return (t if t.device == "cpu" else t.cpu()).numpy()
+
+
+def test_graph_on_the_device_equals_the_cpu_graph(c):
+    """The ops as nodes of a CUDA graph (captured): every kernel there
+    must neither synchronize nor cudaMalloc."""
+    import numpy as np
+    rng = np.random.default_rng(5)
+    C = 8
+    m = rng.standard_normal(C).astype(np.float32)
+    v = np.abs(rng.standard_normal(C)).astype(np.float32) + 0.1
+    cpu, gpu = _graph(c, "cpu", C, m, v), _graph(c, "cuda", C, m, v)
+    for _ in range(3):
+        a = rng.standard_normal((2, C, 12, 12)).astype(np.float32)
+        for y, r in zip(gpu.run(a), cpu.run(a)):
+            np.testing.assert_allclose(_host(y), _host(r), rtol=1e-4, atol=1e-4)
+    gpu.close()
+    cpu.close()
