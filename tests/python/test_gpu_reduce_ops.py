@@ -4,6 +4,7 @@ float64, every float dtype the daemon lists: sum / mean / amax over dims
 with dtype=float32, layernorm and rmsnorm over several trailing dims, add
 and sub with alpha, max_pool2d, adaptive_avg_pool2d, batch_norm. Skips as
 test_gpu.py does (its helpers and its module-level skip are reused)."""
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed")
@@ -110,7 +111,6 @@ def _host(t):
 def test_graph_on_the_device_equals_the_cpu_graph(c):
     """The ops as nodes of a CUDA graph (captured): every kernel there
     must neither synchronize nor cudaMalloc."""
-    import numpy as np
     rng = np.random.default_rng(5)
     C = 8
     m = rng.standard_normal(C).astype(np.float32)
