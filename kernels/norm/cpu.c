@@ -35,9 +35,10 @@ OPD_OP_DECLARE(rmsnorm);
  *             passes (max with 16 lanes; e = opd__expf_fast(x - max)
  *             stored into y while summing (log_softmax: summed only);
  *             y *= 1/sum, as torch's CPU kernel, or y = (x - max) -
- *             log(sum)); inner > 1: per outer index, 64 columns at a
- *             time, the same passes each a loop over the 64 columns
- *             (contiguous: vectorized). Work spread over call->exec.
+ *             log(sum)); inner > 1: up to 1024 columns at a time, the
+ *             same passes over the C rows of the chunk, per-column max
+ *             and sum in arrays (sm_chunk). Rows, or (outer index,
+ *             chunk) units, spread over call->exec.
  * Float range: exact (to expf_fast's 2 ulp) for every finite row, huge or
  * denormal: x - max <= 0, so no exp overflows; a difference past -FLT_MAX
  * rounds to -inf, whose exp is 0, as the true e^(x - max) < 1e-38 is; the
@@ -101,6 +102,38 @@ static int sm_ref(opd_kcall_t *call, int lg) {
   return 0;
 }
 
+/* One row of C elements (lg: log_softmax), lg a constant where it is
+ * inlined, so that each copy's loops are plain vector loops. */
+static inline __attribute__((always_inline)) void sm_row(const float *x, float *y,
+                                                         int64_t C, const int lg) {
+  float m = opd__row_max(x, C);
+  opd_v8f s0 = opd__v8_splat(0.0f), s1 = s0, mv = opd__v8_splat(m);
+  int64_t i = 0;
+  for (; i + 16 <= C; i += 16) {
+    opd_v8f e0 = opd__v8_expf(opd__v8_load(x + i) - mv);
+    opd_v8f e1 = opd__v8_expf(opd__v8_load(x + i + 8) - mv);
+    if (!lg) {
+      opd__v8_store(y + i, e0);
+      opd__v8_store(y + i + 8, e1);
+    }
+    s0 += e0;
+    s1 += e1;
+  }
+  float sum = opd__v8_hsum(s0 + s1);
+  for (; i < C; i++) {
+    float v = opd__expf_fast(x[i] - m);
+    if (!lg) y[i] = v;
+    sum += v;
+  }
+  if (lg) {
+    float ls = logf(sum);
+    for (i = 0; i < C; i++) y[i] = (x[i] - m) - ls;
+    return;
+  }
+  float inv = 1.0f / sum;
+  for (i = 0; i < C; i++) y[i] *= inv;
+}
+
 /* fp-contract=fast: the x86-64-v3 clone fuses the exponential's
  * multiply-adds into FMAs (its range reduction only gets more exact):
  * 1.25-1.35x the rows per second on the 2-core VM (bench_cpu_ops,
@@ -110,65 +143,74 @@ OPD_FAST static void sm_rows(void *arg, int64_t b, int64_t e) {
   const sm_job_t *j = arg;
   int64_t C = j->C;
   for (int64_t r = b; r < e; r++) {
-    const float *x = j->x + r * C;
-    float *y = j->y + r * C;
-    float m = opd__row_max(x, C);
-    opd_v8f s0 = opd__v8_splat(0.0f), s1 = s0, mv = opd__v8_splat(m);
-    int64_t i = 0;
-    for (; i + 16 <= C; i += 16) {
-      opd_v8f e0 = opd__v8_expf(opd__v8_load(x + i) - mv);
-      opd_v8f e1 = opd__v8_expf(opd__v8_load(x + i + 8) - mv);
-      if (!j->lg) {
-        opd__v8_store(y + i, e0);
-        opd__v8_store(y + i + 8, e1);
-      }
-      s0 += e0;
-      s1 += e1;
-    }
-    float sum = opd__v8_hsum(s0 + s1);
-    for (; i < C; i++) {
-      float v = opd__expf_fast(x[i] - m);
-      if (!j->lg) y[i] = v;
-      sum += v;
-    }
-    if (j->lg) {
-      float ls = logf(sum);
-      for (i = 0; i < C; i++) y[i] = (x[i] - m) - ls;
-      continue;
-    }
-    float inv = 1.0f / sum;
-    for (i = 0; i < C; i++) y[i] *= inv;
+    if (j->lg)
+      sm_row(j->x + r * C, j->y + r * C, C, 1);
+    else
+      sm_row(j->x + r * C, j->y + r * C, C, 0);
   }
 }
 
-/* Outer indexes [b, e) of a dim with inner > 1: 64 columns at a time. */
-#define SM_COLS 64
+/* One chunk of n <= SM_COLS columns over the C rows of a dim with inner >
+ * 1 (lg: log_softmax, a constant where inlined): x, y at the chunk's
+ * first element, rows `in` apart. The per-column max and sum live in
+ * arrays of the chunk's width, so every pass reads each row's n
+ * contiguous elements (4 KiB at most) with 8-lane vector ops. */
+#define SM_COLS 1024
+static inline __attribute__((always_inline)) void sm_chunk(const float *x, float *y,
+                                                           int64_t C, int64_t in,
+                                                           int64_t n, const int lg) {
+  float m[SM_COLS], s[SM_COLS];
+  int64_t nv = n & ~(int64_t)7, k;
+  for (k = 0; k < n; k++) m[k] = -INFINITY, s[k] = 0.0f;
+  for (int64_t i = 0; i < C; i++) {
+    const float *r = x + i * in;
+    for (k = 0; k < nv; k += 8)
+      opd__v8_store(m + k, opd__v8_max(opd__v8_load(r + k), opd__v8_load(m + k)));
+    for (; k < n; k++) m[k] = r[k] > m[k] ? r[k] : m[k];
+  }
+  for (int64_t i = 0; i < C; i++) {
+    const float *r = x + i * in;
+    float *w = y + i * in;
+    for (k = 0; k < nv; k += 8) {
+      opd_v8f e = opd__v8_expf(opd__v8_load(r + k) - opd__v8_load(m + k));
+      if (!lg) opd__v8_store(w + k, e);
+      opd__v8_store(s + k, opd__v8_load(s + k) + e);
+    }
+    for (; k < n; k++) {
+      float v = opd__expf_fast(r[k] - m[k]);
+      if (!lg) w[k] = v;
+      s[k] += v;
+    }
+  }
+  for (k = 0; k < n; k++) s[k] = lg ? logf(s[k]) : 1.0f / s[k];
+  for (int64_t i = 0; i < C; i++) {
+    const float *r = x + i * in;
+    float *w = y + i * in;
+    for (k = 0; k < nv; k += 8) {
+      opd_v8f v = lg ? (opd__v8_load(r + k) - opd__v8_load(m + k)) - opd__v8_load(s + k)
+                     : opd__v8_load(w + k) * opd__v8_load(s + k);
+      opd__v8_store(w + k, v);
+    }
+    for (; k < n; k++) w[k] = lg ? (r[k] - m[k]) - s[k] : w[k] * s[k];
+  }
+}
+
+/* Units [b, e) of a dim with inner > 1: unit u is chunk u % nch of outer
+ * index u / nch, nch = ceil(inner / SM_COLS). */
 __attribute__((optimize("fp-contract=fast")))
 OPD_FAST static void sm_cols(void *arg, int64_t b, int64_t e) {
   const sm_job_t *j = arg;
-  int64_t C = j->C, in = j->inner;
-  float m[SM_COLS], s[SM_COLS];
-  for (int64_t o = b; o < e; o++)
-    for (int64_t k0 = 0; k0 < in; k0 += SM_COLS) {
-      int64_t n = in - k0 < SM_COLS ? in - k0 : SM_COLS;
-      const float *x = j->x + o * C * in + k0;
-      float *y = j->y + o * C * in + k0;
-      for (int64_t k = 0; k < n; k++) m[k] = -INFINITY, s[k] = 0.0f;
-      for (int64_t i = 0; i < C; i++)
-        for (int64_t k = 0; k < n; k++)
-          m[k] = x[i * in + k] > m[k] ? x[i * in + k] : m[k];
-      for (int64_t i = 0; i < C; i++)
-        for (int64_t k = 0; k < n; k++) {
-          float v = opd__expf_fast(x[i * in + k] - m[k]);
-          if (!j->lg) y[i * in + k] = v;
-          s[k] += v;
-        }
-      for (int64_t k = 0; k < n; k++) s[k] = j->lg ? logf(s[k]) : 1.0f / s[k];
-      for (int64_t i = 0; i < C; i++)
-        for (int64_t k = 0; k < n; k++)
-          y[i * in + k] = j->lg ? (x[i * in + k] - m[k]) - s[k]
-                                : y[i * in + k] * s[k];
-    }
+  int64_t C = j->C, in = j->inner, nch = (in + SM_COLS - 1) / SM_COLS;
+  for (int64_t u = b; u < e; u++) {
+    int64_t o = u / nch, k0 = (u % nch) * SM_COLS;
+    int64_t n = in - k0 < SM_COLS ? in - k0 : SM_COLS;
+    const float *x = j->x + o * C * in + k0;
+    float *y = j->y + o * C * in + k0;
+    if (j->lg)
+      sm_chunk(x, y, C, in, n, 1);
+    else
+      sm_chunk(x, y, C, in, n, 0);
+  }
 }
 
 static int sm_fast(opd_kcall_t *call, int lg) {
@@ -180,7 +222,9 @@ static int sm_fast(opd_kcall_t *call, int lg) {
   if (j.inner == 1)
     ex->parallel_for(ex, outer, opd__row_grain(j.C), sm_rows, &j);
   else
-    ex->parallel_for(ex, outer, opd__row_grain(j.C * j.inner), sm_cols, &j);
+    ex->parallel_for(ex, outer * ((j.inner + SM_COLS - 1) / SM_COLS),
+                     opd__row_grain(j.C * (j.inner < SM_COLS ? j.inner : SM_COLS)),
+                     sm_cols, &j);
   return 0;
 }
 
