@@ -11,8 +11,8 @@
  *              stride 1): each output is a row, 16-lane float sums or
  *              maxima (kernels/common/rowred.h)
  *     columns  the innermost dim is kept (stride 1): outputs in runs of
- *              K neighbours, accumulated in float a whole run at a time
- *              (a vectorizable loop over the run per reduced element)
+ *              K neighbours, accumulated in float up to 4096 at a time
+ *              (a vectorizable loop over them per reduced element)
  *     general  anything else, and integer x: per output as the reference
  * Semantics: amax gives NaN when any element is NaN (torch.amax); mean
  * is the sum divided by the count (NaN for none); sum of an integer or
@@ -107,33 +107,35 @@ OPD_FAST static void red_rows(void *arg, int64_t b, int64_t e) {
   }
 }
 
-/* Runs [b, e) of K neighbouring outputs (the innermost dim, kept, of
- * stride 1), accumulated CHUNK at a time. */
-#define CHUNK 256
+/* Units [b, e) of the columns layout: unit u is chunk u % nch (CHUNK
+ * outputs at most, nch = ceil(K / CHUNK)) of run u / nch of K neighbouring
+ * outputs (the innermost dim, kept, of stride 1), accumulated in float a
+ * whole chunk at a time: each reduced element adds one contiguous piece
+ * of a row (16 KiB at most). */
+#define CHUNK 4096
 OPD_FAST static void red_cols(void *arg, int64_t b, int64_t e) {
   const red_job_t *j = arg;
   const opd_red_geom_t *g = &j->g;
-  int64_t K = g->kshape[g->nk - 1];
+  int64_t K = g->kshape[g->nk - 1], nch = (K + CHUNK - 1) / CHUNK;
   float acc[CHUNK];
-  for (int64_t q = b; q < e; q++) {
+  for (int64_t u = b; u < e; u++) {
+    int64_t q = u / nch, k0 = (u % nch) * CHUNK;
     int64_t base = opd__red_koff(g, q * K);
-    for (int64_t k0 = 0; k0 < K; k0 += CHUNK) {
-      int64_t n = K - k0 < CHUNK ? K - k0 : CHUNK;
-      float init = j->op == RED_MAX ? -INFINITY : 0.0f;
-      for (int64_t k = 0; k < n; k++) acc[k] = init;
-      for (int64_t r = 0; r < g->nred; r++) {
-        const float *x = (const float *)j->x + base + opd__red_roff(g, r) + k0;
-        if (j->op == RED_MAX)
-          for (int64_t k = 0; k < n; k++)
-            acc[k] = x[k] > acc[k] || x[k] != x[k] ? x[k] : acc[k];
-        else
-          for (int64_t k = 0; k < n; k++) acc[k] += x[k];
-      }
-      float *y = (float *)j->out + q * K + k0;
-      float sc = j->op == RED_MEAN ? 1.0f / (float)g->nred : 1.0f;
-      if (j->op == RED_MEAN && g->nred == 0) sc = NAN;
-      for (int64_t k = 0; k < n; k++) y[k] = j->op == RED_MAX ? acc[k] : acc[k] * sc;
+    int64_t n = K - k0 < CHUNK ? K - k0 : CHUNK;
+    float init = j->op == RED_MAX ? -INFINITY : 0.0f;
+    for (int64_t k = 0; k < n; k++) acc[k] = init;
+    for (int64_t r = 0; r < g->nred; r++) {
+      const float *x = (const float *)j->x + base + opd__red_roff(g, r) + k0;
+      if (j->op == RED_MAX)
+        for (int64_t k = 0; k < n; k++)
+          acc[k] = x[k] > acc[k] || x[k] != x[k] ? x[k] : acc[k];
+      else
+        for (int64_t k = 0; k < n; k++) acc[k] += x[k];
     }
+    float *y = (float *)j->out + q * K + k0;
+    float sc = j->op == RED_MEAN ? 1.0f / (float)g->nred : 1.0f;
+    if (j->op == RED_MEAN && g->nred == 0) sc = NAN;
+    for (int64_t k = 0; k < n; k++) y[k] = j->op == RED_MAX ? acc[k] : acc[k] * sc;
   }
 }
 
@@ -147,8 +149,9 @@ static int reduce_fast(opd_kcall_t *call, red_op_t op) {
     ex->parallel_for(ex, g->nout, opd__row_grain(g->nred), red_rows, &j);
   } else if (j.dtype == OPD_DTYPE_FLOAT32 && g->nk > 0 && g->nr > 0 &&
              g->kstride[g->nk - 1] == 1) {
-    int64_t K = g->kshape[g->nk - 1];
-    ex->parallel_for(ex, g->nout / K, opd__row_grain(K * g->nred), red_cols,
+    int64_t K = g->kshape[g->nk - 1], nch = (K + CHUNK - 1) / CHUNK;
+    ex->parallel_for(ex, g->nout / K * nch,
+                     opd__row_grain((K < CHUNK ? K : CHUNK) * g->nred), red_cols,
                      &j);
   } else {
     ex->parallel_for(ex, g->nout, opd__row_grain(g->nred > 0 ? g->nred : 1),
