@@ -24,6 +24,9 @@
  * Variants (per op, through binary_ref / binary_fast):
  *   cpu_ref   multi-index walk through broadcast strides
  *   cpu_fast  equal / row-bias / scalar / general-by-rows loops, pooled
+ * add and sub take alpha (torch's alpha=): out = a + alpha b (a - alpha
+ * b); alpha 1 runs the plain operation, any other the AXPY operation
+ * (x + al y; its reverse al x + y), al = alpha (sub: -alpha).
  * A new op of the family: its operation in opd_binop_t, apply() and
  * BIN_DISPATCH (and its reverse, if it is not commutative), and one
  * BINARY_KERNELS line at the end.
@@ -41,17 +44,22 @@ typedef enum {
   OPD_BIN_DIV,
   OPD_BIN_RSUB,                    /* y - x */
   OPD_BIN_RDIV,                    /* y / x */
+  OPD_BIN_AXPY,                    /* x + al y: add / sub with alpha */
+  OPD_BIN_RAXPY,                   /* al x + y */
 } opd_binop_t;
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 
-ALWAYS_INLINE float apply(opd_binop_t op, float x, float y) {
+/* x op y; al is alpha, used by AXPY and RAXPY only. */
+ALWAYS_INLINE float apply(opd_binop_t op, float x, float y, float al) {
   switch (op) {
     case OPD_BIN_ADD: return x + y;
     case OPD_BIN_MUL: return x * y;
     case OPD_BIN_SUB: return x - y;
     case OPD_BIN_DIV: return x / y;
     case OPD_BIN_RSUB: return y - x;
+    case OPD_BIN_AXPY: return x + al * y;
+    case OPD_BIN_RAXPY: return al * x + y;
     default: return y / x; /* OPD_BIN_RDIV */
   }
 }
@@ -63,6 +71,8 @@ static opd_binop_t reverse(opd_binop_t op) {
     case OPD_BIN_DIV: return OPD_BIN_RDIV;
     case OPD_BIN_RSUB: return OPD_BIN_SUB;
     case OPD_BIN_RDIV: return OPD_BIN_DIV;
+    case OPD_BIN_AXPY: return OPD_BIN_RAXPY;
+    case OPD_BIN_RAXPY: return OPD_BIN_AXPY;
     default: return op;
   }
 }
@@ -77,9 +87,11 @@ static opd_binop_t reverse(opd_binop_t op) {
     case OPD_BIN_DIV: LOOP(OPD_BIN_DIV, __VA_ARGS__); break;               \
     case OPD_BIN_RSUB: LOOP(OPD_BIN_RSUB, __VA_ARGS__); break;             \
     case OPD_BIN_RDIV: LOOP(OPD_BIN_RDIV, __VA_ARGS__); break;             \
+    case OPD_BIN_AXPY: LOOP(OPD_BIN_AXPY, __VA_ARGS__); break;             \
+    case OPD_BIN_RAXPY: LOOP(OPD_BIN_RAXPY, __VA_ARGS__); break;           \
   }
 
-static int binary_ref(opd_kcall_t *call, opd_binop_t op) {
+static int binary_ref(opd_kcall_t *call, opd_binop_t op, float al) {
   const opd_tview_t *a = &call->in[0], *b = &call->in[1];
   opd_tview_t *o = &call->out[0];
   int64_t sa[OPD_MAX_RANK], sb[OPD_MAX_RANK], idx[OPD_MAX_RANK] = {0};
@@ -93,7 +105,7 @@ static int binary_ref(opd_kcall_t *call, opd_binop_t op) {
       ia += idx[d] * sa[d];
       ib += idx[d] * sb[d];
     }
-    po[e] = apply(op, pa[ia], pb[ib]);
+    po[e] = apply(op, pa[ia], pb[ib], al);
     for (int d = o->rank - 1; d >= 0; d--) {
       if (++idx[d] < o->shape[d]) break;
       idx[d] = 0;
@@ -104,6 +116,7 @@ static int binary_ref(opd_kcall_t *call, opd_binop_t op) {
 
 typedef struct bin_job {
   opd_binop_t op;                  /* which operation */
+  float al;                        /* alpha of AXPY / RAXPY */
   const float *full;               /* operand of the output's shape */
   const float *small;              /* the other operand */
   float *out;                      /* output */
@@ -118,32 +131,32 @@ typedef struct bin_job {
 
 /* o[i] = x[i] op y[i] over [0, n). */
 ALWAYS_INLINE void loop_vv(opd_binop_t op, const float *x, const float *y,
-                           float *o, int64_t n) {
-  for (int64_t i = 0; i < n; i++) o[i] = apply(op, x[i], y[i]);
+                           float *o, int64_t n, float al) {
+  for (int64_t i = 0; i < n; i++) o[i] = apply(op, x[i], y[i], al);
 }
 
 /* o[i] = x[i] op s over [0, n). */
 ALWAYS_INLINE void loop_vs(opd_binop_t op, const float *x, float s, float *o,
-                           int64_t n) {
-  for (int64_t i = 0; i < n; i++) o[i] = apply(op, x[i], s);
+                           int64_t n, float al) {
+  for (int64_t i = 0; i < n; i++) o[i] = apply(op, x[i], s, al);
 }
 
 /* o[i] = s op y[i] over [0, n). */
 ALWAYS_INLINE void loop_sv(opd_binop_t op, float s, const float *y, float *o,
-                           int64_t n) {
-  for (int64_t i = 0; i < n; i++) o[i] = apply(op, s, y[i]);
+                           int64_t n, float al) {
+  for (int64_t i = 0; i < n; i++) o[i] = apply(op, s, y[i], al);
 }
 
 /* Flat elements [b, e): equal shapes. */
 OPD_FAST static void run_equal(void *arg, int64_t b, int64_t e) {
   const bin_job_t *j = arg;
-  BIN_DISPATCH(j->op, loop_vv, j->full + b, j->small + b, j->out + b, e - b)
+  BIN_DISPATCH(j->op, loop_vv, j->full + b, j->small + b, j->out + b, e - b, j->al)
 }
 
 /* Flat elements [b, e): small is one value. */
 OPD_FAST static void run_scalar(void *arg, int64_t b, int64_t e) {
   const bin_job_t *j = arg;
-  BIN_DISPATCH(j->op, loop_vs, j->full + b, j->small[0], j->out + b, e - b)
+  BIN_DISPATCH(j->op, loop_vs, j->full + b, j->small[0], j->out + b, e - b, j->al)
 }
 
 /* Rows [b, e) of len elements: out[r, i] = full[r, i] op small[i]. */
@@ -151,7 +164,7 @@ OPD_FAST static void run_rowbias(void *arg, int64_t b, int64_t e) {
   const bin_job_t *j = arg;
   int64_t n = j->len;
   for (int64_t r = b; r < e; r++)
-    BIN_DISPATCH(j->op, loop_vv, j->full + r * n, j->small, j->out + r * n, n)
+    BIN_DISPATCH(j->op, loop_vv, j->full + r * n, j->small, j->out + r * n, n, j->al)
 }
 
 /* Output rows [b, e) (last dim), operands through broadcast strides. */
@@ -171,13 +184,13 @@ OPD_FAST static void run_general(void *arg, int64_t b, int64_t e) {
     const float *x = j->a + ia, *y = j->b + ib;
     float *po = j->out + r * n;
     if (ta == 1 && tb == 1) {
-      BIN_DISPATCH(j->op, loop_vv, x, y, po, n)
+      BIN_DISPATCH(j->op, loop_vv, x, y, po, n, j->al)
     } else if (ta == 1) { /* y[0] repeats along the row */
-      BIN_DISPATCH(j->op, loop_vs, x, y[0], po, n)
+      BIN_DISPATCH(j->op, loop_vs, x, y[0], po, n, j->al)
     } else if (tb == 1) {
-      BIN_DISPATCH(j->op, loop_sv, x[0], y, po, n)
+      BIN_DISPATCH(j->op, loop_sv, x[0], y, po, n, j->al)
     } else {
-      float v = apply(j->op, x[0], y[0]);
+      float v = apply(j->op, x[0], y[0], j->al);
       for (int64_t i = 0; i < n; i++) po[i] = v;
     }
   }
@@ -194,13 +207,13 @@ static int trails(const int64_t *s, int rs, const int64_t *o, int ro) {
   return 1;
 }
 
-static int binary_fast(opd_kcall_t *call, opd_binop_t op) {
+static int binary_fast(opd_kcall_t *call, opd_binop_t op, float al) {
   const opd_tview_t *a = &call->in[0], *b = &call->in[1];
   const opd_tview_t *o = &call->out[0];
   int64_t n = o->numel;
   if (n == 0) return 0;
   const opd_exec_t *ex = call->exec;
-  bin_job_t j = {.op = op, .out = o->data};
+  bin_job_t j = {.op = op, .al = al, .out = o->data};
   if (a->numel == n && b->numel == n) {
     j.full = a->data;
     j.small = b->data;
@@ -241,15 +254,32 @@ static int binary_fast(opd_kcall_t *call, opd_binop_t op) {
   return 0;
 }
 
+/* The operation a call of `op` runs: op itself, or for add / sub with an
+ * alpha other than 1 (their attribute 0), AXPY with *al = alpha (sub:
+ * -alpha; a + (-alpha b) is a - alpha b to the bit). */
+static opd_binop_t with_alpha(const opd_kcall_t *call, opd_binop_t op,
+                              float *al) {
+  *al = 1.0f;
+  if (call->op->n_attrs < 1 || (op != OPD_BIN_ADD && op != OPD_BIN_SUB) ||
+      call->attr[0].f == 1.0)
+    return op;
+  *al = (float)(op == OPD_BIN_SUB ? -call->attr[0].f : call->attr[0].f);
+  return OPD_BIN_AXPY;
+}
+
 /* One op of the family: its two CPU entry points (kernels/kernel.h),
  * named in its row (ops.c). */
 #define BINARY_KERNELS(name, op)                                         \
   OPD_OP_DECLARE(name);                                                  \
   int opd__##name##_cpu_ref(opd_kcall_t *call) {                         \
-    return binary_ref(call, op);                                         \
+    float al;                                                            \
+    opd_binop_t o = with_alpha(call, op, &al);                           \
+    return binary_ref(call, o, al);                                      \
   }                                                                      \
   int opd__##name##_cpu_fast(opd_kcall_t *call) {                        \
-    return binary_fast(call, op);                                        \
+    float al;                                                            \
+    opd_binop_t o = with_alpha(call, op, &al);                           \
+    return binary_fast(call, o, al);                                     \
   }
 
 BINARY_KERNELS(add, OPD_BIN_ADD)

@@ -19,6 +19,8 @@
  * a - b and a / b; for add and mul (commutative in IEEE arithmetic) that
  * changes no bit. Division is IEEE (nvcc's default -prec-div=true). In place (out == a or b) is fine: each
  * output element depends only on the same thread's reads.
+ * add and sub with torch's alpha other than 1 run AxpyF (x + al y, al =
+ * alpha, sub: -alpha), whose swapped form rowbias uses as for sub.
  * Variants (per op, the functor a template parameter): equal shapes
  * (16-byte packs when aligned, else scalar), scalar / rowbias operand,
  * general broadcast. A new op of the family: its functor and one
@@ -38,6 +40,11 @@ struct SubF {
 };
 struct DivF {
   __device__ float operator()(float x, float y) const { return x / y; }
+};
+/* add and sub with an alpha other than 1: x + al y (sub: al = -alpha). */
+struct AxpyF {
+  float al;
+  __device__ float operator()(float x, float y) const { return x + al * y; }
 };
 /* f with its operands swapped: rowbias's full operand is b. */
 template <typename F> struct Swapped {
@@ -164,7 +171,15 @@ static int binary_run(opd_kcall_t *call, const opd_cuda_ctx_t *ctx, F f) {
     return binary_run(call, ctx, F());                                         \
   }
 
-BINARY_CUDA(add, AddF)
+/* add and sub: alpha (attribute 0) other than 1 runs AxpyF. */
+#define ALPHA_CUDA(name, F, sign)                                              \
+  extern "C" int opd__##name##_cuda(opd_kcall_t *call, const opd_cuda_ctx_t *ctx) { \
+    double al = call->attr[0].f;                                               \
+    if (al != 1.0) return binary_run(call, ctx, AxpyF{(float)(sign al)});      \
+    return binary_run(call, ctx, F());                                         \
+  }
+
+ALPHA_CUDA(add, AddF, +)
 BINARY_CUDA(mul, MulF)
-BINARY_CUDA(sub, SubF)
+ALPHA_CUDA(sub, SubF, -)
 BINARY_CUDA(div, DivF)

@@ -9,7 +9,8 @@
  * operand has the output's shape), and one body per backend (cpu.c,
  * cuda.cu), whose per-op entry points each row names. A new op of the
  * family is one BINARY_ROW here plus its operation in cpu.c and cuda.cu
- * (and its X line in kernels/runtime/registry.c).
+ * (and its X line in kernels/runtime/registry.c). add and sub take
+ * torch's alpha (out = a + alpha b, a - alpha b).
  */
 #include "kernels/common/cpu.h"
 #include "kernels/common/kutil.h"
@@ -49,8 +50,9 @@ static int binary_shape(opd_kcall_t *call, opd_tshape_t *out) {
 }
 
 /* The row of binary op `op`: `sym` is its operator in the summary,
- * `torch` the torch function it matches. */
-#define BINARY_ROW(op, sym, torch)                                         \
+ * `torch` the torch function it matches; more fields (attributes) may
+ * follow. */
+#define BINARY_ROW(op, sym, torch, ...)                                    \
   {                                                                        \
     .name = #op,                                                           \
     .summary = "elementwise a " sym " b with broadcasting (" torch ")",    \
@@ -66,14 +68,23 @@ static int binary_shape(opd_kcall_t *call, opd_tshape_t *out) {
     .shape = binary_shape,                                                 \
     OPD_ROW_KERNELS(op),                                                   \
     .cuda_dtypes = OPD_DT(FLOAT32) | OPD_DT(FLOAT16) | OPD_DT(BFLOAT16),   \
+    __VA_ARGS__                                                            \
   }
+
+/* add's and sub's attribute: torch's alpha= (out = a + alpha b). */
+#define ALPHA_ATTR                                                         \
+  .n_attrs = 1,                                                            \
+  .attrs = {{.name = "alpha",                                              \
+             .type = OPD_ATTR_FLOAT,                                       \
+             .def = {.type = OPD_ATTR_FLOAT, .f = 1.0},                    \
+             .doc = "multiplies b first: a + alpha*b (sub: a - alpha*b)"}}
 
 OPD_OP_DECLARE(add);
 OPD_OP_DECLARE(mul);
 OPD_OP_DECLARE(sub);
 OPD_OP_DECLARE(div);
 
-const opd_op_def_t opd__op_add = BINARY_ROW(add, "+", "torch.add");
-const opd_op_def_t opd__op_mul = BINARY_ROW(mul, "*", "torch.mul");
-const opd_op_def_t opd__op_sub = BINARY_ROW(sub, "-", "torch.sub");
-const opd_op_def_t opd__op_div = BINARY_ROW(div, "/", "torch.div");
+const opd_op_def_t opd__op_add = BINARY_ROW(add, "+", "torch.add", ALPHA_ATTR);
+const opd_op_def_t opd__op_mul = BINARY_ROW(mul, "*", "torch.mul", );
+const opd_op_def_t opd__op_sub = BINARY_ROW(sub, "-", "torch.sub", ALPHA_ATTR);
+const opd_op_def_t opd__op_div = BINARY_ROW(div, "/", "torch.div", );

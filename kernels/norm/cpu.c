@@ -1,5 +1,6 @@
-/* The norm family on the CPU (softmax, layernorm, rmsnorm): row-wise
- * normalizations over the last dim of x (..., C), float32 (rows: ops.c).
+/* The norm family on the CPU (softmax, log_softmax, layernorm, rmsnorm):
+ * row-wise normalizations, float32 (rows: ops.c; which elements form a
+ * row: dims.h).
  *
  * DESIGN
  * The three ops reduce each row to statistics and rewrite it from them
@@ -16,59 +17,121 @@
 #include "kernels/common/cpu.h"
 #include "kernels/common/kutil.h"
 #include "kernels/common/rowred.h"
+#include "kernels/norm/dims.h"
 
 OPD_OP_DECLARE(softmax);
+OPD_OP_DECLARE(log_softmax);
 OPD_OP_DECLARE(layernorm);
 OPD_OP_DECLARE(rmsnorm);
 
-/* ---- softmax on the CPU, along the last dim: y = exp(x - max) / sum.
+/* ---- softmax and log_softmax on the CPU, along any dim (x seen as
+ * (outer, C, inner), dims.h): y = exp(x - max) / sum, log_softmax
+ * y = (x - max) - log(sum), sum = sum of exp(x - max) along the dim.
  *
  * Variants:
- *   cpu_ref   per row in double: max, sum of exp(x - max), divide (truth)
- *   cpu_fast  per row in float, three vectorized passes (max with 16
- *             lanes; e = opd__expf_fast(x - max) stored into y while
- *             summing; y *= 1/sum, as torch's CPU kernel), rows spread
- *             over call->exec
+ *   cpu_ref   per row (column when inner > 1) in double: max, sum of
+ *             exp(x - max), then y (the truth)
+ *   cpu_fast  inner == 1 (the last dim): per row in float, vectorized
+ *             passes (max with 16 lanes; e = opd__expf_fast(x - max)
+ *             stored into y while summing (log_softmax: summed only);
+ *             y *= 1/sum, as torch's CPU kernel, or y = (x - max) -
+ *             log(sum)); inner > 1: up to 1024 columns at a time, the
+ *             same passes over the C rows of the chunk, per-column max
+ *             and sum in arrays (sm_chunk). Rows, or (outer index,
+ *             chunk) units, spread over call->exec.
  * Float range: exact (to expf_fast's 2 ulp) for every finite row, huge or
  * denormal: x - max <= 0, so no exp overflows; a difference past -FLT_MAX
  * rounds to -inf, whose exp is 0, as the true e^(x - max) < 1e-38 is; the
  * sum is in [1, C]. No rescaling is needed.
  * A row holding NaN gives NaN (max skips it, exp(NaN) does not), a row
- * holding +inf or of all -inf gives NaN, -inf entries 0: torch 1.13's
- * values. In place (y == x) works: every pass reads an element before
- * writing it.
- * Test: build/tests/ops, suites softmax (fast within 1e-7+1e-5|ref|) and
- * numerics (extremes, inf, NaN)
+ * holding +inf or of all -inf gives NaN, -inf entries 0 (log_softmax:
+ * -inf): torch's values. In place (y == x) works: every pass reads an
+ * element before writing it. The CPU computes float32: an output of
+ * another dtype (dtype="float16") is an OPD_EDTYPE naming it.
+ * Test: build/tests/ops, suites softmax (fast within 1e-7+1e-5|ref|),
+ * softmax_dims and numerics (extremes, inf, NaN)
  * Bench: build/bench/bench_cpu_ops
  */
 
 typedef struct sm_job {
-  const float *x;                  /* input (rows, C) */
-  float *y;                        /* output (rows, C), may be x */
-  int64_t C;                       /* row length */
+  const float *x;                  /* input (outer, C, inner) */
+  float *y;                        /* output, may be x */
+  int64_t C;                       /* length of the normalized dim */
+  int64_t inner;                   /* stride of the normalized dim */
+  int lg;                          /* 1: log_softmax */
 } sm_job_t;
 
-static int64_t row_len(const opd_tview_t *x) {
-  return x->rank > 0 ? x->shape[x->rank - 1] : 1;
+/* The job of a softmax call, or OPD_EDTYPE for an output the CPU does not
+ * write (dtype= other than float32). */
+static int sm_job(opd_kcall_t *call, int lg, sm_job_t *j, int64_t *outer) {
+  if (call->out[0].dtype != OPD_DTYPE_FLOAT32)
+    return opd__kerr(call, OPD_EDTYPE,
+                     "dtype=%s: the cpu backend computes float32 only (give "
+                     "dtype \"\" or \"float32\", or run on a cuda device)",
+                     call->attr[1].s);
+  j->x = call->in[0].data;
+  j->y = call->out[0].data;
+  j->lg = lg;
+  opd__sm_geom(&call->in[0], call->attr[0].i, outer, &j->C, &j->inner);
+  return 0;
 }
 
-int opd__softmax_cpu_ref(opd_kcall_t *call) {
-  const opd_tview_t *xv = &call->in[0];
-  int64_t C = row_len(xv), rows = opd__rows(xv, C);
-  for (int64_t r = 0; r < rows; r++) {
-    const float *x = (const float *)xv->data + r * C;
-    float *y = (float *)call->out[0].data + r * C;
-    double m = -INFINITY, s = 0;
-    int nan = 0;
-    for (int64_t i = 0; i < C; i++) {
-      if (isnan(x[i])) nan = 1;
-      if (x[i] > m) m = x[i];
+static int sm_ref(opd_kcall_t *call, int lg) {
+  sm_job_t j;
+  int64_t outer;
+  int rc = sm_job(call, lg, &j, &outer);
+  if (rc) return rc;
+  int64_t C = j.C, in = j.inner;
+  for (int64_t o = 0; o < outer; o++)
+    for (int64_t k = 0; k < in; k++) {
+      const float *x = j.x + o * C * in + k;
+      float *y = j.y + o * C * in + k;
+      double m = -INFINITY, s = 0;
+      int nan = 0;
+      for (int64_t i = 0; i < C; i++) {
+        if (isnan(x[i * in])) nan = 1;
+        if (x[i * in] > m) m = x[i * in];
+      }
+      for (int64_t i = 0; i < C; i++) s += exp((double)x[i * in] - m);
+      double ls = log(s);
+      for (int64_t i = 0; i < C; i++) {
+        double d = (double)x[i * in] - m;
+        y[i * in] = nan ? NAN : (float)(lg ? d - ls : exp(d) / s);
+      }
     }
-    for (int64_t i = 0; i < C; i++) s += exp((double)x[i] - m);
-    for (int64_t i = 0; i < C; i++)
-      y[i] = nan ? NAN : (float)(exp((double)x[i] - m) / s);
-  }
   return 0;
+}
+
+/* One row of C elements (lg: log_softmax), lg a constant where it is
+ * inlined, so that each copy's loops are plain vector loops. */
+static inline __attribute__((always_inline)) void sm_row(const float *x, float *y,
+                                                         int64_t C, const int lg) {
+  float m = opd__row_max(x, C);
+  opd_v8f s0 = opd__v8_splat(0.0f), s1 = s0, mv = opd__v8_splat(m);
+  int64_t i = 0;
+  for (; i + 16 <= C; i += 16) {
+    opd_v8f e0 = opd__v8_expf(opd__v8_load(x + i) - mv);
+    opd_v8f e1 = opd__v8_expf(opd__v8_load(x + i + 8) - mv);
+    if (!lg) {
+      opd__v8_store(y + i, e0);
+      opd__v8_store(y + i + 8, e1);
+    }
+    s0 += e0;
+    s1 += e1;
+  }
+  float sum = opd__v8_hsum(s0 + s1);
+  for (; i < C; i++) {
+    float v = opd__expf_fast(x[i] - m);
+    if (!lg) y[i] = v;
+    sum += v;
+  }
+  if (lg) {
+    float ls = logf(sum);
+    for (i = 0; i < C; i++) y[i] = (x[i] - m) - ls;
+    return;
+  }
+  float inv = 1.0f / sum;
+  for (i = 0; i < C; i++) y[i] *= inv;
 }
 
 /* fp-contract=fast: the x86-64-v3 clone fuses the exponential's
@@ -80,38 +143,95 @@ OPD_FAST static void sm_rows(void *arg, int64_t b, int64_t e) {
   const sm_job_t *j = arg;
   int64_t C = j->C;
   for (int64_t r = b; r < e; r++) {
-    const float *x = j->x + r * C;
-    float *y = j->y + r * C;
-    float m = opd__row_max(x, C);
-    opd_v8f s0 = opd__v8_splat(0.0f), s1 = s0, mv = opd__v8_splat(m);
-    int64_t i = 0;
-    for (; i + 16 <= C; i += 16) {
-      opd_v8f e0 = opd__v8_expf(opd__v8_load(x + i) - mv);
-      opd_v8f e1 = opd__v8_expf(opd__v8_load(x + i + 8) - mv);
-      opd__v8_store(y + i, e0);
-      opd__v8_store(y + i + 8, e1);
-      s0 += e0;
-      s1 += e1;
-    }
-    float sum = opd__v8_hsum(s0 + s1);
-    for (; i < C; i++) {
-      float v = opd__expf_fast(x[i] - m);
-      y[i] = v;
-      sum += v;
-    }
-    float inv = 1.0f / sum;
-    for (i = 0; i < C; i++) y[i] *= inv;
+    if (j->lg)
+      sm_row(j->x + r * C, j->y + r * C, C, 1);
+    else
+      sm_row(j->x + r * C, j->y + r * C, C, 0);
   }
 }
 
-int opd__softmax_cpu_fast(opd_kcall_t *call) {
-  const opd_tview_t *xv = &call->in[0];
-  sm_job_t j = {xv->data, call->out[0].data, row_len(xv)};
-  int64_t rows = opd__rows(xv, j.C);
-  call->exec->parallel_for(call->exec, rows, opd__row_grain(j.C), sm_rows,
-                           &j);
+/* One chunk of n <= SM_COLS columns over the C rows of a dim with inner >
+ * 1 (lg: log_softmax, a constant where inlined): x, y at the chunk's
+ * first element, rows `in` apart. The per-column max and sum live in
+ * arrays of the chunk's width, so every pass reads each row's n
+ * contiguous elements (4 KiB at most) with 8-lane vector ops. */
+#define SM_COLS 1024
+static inline __attribute__((always_inline)) void sm_chunk(const float *x, float *y,
+                                                           int64_t C, int64_t in,
+                                                           int64_t n, const int lg) {
+  float m[SM_COLS], s[SM_COLS];
+  int64_t nv = n & ~(int64_t)7, k;
+  for (k = 0; k < n; k++) m[k] = -INFINITY, s[k] = 0.0f;
+  for (int64_t i = 0; i < C; i++) {
+    const float *r = x + i * in;
+    for (k = 0; k < nv; k += 8)
+      opd__v8_store(m + k, opd__v8_max(opd__v8_load(r + k), opd__v8_load(m + k)));
+    for (; k < n; k++) m[k] = r[k] > m[k] ? r[k] : m[k];
+  }
+  for (int64_t i = 0; i < C; i++) {
+    const float *r = x + i * in;
+    float *w = y + i * in;
+    for (k = 0; k < nv; k += 8) {
+      opd_v8f e = opd__v8_expf(opd__v8_load(r + k) - opd__v8_load(m + k));
+      if (!lg) opd__v8_store(w + k, e);
+      opd__v8_store(s + k, opd__v8_load(s + k) + e);
+    }
+    for (; k < n; k++) {
+      float v = opd__expf_fast(r[k] - m[k]);
+      if (!lg) w[k] = v;
+      s[k] += v;
+    }
+  }
+  for (k = 0; k < n; k++) s[k] = lg ? logf(s[k]) : 1.0f / s[k];
+  for (int64_t i = 0; i < C; i++) {
+    const float *r = x + i * in;
+    float *w = y + i * in;
+    for (k = 0; k < nv; k += 8) {
+      opd_v8f v = lg ? (opd__v8_load(r + k) - opd__v8_load(m + k)) - opd__v8_load(s + k)
+                     : opd__v8_load(w + k) * opd__v8_load(s + k);
+      opd__v8_store(w + k, v);
+    }
+    for (; k < n; k++) w[k] = lg ? (r[k] - m[k]) - s[k] : w[k] * s[k];
+  }
+}
+
+/* Units [b, e) of a dim with inner > 1: unit u is chunk u % nch of outer
+ * index u / nch, nch = ceil(inner / SM_COLS). */
+__attribute__((optimize("fp-contract=fast")))
+OPD_FAST static void sm_cols(void *arg, int64_t b, int64_t e) {
+  const sm_job_t *j = arg;
+  int64_t C = j->C, in = j->inner, nch = (in + SM_COLS - 1) / SM_COLS;
+  for (int64_t u = b; u < e; u++) {
+    int64_t o = u / nch, k0 = (u % nch) * SM_COLS;
+    int64_t n = in - k0 < SM_COLS ? in - k0 : SM_COLS;
+    const float *x = j->x + o * C * in + k0;
+    float *y = j->y + o * C * in + k0;
+    if (j->lg)
+      sm_chunk(x, y, C, in, n, 1);
+    else
+      sm_chunk(x, y, C, in, n, 0);
+  }
+}
+
+static int sm_fast(opd_kcall_t *call, int lg) {
+  sm_job_t j;
+  int64_t outer;
+  int rc = sm_job(call, lg, &j, &outer);
+  if (rc || call->in[0].numel == 0) return rc;
+  const opd_exec_t *ex = call->exec;
+  if (j.inner == 1)
+    ex->parallel_for(ex, outer, opd__row_grain(j.C), sm_rows, &j);
+  else
+    ex->parallel_for(ex, outer * ((j.inner + SM_COLS - 1) / SM_COLS),
+                     opd__row_grain(j.C * (j.inner < SM_COLS ? j.inner : SM_COLS)),
+                     sm_cols, &j);
   return 0;
 }
+
+int opd__softmax_cpu_ref(opd_kcall_t *call) { return sm_ref(call, 0); }
+int opd__softmax_cpu_fast(opd_kcall_t *call) { return sm_fast(call, 0); }
+int opd__log_softmax_cpu_ref(opd_kcall_t *call) { return sm_ref(call, 1); }
+int opd__log_softmax_cpu_fast(opd_kcall_t *call) { return sm_fast(call, 1); }
 
 /* ---- layernorm on the CPU: y = (x - mean) / sqrt(var + eps) * w + b per row,
  * var biased (divided by C).
@@ -159,8 +279,8 @@ typedef struct ln_job {
 
 static ln_job_t ln_job(const opd_kcall_t *call) {
   const opd_tview_t *x = &call->in[0];
-  ln_job_t j = {x->data, call->out[0].data, NULL, NULL,
-                x->shape[x->rank - 1], (float)call->attr[0].f};
+  ln_job_t j = {x->data, call->out[0].data, NULL, NULL, opd__norm_len(call),
+                (float)call->attr[0].f};
   if (call->n_in > 1) j.w = call->in[1].data;
   if (call->n_in > 2) j.b = call->in[2].data;
   return j;
@@ -291,7 +411,7 @@ static void rms_row_exact(const float *x, float *y, const float *w, int64_t C,
 
 int opd__rmsnorm_cpu_ref(opd_kcall_t *call) {
   const opd_tview_t *xv = &call->in[0];
-  int64_t C = xv->shape[xv->rank - 1], rows = opd__rows(xv, C);
+  int64_t C = opd__norm_len(call), rows = opd__rows(xv, C);
   const float *w = call->n_in > 1 ? call->in[1].data : NULL;
   for (int64_t r = 0; r < rows; r++)
     rms_row_exact((const float *)xv->data + r * C,
@@ -323,7 +443,7 @@ int opd__rmsnorm_cpu_fast(opd_kcall_t *call) {
   const opd_tview_t *xv = &call->in[0];
   rms_job_t j = {xv->data, call->out[0].data,
                  call->n_in > 1 ? call->in[1].data : NULL,
-                 xv->shape[xv->rank - 1], (float)call->attr[0].f};
+                 opd__norm_len(call), (float)call->attr[0].f};
   call->exec->parallel_for(call->exec, opd__rows(xv, j.C),
                            opd__row_grain(j.C), rms_rows, &j);
   return 0;

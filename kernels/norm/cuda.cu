@@ -1,9 +1,9 @@
-/* The norm family on the GPU (softmax, layernorm, rmsnorm): row-wise
- * normalizations over the last dim, float32 / float16 / bfloat16 computed
- * in float (rows: ops.c).
+/* The norm family on the GPU (softmax, log_softmax, layernorm, rmsnorm):
+ * row-wise normalizations, float32 / float16 / bfloat16 computed in float
+ * (rows: ops.c; which elements form a row: dims.h).
  *
  * DESIGN
- * The three ops share the row machinery of rows.cuh (threads per row,
+ * The ops share the row machinery of rows.cuh (threads per row,
  * packed row reads, group reductions, the float-range rescue of the
  * norms); each op's section below is its kernel over it, its variants and
  * float range. A new op of the family: its row in ops.c, its section here
@@ -11,10 +11,22 @@
  */
 #include <float.h>
 
+#include <type_traits>
+
 #include "kernels/norm/rows.cuh"
 
-/* ---- softmax on the GPU along the last dim, float32 / float16 / bfloat16,
- * computed in float: y = exp(x - max) / sum(exp(x - max)).
+extern "C" {
+#include "kernels/norm/dims.h"
+}
+
+/* ---- softmax and log_softmax on the GPU, float32 / float16 / bfloat16,
+ * computed in float: y = exp(x - max) / sum(exp(x - max)), log_softmax
+ * y = (x - max) - log(sum).
+ * Along any other dim than the last, or with dtype= giving float16 /
+ * bfloat16, softmax_cols runs: a thread per column (o, i) of x seen as
+ * (outer, C, inner), the same online max/sum, same semantics. Along the
+ * last dim (dtype=float32 on float16 / bfloat16 x too: the _f32 row
+ * kernels, scalar float stores):
  *
  * Variants (threads per row from rows_tpr(C), kernels/norm/rows.cuh):
  *   warp per row   C <= 1024 (8 rows per block of 256)
@@ -29,55 +41,143 @@
  * -inf and its exp to 0 (the true value is below 1e-38), s and S stay in
  * [1, C]; no rescaling is needed.
  * Semantics as the CPU reference and torch 1.13: a row holding NaN or +inf
- * gives NaN; -inf entries give 0; a row of all -inf gives NaN. In place
+ * gives NaN; -inf entries give 0 (log_softmax: -inf); a row of all -inf
+ * gives NaN. In place
  * works (each element is read before the same thread writes it).
  * Test: build/tests/gpu_kernels (op=softmax, "[extreme]" and "[inf/nan]"
  * lines for the float range); bench: --bench (op=softmax).
  */
 
-template <typename T, int TPR, int THREADS, bool VEC>
-__global__ __launch_bounds__(THREADS) void softmax_rows(const T *x, T *y, int64_t rows,
-                                                        int64_t C) {
-  __shared__ float sh[32];
-  int lane = threadIdx.x % TPR;
-  OPD_FOR_ROWS(row, rows, TPR, THREADS) {
-    const T *xr = x + row * C;
-    T *yr = y + row * C;
+/* One row of softmax (LOG: log_softmax) for the group of TPR lanes, x in
+ * T, y in TO (T, or float for dtype=float32: then scalar stores). */
+template <typename T, typename TO, int TPR, int THREADS, bool VEC, bool LOG>
+__device__ __forceinline__ void softmax_row(const T *xr, TO *yr, int64_t C, int lane,
+                                            float *sh) {
+  float m = -INFINITY, s = 0.0f;
+  row_visit<T, TPR, VEC>(xr, C, lane, [&](int64_t, float v) {
+    if (v > m) {
+      s = s * expf(m - v) + 1.0f;
+      m = v;
+    } else if (v != -INFINITY) {
+      s += expf(v - m); /* NaN stays NaN */
+    }
+  });
+  float M = row_max<TPR, THREADS>(m, sh);
+  s = s == 0.0f ? 0.0f : s * expf(m - M);
+  float S = row_sum<TPR, THREADS>(s, sh);
+  float ls = logf(S), inv = 1.0f / S;
+  auto f = [&](int64_t, float v) { return LOG ? (v - M) - ls : expf(v - M) * inv; };
+  if constexpr (std::is_same<T, TO>::value)
+    row_map<T, TPR, VEC>(xr, yr, C, lane, f);
+  else
+    row_visit<T, TPR, VEC>(xr, C, lane, [&](int64_t i, float v) { yr[i] = from_f<TO>(f(i, v)); });
+}
+
+/* The row kernels: y in x's dtype (softmax_rows, log_softmax_rows) or in
+ * float32 (the _f32 ones, dtype=float32 on float16 / bfloat16 x). */
+#define SOFTMAX_ROWS_KERNEL(name, TO, LOG)                                        \
+  template <typename T, int TPR, int THREADS, bool VEC>                           \
+  __global__ __launch_bounds__(THREADS) void name(const T *x, TO *y, int64_t rows, \
+                                                  int64_t C) {                    \
+    __shared__ float sh[32];                                                      \
+    int lane = threadIdx.x % TPR;                                                 \
+    OPD_FOR_ROWS(row, rows, TPR, THREADS) {                                       \
+      softmax_row<T, TO, TPR, THREADS, VEC, LOG>(x + row * C, y + row * C, C, lane, sh); \
+    }                                                                             \
+  }
+
+SOFTMAX_ROWS_KERNEL(softmax_rows, T, false)
+SOFTMAX_ROWS_KERNEL(log_softmax_rows, T, true)
+SOFTMAX_ROWS_KERNEL(softmax_rows_f32, float, false)
+SOFTMAX_ROWS_KERNEL(log_softmax_rows_f32, float, true)
+
+/* Any dim, and dtype= (x in TI, y in TO): a thread per column (o, i) of
+ * x seen as (outer, C, inner), neighbouring threads on neighbouring
+ * columns (coalesced when inner is large); the same online max/sum, then
+ * the output pass. */
+template <typename TI, typename TO, bool LOG>
+__global__ void softmax_cols(const TI *x, TO *y, int64_t outer, int64_t C, int64_t inner) {
+  int64_t n = outer * inner, stride = (int64_t)gridDim.x * blockDim.x;
+  for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < n; t += stride) {
+    int64_t base = (t / inner) * C * inner + t % inner;
     float m = -INFINITY, s = 0.0f;
-    row_visit<T, TPR, VEC>(xr, C, lane, [&](int64_t, float v) {
+    for (int64_t i = 0; i < C; i++) {
+      float v = to_f(x[base + i * inner]);
       if (v > m) {
         s = s * expf(m - v) + 1.0f;
         m = v;
       } else if (v != -INFINITY) {
-        s += expf(v - m); /* NaN stays NaN */
+        s += expf(v - m);
       }
-    });
-    float M = row_max<TPR, THREADS>(m, sh);
-    s = s == 0.0f ? 0.0f : s * expf(m - M);
-    float S = row_sum<TPR, THREADS>(s, sh);
-    float inv = 1.0f / S;
-    row_map<T, TPR, VEC>(xr, yr, C, lane, [&](int64_t, float v) { return expf(v - M) * inv; });
+    }
+    if (m == INFINITY) s = NAN; /* a row holding +inf gives NaN */
+    float ls = logf(s), inv = 1.0f / s;
+    for (int64_t i = 0; i < C; i++) {
+      float v = to_f(x[base + i * inner]);
+      y[base + i * inner] = from_f<TO>(LOG ? (v - m) - ls : expf(v - m) * inv);
+    }
   }
 }
 
-extern "C" int opd__softmax_cuda(opd_kcall_t *call, const opd_cuda_ctx_t *ctx) {
-  const opd_tview_t *xv = &call->in[0];
-  int64_t C = xv->rank > 0 ? xv->shape[xv->rank - 1] : 1;
-  int64_t rows = opd__rows(xv, C);
-  if (rows == 0) return 0;
+/* softmax / log_softmax on ctx's stream: the row kernels for the last dim
+ * without a dtype change, softmax_cols otherwise. */
+template <bool LOG>
+static int softmax_run(opd_kcall_t *call, const opd_cuda_ctx_t *ctx) {
+  const opd_tview_t *xv = &call->in[0], *yv = &call->out[0];
+  int64_t outer, C, inner;
+  opd__sm_geom(xv, call->attr[0].i, &outer, &C, &inner);
+  if (xv->numel == 0) return 0;
   cudaStream_t st = OPD_STREAM(ctx);
-  OPD_FLOAT_DISPATCH(xv->dtype, return opd__cuda_bad_dtype(call, xv->dtype),
-    const T *x = (const T *)xv->data;
-    T *y = (T *)call->out[0].data;
-    bool vec = aligned16(x) && aligned16(y) && C % Pack<T>::N == 0;
-    if (vec) {
-      OPD_ROWS_LAUNCH(softmax_rows, T, true, C, rows, st, x, y, rows, C)
-    } else {
-      OPD_ROWS_LAUNCH(softmax_rows, T, false, C, rows, st, x, y, rows, C)
-    }
-  )
+  int64_t rows = outer;
+  if (inner == 1 && yv->dtype == xv->dtype) {
+    OPD_FLOAT_DISPATCH(xv->dtype, return opd__cuda_bad_dtype(call, xv->dtype),
+      const T *x = (const T *)xv->data;
+      T *y = (T *)yv->data;
+      bool vec = aligned16(x) && aligned16(y) && C % Pack<T>::N == 0;
+      if (LOG && vec) {
+        OPD_ROWS_LAUNCH(log_softmax_rows, T, true, C, rows, st, x, y, rows, C)
+      } else if (LOG) {
+        OPD_ROWS_LAUNCH(log_softmax_rows, T, false, C, rows, st, x, y, rows, C)
+      } else if (vec) {
+        OPD_ROWS_LAUNCH(softmax_rows, T, true, C, rows, st, x, y, rows, C)
+      } else {
+        OPD_ROWS_LAUNCH(softmax_rows, T, false, C, rows, st, x, y, rows, C)
+      }
+    )
+  } else if (inner == 1 && yv->dtype == OPD_DTYPE_FLOAT32) { /* half x, float y */
+    OPD_FLOAT_DISPATCH(xv->dtype, return opd__cuda_bad_dtype(call, xv->dtype),
+      const T *x = (const T *)xv->data;
+      float *y = (float *)yv->data;
+      bool vec = aligned16(x) && C % Pack<T>::N == 0;
+      if (LOG && vec) {
+        OPD_ROWS_LAUNCH(log_softmax_rows_f32, T, true, C, rows, st, x, y, rows, C)
+      } else if (LOG) {
+        OPD_ROWS_LAUNCH(log_softmax_rows_f32, T, false, C, rows, st, x, y, rows, C)
+      } else if (vec) {
+        OPD_ROWS_LAUNCH(softmax_rows_f32, T, true, C, rows, st, x, y, rows, C)
+      } else {
+        OPD_ROWS_LAUNCH(softmax_rows_f32, T, false, C, rows, st, x, y, rows, C)
+      }
+    )
+  } else {
+    OPD_FLOAT_DISPATCH(xv->dtype, return opd__cuda_bad_dtype(call, xv->dtype),
+      typedef T TI;
+      OPD_FLOAT_DISPATCH(yv->dtype, return opd__cuda_bad_dtype(call, yv->dtype),
+        softmax_cols<TI, T, LOG><<<grid_for(outer * inner, 256), 256, 0, st>>>(
+            (const TI *)xv->data, (T *)yv->data, outer, C, inner);
+      )
+    )
+  }
   OPD_CUDA_LAUNCHED();
   return 0;
+}
+
+extern "C" int opd__softmax_cuda(opd_kcall_t *call, const opd_cuda_ctx_t *ctx) {
+  return softmax_run<false>(call, ctx);
+}
+
+extern "C" int opd__log_softmax_cuda(opd_kcall_t *call, const opd_cuda_ctx_t *ctx) {
+  return softmax_run<true>(call, ctx);
 }
 
 /* ---- layernorm on the GPU over the last dim, float32 / float16 / bfloat16
@@ -209,7 +309,7 @@ __global__ __launch_bounds__(THREADS) void layernorm_rows(
 
 extern "C" int opd__layernorm_cuda(opd_kcall_t *call, const opd_cuda_ctx_t *ctx) {
   const opd_tview_t *xv = &call->in[0];
-  int64_t C = xv->shape[xv->rank - 1], rows = opd__rows(xv, C);
+  int64_t C = opd__norm_len(call), rows = opd__rows(xv, C);
   if (rows == 0) return 0;
   cudaStream_t st = OPD_STREAM(ctx);
   float eps = (float)call->attr[0].f;
@@ -297,7 +397,7 @@ __global__ __launch_bounds__(THREADS, 2048 / (THREADS)) void rmsnorm_rows(
 
 extern "C" int opd__rmsnorm_cuda(opd_kcall_t *call, const opd_cuda_ctx_t *ctx) {
   const opd_tview_t *xv = &call->in[0];
-  int64_t C = xv->shape[xv->rank - 1], rows = opd__rows(xv, C);
+  int64_t C = opd__norm_len(call), rows = opd__rows(xv, C);
   if (rows == 0) return 0;
   cudaStream_t st = OPD_STREAM(ctx);
   float eps = (float)call->attr[0].f;

@@ -47,7 +47,14 @@
   X(cat)           \
   X(embedding)     \
   X(where)         \
-  X(expand)
+  X(expand)        \
+  X(sum)           \
+  X(mean)          \
+  X(amax)          \
+  X(log_softmax)   \
+  X(max_pool2d)    \
+  X(adaptive_avg_pool2d) \
+  X(batch_norm)
 
 /* Operators of test builds only (make TEST_OPS=1): see kernels/fault and
  * kernels/hostsync. */

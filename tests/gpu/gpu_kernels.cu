@@ -50,6 +50,10 @@
  * 1 to 33. The data movement ops (permute, reshape, slice, cat, expand,
  * embedding, where; tests/gpu/gpu_checks_shape.cuh) byte for byte over
  * element sizes 1 to 8.
+ * 1 to 33. gpu_checks_reduce.cuh: sum / mean / amax over dims ("[split]":
+ * the two-kernel path, with and without a workspace; "[int]" sums),
+ * softmax / log_softmax on every dim and with dtype=float32, the norms
+ * over several dims, add / sub with alpha, the pools and batch_norm.
  *
  * Build and run (GPU machine):
  *   make CUDA=1 BLAS=0 build/tests/gpu_kernels
@@ -505,6 +509,7 @@ static void check_rows(void) {
 #include "tests/gpu/gpu_checks_ops.cuh"
 #include "tests/gpu/gpu_checks_shape.cuh"
 #include "tests/gpu/gpu_checks_strided.cuh"
+#include "tests/gpu/gpu_checks_reduce.cuh"
 #include "tests/gpu/gpu_bench.cuh"
 
 int main(int argc, char **argv) {
@@ -564,6 +569,14 @@ int main(int argc, char **argv) {
   check_conv2d();
   check_nms();
   check_shape_ops();
+  check_reduce();
+  check_reduce_split();
+  check_reduce_int();
+  check_softmax_dims();
+  check_softmax_dtype();
+  check_norm_dims();
+  check_alpha();
+  check_pool_bn();
   printf("%d passed, %d failed\n", g_pass, g_fail);
   return g_fail ? 1 : 0;
 }

@@ -173,14 +173,14 @@ Test(bad, attributes) {
   opd_tensor_t x = th_f32(f.a, 0, 1, (int64_t)4), y = th_f32(f.a, 64, 1, (int64_t)4);
   opd_attr_t unknown = {.name = "epsilon", .type = OPD_ATTR_FLOAT, .f = 1};
   EXPECT_ERR(opd_run(f.c, "layernorm", &x, 1, &y, 1, &unknown, 1), OPD_EATTR,
-             "unknown attribute \"epsilon\" (takes eps)");
+             "unknown attribute \"epsilon\" (takes eps, ndims)");
   opd_attr_t wrong_type = {.name = "eps", .type = OPD_ATTR_STR, .s = "tiny"};
   EXPECT_ERR(opd_run(f.c, "layernorm", &x, 1, &y, 1, &wrong_type, 1),
              OPD_EATTR, "attribute \"eps\" must be float, got str");
   opd_attr_t choice = {.name = "approximate", .type = OPD_ATTR_STR, .s = "fast"};
   EXPECT_ERR(opd_run(f.c, "gelu", &x, 1, &y, 1, &choice, 1), OPD_EATTR,
              "must be one of none|tanh, got \"fast\"");
-  opd_attr_t dim = {.name = "dim", .type = OPD_ATTR_INT, .i = 0};
+  opd_attr_t dim = {.name = "dim", .type = OPD_ATTR_INT, .i = 2}; /* rank 2 */
   opd_tensor_t x2 = th_f32(f.a, 0, 2, (int64_t)2, (int64_t)2),
                y2 = th_f32(f.a, 64, 2, (int64_t)2, (int64_t)2);
   cr_assert_eq(opd_run(f.c, "softmax", &x2, 1, &y2, 1, &dim, 1), OPD_EATTR);

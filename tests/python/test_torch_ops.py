@@ -80,6 +80,13 @@ def samples(dev):
         "embedding": ((r(10, 4), torch.randint(0, 10, (2, 3), generator=g).to(dev)), {}),
         "where": (((r(3, 4) > 0), r(3, 4), r(4)), {}),
         "expand": ((r(3, 1),), {"shape": [2, 3, 5]}),
+        "sum": ((r(3, 4, 5),), {"dims": [1]}),
+        "mean": ((r(3, 4),), {"dims": [0], "keepdim": True}),
+        "amax": ((r(3, 4),), {}),
+        "log_softmax": ((r(4, 33),), {"dim": 0}),
+        "max_pool2d": ((r(2, 3, 9, 8),), {"kernel": [3], "stride": [2], "padding": [1]}),
+        "adaptive_avg_pool2d": ((r(2, 3, 9, 8),), {"size": [2, 3]}),
+        "batch_norm": ((r(2, 3, 4, 5), r(3), r(3).abs() + 0.1, r(3), r(3)), {}),
     }
 
 
@@ -201,12 +208,13 @@ def variants(c, dev):
 def test_out_and_inplace_forms_are_registered(tc):
     ops = tc.ops()
     assert ot.out_schema(ops["softmax"]) == \
-        "(Tensor x, *, Tensor(a!) out, int dim=-1) -> ()"
+        "(Tensor x, *, Tensor(a!) out, int dim=-1, str dtype=\"\") -> ()"
     assert ot.out_schema(ops["nms"]) == ("(Tensor boxes, Tensor scores, *, "
                                          "Tensor(a!) out_keep, Tensor(b!) out_count, "
                                          "float iou_threshold) -> ()")
     assert ot.inplace_schema(ops["layernorm"]) == (
-        "(Tensor(a!) x, Tensor? weight=None, Tensor? bias=None, *, float eps=1e-05) -> ()")
+        "(Tensor(a!) x, Tensor? weight=None, Tensor? bias=None, *, float eps=1e-05, "
+        "int ndims=1) -> ()")
     for name, schema in ops.items():
         assert hasattr(torch.ops.opd, name + "_out") == bool(schema["outputs"]), name
         assert hasattr(torch.ops.opd, name + "_") == ot.has_inplace(schema), name
