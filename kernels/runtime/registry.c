@@ -40,7 +40,10 @@
   X(linear)        \
   X(gru_cell)      \
   X(conv2d)        \
-  X(nms)
+  X(nms)           \
+  X(sdpa)          \
+  X(rope)          \
+  X(swiglu)
 
 /* Operators of test builds only (make TEST_OPS=1): see kernels/fault and
  * kernels/hostsync. */
