@@ -18,6 +18,13 @@
 #include "kernels/common/kutil.h" /* opd__bcast_strides */
 #include "kernels/kernel.h"
 
+/* The index helpers below run in the CUDA kernels too. */
+#ifdef __CUDACC__
+#define OPD_ATTN_HD __host__ __device__
+#else
+#define OPD_ATTN_HD
+#endif
+
 /* What sdpa's optional input 3 is. */
 enum { SDPA_MASK_NONE = 0, SDPA_MASK_BOOL = 1, SDPA_MASK_FLOAT = 2 };
 
@@ -71,7 +78,7 @@ static inline sdpa_dims_t opd__sdpa_dims(const opd_kcall_t *call) {
 }
 
 /* Offset of attention n's mask row 0, key 0. */
-static inline int64_t opd__sdpa_mask_base(const sdpa_dims_t *d, int64_t n) {
+OPD_ATTN_HD static inline int64_t opd__sdpa_mask_base(const sdpa_dims_t *d, int64_t n) {
   return (n / d->H) * d->mb + (n % d->H) * d->mh;
 }
 
@@ -96,7 +103,7 @@ static inline rope_dims_t opd__rope_dims(const opd_kcall_t *call) {
 }
 
 /* Offset into cos / sin of row `row` of x (element 0 of its last dim). */
-static inline int64_t opd__rope_row_off(const rope_dims_t *d, int64_t row) {
+OPD_ATTN_HD static inline int64_t opd__rope_row_off(const rope_dims_t *d, int64_t row) {
   int64_t off = 0;
   for (int i = d->rank - 2; i >= 0; i--) {
     int64_t e = d->shape[i];

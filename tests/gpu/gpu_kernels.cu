@@ -501,6 +501,7 @@ static void check_rows(void) {
 
 #include "tests/gpu/gpu_numerics.cuh"
 #include "tests/gpu/gpu_checks_ops.cuh"
+#include "tests/gpu/gpu_checks_attn.cuh"
 #include "tests/gpu/gpu_bench.cuh"
 
 int main(int argc, char **argv) {
@@ -558,6 +559,8 @@ int main(int argc, char **argv) {
   check_gru_cell();
   check_conv2d();
   check_nms();
+  check_sdpa();
+  check_rope_swiglu();
   printf("%d passed, %d failed\n", g_pass, g_fail);
   return g_fail ? 1 : 0;
 }
