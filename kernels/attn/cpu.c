@@ -10,10 +10,14 @@
  *             KB at a time, keeping per row the running max m, the sum l
  *             and the unnormalized output acc (Dv floats), rescaled by
  *             exp(m_old - m_new) when the max grows; K's block is
- *             transposed once per task and block so that the scores of
- *             a row are a vectorized loop over keys, and acc += p_j v_j a
- *             vectorized loop over Dv. Causal tasks stop at their last
- *             row's key. Tasks spread over call->exec.
+ *             transposed (zero-padded to KB) once per task and block so
+ *             that a row's KB scores are 8 vector accumulators held in
+ *             registers over D, and acc += p_j v_j runs 64 columns at a
+ *             time in registers over the block's keys (explicit 8-wide
+ *             vectors, kernels/common/rowred.h: the compiler would not
+ *             reorder these sums by itself); e^x is opd__v8_expf. Causal
+ *             tasks stop at their last row's key. Tasks spread over
+ *             call->exec.
  * A masked score is -inf and weighs 0; a row with no key left (all
  * masked, Tk = 0) gives zeros, as torch >= 2.5's sdpa. A NaN score (a
  * NaN in q, k or a float mask) makes its row NaN.
@@ -27,6 +31,7 @@
 #include "kernels/attn/attn.h"
 #include "kernels/common/cpu.h"
 #include "kernels/common/kutil.h"
+#include "kernels/common/rowred.h"
 
 OPD_OP_DECLARE(sdpa);
 
@@ -103,6 +108,49 @@ typedef struct fast_job {
   int failed;                      /* a chunk had no scratch (atomic) */
 } fast_job_t;
 
+/* Scores of row qi against the KB keys of kt (D x KB, zero past the
+ * block's keys) into s: 8 vector accumulators held in registers over D. */
+OPD_FAST __attribute__((optimize("fp-contract=fast"))) static void scores(
+    const float *qi, const float *kt, int64_t D, float *s) {
+  opd_v8f a[KB / 8];
+#pragma GCC unroll 8
+  for (int v = 0; v < KB / 8; v++) a[v] = opd__v8_splat(0.0f);
+  for (int64_t c = 0; c < D; c++) {
+    opd_v8f qc = opd__v8_splat(qi[c]);
+#pragma GCC unroll 8
+    for (int v = 0; v < KB / 8; v++) a[v] += qc * opd__v8_load(kt + c * KB + 8 * v);
+  }
+#pragma GCC unroll 8
+  for (int v = 0; v < KB / 8; v++) opd__v8_store(s + 8 * v, a[v]);
+}
+
+/* acc (Dv) += sum over the block's nk keys of p[jj] * vb[jj] (rows of Dv):
+ * 64 columns at a time in 8 registers, then 8, then one. */
+OPD_FAST __attribute__((optimize("fp-contract=fast"))) static void weigh(
+    float *acc, const float *p, const float *vb, int nk, int64_t Dv) {
+  int64_t c = 0;
+  for (; c + 64 <= Dv; c += 64) {
+    opd_v8f a[8];
+#pragma GCC unroll 8
+    for (int v = 0; v < 8; v++) a[v] = opd__v8_load(acc + c + 8 * v);
+    for (int jj = 0; jj < nk; jj++) {
+      opd_v8f pj = opd__v8_splat(p[jj]);
+      const float *vj = vb + jj * Dv + c;
+#pragma GCC unroll 8
+      for (int v = 0; v < 8; v++) a[v] += pj * opd__v8_load(vj + 8 * v);
+    }
+#pragma GCC unroll 8
+    for (int v = 0; v < 8; v++) opd__v8_store(acc + c + 8 * v, a[v]);
+  }
+  for (; c + 8 <= Dv; c += 8) {
+    opd_v8f a = opd__v8_load(acc + c);
+    for (int jj = 0; jj < nk; jj++) a += opd__v8_splat(p[jj]) * opd__v8_load(vb + jj * Dv + c);
+    opd__v8_store(acc + c, a);
+  }
+  for (; c < Dv; c++)
+    for (int jj = 0; jj < nk; jj++) acc[c] += p[jj] * vb[jj * Dv + c];
+}
+
 /* One key block [j0, j0 + nk) for rows [i0, i0 + nr) of attention n. kt
  * is K's block transposed (D x KB), s the scores (KB), m / l / acc the
  * rows' running max, sum and output (QB x Dv). */
@@ -114,43 +162,42 @@ OPD_FAST static void key_block(const fast_job_t *job, int64_t n, int64_t i0, int
   const float *kb = job->k + (n * d->Tk + j0) * D;
   const float *vb = job->v + (n * d->Tk + j0) * Dv;
   int64_t mb = opd__sdpa_mask_base(d, n);
-  for (int jj = 0; jj < nk; jj++)
-    for (int64_t c = 0; c < D; c++) kt[c * KB + jj] = kb[jj * D + c];
+  for (int64_t c = 0; c < D; c++) {
+    for (int jj = 0; jj < nk; jj++) kt[c * KB + jj] = kb[jj * D + c];
+    for (int jj = nk; jj < KB; jj++) kt[c * KB + jj] = 0.0f;
+  }
   for (int r = 0; r < nr; r++) {
     int64_t i = i0 + r;
-    const float *qi = job->q + (n * d->Tq + i) * D;
-    for (int jj = 0; jj < nk; jj++) s[jj] = 0.0f;
-    for (int64_t c = 0; c < D; c++) {
-      float qc = qi[c];
-      const float *kc = kt + c * KB;
-      for (int jj = 0; jj < nk; jj++) s[jj] += qc * kc[jj];
-    }
-    float bm = -INFINITY;
-    for (int jj = 0; jj < nk; jj++) {
-      int64_t j = j0 + jj;
-      float x = masked(d, job->mask, mb, i, j)
+    scores(job->q + (n * d->Tq + i) * D, kt, D, s);
+    if (d->mask == SDPA_MASK_NONE && !(d->causal && j0 + nk - 1 > i)) {
+      for (int jj = 0; jj < KB; jj++) s[jj] *= d->scale;
+    } else {
+      for (int jj = 0; jj < nk; jj++) {
+        int64_t j = j0 + jj;
+        s[jj] = masked(d, job->mask, mb, i, j)
                     ? -INFINITY
                     : s[jj] * d->scale + mask_add(d, job->mask, mb, i, j);
-      s[jj] = x;
-      bm = x > bm ? x : bm;
+      }
     }
-    float mnew = bm > m[r] ? bm : m[r];
-    float muse = mnew == -INFINITY ? 0.0f : mnew;
-    float alpha = opd__expf_fast(m[r] - muse), sum = 0.0f;
-    for (int jj = 0; jj < nk; jj++) {
-      s[jj] = opd__expf_fast(s[jj] - muse);
-      sum += s[jj];
+    for (int jj = nk; jj < KB; jj++) s[jj] = -INFINITY;
+    opd_v8f bv = opd__v8_load(s);
+    for (int v = 1; v < KB / 8; v++) bv = opd__v8_max(opd__v8_load(s + 8 * v), bv);
+    float bm = m[r];
+    for (int e = 0; e < 8; e++) bm = bv[e] > bm ? bv[e] : bm;
+    float muse = bm == -INFINITY ? 0.0f : bm;
+    float alpha = opd__expf_fast(m[r] - muse);
+    opd_v8f sum = opd__v8_splat(0.0f), mu = opd__v8_splat(muse);
+    for (int v = 0; v < KB / 8; v++) {
+      opd_v8f e = opd__v8_expf(opd__v8_load(s + 8 * v) - mu);
+      opd__v8_store(s + 8 * v, e);
+      sum += e;
     }
-    m[r] = mnew;
-    l[r] = l[r] * alpha + sum;
+    m[r] = bm;
+    l[r] = l[r] * alpha + opd__v8_hsum(sum);
     float *a = acc + r * Dv;
     if (alpha != 1.0f)
       for (int64_t c = 0; c < Dv; c++) a[c] *= alpha;
-    for (int jj = 0; jj < nk; jj++) {
-      float p = s[jj];
-      const float *vj = vb + jj * Dv;
-      for (int64_t c = 0; c < Dv; c++) a[c] += p * vj[c];
-    }
+    weigh(a, s, vb, nk, Dv);
   }
 }
 
