@@ -86,7 +86,7 @@ __global__ void __launch_bounds__(SDPA_THREADS)
     for (int rr = 0; rr < SDPA_RW; rr++) {
       const int r = warp * SDPA_RW + rr;
       const int64_t i = i0 + r;
-      if (i >= d.Tq) break; /* uniform over the warp */
+      if (i >= d.Tq) continue; /* uniform over the warp */
       float s = -INFINITY;
       if (j < d.Tk && !(d.causal && j > i)) {
         float dot = 0.0f;
@@ -118,7 +118,7 @@ __global__ void __launch_bounds__(SDPA_THREADS)
 #pragma unroll
   for (int rr = 0; rr < SDPA_RW; rr++) {
     const int64_t i = i0 + warp * SDPA_RW + rr;
-    if (i >= d.Tq) break;
+    if (i >= d.Tq) continue;
     T *o = out + (n * d.Tq + i) * Dv;
     float inv = l[rr] == 0.0f ? 0.0f : 1.0f / l[rr];
 #pragma unroll

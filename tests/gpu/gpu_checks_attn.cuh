@@ -34,6 +34,7 @@ static int sdpa_as_bool(opd_kcall_t *c, const opd_cuda_ctx_t *x) {
   void *d;
   CK(cudaMalloc(&d, b.size()));
   CK(cudaMemcpy(d, b.data(), b.size(), cudaMemcpyHostToDevice));
+  CK(cudaDeviceSynchronize()); /* the copy is done before g_stream reads it */
   set_view(&c->in[3], OPD_DTYPE_BOOL, keep.rank, keep.shape, d);
   int rc = opd__op_find("sdpa")->cuda(c, x);
   CK(cudaStreamSynchronize(g_stream));
@@ -52,7 +53,7 @@ static int sdpa_in_graph(opd_kcall_t *c, const opd_cuda_ctx_t *x) {
   if (rc) return rc;
   std::vector<unsigned char> plain(bytes), replay(bytes);
   CK(cudaMemcpy(plain.data(), c->out[0].data, bytes, cudaMemcpyDeviceToHost));
-  CK(cudaMemset(c->out[0].data, 0xff, bytes));
+  CK(cudaMemsetAsync(c->out[0].data, 0xff, bytes, g_stream));
   cudaGraph_t graph;
   cudaGraphExec_t exec;
   CK(cudaStreamBeginCapture(g_stream, cudaStreamCaptureModeThreadLocal));
