@@ -176,3 +176,55 @@ def test_attention_ops_in_a_graph(c, rng):
         a, b = att.chunk(2, dim=-1)
         close(y, (F.silu(a) * b).numpy(), atol=1e-5)
     g.close()
+
+
+def _on_device(c):
+    if not c.devices():
+        pytest.skip("the daemon has no CUDA device")
+    return lambda a: c.from_numpy(a).to("cuda")
+
+
+@pytest.mark.parametrize("dt,tol", [(np.float32, (2e-5, 1e-4)), (np.float16, (2e-3, 1e-2))])
+def test_the_cuda_kernels_against_numpy(c, rng, dt, tol):
+    dev = _on_device(c)
+    q, k, v = (a.astype(dt) for a in qkv(rng, (2, 12), 64, 64, 64))
+    dq, dk, dv = dev(q), dev(k), dev(v)
+    close(c.sdpa(dq, dk, dv, causal=True), sdpa_ref(q, k, v, causal=True), *tol)
+    q2, k2, v2 = (a.astype(dt) for a in qkv(rng, (3,), 19, 45, 32, 40))
+    bm = rng.uniform(size=(19, 45)) > 0.3
+    fm = np.where(bm, rnd(rng, 19, 45), -np.inf).astype(dt)
+    for m in (bm, fm):
+        close(c.sdpa(dev(q2), dev(k2), dev(v2), dev(m)), sdpa_ref(q2, k2, v2, m), *tol)
+    x, cos, sin = (a.astype(dt) for a in (rnd(rng, 2, 4, 16, 64), rnd(rng, 16, 64),
+                                           rnd(rng, 16, 64)))
+    want = rope_torch(*(torch.from_numpy(a.astype(np.float32)) for a in (x, cos, sin)))
+    close(c.rope(dev(x), dev(cos), dev(sin)), want.numpy(), *tol)
+    h = rnd(rng, 3, 5, 128, lo=-4, hi=4).astype(dt)
+    a, b = torch.from_numpy(h.astype(np.float32)).chunk(2, dim=-1)
+    close(c.swiglu(dev(h)), (F.silu(a) * b).numpy(), *tol)
+
+
+def test_a_device_graph_equals_the_ops_on_the_device(c, rng):
+    """The graph of test_attention_ops_in_a_graph on the GPU (the kernels
+    captured into a CUDA graph): equal to the ops one by one on the
+    device bit for bit, and to numpy within float tolerance."""
+    dev = _on_device(c)
+    B, H, T, D = 2, 4, 24, 16
+    cos, sin = rnd(rng, T, D), rnd(rng, T, D)
+    mask = rng.uniform(size=(T, T)) > 0.4
+    with c.graph(device="cuda", name="attn-gpu") as g:
+        q, k, v = (g.input(n, (B, H, T, D)) for n in "qkv")
+        gc, gs = g.const(cos), g.const(sin)
+        o = g.sdpa(g.rope(q, gc, gs), g.rope(k, gc, gs), v, causal=True)
+        g.output(g.sdpa(o, k, v, g.const(mask)))
+    dc, ds, dm = dev(cos), dev(sin), dev(mask)
+    for _ in range(2):
+        qa, ka, va = qkv(rng, (B, H), T, T, D)
+        dq, dk, dv = dev(qa), dev(ka), dev(va)
+        y = g.run(dq, dk, dv)
+        o = c.sdpa(c.rope(dq, dc, ds), c.rope(dk, dc, ds), dv, causal=True)
+        assert y.numpy().tobytes() == c.sdpa(o, dk, dv, dm).numpy().tobytes()
+        qt, kt = (rope_torch(*(torch.from_numpy(a) for a in (x, cos, sin))).numpy()
+                  for x in (qa, ka))
+        close(y, sdpa_ref(sdpa_ref(qt, kt, va, causal=True), ka, va, mask), 2e-5, 1e-4)
+    g.close()
