@@ -82,6 +82,14 @@ OPD_ATTN_HD static inline int64_t opd__sdpa_mask_base(const sdpa_dims_t *d, int6
   return (n / d->H) * d->mb + (n % d->H) * d->mh;
 }
 
+/* The CUDA sdpa kernels (cuda.cu): AUTO picks sdpa_wmma where it fits
+ * (float16 / bfloat16, D and Dv multiples of 16 up to 64, sm_80+), else
+ * the CUDA-core kernel; CORES and WMMA force one (WMMA refuses, with
+ * OPD_ELIMIT, a call it does not fit). For tests and benchmarks; the row's
+ * kernel is AUTO. */
+enum { OPD_SDPA_AUTO = 0, OPD_SDPA_CORES = 1, OPD_SDPA_WMMA = 2 };
+int opd__sdpa_cuda_variant(opd_kcall_t *call, const opd_cuda_ctx_t *ctx, int variant);
+
 /* rope: x (..., T, D) as rows of D; cos / sin broadcast to x's shape,
  * read through strides (0 on a broadcast dim). */
 typedef struct rope_dims {

@@ -15,12 +15,27 @@
  * their last row's key. out = acc / l in the tensor's dtype; a row with
  * no key left (all masked, Tk = 0) gives zeros, as the CPU kernels.
  * Limits: D and Dv <= 128 (the shared tiles: 40 KiB of static shared
- * memory); a larger head dim is refused with OPD_ELIMIT. No scratch, no
- * synchronization, no allocation: the launch can be captured into a CUDA
- * graph.
+ * memory); a larger head dim is refused with OPD_ELIMIT.
+ *
+ * Variant sdpa_wmma (float16 / bfloat16 with D and Dv multiples of 16 up
+ * to 64, GPT-2's D = 64 among them, on sm_80 and later): the same
+ * recurrence on tensor cores (WMMA 16x16x16, float accumulation). A block
+ * of 4 warps owns TQ = 64 query rows (16 per warp), keys TK = 32 at a
+ * time; per tile each warp computes its S = q k^T (16 x 32) into shared
+ * memory, two lanes per row take its max, exp and sum (the running m and
+ * l), write p in the tensor's dtype and alpha = exp(m_old - m_new); the
+ * warp's output O (16 x Dv, float, shared) is scaled by alpha, loaded as
+ * an accumulator and gets p v added by WMMA. p is rounded to 16 bits
+ * before p v, as flash-attention does (l sums the unrounded p). 46 KiB of
+ * static shared memory.
+ *
+ * No scratch, no synchronization, no allocation: either launch can be
+ * captured into a CUDA graph.
  * Test: build/tests/gpu_kernels --op sdpa (against cpu_ref, every dtype,
- * causal, bool and float masks, rank 3 and 4, Tq != Tk).
+ * both variants, causal, bool and float masks, rank 3 and 4, Tq != Tk).
  */
+#include <mma.h>
+
 #include "kernels/cuda/common.cuh"
 
 extern "C" {
@@ -129,6 +144,155 @@ __global__ void __launch_bounds__(SDPA_THREADS)
   }
 }
 
+/* ---- sdpa_wmma ----------------------------------------------------------- */
+
+#define TC_TQ 64        /* query rows per block: 16 per warp */
+#define TC_TK 32        /* keys per tile */
+#define TC_DMAX 64      /* largest D and Dv */
+#define TC_SLD (TC_TK + 4)  /* S's row stride (floats) */
+#define TC_PLD (TC_TK + 8)  /* P's row stride (elements) */
+
+/* Whether sdpa_wmma takes a call of dtype dt and head dims D, Dv. */
+static bool tc_fits(int32_t dt, int64_t D, int64_t Dv) {
+  return (dt == OPD_DTYPE_FLOAT16 || dt == OPD_DTYPE_BFLOAT16) && D > 0 && Dv > 0 &&
+         D % 16 == 0 && Dv % 16 == 0 && D <= TC_DMAX && Dv <= TC_DMAX;
+}
+
+template <typename T, int MK>
+__global__ void __launch_bounds__(SDPA_THREADS)
+    sdpa_wmma(const T *__restrict__ q, const T *__restrict__ k, const T *__restrict__ v,
+              const void *__restrict__ mask, T *__restrict__ out, sdpa_dims_t d,
+              int64_t qtiles) {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+  using namespace nvcuda;
+  __shared__ __align__(32) T sq[TC_TQ * TC_DMAX];
+  __shared__ __align__(32) T sk[TC_TK * TC_DMAX];
+  __shared__ __align__(32) T sv[TC_TK * TC_DMAX];
+  __shared__ __align__(32) float ss[4][16 * TC_SLD];
+  __shared__ __align__(32) T sp[4][16 * TC_PLD];
+  __shared__ __align__(32) float so[4][16 * TC_DMAX];
+  __shared__ float salpha[4][16];
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int64_t n = blockIdx.x / qtiles, i0 = (blockIdx.x % qtiles) * TC_TQ;
+  const int D = (int)d.D, Dv = (int)d.Dv;
+  const T *qn = q + n * d.Tq * D, *kn = k + n * d.Tk * D, *vn = v + n * d.Tk * Dv;
+  const int64_t mbase = opd__sdpa_mask_base(&d, n);
+  for (int e = tid; e < TC_TQ * D; e += SDPA_THREADS) {
+    int r = e / D, c = e % D;
+    sq[e] = i0 + r < d.Tq ? qn[(i0 + r) * D + c] : from_f<T>(0.0f);
+  }
+  for (int e = lane; e < 16 * Dv; e += 32) so[warp][e] = 0.0f;
+  /* lane 2r + h: row r of the warp's 16, keys h*16 .. h*16 + 15 of a tile */
+  const int r = lane >> 1, h = lane & 1;
+  const int64_t i = i0 + warp * 16 + r;
+  float m = -INFINITY, l = 0.0f;
+  int64_t last = i0 + TC_TQ < d.Tq ? i0 + TC_TQ : d.Tq;
+  int64_t kend = d.causal && last < d.Tk ? last : d.Tk;
+  for (int64_t j0 = 0; j0 < kend; j0 += TC_TK) {
+    __syncthreads(); /* the previous tile is consumed (and q staged) */
+    for (int e = tid; e < TC_TK * D; e += SDPA_THREADS) {
+      int jj = e / D, c = e % D;
+      sk[e] = j0 + jj < d.Tk ? kn[(j0 + jj) * D + c] : from_f<T>(0.0f);
+    }
+    for (int e = tid; e < TC_TK * Dv; e += SDPA_THREADS) {
+      int jj = e / Dv, c = e % Dv;
+      sv[e] = j0 + jj < d.Tk ? vn[(j0 + jj) * Dv + c] : from_f<T>(0.0f);
+    }
+    __syncthreads();
+    /* S (16 x TK) = q rows (16 x D) . k tile^T (D x TK) */
+#pragma unroll
+    for (int nb = 0; nb < TC_TK / 16; nb++) {
+      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+      wmma::fill_fragment(acc, 0.0f);
+      for (int kk = 0; kk < D; kk += 16) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> fa;
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> fb;
+        wmma::load_matrix_sync(fa, sq + warp * 16 * D + kk, D);
+        wmma::load_matrix_sync(fb, sk + nb * 16 * D + kk, D);
+        wmma::mma_sync(acc, fa, fb, acc);
+      }
+      wmma::store_matrix_sync(ss[warp] + nb * 16, acc, TC_SLD, wmma::mem_row_major);
+    }
+    __syncwarp();
+    /* the online softmax of row r over this lane's 16 keys */
+    float sv16[16], bm = -INFINITY;
+#pragma unroll
+    for (int t = 0; t < 16; t++) {
+      int64_t j = j0 + h * 16 + t;
+      float x = -INFINITY;
+      if (i < d.Tq && j < d.Tk && !(d.causal && j > i)) {
+        x = ss[warp][r * TC_SLD + h * 16 + t] * d.scale;
+        if (MK == SDPA_MASK_BOOL) {
+          if (!((const uint8_t *)mask)[mbase + i * d.mq + j * d.mk]) x = -INFINITY;
+        } else if (MK == SDPA_MASK_FLOAT) {
+          x += to_f(((const T *)mask)[mbase + i * d.mq + j * d.mk]);
+        }
+      }
+      sv16[t] = x;
+      bm = fmaxf(bm, x);
+    }
+    float mnew = fmaxf(m, fmaxf(bm, __shfl_xor_sync(0xffffffffu, bm, 1)));
+    float muse = mnew == -INFINITY ? 0.0f : mnew, sum = 0.0f;
+#pragma unroll
+    for (int t = 0; t < 16; t++) {
+      float p = expf(sv16[t] - muse);
+      sum += p;
+      sp[warp][r * TC_PLD + h * 16 + t] = from_f<T>(p);
+    }
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    float alpha = expf(m - muse);
+    l = l * alpha + sum;
+    m = mnew;
+    if (h == 0) salpha[warp][r] = alpha;
+    __syncwarp();
+    for (int e = lane; e < 16 * Dv; e += 32) so[warp][e] *= salpha[warp][e / Dv];
+    __syncwarp();
+    /* O (16 x Dv) += P (16 x TK) . v tile (TK x Dv) */
+    for (int cb = 0; cb < Dv; cb += 16) {
+      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+      wmma::load_matrix_sync(acc, so[warp] + cb, Dv, wmma::mem_row_major);
+#pragma unroll
+      for (int kk = 0; kk < TC_TK; kk += 16) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> fa;
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> fb;
+        wmma::load_matrix_sync(fa, sp[warp] + kk, TC_PLD);
+        wmma::load_matrix_sync(fb, sv + kk * Dv + cb, Dv);
+        wmma::mma_sync(acc, fa, fb, acc);
+      }
+      wmma::store_matrix_sync(so[warp] + cb, acc, Dv, wmma::mem_row_major);
+    }
+    __syncwarp();
+  }
+  /* out = O / l: lane pair (r, h) writes half of row r */
+  if (i < d.Tq) {
+    T *o = out + (n * d.Tq + i) * Dv;
+    float inv = l == 0.0f ? 0.0f : 1.0f / l;
+    for (int c = h; c < Dv; c += 2)
+      o[c] = from_f<T>(l == 0.0f ? 0.0f : so[warp][r * Dv + c] * inv);
+  }
+#else
+  __trap(); /* never launched: the host checks for sm_80 */
+#endif
+}
+
+template <typename T>
+static void launch_tc(opd_kcall_t *call, const sdpa_dims_t &d, cudaStream_t st) {
+  const T *q = (const T *)call->in[0].data, *k = (const T *)call->in[1].data,
+          *v = (const T *)call->in[2].data;
+  const void *mask = call->n_in > 3 ? call->in[3].data : NULL;
+  T *out = (T *)call->out[0].data;
+  int64_t qtiles = (d.Tq + TC_TQ - 1) / TC_TQ;
+  unsigned grid = (unsigned)(d.N * qtiles);
+  if (d.mask == SDPA_MASK_BOOL)
+    sdpa_wmma<T, SDPA_MASK_BOOL><<<grid, SDPA_THREADS, 0, st>>>(q, k, v, mask, out, d, qtiles);
+  else if (d.mask == SDPA_MASK_FLOAT)
+    sdpa_wmma<T, SDPA_MASK_FLOAT><<<grid, SDPA_THREADS, 0, st>>>(q, k, v, mask, out, d, qtiles);
+  else
+    sdpa_wmma<T, SDPA_MASK_NONE><<<grid, SDPA_THREADS, 0, st>>>(q, k, v, mask, out, d, qtiles);
+}
+
+/* ---- the entry point ------------------------------------------------------ */
+
 template <typename T>
 static void launch(opd_kcall_t *call, const sdpa_dims_t &d, int64_t qtiles, cudaStream_t st) {
   const T *q = (const T *)call->in[0].data, *k = (const T *)call->in[1].data,
@@ -144,22 +308,47 @@ static void launch(opd_kcall_t *call, const sdpa_dims_t &d, int64_t qtiles, cuda
     sdpa_kernel<T, SDPA_MASK_NONE><<<grid, SDPA_THREADS, 0, st>>>(q, k, v, mask, out, d, qtiles);
 }
 
-extern "C" int opd__sdpa_cuda(opd_kcall_t *call, const opd_cuda_ctx_t *ctx) {
+/* Whether the current device has tensor cores WMMA can use here (sm_80+). */
+static bool tc_device(int device) {
+  int major = 0;
+  return cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) ==
+             cudaSuccess &&
+         major >= 8;
+}
+
+extern "C" int opd__sdpa_cuda_variant(opd_kcall_t *call, const opd_cuda_ctx_t *ctx,
+                                      int variant) {
   sdpa_dims_t d = opd__sdpa_dims(call);
+  int32_t dt = call->in[0].dtype;
   if (d.D > SDPA_DMAX || d.Dv > SDPA_DMAX)
     return opd__kerr(call, OPD_ELIMIT,
                      "head dims D = %lld, Dv = %lld: the CUDA kernel takes up to %d",
                      (long long)d.D, (long long)d.Dv, SDPA_DMAX);
+  bool tc = variant != OPD_SDPA_CORES && tc_fits(dt, d.D, d.Dv) && tc_device(ctx->device);
+  if (variant == OPD_SDPA_WMMA && !tc)
+    return opd__kerr(call, OPD_ELIMIT,
+                     "the wmma variant takes float16 / bfloat16 with D and Dv multiples of "
+                     "16 up to %d on sm_80+ (D = %lld, Dv = %lld)",
+                     TC_DMAX, (long long)d.D, (long long)d.Dv);
   if (d.N == 0 || d.Tq == 0 || d.Dv == 0) return 0;
-  int64_t qtiles = (d.Tq + SDPA_BQ - 1) / SDPA_BQ;
+  int64_t qtiles = (d.Tq + SDPA_BQ - 1) / SDPA_BQ; /* the larger grid of the two */
   if (d.N * qtiles > 0x7fffffff)
     return opd__kerr(call, OPD_ELIMIT, "%lld attentions of %lld queries: more than 2^31 blocks",
                      (long long)d.N, (long long)d.Tq);
-  int32_t dt = call->in[0].dtype;
+  cudaStream_t st = OPD_STREAM(ctx);
   int rc = 0;
-  OPD_FLOAT_DISPATCH(dt, rc = opd__cuda_bad_dtype(call, dt),
-                     launch<T>(call, d, qtiles, OPD_STREAM(ctx));)
+  if (tc && dt == OPD_DTYPE_FLOAT16) {
+    launch_tc<__half>(call, d, st);
+  } else if (tc) {
+    launch_tc<__nv_bfloat16>(call, d, st);
+  } else {
+    OPD_FLOAT_DISPATCH(dt, rc = opd__cuda_bad_dtype(call, dt), launch<T>(call, d, qtiles, st);)
+  }
   if (rc) return rc;
   OPD_CUDA_LAUNCHED();
   return 0;
+}
+
+extern "C" int opd__sdpa_cuda(opd_kcall_t *call, const opd_cuda_ctx_t *ctx) {
+  return opd__sdpa_cuda_variant(call, ctx, OPD_SDPA_AUTO);
 }
