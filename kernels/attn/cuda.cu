@@ -57,6 +57,18 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
+/* Stages rows [first, first + rows) of src (rows of `cols`, `limit` rows
+ * in all) into shared dst (row stride ld) as S (float, or src's own type),
+ * zeros past `limit`; every thread of the block takes part. */
+template <typename S, typename T>
+__device__ __forceinline__ void stage_rows(S *dst, int ld, const T *src, int64_t first,
+                                           int64_t limit, int rows, int cols) {
+  for (int e = threadIdx.x; e < rows * cols; e += SDPA_THREADS) {
+    int r = e / cols, c = e % cols;
+    dst[r * ld + c] = from_f<S>(first + r < limit ? to_f(src[(first + r) * cols + c]) : 0.0f);
+  }
+}
+
 /* MK: SDPA_MASK_NONE / BOOL (uint8 bytes) / FLOAT (T, added). */
 template <typename T, int MK>
 __global__ void __launch_bounds__(SDPA_THREADS)
@@ -71,10 +83,7 @@ __global__ void __launch_bounds__(SDPA_THREADS)
   const int D = (int)d.D, Dv = (int)d.Dv;
   const T *qn = q + n * d.Tq * D, *kn = k + n * d.Tk * D, *vn = v + n * d.Tk * Dv;
   const int64_t mbase = opd__sdpa_mask_base(&d, n);
-  for (int e = tid; e < SDPA_BQ * D; e += SDPA_THREADS) {
-    int r = e / D, c = e % D;
-    sq[r][c] = i0 + r < d.Tq ? to_f(qn[(i0 + r) * D + c]) : 0.0f;
-  }
+  stage_rows(&sq[0][0], SDPA_DMAX, qn, i0, d.Tq, SDPA_BQ, D);
   float m[SDPA_RW], l[SDPA_RW], acc[SDPA_RW][SDPA_DMAX / 32];
 #pragma unroll
   for (int rr = 0; rr < SDPA_RW; rr++) {
@@ -87,14 +96,8 @@ __global__ void __launch_bounds__(SDPA_THREADS)
   int64_t kend = d.causal && last < d.Tk ? last : d.Tk;
   for (int64_t j0 = 0; j0 < kend; j0 += SDPA_BK) {
     __syncthreads(); /* the previous tile is consumed (and q staged) */
-    for (int e = tid; e < SDPA_BK * D; e += SDPA_THREADS) {
-      int jj = e / D, c = e % D;
-      sk[jj][c] = j0 + jj < d.Tk ? to_f(kn[(j0 + jj) * D + c]) : 0.0f;
-    }
-    for (int e = tid; e < SDPA_BK * Dv; e += SDPA_THREADS) {
-      int jj = e / Dv, c = e % Dv;
-      sv[jj][c] = j0 + jj < d.Tk ? to_f(vn[(j0 + jj) * Dv + c]) : 0.0f;
-    }
+    stage_rows(&sk[0][0], SDPA_DMAX + 1, kn, j0, d.Tk, SDPA_BK, D);
+    stage_rows(&sv[0][0], SDPA_DMAX, vn, j0, d.Tk, SDPA_BK, Dv);
     __syncthreads();
     const int64_t j = j0 + lane;
 #pragma unroll
@@ -177,10 +180,7 @@ __global__ void __launch_bounds__(SDPA_THREADS)
   const int D = (int)d.D, Dv = (int)d.Dv;
   const T *qn = q + n * d.Tq * D, *kn = k + n * d.Tk * D, *vn = v + n * d.Tk * Dv;
   const int64_t mbase = opd__sdpa_mask_base(&d, n);
-  for (int e = tid; e < TC_TQ * D; e += SDPA_THREADS) {
-    int r = e / D, c = e % D;
-    sq[e] = i0 + r < d.Tq ? qn[(i0 + r) * D + c] : from_f<T>(0.0f);
-  }
+  stage_rows(sq, D, qn, i0, d.Tq, TC_TQ, D);
   for (int e = lane; e < 16 * Dv; e += 32) so[warp][e] = 0.0f;
   /* lane 2r + h: row r of the warp's 16, keys h*16 .. h*16 + 15 of a tile */
   const int r = lane >> 1, h = lane & 1;
@@ -190,14 +190,8 @@ __global__ void __launch_bounds__(SDPA_THREADS)
   int64_t kend = d.causal && last < d.Tk ? last : d.Tk;
   for (int64_t j0 = 0; j0 < kend; j0 += TC_TK) {
     __syncthreads(); /* the previous tile is consumed (and q staged) */
-    for (int e = tid; e < TC_TK * D; e += SDPA_THREADS) {
-      int jj = e / D, c = e % D;
-      sk[e] = j0 + jj < d.Tk ? kn[(j0 + jj) * D + c] : from_f<T>(0.0f);
-    }
-    for (int e = tid; e < TC_TK * Dv; e += SDPA_THREADS) {
-      int jj = e / Dv, c = e % Dv;
-      sv[e] = j0 + jj < d.Tk ? vn[(j0 + jj) * Dv + c] : from_f<T>(0.0f);
-    }
+    stage_rows(sk, D, kn, j0, d.Tk, TC_TK, D);
+    stage_rows(sv, Dv, vn, j0, d.Tk, TC_TK, Dv);
     __syncthreads();
     /* S (16 x TK) = q rows (16 x D) . k tile^T (D x TK) */
 #pragma unroll
