@@ -2,9 +2,11 @@
  * recurrence), float32 / float16 / bfloat16 in and out, float32 inside
  * (shapes and semantics: ops.c; sizes: attn.h).
  *
- * Variant (one): sdpa_kernel. A block of 4 warps owns BQ = 16 query rows
- * of one attention (4 rows per warp) and walks the keys BK = 32 at a
- * time: the block stages q's rows and the key tile's K and V rows in
+ * Variants (opd__sdpa_cuda_variant, attn.h; the row's kernel picks):
+ *
+ * sdpa_kernel (every dtype, D and Dv up to 128). A block of 4 warps
+ * owns BQ = 16 query rows of one attention (4 rows per warp) and walks
+ * the keys BK = 32 at a time: the block stages q's rows and the key tile's K and V rows in
  * shared memory as float (K padded to D + 1 floats a row, so that the 32
  * lanes reading 32 keys' element c hit 32 banks); lane j scores key j
  * against each of its warp's rows (q.k * scale, then the mask), the warp
@@ -17,7 +19,7 @@
  * Limits: D and Dv <= 128 (the shared tiles: 40 KiB of static shared
  * memory); a larger head dim is refused with OPD_ELIMIT.
  *
- * Variant sdpa_wmma (float16 / bfloat16 with D and Dv multiples of 16 up
+ * sdpa_wmma (float16 / bfloat16 with D and Dv multiples of 16 up
  * to 64, GPT-2's D = 64 among them, on sm_80 and later): the same
  * recurrence on tensor cores (WMMA 16x16x16, float accumulation). A block
  * of 4 warps owns TQ = 64 query rows (16 per warp), keys TK = 32 at a
@@ -47,15 +49,6 @@ extern "C" {
 #define SDPA_RW 4       /* query rows per warp */
 #define SDPA_DMAX 128   /* largest D and Dv */
 #define SDPA_THREADS 128
-
-__device__ __forceinline__ float warp_max(float v) {
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
 
 /* Stages rows [first, first + rows) of src (rows of `cols`, `limit` rows
  * in all) into shared dst (row stride ld) as S (float, or src's own type),
@@ -116,10 +109,10 @@ __global__ void __launch_bounds__(SDPA_THREADS)
           s += to_f(((const T *)mask)[mbase + i * d.mq + j * d.mk]);
         }
       }
-      float mnew = fmaxf(m[rr], warp_max(s));
+      float mnew = fmaxf(m[rr], group_max<32>(s));
       float muse = mnew == -INFINITY ? 0.0f : mnew;
       float p = expf(s - muse), alpha = expf(m[rr] - muse);
-      l[rr] = l[rr] * alpha + warp_sum(p);
+      l[rr] = l[rr] * alpha + group_sum<32>(p);
       m[rr] = mnew;
 #pragma unroll
       for (int e = 0; e < SDPA_DMAX / 32; e++) acc[rr][e] *= alpha;
@@ -225,7 +218,7 @@ __global__ void __launch_bounds__(SDPA_THREADS)
       sv16[t] = x;
       bm = fmaxf(bm, x);
     }
-    float mnew = fmaxf(m, fmaxf(bm, __shfl_xor_sync(0xffffffffu, bm, 1)));
+    float mnew = fmaxf(m, group_max<2>(bm)); /* the row's two lanes */
     float muse = mnew == -INFINITY ? 0.0f : mnew, sum = 0.0f;
 #pragma unroll
     for (int t = 0; t < 16; t++) {
@@ -233,7 +226,7 @@ __global__ void __launch_bounds__(SDPA_THREADS)
       sum += p;
       sp[warp][r * TC_PLD + h * 16 + t] = from_f<T>(p);
     }
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum = group_sum<2>(sum);
     float alpha = expf(m - muse);
     l = l * alpha + sum;
     m = mnew;
