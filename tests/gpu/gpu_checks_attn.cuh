@@ -5,13 +5,14 @@
  * sdpa: through the table's kernel (for float16 / bfloat16 with D and
  * Dv multiples of 16 up to 64: sdpa_wmma, on tensor cores) and, for the
  * half types, the CUDA-core kernel forced ("[cores]"); rank 4 and 3,
- * GPT-2's shapes (D = 64, B = 1..4, T = 16..256, causal), causal with Tq < Tk and Tq > Tk, Dv != D, odd sizes, D = 128,
- * Tk = 0 (zeros), a float mask broadcast from (Tq, Tk) and (B, 1, 1, Tk)
+ * GPT-2's shapes (D = 64, B = 1..4, T = 16..256, causal), causal with
+ * Tq < Tk and Tq > Tk, Dv != D, odd sizes, D = 128, Tk = 0 (zeros), a float mask broadcast from (Tq, Tk) and (B, 1, 1, Tk)
  * with -inf entries and a fully masked row, the same through a bool mask
  * ("[bool]": the float mask's 0 / -inf turned into True / False on the
  * device, the reference keeping the float form, which means the same),
  * D = 129 refused with OPD_ELIMIT, and the kernel captured into a CUDA
- * graph ("[graph]": replayed, bit-equal to the plain launch).
+ * graph ("[graph]": replayed, bit-equal to the plain launch); --bench: each
+ * variant at GPT-2's shapes (bench_sdpa, below).
  * Tolerances: float32 2e-5 + 1e-4|ref| (float accumulation against the
  * reference's double); the half types tol()'s with atol raised to 1e-3
  * (float16) and 8e-3 (bfloat16): sdpa_wmma rounds the weights p to the
@@ -181,4 +182,39 @@ static void check_rope_swiglu(void) {
                       {1, S(2), -8, 8, NULL}, {2, S(1000, 18), -8, 8, NULL}};
     for (auto &s : sw) run_case("swiglu", "", DTS[d], 1, &s, no_attrs, a, r);
   }
+}
+
+/* --bench: sdpa at GPT-2's shapes (H = 12, D = 64, causal; T up to its
+ * 1024 context) through each variant that takes the dtype, as times and
+ * TFLOP/s (4 B H T^2 D / 2 for causal), L2 flushed before each run:
+ * "bench op=sdpa[variant] dtype=... shape=[B,H,T,D] us=... tflops=...". */
+static void bench_sdpa(void) {
+  if (!wanted("sdpa")) return;
+  static const int64_t shapes[][2] = {{1, 256}, {4, 256}, {1, 1024}, {8, 1024}};
+  for (int d = 0; d < 3; d++)
+    for (auto &sh : shapes) {
+      int64_t B = sh[0], T = sh[1], s[4] = {B, 12, T, 64}, n = B * 12 * T * 64;
+      opd_kcall_t c;
+      call_init(&c, "sdpa");
+      attr(&c, "causal")->i = 1;
+      c.n_in = 3;
+      for (int i = 0; i < 3; i++) set_view(&c.in[i], DTS[d], 4, s, dev_rand(DTS[d], n, -2, 2));
+      shape_outs(&c);
+      CK(cudaMalloc(&c.out[0].data, (size_t)n * opd__dtype_size(DTS[d])));
+      for (int v = OPD_SDPA_CORES; v <= OPD_SDPA_WMMA; v++) {
+        if (v == OPD_SDPA_WMMA && d == 0) continue; /* float32 has no wmma variant */
+        double us = time_us([&] {
+          if (opd__sdpa_cuda_variant(&c, &g_ctx, v)) {
+            fprintf(stderr, "sdpa: %s\n", c.err);
+            exit(2);
+          }
+        });
+        printf("bench op=sdpa[%s] dtype=%s shape=[%lld,12,%lld,64] us=%.1f tflops=%.2f\n",
+               v == OPD_SDPA_WMMA ? "wmma" : "cores", opd__kdtype_name(DTS[d]), (long long)B,
+               (long long)T, us, 2.0 * B * 12 * T * T * 64 / (us * 1e6));
+        fflush(stdout);
+      }
+      for (int i = 0; i < 3; i++) CK(cudaFree(c.in[i].data));
+      CK(cudaFree(c.out[0].data));
+    }
 }

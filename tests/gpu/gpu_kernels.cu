@@ -501,8 +501,8 @@ static void check_rows(void) {
 
 #include "tests/gpu/gpu_numerics.cuh"
 #include "tests/gpu/gpu_checks_ops.cuh"
-#include "tests/gpu/gpu_checks_attn.cuh"
 #include "tests/gpu/gpu_bench.cuh"
+#include "tests/gpu/gpu_checks_attn.cuh"
 
 int main(int argc, char **argv) {
   bool bench = false;
@@ -538,6 +538,7 @@ int main(int argc, char **argv) {
     bench_linear();
     bench_conv2d();
     bench_nms();
+    bench_sdpa();
     return 0;
   }
   if (g_only && strcmp(g_only, "numerics") == 0) {
