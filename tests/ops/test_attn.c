@@ -124,6 +124,33 @@ Test(sdpa, fast_matches_ref) {
   }
 }
 
+Test(sdpa, large_scores) {
+  /* scores up to ~1e3 (scale 30): the running max grows by hundreds from
+   * block to block; a float score carries ~|s| 2^-24 of rounding, which
+   * moves a weight by as much: tolerance 1e-5 + 1e-4|ref| */
+  for (int causal = 0; causal < 2; causal++) {
+    sdpa_case_t k = {4, 1, 2, 40, 150, 16, 16, causal, 0, 0, 0, 30};
+    uint8_t *unused;
+    opd_kcall_t *c = sdpa_call(&k, 11 + causal, &unused);
+    ot_check_fast(c, 1e-5, 1e-4);
+    ot_free(c);
+  }
+}
+
+Test(sdpa, nan_makes_its_row_nan) {
+  sdpa_case_t k = {4, 1, 1, 20, 100, 8, 8, 0, 0, 0, 0, 0};
+  uint8_t *unused;
+  opd_kcall_t *c = sdpa_call(&k, 9, &unused);
+  ((float *)c->in[0].data)[3 * 8 + 2] = NAN; /* q row 3 */
+  for (int fast = 0; fast < 2; fast++) {
+    cr_assert_eq(ot_run(c, fast, ot_pool(2)), 0, "%s", c->err);
+    const float *o = ot_out(c, 0);
+    for (int64_t i = 0; i < 20; i++)
+      for (int e = 0; e < 8; e++)
+        cr_assert_eq(isnan(o[i * 8 + e]) != 0, i == 3, "fast %d row %lld", fast, (long long)i);
+  }
+}
+
 Test(sdpa, causal_equals_its_triangular_mask) {
   for (int t = 0; t < 3; t++) {
     int64_t Tq = (int64_t[]){40, 7, 90}[t], Tk = (int64_t[]){40, 61, 33}[t];
