@@ -54,7 +54,10 @@
   X(log_softmax)   \
   X(max_pool2d)    \
   X(adaptive_avg_pool2d) \
-  X(batch_norm)
+  X(batch_norm)    \
+  X(sdpa)          \
+  X(rope)          \
+  X(swiglu)
 
 /* Operators of test builds only (make TEST_OPS=1): see kernels/fault and
  * kernels/hostsync. */

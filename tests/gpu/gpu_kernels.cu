@@ -511,6 +511,7 @@ static void check_rows(void) {
 #include "tests/gpu/gpu_checks_strided.cuh"
 #include "tests/gpu/gpu_checks_reduce.cuh"
 #include "tests/gpu/gpu_bench.cuh"
+#include "tests/gpu/gpu_checks_attn.cuh"
 
 int main(int argc, char **argv) {
   bool bench = false;
@@ -546,6 +547,7 @@ int main(int argc, char **argv) {
     bench_linear();
     bench_conv2d();
     bench_nms();
+    bench_sdpa();
     return 0;
   }
   if (g_only && strcmp(g_only, "numerics") == 0) {
@@ -577,6 +579,8 @@ int main(int argc, char **argv) {
   check_norm_dims();
   check_alpha();
   check_pool_bn();
+  check_sdpa();
+  check_rope_swiglu();
   printf("%d passed, %d failed\n", g_pass, g_fail);
   return g_fail ? 1 : 0;
 }

@@ -87,6 +87,9 @@ def samples(dev):
         "max_pool2d": ((r(2, 3, 9, 8),), {"kernel": [3], "stride": [2], "padding": [1]}),
         "adaptive_avg_pool2d": ((r(2, 3, 9, 8),), {"size": [2, 3]}),
         "batch_norm": ((r(2, 3, 4, 5), r(3), r(3).abs() + 0.1, r(3), r(3)), {}),
+        "sdpa": ((r(1, 2, 5, 8), r(1, 2, 7, 8), r(1, 2, 7, 8)), {"causal": True}),
+        "rope": ((r(2, 3, 5, 8), r(5, 8), r(5, 8)), {}),
+        "swiglu": ((r(3, 10),), {}),
     }
 
 
