@@ -169,6 +169,7 @@ struct opd_server {
   /* stats */
   uint64_t sessions_total, requests, errors, bytes_mapped, arenas;
   uint64_t run_cache_hits;       /* runs that skipped decode and checks */
+  uint64_t staged_copies, staged_bytes; /* clients' staging (STAGING) */
   opd_op_stats_t *op_stats;      /* one per registry entry */
   opd_cost_t *cost;              /* OPD_COST_SLOTS (cpu.c, --inline-us) */
   /* the OPS reply body, packed once */
