@@ -7,7 +7,10 @@ For each transport (a connection per transport, opd.torch.register(c)
 binding the ops to it; the daemon must grant spin: start it with `--spin
 always` on a small machine) and each shape (1x1024, 2048x2048) the cases
 are the same values as
-  torch      torch.softmax(x, -1), in this process (a new output per call)
+  torch      torch.softmax(x, -1), in this process (a new output per call),
+             on torch's threads (every CPU; the ratios are to this)
+  torch1t    the same on one thread (a reference that a loaded machine,
+             where torch's threads wait for each other, slows less)
   staged     torch.ops.opd.softmax(x) on a plain torch tensor: the input is
              copied into shared memory per call (the fallback)
   empty      on opd.torch.empty(...) memory: no copy in
@@ -89,13 +92,18 @@ def run_case(transport, shape, reps):
         t0 = time.perf_counter()
         while time.perf_counter() - t0 < WARMUP_S:
             f()
+    fns.insert(1, ("torch1t", fns[0][1]))
     times = {n: [] for n, _ in fns}
     copies = {n: 0 for n, _ in fns}
     per = max(1, reps // BLOCKS)
+    threads = torch.get_num_threads()
     for _ in range(BLOCKS):
         for n, f in fns:
             before = ot.staging()[0]
+            if n == "torch1t":
+                torch.set_num_threads(1)
             times[n] += timed(f, per)
+            torch.set_num_threads(threads)
             copies[n] += ot.staging()[0] - before
     med = {n: statistics.median(v) * 1e6 for n, v in times.items()}
     zc = sum(copies[n] for n in ZERO_COPY)

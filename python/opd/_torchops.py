@@ -178,12 +178,12 @@ class _Plan:
         self.lock = threading.Lock()
         self.staged = 0
         self.outs = None        # [(array, opd Tensor, bf16)]: last outputs
-        self.kept = 0           # of staged: the bytes of outs
+        self.kept = 0           # the bytes of outs (in the budget too)
 
     def __del__(self):
-        if self.staged:
+        if self.staged or self.kept:
             with _staged_lock:
-                _staged[0] -= self.staged
+                _staged[0] -= self.staged + self.kept
 
 
 class OpRunner:
@@ -397,7 +397,6 @@ class OpRunner:
             if ok:
                 _staged[0] += n
         if ok:
-            p.staged += n
             p.kept = n
             p.outs = po
         return tuple([_torch_of(a, bf) for a, _, bf in po]), odescs
@@ -406,7 +405,6 @@ class OpRunner:
     def _drop_outputs(p):
         n, p.outs, p.kept = p.kept, None, 0
         if n:
-            p.staged -= n
             with _staged_lock:
                 _staged[0] -= n
 
