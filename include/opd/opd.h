@@ -147,20 +147,16 @@ int opd_arena_fd(opd_client_t *c, uint64_t arena, int *fd);
 int opd_arena_register_fd(opd_client_t *c, int fd, uint64_t size,
                           uint64_t *arena);
 
-/* Registers a POSIX shared-memory file (a regular file on tmpfs, e.g.
- * shm_open's or one of /dev/shm; torch's share_memory_() makes these) of
- * exactly `size` bytes as a host arena. Such a file cannot be sealed: the
- * daemon guards its mapping, and if the file is shrunk while registered
- * the daemon's accesses past its end read zeros (docs/protocol.md,
- * arena_register). The caller keeps its fd and mapping. Returns 0, OPD_EFD
- * (not a tmpfs file), OPD_EINVAL (size) or OPD_ELIMIT. */
+/* Registers a POSIX shm file (a tmpfs file, as shm_open and torch's
+ * share_memory_() make) of exactly `size` bytes as a host arena. It cannot
+ * be sealed: if it shrinks while registered, the daemon reads zeros past
+ * its end (docs/protocol.md, arena_register). The caller keeps its fd and
+ * mapping. Returns 0, OPD_EFD (not tmpfs), OPD_EINVAL (size), OPD_ELIMIT. */
 int opd_arena_register_shm(opd_client_t *c, int fd, uint64_t size,
                            uint64_t *arena);
 
-/* Tells the daemon that this client copied `copies` inputs (`bytes` bytes
- * in all) into shared memory before its runs because their memory was not
- * one the daemon maps (staging); STATS reports the daemon-wide sums
- * ("staging"). */
+/* Tells the daemon this client copied `copies` tensors (`bytes` in all)
+ * into shared memory for its runs (staging); STATS sums them ("staging"). */
 int opd_note_staging(opd_client_t *c, uint64_t copies, uint64_t bytes);
 
 /* Allocates `size` bytes of device memory owned by the daemon on `device`

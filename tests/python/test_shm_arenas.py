@@ -9,6 +9,7 @@ view of an opd tensor reaches the daemon in place."""
 import gc
 import mmap
 import os
+import subprocess
 import tempfile
 
 import numpy as np
@@ -17,6 +18,9 @@ import pytest
 import opd
 from opd import protocol
 from opd.tensor import Tensor
+
+OPCTL = os.path.join(os.path.dirname(os.environ.get("OPD_BIN") or os.path.join(
+    os.path.dirname(__file__), "..", "..", "build", "opd")), "opctl")
 
 
 def _shm_file(nbytes, data=None):
@@ -158,3 +162,16 @@ def test_staging_counted_in_stats(c):
     assert np.array_equal(c.relu(t2).numpy(), np.maximum(x.numpy(), 0))
     c._arenas.flush_staging()
     assert c.stats()["staging"] == st1
+
+
+def test_opctl_stats_prints_staging_and_shm(c, daemon):
+    c.from_torch(pytest.importorskip("torch").randn(3, 5))
+    c._arenas.flush_staging()
+    st = c.stats()
+    out = subprocess.run([OPCTL, "--socket", daemon.socket, "stats"],
+                         capture_output=True, text=True, timeout=30).stdout
+    lines = {ln[:18].strip(): ln[18:].strip() for ln in out.splitlines()}
+    assert int(lines["staging copies"]) >= st["staging"]["copies"] >= 1
+    assert int(lines["staging bytes"]) >= st["staging"]["bytes"] >= 60
+    assert lines["shm arenas"] == str(st["shm"]["mapped"])
+    assert lines["shm faults"] == str(st["shm"]["faults"])
