@@ -28,6 +28,13 @@ Allocator (a new block of a reused arena), sends one opd_run_on and
 returns the outputs as zero-copy torch views (numpy's array interface and
 torch.from_numpy, a few microseconds where torch.from_dlpack through
 ctypes costs several times that).
+The call holding the plan also reuses what the last one found: an input
+that is the very tensor of the last call (same object, same data pointer,
+still contiguous) keeps its descriptor (the plan holds its arena), and the
+last call's outputs are handed out again, as new torch tensors over the
+same memory, when nothing uses them any more (no tensor, view or numpy
+array over them: each output array's reference count is back to the
+plan's own; their bytes count against STAGE_BYTES too).
 The plan's staging tensors and descriptor templates are used by one call at
 a time (plan.lock, taken without blocking); a concurrent call of the same
 signature builds its own.
@@ -217,7 +224,8 @@ class OpRunner:
             rest = args[1:]
         else:
             n = len(self.in_names)
-            if not kwargs and len(args) == n and self.defaults is not None:
+            if (not kwargs and len(args) == n and self.defaults is not None and
+                    (n == 0 or args[-1] is not None)):
                 return list(args), self.defaults[0], self.defaults[1]
             ins = list(args[:n])
             rest = args[n:]

@@ -171,3 +171,12 @@ def test_forked_worker_shared_tensor(oc, strategy):
     assert err == "" and p.exitcode == 0
     assert staged == 0 and shm == 2           # no copy in or out in the child
     torch.testing.assert_close(out, torch.softmax(x, -1))
+
+
+def test_optional_input_given_as_none(oc):
+    # layernorm(x, weight=None, bias=None) positionally: the Nones dropped
+    x = ot.clone(torch.randn(4, 32))
+    want = torch.nn.functional.layer_norm(x, (32,))
+    torch.testing.assert_close(torch.ops.opd.layernorm(x, None, None), want,
+                               rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(torch.ops.opd.layernorm(x), want, rtol=1e-4, atol=1e-4)
