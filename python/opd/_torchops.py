@@ -34,7 +34,10 @@ still contiguous) keeps its descriptor (the plan holds its arena), and the
 last call's outputs are handed out again, as new torch tensors over the
 same memory, when nothing uses them any more (no tensor, view or numpy
 array over them: each output array's reference count is back to the
-plan's own; their bytes count against STAGE_BYTES too).
+plan's own; their bytes count against STAGE_BYTES too). A call whose
+inputs and outputs are both the last call's is the very same request: the
+plan keeps it prepared (opd_prepare, once) and sends it with
+opd_run_prepared (no descriptor packing per call); any other call drops it.
 The plan's staging tensors and descriptor templates are used by one call at
 a time (plan.lock, taken without blocking); a concurrent call of the same
 signature builds its own.
@@ -179,15 +182,25 @@ def _desc(aid, offset, code, shape):
 class _Plan:
     """What every call of one signature shares (see DESIGN)."""
     __slots__ = ("specs", "devb", "attr_arr", "attr_keep", "n_attrs", "stage",
-                 "otmpl", "lock", "staged", "ins", "outs", "kept", "__weakref__")
+                 "otmpl", "lock", "staged", "ins", "outs", "kept", "prep",
+                 "free", "moved", "__weakref__")
 
     def __init__(self):
         self.lock = threading.Lock()
         self.staged = 0
         self.outs = None        # [(array, opd Tensor, bf16)]: last outputs
         self.kept = 0           # the bytes of outs (in the budget too)
+        self.prep = None        # the last call's request, prepared
+        self.free = None        # opd_prepared_free
+        self.moved = False      # this call's inputs are not the last one's
+
+    def drop_prep(self):
+        prep, self.prep = self.prep, None
+        if prep is not None:
+            self.free(prep)
 
     def __del__(self):
+        self.drop_prep()
         if self.staged or self.kept:
             with _staged_lock:
                 _staged[0] -= self.staged + self.kept
@@ -311,6 +324,7 @@ class OpRunner:
             if (hit is not None and hit[0]() is t and hit[1] == t.data_ptr() and
                     t.is_contiguous()):
                 return hit[2]
+            p.moved = True
         loc = c._torch.cpu_location(t)
         if loc is None:
             return self._staging(c, p, i, t, shared, keep)
@@ -360,17 +374,29 @@ class OpRunner:
 
     def _call(self, c, h, p, ins, outs, shared, label):
         keep = []
+        if shared:
+            p.moved = False
         descs = [self._input(c, p, i, t, shared, keep)
                  for i, t in enumerate(ins)]
-        n_in = len(descs)
-        in_arr = None if not descs else descs[0] if n_in == 1 else \
-            (_lib.TensorDesc * n_in)(*descs)
+        same = False            # the very request of the last call
         if outs is None:
-            res, odescs = self._outputs(c, p, shared)
+            res, odescs, again = self._outputs(c, p, shared)
             copies = ()
+            same = again and shared and not p.moved
+            if same and p.prep is not None:
+                rc = c._lib.opd_run_prepared(h, p.prep)
+                if rc:
+                    p.drop_prep()
+                    errors.check(rc)
+                return res
         else:
             res, odescs, copies = self._given_outputs(c, p, outs, keep,
                                                       label or self.name)
+        if shared:
+            p.drop_prep()
+        n_in = len(descs)
+        in_arr = None if not descs else descs[0] if n_in == 1 else \
+            (_lib.TensorDesc * n_in)(*descs)
         n_out = len(odescs)
         out_arr = None if not odescs else odescs[0] if n_out == 1 else \
             (_lib.TensorDesc * n_out)(*odescs)
@@ -378,6 +404,13 @@ class OpRunner:
                                n_out, p.attr_arr, p.n_attrs)
         if rc:
             errors.check(rc)
+        if same:                # a loop on the same tensors: encode it once
+            prep = ctypes.c_void_p()
+            if c._lib.opd_prepare(h, p.devb, self.ob, in_arr, n_in, out_arr,
+                                  n_out, p.attr_arr, p.n_attrs,
+                                  ctypes.byref(prep)) == 0:
+                p.free = c._lib.opd_prepared_free
+                p.prep = prep
         if outs is not None:
             for dst, src in copies:
                 dst.copy_(src)
@@ -385,19 +418,19 @@ class OpRunner:
         return res
 
     def _outputs(self, c, p, shared):
-        """(torch outputs, descriptors) of a call that makes its outputs:
-        the last call's memory again when nothing of its outputs is alive
+        """(torch outputs, descriptors, again) of a call that makes its
+        outputs: the last call's memory again (again: True) when nothing of its outputs is alive
         any more (no tensor, view or array over them: each output array's
         reference count is back to the plan's own), else new blocks, kept
         for the next call while the STAGE_BYTES budget allows."""
         po = p.outs
-        if po is not None:
+        if po is not None and shared:
             if _unused(po):
-                return tuple([_torch_of(a, bf) for a, _, bf in po]), p.otmpl
+                return tuple([_torch_of(a, bf) for a, _, bf in po]), p.otmpl, True
             self._drop_outputs(p)
         res, odescs, _ = self._new_outputs(c, p, shared)
         if not shared or _np is None:
-            return tuple(host_view(o) for o in res), odescs
+            return tuple(host_view(o) for o in res), odescs, False
         po = [(_array(o), o, o.dtype == "bfloat16") for o in res]
         n = sum(o.nbytes for o in res)
         with _staged_lock:
@@ -407,7 +440,7 @@ class OpRunner:
         if ok:
             p.kept = n
             p.outs = po
-        return tuple([_torch_of(a, bf) for a, _, bf in po]), odescs
+        return tuple([_torch_of(a, bf) for a, _, bf in po]), odescs, False
 
     @staticmethod
     def _drop_outputs(p):

@@ -180,3 +180,24 @@ def test_optional_input_given_as_none(oc):
     torch.testing.assert_close(torch.ops.opd.layernorm(x, None, None), want,
                                rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(torch.ops.opd.layernorm(x), want, rtol=1e-4, atol=1e-4)
+
+
+def test_repeated_calls_follow_their_tensors(oc):
+    # a loop on the same tensors sends one prepared request; any change of
+    # input tensor, of its values, or a held output, is still right
+    a, b = ot.empty(3, 200), ot.empty(3, 200)
+    for k in range(6):
+        a.copy_(torch.randn(3, 200))
+        b.copy_(torch.randn(3, 200))
+        for t in (a, a, a, b, a, b, b):
+            torch.testing.assert_close(torch.ops.opd.softmax(t), torch.softmax(t, -1))
+        held = [torch.ops.opd.softmax(a) for _ in range(3)]
+        for h in held:
+            torch.testing.assert_close(h, torch.softmax(a, -1))
+    del held, h
+    for _ in range(3):                        # results dropped: the same request
+        torch.ops.opd.softmax(a)
+    p = next(reversed(ot._runners["softmax"].plans.values()))
+    assert p.prep is not None
+    a.copy_(torch.randn(3, 200))
+    torch.testing.assert_close(torch.ops.opd.softmax(a), torch.softmax(a, -1))
