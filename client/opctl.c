@@ -219,6 +219,11 @@ static int cmd_stats(opd_client_t *c, int json) {
     print_num("strided copies", jget(sc, "copies"));
     print_num("strided bytes", jget(sc, "bytes"));
   }
+  /* inputs clients copied into shared memory first (their fallback) */
+  print_num("staging copies", jget(jget(root, "staging"), "copies"));
+  print_num("staging bytes", jget(jget(root, "staging"), "bytes"));
+  print_num("shm arenas", jget(jget(root, "shm"), "mapped"));
+  print_num("shm faults", jget(jget(root, "shm"), "faults"));
   print_num("users", jget(root, "uids"));
   const jv_t *up = jget(root, "uptime_ns");
   printf("  %-16s %.1f s\n", "uptime", up ? up->num / 1e9 : 0.0);

@@ -153,7 +153,14 @@ static void handle_register(opd_req_t *r, int type,
                      "arena_register: \"size\" (unsigned) is required");
     return;
   }
-  int rc = opd__arena_register(s, fd, size, &arena, &err);
+  const msgpack_object *shm = opd__mp_get(body, "shm");
+  if (shm != NULL && shm->type != MSGPACK_OBJECT_BOOLEAN) {
+    close(fd);
+    opd__reply_error(r, OPD_EPROTO, "arena_register: \"shm\" must be a bool");
+    return;
+  }
+  int rc = opd__arena_register(s, fd, size, shm != NULL && shm->via.boolean,
+                               &arena, &err);
   if (rc != 0) {
     opd__reply_error(r, rc, "arena_register: %s", err.msg);
     return;
@@ -393,6 +400,24 @@ static void handle_release(opd_req_t *r, int type,
   opd__reply(r, NULL, 0);
 }
 
+/* STAGING: a client's count of the inputs it copied into shared memory
+ * before its runs (its fallback for memory the daemon cannot map), added
+ * to the daemon's, which STATS reports. */
+static void handle_staging(opd_req_t *r, int type,
+                           const msgpack_object *body) {
+  (void)type;
+  uint64_t copies, bytes;
+  if (opd__mp_uint(opd__mp_get(body, "copies"), &copies) != 0 ||
+      opd__mp_uint(opd__mp_get(body, "bytes"), &bytes) != 0) {
+    opd__reply_error(r, OPD_EPROTO, "staging: \"copies\" and \"bytes\" "
+                     "(unsigned) are required");
+    return;
+  }
+  r->s->srv->staged_copies += copies;
+  r->s->srv->staged_bytes += bytes;
+  opd__reply(r, NULL, 0);
+}
+
 /* STATS: the daemon's counters (daemon/stats.c). */
 static void handle_stats(opd_req_t *r, int type,
                          const msgpack_object *body) {
@@ -534,7 +559,8 @@ static void handle_graph(opd_req_t *r, int type, const msgpack_object *body) {
   X(STREAM, handle_stream, 0)                   \
   X(SYNC, handle_sync, 0)                       \
   X(GRAPH_DEFINE, handle_graph, 0)              \
-  X(GRAPH_DESTROY, handle_graph, 0)
+  X(GRAPH_DESTROY, handle_graph, 0)             \
+  X(STAGING, handle_staging, 0)
 
 typedef void handler_fn(opd_req_t *r, int type, const msgpack_object *body);
 static const struct {

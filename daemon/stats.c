@@ -9,11 +9,13 @@
 #include "common/clock.h" /* opd__now_ns */
 #include "common/wire.h"
 #include "daemon/backend/backend.h"
+#include "daemon/mem/shm.h"
 #include "daemon/stats.h"
 #include "kernels/runtime/registry.h"
 
 void opd__stats_pack(opd_server_t *srv, msgpack_packer *pk) {
-  msgpack_pack_map(pk, 23);
+
+  msgpack_pack_map(pk, 25);
   PACK_STR(pk, "gpus"); /* the devices as the hello lists them, counters now */
   opd__backend_dev.describe(srv, pk);
   PACK_STR(pk, "imports"); /* CUDA IPC imports made since start */
@@ -64,6 +66,18 @@ void opd__stats_pack(opd_server_t *srv, msgpack_packer *pk) {
   PACK_STR(pk, "healthy");
   if (srv->healthy) msgpack_pack_true(pk);
   else msgpack_pack_false(pk);
+  PACK_STR(pk, "staging"); /* inputs clients copied into shared memory */
+  msgpack_pack_map(pk, 2);
+  PACK_STR(pk, "copies");
+  msgpack_pack_uint64(pk, srv->staged_copies);
+  PACK_STR(pk, "bytes");
+  msgpack_pack_uint64(pk, srv->staged_bytes);
+  PACK_STR(pk, "shm"); /* host arenas of unsealed shm files (daemon/mem/shm.c) */
+  msgpack_pack_map(pk, 2);
+  PACK_STR(pk, "mapped");
+  msgpack_pack_uint64(pk, opd__shm_guarded());
+  PACK_STR(pk, "faults");
+  msgpack_pack_uint64(pk, opd__shm_faults());
   PACK_STR(pk, "graphs"); /* defined graphs and their runs (docs/graphs.md) */
   {
     const opd_op_stats_t *g = &srv->op_stats[opd__n_ops];

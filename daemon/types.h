@@ -175,6 +175,7 @@ struct opd_server {
   uint64_t strided_copies;       /* contiguous copies of strided tensors
                                     made around kernels (run/strided.c) */
   uint64_t strided_bytes;        /* ... and their bytes */
+  uint64_t staged_copies, staged_bytes; /* clients' staging (STAGING) */
   opd_op_stats_t *op_stats;      /* one per registry entry */
   opd_cost_t *cost;              /* OPD_COST_SLOTS (cpu.c, --inline-us) */
   /* the OPS reply body, packed once */

@@ -53,6 +53,39 @@ int opd_arena_register_fd(opd_client_t *c, int fd, uint64_t size,
                         arena);
 }
 
+static void pack_register_shm(msgpack_packer *pk, const void *arg) {
+  msgpack_pack_map(pk, 2);
+  PACK_STR(pk, "size");
+  msgpack_pack_uint64(pk, *(const uint64_t *)arg);
+  PACK_STR(pk, "shm");
+  msgpack_pack_true(pk);
+}
+
+int opd_arena_register_shm(opd_client_t *c, int fd, uint64_t size,
+                           uint64_t *arena) {
+  int rc = opd__check_usable(c);
+  if (rc) return rc;
+  if (arena == NULL) return opd__fail(OPD_EINVAL, "arena is NULL");
+  return call_for_arena(c, OPD_MSG_ARENA_REGISTER, pack_register_shm, &size,
+                        fd, arena);
+}
+
+static void pack_staging(msgpack_packer *pk, const void *arg) {
+  const uint64_t *v = arg;
+  msgpack_pack_map(pk, 2);
+  PACK_STR(pk, "copies");
+  msgpack_pack_uint64(pk, v[0]);
+  PACK_STR(pk, "bytes");
+  msgpack_pack_uint64(pk, v[1]);
+}
+
+int opd_note_staging(opd_client_t *c, uint64_t copies, uint64_t bytes) {
+  int rc = opd__check_usable(c);
+  if (rc) return rc;
+  uint64_t v[2] = {copies, bytes};
+  return opd__call(c, OPD_MSG_STAGING, pack_staging, v, -1, NULL, NULL);
+}
+
 int opd_arena_create(opd_client_t *c, uint64_t size, uint64_t *arena,
                      void **base) {
   int rc = opd__check_usable(c);

@@ -6,7 +6,10 @@
  * file after we mapped it would turn our next access into SIGBUS. So we
  * refuse any fd that is not a memfd, lacks either seal, or whose size
  * differs from the size the client claimed (the check, shared with the
- * client that makes them, is common/memfd.c). Ids are daemon-wide and never reused, so a
+ * client that makes them, is common/memfd.c). The one other kind of host
+ * fd taken is a POSIX shm file (tmpfs, unsealable: torch's shared
+ * tensors), registered with "shm": its mapping is guarded against SIGBUS
+ * instead (daemon/mem/shm.c). Ids are daemon-wide and never reused, so a
  * stale or foreign id is always "unknown", never someone else's arena.
  */
 #include <errno.h>
@@ -22,6 +25,7 @@
 #include "daemon/limits.h"
 #include "daemon/log.h"
 #include "daemon/mem/arena.h"
+#include "daemon/mem/shm.h"
 
 /* a, filled and in s's table (its one reference, counted against s's
  * limits with `counted` bytes): its new id. */
@@ -41,14 +45,15 @@ static uint64_t arena_add(opd_session_t *s, opd_arena_t *a, void *base,
 
 /* Takes ownership of fd (closed in every case). On success the arena is in
  * s's table and *id names it. */
-int opd__arena_register(opd_session_t *s, int fd, uint64_t size,
+int opd__arena_register(opd_session_t *s, int fd, uint64_t size, int shm,
                         uint64_t *id, opd_err_t *err) {
   opd_arena_t *a = NULL;
   void *base = MAP_FAILED;
   int rc = 0;
 
   if ((rc = opd__limit_arena(s, size, err)) != 0) goto out;
-  if ((rc = opd__memfd_map(fd, size, &base, err)) != 0) {
+  if ((rc = shm ? opd__shm_map(fd, size, &base, err)
+                : opd__memfd_map(fd, size, &base, err)) != 0) {
     base = MAP_FAILED;
     goto out;
   }
@@ -66,7 +71,10 @@ int opd__arena_register(opd_session_t *s, int fd, uint64_t size,
             (unsigned long long)s->id, (unsigned long long)a->id,
             (unsigned long long)size);
 out:
-  if (base != MAP_FAILED) munmap(base, size);
+  if (base != MAP_FAILED) {
+    opd__shm_unguard(base);
+    munmap(base, size);
+  }
   close(fd);
   return rc;
 }
@@ -151,6 +159,9 @@ void opd__arena_unref(opd_arena_t *a) {
   /* host memory: unregistered from CUDA, then unmapped; nothing of it is
    * kept once its last reference (table, job, publication) goes */
   opd__backend_dev.release(a);
+  if (opd__shm_unguard(a->base))
+    LOG_WARN("arena %llu: its shm file was truncated while mapped; runs "
+             "on it read zeros since", (unsigned long long)a->id);
   if (munmap(a->base, a->size) != 0)
     LOG_ERROR("munmap of arena %llu (%llu bytes) failed: %s",
               (unsigned long long)a->id, (unsigned long long)a->size,

@@ -15,9 +15,9 @@
 #include "daemon/types.h"
 
 /* Maps a sealed memfd of size bytes: 0 with *base, or an error. */
-/* A client's memfd as a host arena of s: 0 with *id, or an error (fd is
- * the caller's either way). */
-int opd__arena_register(opd_session_t *s, int fd, uint64_t size,
+/* A client's memfd (shm: a tmpfs file, daemon/mem/shm.c) as a host arena
+ * of s: 0 with *id, or an error (fd is closed either way). */
+int opd__arena_register(opd_session_t *s, int fd, uint64_t size, int shm,
                         uint64_t *id, opd_err_t *err);
 /* Drops s's reference on arena id: 0, or OPD_EARENA (no such arena). */
 int opd__arena_release(opd_session_t *s, uint64_t id);

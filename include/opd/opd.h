@@ -147,6 +147,18 @@ int opd_arena_fd(opd_client_t *c, uint64_t arena, int *fd);
 int opd_arena_register_fd(opd_client_t *c, int fd, uint64_t size,
                           uint64_t *arena);
 
+/* Registers a POSIX shm file (a tmpfs file, as shm_open and torch's
+ * share_memory_() make) of exactly `size` bytes as a host arena. It cannot
+ * be sealed: if it shrinks while registered, the daemon reads zeros past
+ * its end (docs/protocol.md, arena_register). The caller keeps its fd and
+ * mapping. Returns 0, OPD_EFD (not tmpfs), OPD_EINVAL (size), OPD_ELIMIT. */
+int opd_arena_register_shm(opd_client_t *c, int fd, uint64_t size,
+                           uint64_t *arena);
+
+/* Tells the daemon this client copied `copies` tensors (`bytes` in all)
+ * into shared memory for its runs (staging); STATS sums them ("staging"). */
+int opd_note_staging(opd_client_t *c, uint64_t copies, uint64_t bytes);
+
 /* Allocates `size` bytes of device memory owned by the daemon on `device`
  * ("cuda" or "cuda:N"), zero-filled; *arena names it in tensors like a host
  * arena (it is not mapped here). Freed by opd_arena_release or when the

@@ -246,7 +246,8 @@
   X(STREAM, 18, "stream")                  \
   X(SYNC, 19, "sync")                      \
   X(GRAPH_DEFINE, 20, "graph_define")      \
-  X(GRAPH_DESTROY, 21, "graph_destroy")
+  X(GRAPH_DESTROY, 21, "graph_destroy")   \
+  X(STAGING, 22, "staging")
 
 typedef enum {
 #define X(name, val, str) OPD_MSG_##name = val,

@@ -17,15 +17,50 @@ Client._handle), never from inside the garbage collector. A released
 arena id is reported to `on_release` (the torch part unmaps its view).
 reset() forgets everything when the connection changes (fork, close).
 It reaches the connection only through its Client (handle, lock, lib).
+
+Memory that someone else owns and this process maps shared (a torch
+storage's POSIX shm file, _torch.py finds it) is registered too, by the
+file's fd with "shm" (opd_arena_register_shm: the daemon maps an unsealed
+tmpfs file under its SIGBUS guard) as a ShmArena, once per owner: `shm`
+maps the owner's key to it (or to False where it could not be
+registered, so that a failure is not retried per call) and a finalizer on
+the owner drops the entry and queues the id's release when the owner
+dies. Inputs that had to be copied into shared memory instead (staging)
+are counted here and told to the daemon (opd_note_staging) at most every
+STAGING_NOTE seconds, and by flush_staging().
 """
 import collections
 import ctypes
+import time
 import weakref
 
 from . import errors, memory, protocol
 from .errors import check
 
 _ALLOC_EXPORTABLE = 0x1  # OPD_ALLOC_EXPORTABLE
+STAGING_NOTE = 0.05      # seconds between a client's staging notes
+
+
+class ShmArena:
+    """A shared-memory file mapped here by its owner (a torch storage's),
+    registered with the daemon as a host arena: .base is the address of
+    the file's byte 0 here, .size the file's size, .data the file offset
+    of the owner's first byte. It owns neither fd nor mapping: the owner's
+    live as long as the owner, and a Tensor over it keeps the owner."""
+    __slots__ = ("serial", "size", "base", "data", "regs", "__weakref__")
+    device = "cpu"
+    readonly = False
+    fd = None
+    opened = False
+    kind = "shm"
+
+    def __init__(self, size, base, data):
+        self.serial = next(memory._serials)
+        self.size, self.base, self.data = size, base, data
+        self.regs = {}
+
+    def __repr__(self):
+        return "<opd.ShmArena %d bytes at 0x%x>" % (self.size, self.base)
 
 
 class Arenas:
@@ -39,6 +74,10 @@ class Arenas:
         self.dallocs = {}              # "cuda:N" -> Allocator of device arenas
         self.no_vmm = set()            # devices whose exportable alloc failed
         self.on_release = None         # f(serial): an arena id was released
+        self.shm = {}                  # owner key -> ShmArena, or False
+        self.staged = [0, 0]           # staging copies, bytes (this process)
+        self.unsent = [0, 0]           # of them, not yet told to the daemon
+        self.sent_at = 0.0
 
     def reset(self, gen=None):
         """Forgets the arenas of the previous connection; with gen (a new
@@ -46,6 +85,8 @@ class Arenas:
         self.reg = {}
         self.pending.clear()
         self.dallocs, self.no_vmm = {}, set()
+        self.shm = {}
+        self.unsent = [0, 0]
         if gen is not None:
             c = self._c
             self.alloc = memory.Allocator(self.new_arena, self.drop_arena,
@@ -144,3 +185,81 @@ class Arenas:
                 aid = self.reg[arena.serial] = out.value
                 arena.regs[c._serial] = weakref.ref(c)
             return aid
+
+    # ---- memory owned elsewhere: shm files ------------------------------------
+    def register_shm(self, key, owner, fd, size, base, data):
+        """Registers the shm file `fd` (`size` bytes, mapped here at `base`,
+        the owner's bytes from file offset `data`) of owner `owner` (an
+        object whose death releases it) under `key`; returns the ShmArena,
+        or False (also kept under key) where the daemon refuses it or
+        libopd cannot register shm files."""
+        c = self._c
+        fn = getattr(c._lib, "opd_arena_register_shm", None)
+        a = False
+        if fn is not None:
+            if fn.argtypes is None:
+                fn.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint64,
+                               ctypes.POINTER(ctypes.c_uint64)]
+                fn.restype = ctypes.c_int
+            aid = ctypes.c_uint64()
+            h = c._handle()
+            with c._lock:
+                rc = fn(h, fd, size, ctypes.byref(aid))
+            if rc == 0:
+                a = ShmArena(size, base, data)
+                self.reg[a.serial] = aid.value
+                a.regs[c._serial] = weakref.ref(c)
+            elif rc not in (protocol.EFD, protocol.EINVAL, protocol.EPROTO):
+                check(rc)              # ELIMIT, ECLOSED, ...: say so
+        self.shm[key] = a
+        fin = weakref.finalize(owner, _shm_gone, weakref.ref(self), key,
+                               a.serial if a else None)
+        fin.atexit = False
+        return a
+
+    def shm_count(self):
+        """The shm files registered through this connection now."""
+        return sum(1 for a in self.shm.values() if a)
+
+    # ---- staging: the fallback copies ---------------------------------------
+    def note_staging(self, nbytes):
+        """Counts one input copied into shared memory (nbytes bytes) and
+        tells the daemon what is unsent when STAGING_NOTE has passed."""
+        st, un = self.staged, self.unsent
+        st[0] += 1
+        st[1] += nbytes
+        un[0] += 1
+        un[1] += nbytes
+        now = time.monotonic()
+        if now - self.sent_at >= STAGING_NOTE:
+            self.sent_at = now
+            self.flush_staging()
+
+    def flush_staging(self):
+        """Tells the daemon the staging copies not yet told (STATS'
+        "staging"). Returns None."""
+        un = self.unsent
+        if not un[0]:
+            return
+        c = self._c
+        fn = getattr(c._lib, "opd_note_staging", None)
+        if fn is None or c._h is None:
+            return
+        if fn.argtypes is None:
+            fn.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64]
+            fn.restype = ctypes.c_int
+        n, b = un
+        un[0] = un[1] = 0
+        check(fn(c._handle(), n, b))
+
+
+def _shm_gone(ref, key, serial):
+    # the owner died (from the garbage collector: only queue the release)
+    arenas = ref()
+    if arenas is None:
+        return
+    a = arenas.shm.get(key)
+    if a is False or (a is not None and a.serial == serial):
+        arenas.shm.pop(key, None)
+    if serial is not None:
+        arenas.pending.append(serial)

@@ -28,10 +28,23 @@ arena here once (opd_export_cuda's fd, see _cuda.py; maps: arena serial
 unmapped when the last torch view is gone too) and returns a torch view;
 runs touching a tensor of an arena with live torch views are ordered
 with torch too (_runner.py).
+
+torch CPU tensors reach the daemon with no copy when their bytes already
+lie in shared memory the daemon can map: an opd arena (a view of an opd
+Tensor: opd.torch.empty, an earlier op's output), or a storage torch put
+in a POSIX shm file (share_memory_(), either sharing strategy). shm_file
+finds such a storage's file (its mapping in /proc/self/maps: the address
+of the file's byte 0 and the storage's offset in it; the fd torch keeps
+for the file_descriptor strategy, the file opened from /dev/shm for
+file_system) and shared_storage registers it with the connection once
+(Arenas.register_shm: cached per storage, released when the storage
+dies). Any other CPU tensor is copied into shared memory (staging) and
+counted (Arenas.note_staging: STATS "staging").
 """
 import collections
 import ctypes
 import os
+import weakref
 
 from . import _cuda, errors, protocol
 from .errors import check
@@ -63,6 +76,72 @@ def _ipc_handle(handle):
     raise errors.error(protocol.EINVAL, "a CUDA IPC handle of %d bytes: "
                        "expected the 64 bytes of a cudaIpcMemHandle_t"
                        % len(handle))
+
+
+def _mapping(p):
+    """(start, file offset, (major, minor), inode, path) of the shared
+    mapping of this process holding address p, or None."""
+    with open("/proc/self/maps") as f:
+        for line in f:
+            parts = line.split(None, 5)
+            a, b = parts[0].split("-")
+            if int(a, 16) <= p < int(b, 16):
+                if len(parts) < 6 or parts[1][:2] != "rw" or parts[1][3] != "s":
+                    return None
+                mj, mn = parts[3].split(":")
+                return (int(a, 16), int(parts[2], 16), (int(mj, 16), int(mn, 16)),
+                        int(parts[4]), parts[5].rstrip("\n"))
+    return None
+
+
+_kept = []
+
+
+def _storages_kept():
+    """True when torch keeps one Python object per CPU storage for as long
+    as the storage lives (torch >= 2: the object a finalizer can watch);
+    an older torch's shared tensors are copied."""
+    if not _kept:
+        import torch
+        ok = hasattr(torch.Tensor, "untyped_storage")
+        if ok:
+            t = torch.empty(1)
+            ok = t.untyped_storage() is t.untyped_storage()
+        _kept.append(ok)
+    return _kept[0]
+
+
+def shm_file(st):
+    """(fd, owned, file size, address of byte 0 here, the storage's offset
+    in the file) of torch CPU storage st's POSIX shm file (share_memory_),
+    or None where st is not one; owned: the caller closes fd."""
+    p = st.data_ptr()
+    m = _mapping(p)
+    if m is None:
+        return None
+    start, foff, (mj, mn), ino, path = m
+    deleted = path.endswith(" (deleted)")
+    fd, owned = -1, False
+    try:
+        if not deleted and path.startswith("/dev/shm/"):
+            fd, owned = os.open(path, os.O_RDWR | os.O_CLOEXEC), True
+        elif deleted and hasattr(st, "_share_fd_cpu_"):
+            fd = int(st._share_fd_cpu_()[0])  # the fd torch keeps for it
+            if st.data_ptr() != p:             # torch moved it: not ours
+                return None
+        else:
+            return None
+        sb = os.fstat(fd)
+    except (OSError, RuntimeError):
+        if owned:
+            os.close(fd)
+        return None
+    if sb.st_ino != ino or (os.major(sb.st_dev), os.minor(sb.st_dev)) != (mj, mn):
+        if owned:
+            os.close(fd)
+        return None
+    base = start - foff
+    return fd, owned, sb.st_size, base, p - base
 
 
 def sync_device(device):
@@ -115,6 +194,56 @@ class TorchInterop:
         m = self.maps.get(t.arena.serial)
         return m is not None and len(m.views) > 0
 
+    def shared_storage(self, st):
+        """The ShmArena of torch CPU storage st's shm file, registered with
+        this connection once (cached until st dies), or None where st is
+        not in one the daemon maps."""
+        shm = self._arenas.shm
+        key = (st.data_ptr(), st.nbytes())
+        a = shm.get(key)
+        if a is None:
+            if not st.is_shared():
+                return None
+            with self._c._lock:
+                a = shm.get(key)
+                if a is None:
+                    f = shm_file(st)
+                    if f is None:
+                        shm[key] = a = False
+                        fin = weakref.finalize(st, shm.pop, key, None)
+                        fin.atexit = False
+                    else:
+                        fd, owned, size, base, data = f
+                        try:
+                            a = self._arenas.register_shm(key, st, fd, size,
+                                                          base, data)
+                        finally:
+                            if owned:
+                                os.close(fd)
+        return a or None
+
+    def cpu_location(self, t):
+        """(arena, offset) when contiguous torch CPU tensor t lies in
+        shared memory the daemon maps (an arena of this connection's host
+        Allocator, or a registered shm file), else None."""
+        if not t.is_contiguous():
+            return None
+        alloc = self._c._alloc
+        p = t.data_ptr()
+        if alloc is not None:
+            n = t.numel() * t.element_size()
+            for s in alloc._states:
+                a = s.arena
+                if a.base <= p and p + n <= a.base + a.size:
+                    return a, p - a.base
+        if not _storages_kept():
+            return None
+        st = t.untyped_storage()
+        a = self.shared_storage(st)
+        if a is None:
+            return None
+        return a, a.data + (p - st.data_ptr())
+
     def from_torch(self, x):
         """Returns a Tensor for torch tensor x. A CUDA tensor is used in
         place, with no copy: its storage is imported into this connection
@@ -123,7 +252,10 @@ class TorchInterop:
         into it are visible in torch. A CPU tensor is copied into shared
         memory (torch.from_dlpack(t) of an opd Tensor is the zero-copy way
         round). Raises BadArgumentError for an unsupported dtype or a
-        handle that does not open."""
+        handle that does not open. A contiguous CPU tensor already in
+        shared memory (an opd arena, share_memory_()) is used in place too
+        (cpu_location); any other CPU tensor is copied (and counted as
+        staging)."""
         if not _is_torch(x):
             raise errors.error(protocol.EINVAL, "from_torch: %r is not a torch "
                                "tensor" % type(x).__name__)
@@ -131,9 +263,14 @@ class TorchInterop:
             return self.from_torch_cuda(x)
         x = x.detach()
         dt = dtype_name(x.dtype)
+        if x.numel() and x.dim() <= protocol.MAX_RANK:
+            loc = self.cpu_location(x)
+            if loc is not None:
+                return Tensor(loc[0], loc[1], dt, tuple(x.shape), None, x)
         t = self._c.empty(tuple(x.shape), dt)
         if t.size:
             t.torch().copy_(x)
+            self._arenas.note_staging(t.nbytes)
         return t
 
 

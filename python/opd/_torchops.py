@@ -18,25 +18,41 @@ signature), the attributes as libopd takes them, output descriptor
 templates and, for inputs that are not in shared memory, staging tensors
 allocated once and reused by every later call (a copy into them is all a
 call pays; the budget STAGE_BYTES bounds what all plans keep). A call then
-uses an input whose bytes lie in one of the client's arenas (an earlier
-op's output) in place (a descriptor, no copy) and copies any other into
-the plan's staging tensor, carves the outputs from the client's host
+uses an input whose bytes lie in shared memory the daemon maps in place (a
+descriptor, no copy): one of the client's arenas (an earlier op's output,
+opd.torch.empty) or a torch storage in a POSIX shm file (share_memory_(),
+registered once per storage: _torch.py cpu_location); it copies any other
+into the plan's staging tensor, counted as staging (STATS "staging",
+Arenas.note_staging), carves the outputs from the client's host
 Allocator (a new block of a reused arena), sends one opd_run_on and
 returns the outputs as zero-copy torch views (numpy's array interface and
 torch.from_numpy, a few microseconds where torch.from_dlpack through
 ctypes costs several times that).
+The call holding the plan also reuses what the last one found: an input
+that is the very tensor of the last call (same object, same data pointer,
+still contiguous) keeps its descriptor (the plan holds its arena), and the
+last call's outputs are handed out again, as new torch tensors over the
+same memory, when nothing uses them any more (no tensor, view or numpy
+array over them: each output array's reference count is back to the
+plan's own; their bytes count against STAGE_BYTES too). A call whose
+inputs and outputs are both the last call's is the very same request: the
+plan keeps it prepared (opd_prepare, once) and sends it with
+opd_run_prepared (no descriptor packing per call); any other call drops it.
 The plan's staging tensors and descriptor templates are used by one call at
 a time (plan.lock, taken without blocking); a concurrent call of the same
 signature builds its own.
 
 out= and in-place forms (call(..., outs=...)): each given output must have
 the dtype and shape of the op's output and be on the CPU; one the daemon
-can write in place (contiguous and in an arena) is written there, any
+can write in place (contiguous and in shared memory it maps, as an input
+above) is written there, any
 other gets a temporary output that is copied into it after the run.
 """
 import collections
 import ctypes
+import sys
 import threading
+import weakref
 
 import torch
 
@@ -124,6 +140,38 @@ def in_arena(c, t):
     return None
 
 
+def _array(t):
+    """A numpy array over contiguous host Tensor t (bfloat16: its bits as
+    float16, numpy having no bfloat16)."""
+    if t.dtype == "bfloat16":
+        t = Tensor(t.arena, t.offset, "float16", t.shape, None, t)
+    return _np.asarray(t)
+
+
+def _torch_of(a, bf16):
+    x = torch.from_numpy(a)
+    return x.view(torch.bfloat16) if bf16 else x
+
+
+def _unused(po):
+    """True when no tensor or view uses the arrays of outputs po any more:
+    each array's reference count is what the plan alone gives it (a torch
+    tensor made from it holds it while any view of its storage lives)."""
+    for a, _, _ in po:
+        if sys.getrefcount(a) != _ALONE:
+            return False
+    return True
+
+
+def _calibrate():
+    po = [(_np.zeros(1) if _np is not None else None, None, False)]
+    for a, _, _ in po:
+        return sys.getrefcount(a)
+
+
+_ALONE = _calibrate()
+
+
 def _desc(aid, offset, code, shape):
     d = _lib.TensorDesc()
     d.arena, d.offset, d.dtype, d.rank = aid, offset, code, len(shape)
@@ -134,16 +182,28 @@ def _desc(aid, offset, code, shape):
 class _Plan:
     """What every call of one signature shares (see DESIGN)."""
     __slots__ = ("specs", "devb", "attr_arr", "attr_keep", "n_attrs", "stage",
-                 "otmpl", "lock", "staged", "__weakref__")
+                 "otmpl", "lock", "staged", "ins", "outs", "kept", "prep",
+                 "free", "moved", "__weakref__")
 
     def __init__(self):
         self.lock = threading.Lock()
         self.staged = 0
+        self.outs = None        # [(array, opd Tensor, bf16)]: last outputs
+        self.kept = 0           # the bytes of outs (in the budget too)
+        self.prep = None        # the last call's request, prepared
+        self.free = None        # opd_prepared_free
+        self.moved = False      # this call's inputs are not the last one's
+
+    def drop_prep(self):
+        prep, self.prep = self.prep, None
+        if prep is not None:
+            self.free(prep)
 
     def __del__(self):
-        if self.staged:
+        self.drop_prep()
+        if self.staged or self.kept:
             with _staged_lock:
-                _staged[0] -= self.staged
+                _staged[0] -= self.staged + self.kept
 
 
 class OpRunner:
@@ -157,6 +217,9 @@ class OpRunner:
         self.attrs = [(a["name"], a["type"], a["default"], a["required"])
                       for a in schema["attrs"]]
         self.n_out = len(schema["outputs"])
+        self.defaults = None     # (attrs, key) of a call giving no attribute
+        if not self.variadic and all(not a[3] for a in self.attrs):
+            self.defaults = self._attrs((), {})
         self.plans = collections.OrderedDict()   # signature -> _Plan (LRU)
         self.lock = threading.Lock()             # changes of plans
         self.infer_cache = {}
@@ -174,10 +237,20 @@ class OpRunner:
             rest = args[1:]
         else:
             n = len(self.in_names)
+            if (not kwargs and len(args) == n and self.defaults is not None and
+                    (n == 0 or args[-1] is not None)):
+                return list(args), self.defaults[0], self.defaults[1]
             ins = list(args[:n])
             rest = args[n:]
             for nm in self.in_names[len(ins):]:
                 ins.append(kwargs.get(nm))
+        attrs, key = self._attrs(rest, kwargs)
+        while ins and ins[-1] is None:
+            ins.pop()
+        return ins, attrs, key
+
+    def _attrs(self, rest, kwargs):
+        """(attrs dict, key tuple) of the attribute arguments."""
         attrs, key = {}, []
         k = 0
         for name, typ, default, required in self.attrs:
@@ -198,9 +271,7 @@ class OpRunner:
                     v = float(v)
                 key.append(v)
             attrs[name] = v
-        while ins and ins[-1] is None:
-            ins.pop()
-        return ins, attrs, tuple(key)
+        return attrs, tuple(key)
 
     # ---- the plan of a signature ---------------------------------------------
     def _plan(self, c, sig, ins, attrs):
@@ -218,6 +289,7 @@ class OpRunner:
         else:
             p.attr_arr, p.attr_keep, p.n_attrs = None, (), 0
         p.stage = [None] * len(ins)
+        p.ins = [None] * len(ins)
         p.otmpl = [_desc(0, 0, code, shape) for _, shape, _, _, code in p.specs]
         with self.lock:
             plans = self.plans
@@ -242,11 +314,18 @@ class OpRunner:
                     p.staged += n
                     p.stage[i] = st
         st[1].copy_(t)
+        c._arenas.note_staging(st[0].nbytes)
         keep.append(st)
         return st[2]
 
     def _input(self, c, p, i, t, shared, keep):
-        loc = in_arena(c, t)
+        if shared:              # the same tensor as the last call: its place
+            hit = p.ins[i]
+            if (hit is not None and hit[0]() is t and hit[1] == t.data_ptr() and
+                    t.is_contiguous()):
+                return hit[2]
+            p.moved = True
+        loc = c._torch.cpu_location(t)
         if loc is None:
             return self._staging(c, p, i, t, shared, keep)
         a, off = loc
@@ -254,7 +333,10 @@ class OpRunner:
         if len(shape) > protocol.MAX_RANK:
             raise errors.error(protocol.ELIMIT, "%s: rank %d out of 0..%d"
                                % (self.name, len(shape), protocol.MAX_RANK))
-        return _desc(c._arenas.arena_id(a), off, _DT[dtype_name(t.dtype)], shape)
+        d = _desc(c._arenas.arena_id(a), off, _DT[dtype_name(t.dtype)], shape)
+        if shared:              # the arena held: the place stays its
+            p.ins[i] = (weakref.ref(t), t.data_ptr(), d, a)
+        return d
 
     # ---- a call --------------------------------------------------------------
     def call(self, c, args, kwargs, outs=None, label=None):
@@ -268,6 +350,9 @@ class OpRunner:
             if t is None:
                 raise errors.error(protocol.EINVAL, "%s: input %d is None but "
                                    "a later input is given" % (self.name, i))
+            if t.is_cpu:
+                sig.append((t.dtype, t.shape))
+                continue
             if t.is_cuda:
                 raise self.no_cuda(label or self.name)
             sig.append((t.dtype, t.shape, t.device))
@@ -289,16 +374,29 @@ class OpRunner:
 
     def _call(self, c, h, p, ins, outs, shared, label):
         keep = []
+        if shared:
+            p.moved = False
         descs = [self._input(c, p, i, t, shared, keep)
                  for i, t in enumerate(ins)]
-        n_in = len(descs)
-        in_arr = None if not descs else descs[0] if n_in == 1 else \
-            (_lib.TensorDesc * n_in)(*descs)
+        same = False            # the very request of the last call
         if outs is None:
-            res, odescs, copies = self._new_outputs(c, p, shared)
+            res, odescs, again = self._outputs(c, p, shared)
+            copies = ()
+            same = again and shared and not p.moved
+            if same and p.prep is not None:
+                rc = c._lib.opd_run_prepared(h, p.prep)
+                if rc:
+                    p.drop_prep()
+                    errors.check(rc)
+                return res
         else:
             res, odescs, copies = self._given_outputs(c, p, outs, keep,
                                                       label or self.name)
+        if shared:
+            p.drop_prep()
+        n_in = len(descs)
+        in_arr = None if not descs else descs[0] if n_in == 1 else \
+            (_lib.TensorDesc * n_in)(*descs)
         n_out = len(odescs)
         out_arr = None if not odescs else odescs[0] if n_out == 1 else \
             (_lib.TensorDesc * n_out)(*odescs)
@@ -306,11 +404,50 @@ class OpRunner:
                                n_out, p.attr_arr, p.n_attrs)
         if rc:
             errors.check(rc)
+        if same:                # a loop on the same tensors: encode it once
+            prep = ctypes.c_void_p()
+            if c._lib.opd_prepare(h, p.devb, self.ob, in_arr, n_in, out_arr,
+                                  n_out, p.attr_arr, p.n_attrs,
+                                  ctypes.byref(prep)) == 0:
+                p.free = c._lib.opd_prepared_free
+                p.prep = prep
         if outs is not None:
             for dst, src in copies:
                 dst.copy_(src)
             return None
-        return tuple(host_view(o) for o in res)
+        return res
+
+    def _outputs(self, c, p, shared):
+        """(torch outputs, descriptors, again) of a call that makes its
+        outputs: the last call's memory again (again: True) when nothing of its outputs is alive
+        any more (no tensor, view or array over them: each output array's
+        reference count is back to the plan's own), else new blocks, kept
+        for the next call while the STAGE_BYTES budget allows."""
+        po = p.outs
+        if po is not None and shared:
+            if _unused(po):
+                return tuple([_torch_of(a, bf) for a, _, bf in po]), p.otmpl, True
+            self._drop_outputs(p)
+        res, odescs, _ = self._new_outputs(c, p, shared)
+        if not shared or _np is None:
+            return tuple(host_view(o) for o in res), odescs, False
+        po = [(_array(o), o, o.dtype == "bfloat16") for o in res]
+        n = sum(o.nbytes for o in res)
+        with _staged_lock:
+            ok = _staged[0] + n <= STAGE_BYTES
+            if ok:
+                _staged[0] += n
+        if ok:
+            p.kept = n
+            p.outs = po
+        return tuple([_torch_of(a, bf) for a, _, bf in po]), odescs, False
+
+    @staticmethod
+    def _drop_outputs(p):
+        n, p.outs, p.kept = p.kept, None, 0
+        if n:
+            with _staged_lock:
+                _staged[0] -= n
 
     def _new_outputs(self, c, p, shared):
         alloc = c._arenas.alloc
@@ -334,13 +471,14 @@ class OpRunner:
         _check_outs(p, outs, label)
         odescs, copies = [], []
         for k, (o, (dt, shape, tdt, nbytes, code)) in enumerate(zip(outs, p.specs)):
-            loc = in_arena(c, o)
+            loc = c._torch.cpu_location(o)
             if loc is not None:
                 odescs.append(_desc(c._arenas.arena_id(loc[0]), loc[1], code, shape))
                 continue
             v = c.empty(shape, dt)
             keep.append(v)
             copies.append((o, host_view(v)))
+            c._arenas.note_staging(nbytes)
             odescs.append(c._runner.desc(v))
         return outs, odescs, copies
 

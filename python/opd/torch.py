@@ -46,6 +46,12 @@ runs the op in the daemon one way only:
         the client's arenas (as the output of an earlier torch.ops.opd
         call does); the outputs are zero-copy torch views of the arena
         memory the daemon wrote.
+CPU tensors that reach the daemon with no copy: those opd.torch.empty,
+zeros, empty_like and clone make (views of the bound client's shared
+memory), the outputs of earlier calls, and tensors torch put in shared
+memory (share_memory_(), either sharing strategy; registered once per
+storage). Any other CPU tensor is copied (staging), counted per process
+(staging()) and in the daemon's STATS.
 The fake implementation asks the daemon's shape rule (an INFER request,
 cached per shapes and attributes) for the outputs' dtypes and shapes (and
 checks given outputs against them), so torch.compile and opcheck trace
@@ -493,6 +499,53 @@ class batch:
             if exc[0] is None:
                 errors.check(rc)
         return False
+
+
+def _size(size):
+    if len(size) == 1 and isinstance(size[0], (tuple, list, _torch.Size)):
+        size = size[0]
+    return tuple(int(d) for d in size)
+
+
+def empty(*size, dtype=None):
+    """A torch CPU tensor of `size` (ints or one sequence) and `dtype`
+    (default torch.get_default_dtype()) in the shared memory of the client
+    the ops run on (a block of its host Allocator, freed when the last view
+    dies): torch.ops.opd calls read and write it in place, no copy.
+    Uninitialised, as torch.empty."""
+    dt = dtype if dtype is not None else _torch.get_default_dtype()
+    return _torchops.host_view(_bound().empty(_size(size), dtype_name(dt)))
+
+
+def zeros(*size, dtype=None):
+    """empty(), filled with zeros."""
+    return empty(*size, dtype=dtype).zero_()
+
+
+def empty_like(t, dtype=None):
+    """empty() of t's shape and dtype (or `dtype`)."""
+    return empty(tuple(t.shape), dtype=dtype if dtype is not None else t.dtype)
+
+
+def clone(t):
+    """A copy of CPU tensor t in opd's shared memory (empty_like, then
+    copy_): pay the copy once, then every call reads it in place."""
+    return empty_like(t).copy_(t)
+
+
+def staging():
+    """(copies, bytes): the CPU tensors this process's torch.ops.opd calls
+    and from_torch had to copy into shared memory (staging) on the bound
+    client's connection; the daemon's STATS "staging" sums every
+    client's."""
+    st = _bound()._arenas.staged
+    return st[0], st[1]
+
+
+def flush_staging():
+    """Tells the daemon the staging copies not told yet (they are sent at
+    most every 50 ms otherwise), so that its STATS are current."""
+    _bound()._arenas.flush_staging()
 
 
 def ops():
