@@ -14,7 +14,6 @@
 #include "kernels/runtime/registry.h"
 
 void opd__stats_pack(opd_server_t *srv, msgpack_packer *pk) {
-
   msgpack_pack_map(pk, 25);
   PACK_STR(pk, "gpus"); /* the devices as the hello lists them, counters now */
   opd__backend_dev.describe(srv, pk);
