@@ -106,3 +106,44 @@ def test_a_gpt2_shaped_model_is_one_graph_with_eager_logits(c, backend, caplog,
     assert fell == [], fell
     assert len(backend.last.opd_parts) == 1
     assert backend.last.opd_fallbacks == []
+
+
+class TinyResNet(nn.Module):
+    """conv-bn-relu, a max pool, one residual block, an adaptive average
+    pool, flatten and a linear head, as torchvision's ResNets are built."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 8, 3, stride=2, padding=1, bias=False),
+                                  nn.BatchNorm2d(8), nn.ReLU(),
+                                  nn.MaxPool2d(3, stride=2, padding=1))
+        self.c1, self.b1 = nn.Conv2d(8, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8)
+        self.c2, self.b2 = nn.Conv2d(8, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8)
+        self.pool = nn.AdaptiveAvgPool2d((1, 1))
+        self.fc = nn.Linear(8, 10)
+        for bn in (self.stem[1], self.b1, self.b2):      # statistics not 0/1
+            bn.running_mean.uniform_(-0.5, 0.5)
+            bn.running_var.uniform_(0.5, 1.5)
+
+    def forward(self, x):
+        x = self.stem(x)
+        y = F.relu(self.b1(self.c1(x)))
+        x = F.relu(x + self.b2(self.c2(y)))
+        return self.fc(torch.flatten(self.pool(x), 1))
+
+
+def test_a_resnet_shaped_model_is_one_graph_with_eager_outputs(c, backend, caplog):
+    missing = {"conv2d", "batch_norm", "max_pool2d", "adaptive_avg_pool2d",
+               "reshape", "linear"} - set(c.ops())
+    if missing:
+        pytest.skip("the daemon lacks %s" % sorted(missing))
+    torch.manual_seed(0)
+    m = TinyResNet().eval()
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad(), caplog.at_level(logging.INFO, logger="opd.compile"):
+        want = m(x)
+        got = torch.compile(m, backend=backend, dynamic=False)(x)
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+    fell = [r.getMessage() for r in caplog.records if r.name == "opd.compile"]
+    assert fell == [], fell
+    assert len(backend.last.opd_parts) == 1
