@@ -121,16 +121,19 @@ class Node:
                 pass
 
     def call(self, fn):
-        """fn(client) through this node's daemon; a lost connection is
-        dropped (the next call reconnects) and raised as NodeError."""
-        c = self.client()
-        try:
-            return fn(c)
-        except errors.OpdConnectionError as e:
-            if not isinstance(e, NodeError):
+        """fn(client) through this node's daemon. A connection found lost
+        (the daemon restarted since it was made) is dropped and fn tried
+        once more on a new one; a daemon still away is a NodeError."""
+        for again in (True, False):
+            c = self.client()
+            try:
+                return fn(c)
+            except NodeError:
+                raise
+            except errors.OpdConnectionError as e:
                 self.drop()
-                raise self.error(e) from None
-            raise
+                if not again:
+                    raise self.error(e) from None
 
     def cached(self, key, make):
         """The object cached under `key` for this connection and thread,
@@ -355,8 +358,10 @@ def current(client, name):
 
 
 def attach(name):
-    """On a worker: the Tensor published as `name` (a Published, or a name
-    resolved to its current version) on this worker's node."""
+    """In a task on a worker: the Tensor published as `name` (a Published,
+    or a name resolved to its current version through the scheduler: not
+    from client.run, which runs on the worker's event loop) on this
+    worker's node."""
     if isinstance(name, Published):
         return name.attach()
     from distributed import get_client
@@ -373,10 +378,7 @@ def _restore():
                 c.attach(vname)
             except errors.BadArgumentError:
                 raise errors.error(protocol.ECLOSED, "lost " + vname) from None
-    try:
-        n.call(check)
-    except NodeError:
-        n.call(check)               # reconnected: published again
+    n.call(check)         # a lost one: reconnected, published again
     return len(n.kept)
 
 
