@@ -208,6 +208,21 @@ class OpdDaemon(_daskd.OpdDaemon, NannyPlugin):
     node's last nanny (see _daskd.OpdDaemon)."""
 
 
+def start_daemon(socket, binary=None, args=(), node="this node"):
+    """Starts an opd daemon on `socket` (binary: None for $OPD_BIN or `opd`
+    on PATH; args: more options) unless one answers there, counting the
+    caller as a user (an emulated node, a node without an init system).
+    Returns True if it started one. Raises RuntimeError naming the node
+    with the daemon's log when it does not come up."""
+    return _daskd.start(socket, binary, args, node=node)
+
+
+def stop_daemon(socket):
+    """Counts one user of `socket` out; the last one stops (SIGTERM) the
+    daemon start_daemon started. Returns its exit code, or None."""
+    return _daskd.stop(socket)
+
+
 def node():
     """The calling worker's Node. Raises RuntimeError outside a worker or
     without the OpdWorker plugin."""

@@ -7,7 +7,8 @@ OpdDaemon uses), so a test can kill one (its Popen) and start it again.
 One LocalCluster per session (processes=True, 4 single-thread workers)
 with OpdWorker pinning worker i to node i mod 2. Worker processes import
 this checkout's python/opd and this directory's modules through the
-PYTHONPATH set here before they start.
+PYTHONPATH set here before they start (examples/dask and
+examples/hft_server too, for the example's test).
 """
 import os
 import sys
@@ -19,8 +20,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 PY = os.path.join(REPO, "python")
 sys.path.insert(0, PY)
+EXAMPLES = [os.path.join(REPO, "examples", "dask"),
+            os.path.join(REPO, "examples", "hft_server")]
+sys.path[1:1] = EXAMPLES
 os.environ["PYTHONPATH"] = os.pathsep.join(
-    [PY, HERE] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+    [PY, HERE] + EXAMPLES + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
 os.environ.setdefault("OPD_BIN", os.path.join(REPO, "build", "opd"))
 os.environ.setdefault("OPD_LIB", os.path.join(REPO, "build", "libopd.so"))
 

@@ -118,6 +118,22 @@ def test_map_blocks_op_and_function(client):
     od.unpublish(client, "mw")
 
 
+def test_example_batch_inference(client, nodes):
+    import batch
+    import mlp
+    x = batch.events(3000, 500)
+    p, y = batch.run_opd(client, x, name="mlp-test")
+    assert y.shape == (3000, 1)
+    ev = x.compute()
+    assert np.array_equal(ev[700], mlp.events(7, 700, 1)[0])
+    assert mlp.error(y, mlp.reference(mlp.weights(batch.SEED), ev)) <= 1
+    for n, s in nodes.sockets.items():          # one copy on each node
+        st = daemon_stats(s)
+        assert st["published"] == 1, (n, st)
+    assert np.abs(batch.run_numpy(client, x) - y).max() < 1e-3
+    od.unpublish(client, p.name)
+
+
 def test_daemon_killed_mid_job_then_retry(client, nodes):
     from distributed import wait
     rng = np.random.default_rng(2)
@@ -169,7 +185,7 @@ def test_worker_killed_daemon_reclaims(client, nodes):
     p = od.publish(client, "hw", np.ones((512, 512), np.float32))  # 1 MiB
     addr = p.keepers["node1"]
     node, kept, nbytes = client.run(held, workers=[addr])[addr]
-    assert node == "node1" and kept == ["hw@v1"] and nbytes >= 1 << 20
+    assert node == "node1" and "hw@v1" in kept and nbytes >= 1 << 20
     sock = nodes.sockets["node1"]
     s0 = daemon_stats(sock)
     wpid = client.run(pid, workers=[addr])[addr]
