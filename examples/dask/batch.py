@@ -110,7 +110,7 @@ def run_opd(client, x, name="mlp"):
 
 def run_numpy(client, x):
     """The same job with numpy: the weights sent to every worker."""
-    [w] = client.scatter([mlp.weights(SEED)], broadcast=True)
+    [w] = client.scatter([mlp.weights(SEED)], broadcast=True, hash=False)
     y = x.map_blocks(numpy_block, w, chunks=(x.chunks[0], (mlp.OUT,)),
                      dtype=np.float32)
     return y.compute()
