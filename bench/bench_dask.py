@@ -18,7 +18,7 @@ workers' memory (persist), then:
   throughput: the batch through opd (examples/dask/batch.py infer_block
     under opd.dask.map_blocks, new keys each run so Dask computes them
     again) and the same Dask job with numpy and the weights sent to
-    every worker (run_numpy), best of --repeat after one warm-up each;
+    every worker once, before the timing (run_numpy), best of --repeat after one warm-up each;
     the ratio opd/numpy in rows per second.
 Dask's nannies give each worker OMP/OPENBLAS_NUM_THREADS=1; the daemon
 gets --daemon-threads kernel threads (default: the CPUs).
@@ -70,7 +70,8 @@ def one(workers, rows, block, repeat, threads):
         t_opd, got = best(run, repeat)
         s2 = od.stats(client)["node0"]
         rss_opd = client.run(rss)
-        t_np, ref = best(lambda: batch.run_numpy(client, x), repeat)
+        [w] = client.scatter([mlp.weights(batch.SEED)], broadcast=True)
+        t_np, ref = best(lambda: batch.run_numpy(client, x, w), repeat)
         rss_np = client.run(rss)
         err = mlp.error(got, mlp.reference(mlp.weights(batch.SEED), ev))
         gap = float(np.abs(got - ref).max())

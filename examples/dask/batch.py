@@ -12,7 +12,8 @@ daemon as one opd graph (mlp.define over the attached weights, defined
 once per worker and block shape). The answer is checked against mlp's
 float64 reference. The same pieces serve bench/bench_dask.py, which also
 runs numpy_block (the same job with numpy and a copy of the weights in
-every worker) for comparison.
+every worker) for comparison. A numpy run's blocks get new keys (name=),
+so Dask computes them again rather than finding the last run's in memory.
 
     /usr/bin/python3 examples/dask/batch.py [--workers 4] [--nodes 2]
         [--rows 20000] [--block 1000]     (after `make`; see docs/dask.md)
@@ -23,6 +24,7 @@ import os
 import sys
 import tempfile
 import time
+import uuid
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -108,11 +110,13 @@ def run_opd(client, x, name="mlp"):
     return p, y.compute()
 
 
-def run_numpy(client, x):
-    """The same job with numpy: the weights sent to every worker."""
-    [w] = client.scatter([mlp.weights(SEED)], broadcast=True, hash=False)
+def run_numpy(client, x, w=None):
+    """The same job with numpy: the weights in every worker (w: their
+    future from client.scatter(..., broadcast=True); None: sent now)."""
+    if w is None:
+        [w] = client.scatter([mlp.weights(SEED)], broadcast=True, hash=False)
     y = x.map_blocks(numpy_block, w, chunks=(x.chunks[0], (mlp.OUT,)),
-                     dtype=np.float32)
+                     dtype=np.float32, name="numpy-mlp-" + uuid.uuid4().hex)
     return y.compute()
 
 
