@@ -213,3 +213,27 @@ def test_nanny_plugin_starts_and_stops_a_daemon(client, tmp_path):
         assert c.stats()["healthy"]
     client.unregister_worker_plugin(od.OpdDaemon.name, nanny=True)
     assert proc.wait(20) == 0 and not _daskd.answers(sock)
+
+
+def test_preload_modules_start_daemon_and_connect(tmp_path, monkeypatch):
+    """`--preload-nanny opd.dask --preload opd.dask` with OPD_SOCKET: the
+    nannies start the node's daemon, the workers connect to it, and the
+    daemon stops (exit 0) with the cluster."""
+    from distributed import Client, LocalCluster
+    sock = str(tmp_path / "preload.sock")
+    monkeypatch.setenv("OPD_SOCKET", sock)
+    monkeypatch.setenv("OPD_DASK_NODE", "solo")
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                      dashboard_address=None, preload_nanny=["opd.dask"],
+                      preload=["opd.dask"]) as cl, Client(cl) as c:
+        proc = _daskd.process_of(sock)
+        assert proc is not None and proc.poll() is None
+        assert sorted(od.nodes(c).values()) == [("solo", sock)] * 2
+        p = od.publish(c, "pre", np.arange(6, dtype=np.float32))
+        with opd.connect(sock) as oc:
+            assert oc.stats()["published"] == 1
+        x = dask_array.from_array(np.arange(12, dtype=np.float32) - 6, chunks=4)
+        assert np.array_equal(od.map_blocks("relu", x).compute(),
+                              np.maximum(np.arange(12, dtype=np.float32) - 6, 0))
+        od.unpublish(c, p.name)
+    assert proc.wait(20) == 0 and not _daskd.answers(sock)
