@@ -417,21 +417,21 @@ def _stats():
     return node().call(lambda c: c.stats())
 
 
-def _as_input(c, b):
+def _as_input(c, b, device):
     if isinstance(b, Published):
         return node().attach(b.vname)
     if isinstance(b, np.ndarray):
-        return c.from_numpy(np.ascontiguousarray(b))
+        return c.from_numpy(np.ascontiguousarray(b), device=device)
     return b
 
 
-def _block(*blocks, _opd_op=None, _opd_kw=None):
+def _block(*blocks, _opd_op=None, _opd_kw=None, _opd_device=None):
     def go(c):
-        ins = [_as_input(c, b) for b in blocks]
-        kw = {k: _as_input(c, v) if isinstance(v, Published) else v
+        ins = [_as_input(c, b, _opd_device) for b in blocks]
+        kw = {k: _as_input(c, v, _opd_device) if isinstance(v, Published) else v
               for k, v in (_opd_kw or {}).items()}
         if isinstance(_opd_op, str):
-            out = c.run(_opd_op, *ins, **kw)
+            out = c.run(_opd_op, *ins, device=_opd_device, **kw)
             return out.numpy() if isinstance(out, Tensor) else out
         out = _opd_op(c, *ins, **kw)
         if isinstance(out, Tensor):       # may be reused by its maker: copied
@@ -441,14 +441,19 @@ def _block(*blocks, _opd_op=None, _opd_kw=None):
 
 
 def map_blocks(op, *arrays, dtype=None, chunks=None, drop_axis=None,
-               new_axis=None, name=None, **kw):
+               new_axis=None, name=None, device=None, resources=None, **kw):
     """dask.array.map_blocks running `op` on each block through the
     worker's node daemon. op: an operator name (c.run(op, *blocks, **kw):
     kw are its attributes) or fn(c, *blocks, **kw) returning an opd Tensor
     or a numpy array (c: the worker's Client; blocks as opd Tensors in
-    shared memory). Published handles in kw arrive as the node's attached
-    Tensor. dtype, chunks, drop_axis, new_axis: as dask's (the output
-    block's shape and dtype when they differ from the first array's)."""
+    shared memory). Published handles in arrays or kw arrive as the
+    node's attached Tensor. dtype, chunks, drop_axis, new_axis, name: as
+    dask's (the output block's shape and dtype when they differ from the
+    first array's). device: where the blocks go ("cuda": copied to the
+    daemon's GPU, the op run there, the result copied back; None: host
+    memory, the daemon's choice). resources: the tasks' worker resources
+    (e.g. {"GPU": 1}: only workers started with --resources GPU=1)."""
+    import dask
     import dask.array as da
     extra = {}
     if drop_axis is not None:
@@ -459,11 +464,46 @@ def map_blocks(op, *arrays, dtype=None, chunks=None, drop_axis=None,
         extra["chunks"] = chunks
     if name is not None:
         extra["name"] = name
-    return da.map_blocks(_block, *arrays, dtype=dtype or arrays[0].dtype,
-                         _opd_op=op, _opd_kw=kw, meta=np.empty((0,) * (
-                             arrays[0].ndim - len(_tuple(drop_axis)) +
-                             len(_tuple(new_axis))), dtype or arrays[0].dtype),
-                         **extra)
+    with dask.annotate(**({"resources": resources} if resources else {})):
+        return da.map_blocks(_block, *arrays, dtype=dtype or arrays[0].dtype,
+                             _opd_op=op, _opd_kw=kw, _opd_device=device,
+                             meta=np.empty((0,) * (
+                                 arrays[0].ndim - len(_tuple(drop_axis)) +
+                                 len(_tuple(new_axis))), dtype or arrays[0].dtype),
+                             **extra)
+
+
+def map_partitions(op, df, columns=None, out_columns=None, dtype="float32",
+                   device=None, resources=None, **kw):
+    """A dask dataframe's partitions through the node's daemon: each
+    partition's `columns` (None: every numeric column) as one (rows,
+    len(columns)) `dtype` block, run as map_blocks runs one (op, kw,
+    device, resources alike), back as a DataFrame with the partition's
+    index and `out_columns` (None: the same names; give them when `op`
+    changes the width). Raises ValueError when the output's width is not
+    len(out_columns)."""
+    import dask
+    import pandas as pd
+    cols = list(columns) if columns is not None else [
+        c for c in df.columns if np.issubdtype(df[c].dtype, np.number)]
+    outs = list(out_columns) if out_columns is not None else cols
+    meta = pd.DataFrame({c: np.empty(0, dtype) for c in outs})
+    with dask.annotate(**({"resources": resources} if resources else {})):
+        return df.map_partitions(_partition, op, cols, outs, dtype, device, kw,
+                                 meta=meta)
+
+
+def _partition(part, op, cols, outs, dtype, device, kw):
+    import pandas as pd
+    if len(part) == 0:
+        return pd.DataFrame({c: np.empty(0, dtype) for c in outs}, index=part.index)
+    y = np.asarray(_block(part[cols].to_numpy(dtype=dtype), _opd_op=op,
+                          _opd_kw=kw, _opd_device=device))
+    y = y.reshape(len(part), -1)
+    if y.shape[1] != len(outs):
+        raise ValueError("opd.dask.map_partitions: %r gave %d column(s) for "
+                         "out_columns %r" % (op, y.shape[1], outs))
+    return pd.DataFrame(y, index=part.index, columns=outs)
 
 
 def _tuple(x):

@@ -23,6 +23,10 @@ def slow_matmul(c, x, w):
     return c.matmul(x, w)
 
 
+def matmul_w(c, x, w):
+    return c.matmul(x, w)
+
+
 def pid():
     return os.getpid()
 
@@ -116,6 +120,37 @@ def test_map_blocks_op_and_function(client):
     z = od.map_blocks(slow_matmul, x, w=p, chunks=(25, 8)).compute()
     assert np.abs(z - ref).max() < 1e-4
     od.unpublish(client, "mw")
+
+
+def test_map_partitions_numeric_columns(client):
+    pd = pytest.importorskip("pandas")
+    dd = pytest.importorskip("dask.dataframe")
+    rng = np.random.default_rng(3)
+    pdf = pd.DataFrame({"a": rng.standard_normal(50), "b": np.arange(50) - 25,
+                        "tag": ["x"] * 50, "c": rng.standard_normal(50)},
+                       index=np.arange(100, 150))
+    df = dd.from_pandas(pdf, npartitions=4)
+    r = od.map_partitions("relu", df).compute()        # the numeric columns
+    assert list(r.columns) == ["a", "b", "c"] and r.index.equals(pdf.index)
+    want = np.maximum(pdf[["a", "b", "c"]].to_numpy(np.float32), 0)
+    assert np.array_equal(r.to_numpy(), want)
+    w = rng.standard_normal((2, 2)).astype(np.float32)
+    p = od.publish(client, "dfw", w)
+    y = od.map_partitions(matmul_w, df, columns=["a", "c"], out_columns=["y0", "y1"],
+                          w=p).compute()
+    ref = pdf[["a", "c"]].to_numpy(np.float64) @ w
+    assert np.abs(y.to_numpy() - ref).max() < 1e-4
+    with pytest.raises(ValueError, match="out_columns"):
+        od.map_partitions("relu", df, out_columns=["only"]).compute()
+    od.unpublish(client, "dfw")
+
+
+def test_resources_annotate_the_tasks():
+    x = dask_array.ones((8, 4), chunks=(4, 4), dtype=np.float32)
+    y = od.map_blocks("relu", x, resources={"GPU": 1}, device="cuda")
+    layers = [l for l in y.__dask_graph__().layers.values()
+              if (l.annotations or {}).get("resources") == {"GPU": 1}]
+    assert len(layers) == 1
 
 
 def test_example_batch_inference(client, nodes):
