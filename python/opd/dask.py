@@ -23,8 +23,9 @@ attach on their own node (attach(), cached per connection).
 
 map_blocks(op, *arrays, ...) is dask.array.map_blocks with a block
 function that runs `op` (an operator name, or fn(c, *tensors, **kw))
-through the worker's Node, with Published handles in the keyword
-arguments attached on the node. dask.py owns the worker-side Node (one
+through the worker's Node, with Published handles in the arguments
+attached on the node; map_partitions does the same for a dataframe's
+numeric columns. dask.py owns the worker-side Node (one
 per worker, held by its plugin) and the driver-side calls; _daskd.py the
 daemon processes.
 """
@@ -166,9 +167,9 @@ class OpdWorker(WorkerPlugin):
     way: $OPD_SOCKET, /run/opd/opd.sock, $XDG_RUNTIME_DIR/opd.sock), a
     path, a function of the worker returning one, or {node: socket} to
     emulate nodes on one host (the worker named i, as LocalCluster names
-    them, joins the (i mod len)-th node; node is then ignored); node: the node's
-    name (None: $OPD_DASK_NODE, else the host name), or a function of the
-    worker; wait: the transport (opd.Client's). setup() connects, so a
+    them, joins the (i mod len)-th node in name order; node is then
+    ignored); node: the node's name (None: $OPD_DASK_NODE, else the host
+    name), or a function of the worker; wait: the transport (opd.Client's). setup() connects, so a
     worker on a node without a daemon fails to start its plugin with a
     NodeError naming the node."""
 
@@ -240,7 +241,7 @@ def node():
 def register(client, socket=None, node=None, wait=None):
     """Registers OpdWorker on every worker, present and future (see
     OpdWorker). Raises NodeError naming the node if a worker finds no
-    daemon. Returns {worker address: node name}."""
+    daemon. Returns {worker address: (node, socket)}."""
     client.register_worker_plugin(OpdWorker(socket, node, wait), name=NAME)
     return nodes(client)
 
@@ -288,8 +289,10 @@ def _unkeep(vname):
     if c is not None:
         try:
             c.unpublish(vname)
-        except errors.OpdError:      # gone with its connection or daemon
+        except errors.OpdConnectionError:   # gone with the daemon
             n.drop()
+        except errors.BadArgumentError:     # gone with an earlier connection
+            pass
     return True
 
 
