@@ -18,7 +18,6 @@ import shutil
 import signal
 import socket as socketlib
 import subprocess
-import tempfile
 import threading
 import time
 
@@ -50,7 +49,8 @@ def find_binary(binary=None):
 
 def start(path, binary=None, args=(), node="this node", timeout=30.0):
     """Makes sure a daemon serves `path`, starting one (binary --socket
-    path *args) when none answers; counts the caller as a user. Returns
+    path *args; its output in path + ".log") when none answers; counts
+    the caller as a user. Returns
     True if this call started it. Raises RuntimeError naming the node and
     quoting the daemon's log if it exits or does not answer in time."""
     with _lock:
@@ -64,8 +64,8 @@ def start(path, binary=None, args=(), node="this node", timeout=30.0):
         d = os.path.dirname(path)
         if d:
             os.makedirs(d, exist_ok=True)
-        fd, log = tempfile.mkstemp(prefix="opd-dask.", suffix=".log")
-        with os.fdopen(fd, "wb") as f:
+        log = path + ".log"
+        with open(log, "wb") as f:
             proc = subprocess.Popen([find_binary(binary), "--socket", path,
                                      *args], stdout=f, stderr=f,
                                     stdin=subprocess.DEVNULL)
@@ -97,7 +97,7 @@ def stop(path, timeout=20.0):
         if ent[1] > 0:
             return None
         del _daemons[path]
-    proc, _, log = ent
+    proc = ent[0]
     if proc is None:
         return None
     if proc.poll() is None:
@@ -107,11 +107,6 @@ def stop(path, timeout=20.0):
     except subprocess.TimeoutExpired:
         proc.kill()
         rc = proc.wait()
-    if rc == 0 and log:
-        try:
-            os.unlink(log)
-        except OSError:
-            pass
     return rc
 
 
