@@ -96,6 +96,15 @@ run_pytest() { # [python [tests dir]]
 }
 for wait in adaptive socket spin; do OPD_WAIT=$wait run_pytest; done
 
+# opd under Dask (tests/dask): two emulated nodes, a LocalCluster of
+# worker processes, daemons killed mid-job (Debian's python3-dask and
+# python3-distributed; skipped, saying so, where they are not importable).
+if /usr/bin/python3 -c 'import dask.array, distributed' 2>/dev/null; then
+  run_pytest /usr/bin/python3 tests/dask
+else
+  echo "== dask (tests/dask): python3-dask / python3-distributed not importable; skipped (make deps)"
+fi
+
 # The torch.compile backend (tests/torch2) needs torch >= 2.4, which Debian
 # does not ship: run with the venv DEVELOPERS.md makes ($OPD_TORCH_VENV,
 # default $B/venv-torch; .ci/run makes it) when it is there. A venv whose
