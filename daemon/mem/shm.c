@@ -19,7 +19,9 @@
  * tmpfs files are taken (fstatfs: TMPFS_MAGIC): a disk file could fault
  * on I/O errors too, and would write our results through to a disk.
  */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include "daemon/mem/shm.h"
 
 #include <errno.h>

@@ -1,9 +1,14 @@
-/* Chaos: the daemon under a low fd limit (RLIMIT_NOFILE 64) is flooded
- * with connections until it runs out of fds.
+/* Chaos: the daemon's fd limit lowered under it (RLIMIT_NOFILE 64) while
+ * it runs, then flooded with connections until it runs out of fds.
  *
  * DESIGN
- * The limit is set in the test process around th_start(), so that only the
- * daemon (the child) inherits it. A client connects first; then 100 raw
+ * At start the daemon raises its soft fd limit to the hard one and caps
+ * its sessions below it (server.c, fd_budget), so a flood is refused by
+ * name before it takes the fds of the clients already served
+ * (tests/python/test_fd_limit.py). Running out of fds anyway (the
+ * system's ENFILE, or a limit lowered later with prlimit) must still be
+ * survived: the limit is lowered here with prlimit(2) on the running
+ * daemon, soft and hard, after it sized its cap. A client connects first; then 100 raw
  * connections arrive, more than the daemon can hold. While it is out of
  * fds, over one second: its CPU time (/proc/PID/stat utime + stime) must
  * stay under 0.3 s (a loop retrying accept() spins at 100%), its log must
@@ -14,6 +19,7 @@
  * daemon accepts again and the first client's next arena works.
  */
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -34,13 +40,10 @@ static void log_size(long *bytes, long *lines) {
 }
 
 Test(chaos, out_of_fds_pauses_accepting, .timeout = 60) {
-  struct rlimit old, low;
-  cr_assert_eq(getrlimit(RLIMIT_NOFILE, &old), 0);
-  low = old;
-  low.rlim_cur = FD_LIMIT;
-  cr_assert_eq(setrlimit(RLIMIT_NOFILE, &low), 0);
+  struct rlimit low = {FD_LIMIT, FD_LIMIT};
   th_start(NULL);
-  cr_assert_eq(setrlimit(RLIMIT_NOFILE, &old), 0);
+  cr_assert_eq(prlimit(th_d.pid, RLIMIT_NOFILE, &low, NULL), 0, "prlimit: %s",
+               strerror(errno));
 
   /* adaptive rings (whatever $OPD_WAIT says): a spinning session would
    * keep the daemon's loop busy by design, and the CPU figure is the
