@@ -34,4 +34,34 @@ void opd__sgemm(int trans_b, int64_t M, int64_t N, int64_t K, const float *A,
 void opd__sgemv_t(const opd_exec_t *ex, int64_t N, int64_t K, const float *a,
                   const float *B, float beta, float *c);
 
+/* Batches opd__sgemm_wt takes (below 8 the padding to 16 columns costs
+ * more than OpenBLAS; past 64 OpenBLAS's cache blocking pays), and the
+ * fewest rows of W for which packing A pays (2026-12-07,
+ * bench/results/2026-12-07-vm-cpu-gemm.txt, A). */
+#define OPD_GEMM_WT_MMIN 8
+#define OPD_GEMM_WT_MMAX 64
+#define OPD_GEMM_WT_NMIN 16
+
+/* Micro-kernel ISAs of opd__sgemm_wt (gemm_wt.c). */
+enum { OPD_GEMM_ISA_NONE, OPD_GEMM_ISA_AVX2 };
+
+/* The best ISA this CPU runs (from cpuid, once): OPD_GEMM_ISA_*. */
+int opd__gemm_wt_isa(void);
+
+/* C (M, N) = A (M, K) @ W (N, K)^T (+ bias (N) when not NULL; relu'd
+ * when relu), all row-major and contiguous, by register-blocked tiles of
+ * AVX2+FMA, W's rows spread over ex's threads (ex NULL: the calling
+ * thread). Returns 1 when done, 0 when it declines (no AVX2, M outside
+ * [OPD_GEMM_WT_MMIN, OPD_GEMM_WT_MMAX], N < OPD_GEMM_WT_NMIN, K < 1, no
+ * memory for the
+ * packed A): C is then untouched and the caller uses opd__sgemm.
+ * opd__sgemm_wt_isa forces an ISA (tests, benchmarks; one the CPU lacks
+ * must not be asked for). */
+int opd__sgemm_wt(const opd_exec_t *ex, int64_t M, int64_t N, int64_t K,
+                  const float *A, const float *W, const float *bias, int relu,
+                  float *C);
+int opd__sgemm_wt_isa(int isa, const opd_exec_t *ex, int64_t M, int64_t N,
+                      int64_t K, const float *A, const float *W,
+                      const float *bias, int relu, float *C);
+
 #endif /* OPD_KERNELS_COMMON_GEMM_H */

@@ -1,0 +1,87 @@
+/* The small-batch tiles C = A @ W^T (+ bias, relu) of
+ * kernels/common/gemm_wt.c against a double reference: every tail of rows
+ * (tiles of 6, 4, 1) and columns (panels of 16), serial and on pools,
+ * and the shapes it must decline; the linear op through them. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "kernels/common/gemm.h"
+#include "tests/ops/optest.h"
+
+static float *randv(int64_t n, unsigned seed, float lo, float hi) {
+  float *v = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+  for (int64_t i = 0; i < n; i++) {
+    seed = seed * 1103515245u + 12345u;
+    v[i] = lo + (hi - lo) * (float)((seed >> 8) & 0xffff) / 65536.0f;
+  }
+  return v;
+}
+
+Test(gemm_wt, matches_double_reference) {
+  static const int64_t shapes[][3] = {
+      {32, 512, 256}, {32, 512, 512}, {8, 16, 1},  {9, 17, 5},
+      {16, 23, 33},   {17, 100, 7},   {40, 61, 64}, {63, 19, 130},
+      {64, 512, 256}, {33, 6, 3},     {48, 1031, 9}};
+  if (opd__gemm_wt_isa() == OPD_GEMM_ISA_NONE) return; /* declines: fallback */
+  for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+    int64_t M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+    if (N < OPD_GEMM_WT_NMIN) N = OPD_GEMM_WT_NMIN + N; /* tails past 16 */
+    float *A = randv(M * K, 1 + s, -2, 2), *W = randv(N * K, 7 + s, -0.3f, 0.3f);
+    float *b = randv(N, 9 + s, -1, 1), *C = malloc((size_t)(M * N) * sizeof(float));
+    double *want = malloc((size_t)(M * N) * sizeof(double));
+    for (int variant = 0; variant < 4; variant++) {
+      int relu = variant & 1;
+      const float *bias = variant & 2 ? b : NULL;
+      for (int64_t m = 0; m < M; m++)
+        for (int64_t n = 0; n < N; n++) {
+          double v = bias ? bias[n] : 0.0;
+          for (int64_t k = 0; k < K; k++) v += (double)A[m * K + k] * W[n * K + k];
+          want[m * N + n] = relu && v < 0 ? 0.0 : v;
+        }
+      const opd_exec_t *exs[] = {NULL, &opd__exec_serial, ot_pool(2), ot_pool(4)};
+      for (int e = 0; e < 4; e++) {
+        for (int64_t i = 0; i < M * N; i++) C[i] = NAN; /* poison */
+        cr_assert_eq(opd__sgemm_wt(exs[e], M, N, K, A, W, bias, relu, C), 1,
+                     "shape %zu: declined", s);
+        for (int64_t i = 0; i < M * N; i++)
+          cr_assert(fabs(C[i] - want[i]) <= 1e-5 + 1e-4 * fabs(want[i]),
+                    "shape %zu (M %lld N %lld K %lld) variant %d exec %d: C[%lld] = %g, "
+                    "want %g",
+                    s, (long long)M, (long long)N, (long long)K, variant, e, (long long)i,
+                    C[i], want[i]);
+      }
+    }
+    free(A), free(W), free(b), free(C), free(want);
+  }
+}
+
+Test(gemm_wt, declines_what_it_does_not_take) {
+  float A[65 * 16] = {0}, W[16 * 16] = {0}, C[65 * 16];
+  C[0] = 42;
+  cr_assert_eq(opd__sgemm_wt(NULL, OPD_GEMM_WT_MMIN - 1, 16, 16, A, W, NULL, 0, C), 0);
+  cr_assert_eq(opd__sgemm_wt(NULL, OPD_GEMM_WT_MMAX + 1, 16, 16, A, W, NULL, 0, C), 0);
+  cr_assert_eq(opd__sgemm_wt(NULL, 8, OPD_GEMM_WT_NMIN - 1, 16, A, W, NULL, 0, C), 0);
+  cr_assert_eq(opd__sgemm_wt(NULL, 8, 16, 0, A, W, NULL, 0, C), 0);
+  cr_assert_eq(opd__sgemm_wt_isa(OPD_GEMM_ISA_NONE, NULL, 8, 16, 16, A, W, NULL, 0, C), 0);
+  cr_assert_eq(C[0], 42, "a declined call wrote C");
+}
+
+/* linear at the batches the tiles take, every activation, with and
+ * without bias, fast against ref on serial and pooled execs. */
+Test(gemm_wt, linear_through_the_tiles) {
+  static const char *const acts[] = {"none", "relu", "gelu", "silu"};
+  static const int64_t shapes[][3] = {{32, 256, 512}, {8, 33, 16}, {45, 70, 29}};
+  for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+    for (int a = 0; a < 4; a++)
+      for (int bias = 0; bias < 2; bias++) {
+        int64_t M = shapes[s][0], K = shapes[s][1], N = shapes[s][2];
+        opd_kcall_t *c = ot_new("linear");
+        ot_set_str(c, "act", acts[a]);
+        ot_in_rand(c, 0, 2, OT_SHAPE(M, K), 40 + s, -2, 2);
+        ot_in_rand(c, 1, 2, OT_SHAPE(N, K), 50 + s, -0.3f, 0.3f);
+        if (bias) ot_in_rand(c, 2, 1, OT_SHAPE(N), 60 + s, -1, 1);
+        ot_ready(c);
+        ot_check_fast(c, 1e-5, 1e-4);
+        ot_free(c);
+      }
+}
