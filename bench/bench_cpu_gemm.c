@@ -48,11 +48,15 @@ typedef struct prob {
   const opd_exec_t *ex;
 } prob_t;
 
-enum { I_AVX2, I_BLAS1, I_BLAS, I_GEMV, I_N };
-static const char *const NAMES[I_N] = {"tiles_avx2", "openblas", "openblas", "gemv_rows"};
+enum { I_AVX512, I_AVX2, I_BLAS1, I_BLAS, I_GEMV, I_N };
+static const char *const NAMES[I_N] = {"tiles_avx512", "tiles_avx2", "openblas", "openblas",
+                                       "gemv_rows"};
 
 static void run(prob_t *p) {
   switch (p->impl) {
+    case I_AVX512:
+      opd__sgemm_wt_isa(OPD_GEMM_ISA_AVX512, p->ex, p->M, p->N, p->K, p->A, p->W, NULL, 0, p->C);
+      break;
     case I_AVX2:
       opd__sgemm_wt_isa(OPD_GEMM_ISA_AVX2, p->ex, p->M, p->N, p->K, p->A, p->W, NULL, 0, p->C);
       break;
@@ -101,7 +105,7 @@ int main(int argc, char **argv) {
   if (opd__exec_pool_create(&pool, nproc)) return 1;
   int isa = opd__gemm_wt_isa();
   printf("# bench_cpu_gemm: weights in cache, median of 9 reps; isa=%s nproc=%d\n",
-         isa == OPD_GEMM_ISA_AVX2 ? "avx2" : "none",
+         isa == OPD_GEMM_ISA_AVX512 ? "avx512" : isa == OPD_GEMM_ISA_AVX2 ? "avx2" : "none",
          nproc);
   for (int im = 0; im < nm; im++)
     for (size_t l = 0; l < sizeof layers / sizeof layers[0]; l++) {
@@ -111,7 +115,8 @@ int main(int argc, char **argv) {
       int n = (int)(2e7 / (double)(M * N * K)) + 5;
       for (int impl = 0; impl < I_N; impl++)
         for (int pooled = 0; pooled < 2; pooled++) {
-          if (impl == I_AVX2 && (isa == OPD_GEMM_ISA_NONE || M < OPD_GEMM_WT_MMIN ||
+          if (impl == I_AVX512 && isa != OPD_GEMM_ISA_AVX512) continue;
+          if (impl <= I_AVX2 && (isa == OPD_GEMM_ISA_NONE || M < OPD_GEMM_WT_MMIN ||
                                   M > OPD_GEMM_WT_MMAX || N < OPD_GEMM_WT_NMIN))
             continue; /* declined: nothing to time */
           int threads = pooled ? nproc : 1;

@@ -43,7 +43,7 @@ void opd__sgemv_t(const opd_exec_t *ex, int64_t N, int64_t K, const float *a,
 #define OPD_GEMM_WT_NMIN 16
 
 /* Micro-kernel ISAs of opd__sgemm_wt (gemm_wt.c). */
-enum { OPD_GEMM_ISA_NONE, OPD_GEMM_ISA_AVX2 };
+enum { OPD_GEMM_ISA_NONE, OPD_GEMM_ISA_AVX2, OPD_GEMM_ISA_AVX512 };
 
 /* The best ISA this CPU runs (from cpuid, once): OPD_GEMM_ISA_*. */
 int opd__gemm_wt_isa(void);

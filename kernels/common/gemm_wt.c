@@ -1,28 +1,28 @@
-/* Small-batch C = A @ W^T (+ bias, relu) on the CPU: a register-blocked
- * AVX2/FMA micro-kernel over torch's (N, K) weight, the rows of W spread
- * over the caller's exec. Contract: gemm.h (opd__sgemm_wt).
+/* Small-batch C = A @ W^T (+ bias, relu) on the CPU: register-blocked
+ * AVX-512 and AVX2/FMA micro-kernels over torch's (N, K) weight, the rows
+ * of W spread over the caller's exec. Contract: gemm.h (opd__sgemm_wt).
  *
  * DESIGN
  * The transposed product C^T (N, M) = W (N, K) @ A^T (K, M) is an ordinary
  * GEMM whose left operand is W as given: a tile of R rows of W times a
- * panel of A^T two vectors wide keeps R x 2 vector accumulators in
- * registers; each step of k loads the panel's two vectors once and
- * broadcasts one element of each of the R rows (6 rows x 16 columns: 12
- * of the 16 ymm registers). A 12 x 32 AVX-512 tile ran no faster on the
- * VM's AVX-512 CPU and wastes more on padding (2026-12-07,
- * bench/results/2026-12-07-vm-cpu-gemm.txt, A), so there is none.
- * Only A is packed (A^T in panels of that width, zero padded: M x K
- * floats, small at these batches); W, the large operand, is read once per
- * panel in its own layout, so nothing is cached between calls and a
- * weight that changes is always read afresh. Each finished tile is added
- * to the bias, relu'd if asked, and written transposed into C's rows.
- * The row tiles are split over ex->parallel_for (the daemon's pool) as the
- * GEMV splits its rows, not over OpenBLAS's own threads, whose spinning
+ * 16-column panel of A^T keeps R x 16 accumulators in registers; each step
+ * of k loads the panel's row once and broadcasts one element of each of
+ * the R rows of W (AVX-512: 12 rows, one zmm each, the broadcast folded
+ * into the FMA; AVX2: 6 rows of two ymm, 12 of the 16 registers). On the
+ * VM's AVX-512 CPU both run at ~100 GFLOP/s on one core, 1.2-1.6x
+ * OpenBLAS's one-thread sgemm at batch 16..32 (2026-12-07,
+ * bench/results/2026-12-07-vm-cpu-gemm.txt, A).
+ * Only A is packed (A^T in 16-column panels, zero padded: M x K floats,
+ * small at these batches); W, the large operand, is read once per panel
+ * in its own layout, so nothing is cached between calls and a weight that
+ * changes is always read afresh. The tiles of GROUP rows are added to the
+ * bias, relu'd if asked, and written transposed into C's rows. The row
+ * tiles are split over ex->parallel_for (the daemon's pool) as the GEMV
+ * splits its rows, not over OpenBLAS's own threads, whose spinning
  * competes with the client on a small machine. Tail rows take tiles of 4
- * and 1 rows. AVX2+FMA is checked once from cpuid
- * (__builtin_cpu_supports); a CPU without it, another compiler, or a batch outside
- * [OPD_GEMM_WT_MMIN, OPD_GEMM_WT_MMAX] declines (returns 0) and the caller
- * takes the general GEMM.
+ * and 1 rows. The ISA is picked once from cpuid (__builtin_cpu_supports);
+ * a CPU without AVX2+FMA, another compiler, or a shape outside the bounds
+ * of gemm.h declines (returns 0) and the caller takes the general GEMM.
  * Test: build/tests/ops, suites gemm_wt and linear.
  */
 #include <stdlib.h>
@@ -41,38 +41,43 @@
 
 #ifdef HAVE_TILES
 
+typedef float v16f __attribute__((vector_size(64), aligned(4)));
 typedef float v8f __attribute__((vector_size(32), aligned(4)));
 
+#define T512 \
+  __attribute__((target("avx512f,avx2,fma"), \
+                 optimize("O3", "no-trapping-math", "fp-contract=fast")))
 #define T256 \
   __attribute__((target("avx2,fma"), \
                  optimize("O3", "no-trapping-math", "fp-contract=fast")))
 
-/* NAME(K, W, ldw, P, out): out (R, 2L) = W[0..R) (R rows, stride ldw) @
- * P, P the (K, 2L) panel of A^T; L = lanes of VT. */
-#define DEF_TILE(NAME, TGT, VT, R)                                         \
+/* NAME(K, W, ldw, P, out): out (R, 16) = W[0..R) (R rows, stride ldw) @
+ * P, P the (K, 16) panel of A^T, as V vectors of VT per row. */
+#define DEF_TILE(NAME, TGT, VT, R, V)                                      \
   TGT static void NAME(int64_t K, const float *W, int64_t ldw,             \
                        const float *P, float *out) {                       \
     enum { L = sizeof(VT) / sizeof(float) };                              \
-    VT acc[R][2];                                                          \
-    for (int r = 0; r < R; r++) acc[r][0] = acc[r][1] = (VT){0};           \
+    VT acc[R][V];                                                          \
+    for (int r = 0; r < R; r++)                                            \
+      for (int v = 0; v < V; v++) acc[r][v] = (VT){0};                     \
     for (int64_t k = 0; k < K; k++) {                                      \
-      VT b0 = *(const VT *)(P + k * 2 * L);                                \
-      VT b1 = *(const VT *)(P + k * 2 * L + L);                            \
+      VT b[V];                                                             \
+      for (int v = 0; v < V; v++) b[v] = *(const VT *)(P + (k * V + v) * L); \
       for (int r = 0; r < R; r++) {                                        \
         float a = W[r * ldw + k];                                          \
-        acc[r][0] += a * b0;                                               \
-        acc[r][1] += a * b1;                                               \
+        for (int v = 0; v < V; v++) acc[r][v] += a * b[v];                 \
       }                                                                    \
     }                                                                      \
-    for (int r = 0; r < R; r++) {                                          \
-      *(VT *)(out + r * 2 * L) = acc[r][0];                                \
-      *(VT *)(out + r * 2 * L + L) = acc[r][1];                            \
-    }                                                                      \
+    for (int r = 0; r < R; r++)                                            \
+      for (int v = 0; v < V; v++) *(VT *)(out + (r * V + v) * L) = acc[r][v]; \
   }
 
-DEF_TILE(tile256_6, T256, v8f, 6)
-DEF_TILE(tile256_4, T256, v8f, 4)
-DEF_TILE(tile256_1, T256, v8f, 1)
+DEF_TILE(tile512_12, T512, v16f, 12, 1)
+DEF_TILE(tile512_4, T512, v16f, 4, 1)
+DEF_TILE(tile512_1, T512, v16f, 1, 1)
+DEF_TILE(tile256_6, T256, v8f, 6, 2)
+DEF_TILE(tile256_4, T256, v8f, 4, 2)
+DEF_TILE(tile256_1, T256, v8f, 1, 2)
 
 typedef void (*tile_fn)(int64_t K, const float *W, int64_t ldw,
                         const float *P, float *out);
@@ -85,13 +90,16 @@ typedef struct isa_kern {
 
 static const isa_kern_t KERNS[] = {
     [OPD_GEMM_ISA_AVX2] = {6, 16, tile256_6, tile256_4, tile256_1},
+    [OPD_GEMM_ISA_AVX512] = {12, 16, tile512_12, tile512_4, tile512_1},
 };
 
 int opd__gemm_wt_isa(void) {
   static int isa = -1; /* a benign race: every thread computes the same */
   if (isa < 0) {
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+    if (__builtin_cpu_supports("avx512f"))
+      isa = OPD_GEMM_ISA_AVX512;
+    else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
       isa = OPD_GEMM_ISA_AVX2;
     else
       isa = OPD_GEMM_ISA_NONE;
@@ -107,34 +115,45 @@ typedef struct wt_job {
   float *C;                        /* (M, N) */
 } wt_job_t;
 
-/* Rows [n0, n0 + R) of C^T from tile fn: out is each panel's (R, width)
- * result, written transposed into C with the bias and relu. */
-static void tile_rows(const wt_job_t *j, tile_fn fn, int R, int64_t n0,
-                      float *out) {
-  int w = j->kn->width;
-  for (int64_t m0 = 0; m0 < j->M; m0 += w) {
-    fn(j->K, j->W + n0 * j->K, j->K, j->P + m0 * j->K, out);
-    int64_t mc = j->M - m0 < w ? j->M - m0 : w;
-    for (int64_t c = 0; c < mc; c++) {
-      float *y = j->C + (m0 + c) * j->N + n0;
-      for (int r = 0; r < R; r++) {
-        float v = out[r * w + c] + (j->bias ? j->bias[n0 + r] : 0.0f);
-        y[r] = j->relu && v < 0 ? 0.0f : v; /* NaN passes, as relu */
-      }
+/* Rows of C^T per store: 8 big tiles. Storing each tile as it finishes
+ * wrote 6 floats into each of 16..64 rows of C K floats apart, lines that
+ * evict each other from L1 (14% of the time of a 32 x 512 x 512 product);
+ * a group's (GROUP, width) block is written as runs of GROUP floats. */
+#define GROUP 48
+
+/* C rows [m0, m0 + mc), columns [n0, n0 + nr) = act(out^T + bias), out
+ * (nr, w) row-major. */
+static void store_group(const wt_job_t *j, const float *out, int w, int64_t m0,
+                        int64_t mc, int64_t n0, int64_t nr) {
+  const float *b = j->bias ? j->bias + n0 : NULL;
+  for (int64_t c = 0; c < mc; c++) {
+    float *y = j->C + (m0 + c) * j->N + n0;
+    for (int64_t r = 0; r < nr; r++) {
+      float v = out[r * w + c] + (b ? b[r] : 0.0f);
+      y[r] = j->relu && v < 0 ? 0.0f : v; /* NaN passes, as relu */
     }
   }
 }
 
-/* Row tiles [t0, t1) of the big tile (the last ones partial). */
+/* Row tiles [t0, t1) of the big tile (the last ones partial), GROUP rows
+ * at a time: each panel's tiles into `out`, then stored. */
 static void wt_range(void *arg, int64_t t0, int64_t t1) {
   const wt_job_t *j = arg;
   const isa_kern_t *kn = j->kn;
-  float out[6 * 16] __attribute__((aligned(64)));
-  int64_t n1 = t1 * kn->rmax < j->N ? t1 * kn->rmax : j->N;
-  int64_t n = t0 * kn->rmax;
-  for (; n + kn->rmax <= n1; n += kn->rmax) tile_rows(j, kn->big, kn->rmax, n, out);
-  for (; n + 4 <= n1; n += 4) tile_rows(j, kn->four, 4, n, out);
-  for (; n < n1; n++) tile_rows(j, kn->one, 1, n, out);
+  int w = kn->width, R = kn->rmax;
+  float out[GROUP * 16] __attribute__((aligned(64)));
+  int64_t n1 = t1 * R < j->N ? t1 * R : j->N;
+  for (int64_t g0 = t0 * R; g0 < n1; g0 += GROUP) {
+    int64_t g1 = g0 + GROUP < n1 ? g0 + GROUP : n1;
+    for (int64_t m0 = 0; m0 < j->M; m0 += w) {
+      const float *P = j->P + m0 * j->K;
+      int64_t n = g0;
+      for (; n + R <= g1; n += R) kn->big(j->K, j->W + n * j->K, j->K, P, out + (n - g0) * w);
+      for (; n + 4 <= g1; n += 4) kn->four(j->K, j->W + n * j->K, j->K, P, out + (n - g0) * w);
+      for (; n < g1; n++) kn->one(j->K, j->W + n * j->K, j->K, P, out + (n - g0) * w);
+      store_group(j, out, w, m0, j->M - m0 < w ? j->M - m0 : w, g0, g1 - g0);
+    }
+  }
 }
 
 /* P (panels of A^T, zero padded to whole panels of width w), copied in
@@ -159,7 +178,7 @@ static void pack_at(int64_t M, int64_t K, const float *A, int w, float *P) {
 int opd__sgemm_wt_isa(int isa, const opd_exec_t *ex, int64_t M, int64_t N,
                       int64_t K, const float *A, const float *W,
                       const float *bias, int relu, float *C) {
-  if (isa != OPD_GEMM_ISA_AVX2) return 0;
+  if (isa != OPD_GEMM_ISA_AVX2 && isa != OPD_GEMM_ISA_AVX512) return 0;
   if (M < OPD_GEMM_WT_MMIN || M > OPD_GEMM_WT_MMAX || N < OPD_GEMM_WT_NMIN || K < 1)
     return 0;
   const isa_kern_t *kn = &KERNS[isa];

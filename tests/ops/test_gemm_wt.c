@@ -1,6 +1,7 @@
 /* The small-batch tiles C = A @ W^T (+ bias, relu) of
  * kernels/common/gemm_wt.c against a double reference: every tail of rows
- * (tiles of 6, 4, 1) and columns (panels of 16), serial and on pools,
+ * (tiles of 12 or 6, 4, 1) and columns (panels of 16), serial and on
+ * pools, the AVX2 tiles also where the CPU has AVX-512,
  * and the shapes it must decline; the linear op through them. */
 #include <math.h>
 #include <stdlib.h>
@@ -39,10 +40,15 @@ Test(gemm_wt, matches_double_reference) {
           want[m * N + n] = relu && v < 0 ? 0.0 : v;
         }
       const opd_exec_t *exs[] = {NULL, &opd__exec_serial, ot_pool(2), ot_pool(4)};
-      for (int e = 0; e < 4; e++) {
+      for (int e = 0; e < 5; e++) {
         for (int64_t i = 0; i < M * N; i++) C[i] = NAN; /* poison */
-        cr_assert_eq(opd__sgemm_wt(exs[e], M, N, K, A, W, bias, relu, C), 1,
-                     "shape %zu: declined", s);
+        if (e < 4) /* the best ISA */
+          cr_assert_eq(opd__sgemm_wt(exs[e], M, N, K, A, W, bias, relu, C), 1,
+                       "shape %zu: declined", s);
+        else /* AVX2 on a CPU that has AVX-512 too (else the same again) */
+          cr_assert_eq(opd__sgemm_wt_isa(OPD_GEMM_ISA_AVX2, ot_pool(2), M, N, K, A, W, bias,
+                                         relu, C),
+                       1, "shape %zu: AVX2 declined", s);
         for (int64_t i = 0; i < M * N; i++)
           cr_assert(fabs(C[i] - want[i]) <= 1e-5 + 1e-4 * fabs(want[i]),
                     "shape %zu (M %lld N %lld K %lld) variant %d exec %d: C[%lld] = %g, "
