@@ -121,15 +121,50 @@ typedef struct wt_job {
  * a group's (GROUP, width) block is written as runs of GROUP floats. */
 #define GROUP 48
 
+typedef int32_t v8i __attribute__((vector_size(32)));
+
+/* y[0..8) = act(v + b[0..8)) (b NULL: no bias). */
+T256 static inline void put8(float *y, v8f v, const float *b, int relu) {
+  if (b) v += *(const v8f *)b;
+  if (relu) v = (v8f)((v8i)v & ~(v8i)(v < 0.0f)); /* NaN < 0 is false: kept */
+  *(v8f *)y = v;
+}
+
 /* C rows [m0, m0 + mc), columns [n0, n0 + nr) = act(out^T + bias), out
- * (nr, w) row-major. */
-static void store_group(const wt_job_t *j, const float *out, int w, int64_t m0,
-                        int64_t mc, int64_t n0, int64_t nr) {
+ * (nr, 16) row-major: full 8 x 8 blocks transposed in registers
+ * (unpack, shuffle, lane swap), the edges one float at a time. Both ISAs
+ * have AVX2. */
+T256 static void store_group(const wt_job_t *j, const float *out, int64_t m0,
+                             int64_t mc, int64_t n0, int64_t nr) {
   const float *b = j->bias ? j->bias + n0 : NULL;
+  int64_t r8 = nr & ~(int64_t)7, c8 = mc & ~(int64_t)7;
+  for (int64_t r = 0; r < r8; r += 8)
+    for (int64_t c = 0; c < c8; c += 8) {
+      v8f x[8], t[8], u[8];
+      for (int i = 0; i < 8; i++) x[i] = *(const v8f *)(out + (r + i) * 16 + c);
+      for (int i = 0; i < 8; i += 2) {
+        t[i] = __builtin_shuffle(x[i], x[i + 1], (v8i){0, 8, 1, 9, 4, 12, 5, 13});
+        t[i + 1] = __builtin_shuffle(x[i], x[i + 1], (v8i){2, 10, 3, 11, 6, 14, 7, 15});
+      }
+      for (int i = 0; i < 8; i += 4)
+        for (int h = 0; h < 2; h++) {
+          u[i + 2 * h] = __builtin_shuffle(t[i + h], t[i + h + 2], (v8i){0, 1, 8, 9, 4, 5, 12, 13});
+          u[i + 2 * h + 1] =
+              __builtin_shuffle(t[i + h], t[i + h + 2], (v8i){2, 3, 10, 11, 6, 7, 14, 15});
+        }
+      /* u[0..4) hold columns {0,4}, {1,5}, {2,6}, {3,7} of rows 0..3; u[4..8) of rows 4..7 */
+      for (int q = 0; q < 4; q++) {
+        float *y = j->C + (m0 + c + q) * j->N + n0 + r;
+        put8(y, __builtin_shuffle(u[q], u[q + 4], (v8i){0, 1, 2, 3, 8, 9, 10, 11}),
+             b ? b + r : NULL, j->relu);
+        put8(y + 4 * j->N, __builtin_shuffle(u[q], u[q + 4], (v8i){4, 5, 6, 7, 12, 13, 14, 15}),
+             b ? b + r : NULL, j->relu);
+      }
+    }
   for (int64_t c = 0; c < mc; c++) {
     float *y = j->C + (m0 + c) * j->N + n0;
-    for (int64_t r = 0; r < nr; r++) {
-      float v = out[r * w + c] + (b ? b[r] : 0.0f);
+    for (int64_t r = c < c8 ? r8 : 0; r < nr; r++) {
+      float v = out[r * 16 + c] + (b ? b[r] : 0.0f);
       y[r] = j->relu && v < 0 ? 0.0f : v; /* NaN passes, as relu */
     }
   }
@@ -151,7 +186,7 @@ static void wt_range(void *arg, int64_t t0, int64_t t1) {
       for (; n + R <= g1; n += R) kn->big(j->K, j->W + n * j->K, j->K, P, out + (n - g0) * w);
       for (; n + 4 <= g1; n += 4) kn->four(j->K, j->W + n * j->K, j->K, P, out + (n - g0) * w);
       for (; n < g1; n++) kn->one(j->K, j->W + n * j->K, j->K, P, out + (n - g0) * w);
-      store_group(j, out, w, m0, j->M - m0 < w ? j->M - m0 : w, g0, g1 - g0);
+      store_group(j, out, m0, j->M - m0 < w ? j->M - m0 : w, g0, g1 - g0);
     }
   }
 }
@@ -160,8 +195,8 @@ static void wt_range(void *arg, int64_t t0, int64_t t1) {
  * blocks of 16 k: a cache line of each row of A at a time (row by row
  * whole, the rows' K-float stride aliases in L1 and costs twice as much). */
 static void pack_at(int64_t M, int64_t K, const float *A, int w, float *P) {
-  int64_t npanel = (M + w - 1) / w;
-  memset(P, 0, (size_t)(npanel * w * K) * sizeof(float));
+  if (M % w) /* the last panel's padding columns */
+    memset(P + (M / w) * w * K, 0, (size_t)(w * K) * sizeof(float));
   for (int64_t m0 = 0; m0 < M; m0 += w) {
     int64_t mc = M - m0 < w ? M - m0 : w;
     for (int64_t k0 = 0; k0 < K; k0 += 16) {

@@ -61,6 +61,28 @@ Test(gemm_wt, matches_double_reference) {
   }
 }
 
+/* relu as the op's: NaN passes, negatives become 0, in the 8 x 8 blocks
+ * and at the edges alike. */
+Test(gemm_wt, relu_passes_nan) {
+  enum { M = 19, N = 21, K = 3 };
+  float A[M * K], W[N * K], C[M * N];
+  for (int i = 0; i < M * K; i++) A[i] = 1.0f;
+  for (int n = 0; n < N; n++) W[n * K] = W[n * K + 1] = W[n * K + 2] = n % 2 ? -1.0f : 1.0f;
+  A[3 * K + 1] = NAN;  /* row 3 of C: all NaN */
+  A[12 * K + 1] = NAN; /* row 12: past the 8 x 8 blocks of panel 0 */
+  A[17 * K] = NAN;     /* row 17: in the second panel */
+  if (opd__gemm_wt_isa() == OPD_GEMM_ISA_NONE) return;
+  cr_assert_eq(opd__sgemm_wt(NULL, M, N, K, A, W, NULL, 1, C), 1);
+  for (int m = 0; m < M; m++)
+    for (int n = 0; n < N; n++) {
+      float y = C[m * N + n];
+      if (m == 3 || m == 12 || m == 17)
+        cr_assert(isnan(y), "C[%d, %d] = %g, want NaN", m, n, y);
+      else
+        cr_assert_eq(y, n % 2 ? 0.0f : 3.0f, "C[%d, %d] = %g", m, n, y);
+    }
+}
+
 Test(gemm_wt, declines_what_it_does_not_take) {
   float A[65 * 16] = {0}, W[16 * 16] = {0}, C[65 * 16];
   C[0] = 42;
