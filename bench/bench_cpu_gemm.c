@@ -1,9 +1,9 @@
 /* The small-batch product C = A @ W^T of the CPU linear, in-process, at the
  * trading MLP's layers (K -> N: 256 -> 512, 512 -> 512, 512 -> 1) for
- * batches 2..64: the register-blocked AVX2 tiles (kernels/common/gemm_wt.c),
+ * batches 2..64: the register-blocked AVX-512 and AVX2 tiles (gemm_wt.c),
  * where it takes the shape, serial and on a pool of every core, against
  * OpenBLAS's sgemm with one thread and with its own threads, and against
- * one GEMV per row.
+ * the GEMV two rows at a time (opd__sgemv_rows_t, linear's batches 4..7).
  *
  * DESIGN
  * Latency, not bandwidth: the weights stay in cache between calls, as
@@ -69,8 +69,7 @@ static void run(prob_t *p) {
 #endif
       break;
     default:
-      for (int64_t m = 0; m < p->M; m++)
-        opd__sgemv_t(p->ex, p->N, p->K, p->A + m * p->K, p->W, 0.0f, p->C + m * p->N);
+      opd__sgemv_rows_t(p->ex, p->M, p->N, p->K, p->A, p->W, 0.0f, p->C);
   }
 }
 

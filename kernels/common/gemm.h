@@ -34,6 +34,17 @@ void opd__sgemm(int trans_b, int64_t M, int64_t N, int64_t K, const float *A,
 void opd__sgemv_t(const opd_exec_t *ex, int64_t N, int64_t K, const float *a,
                   const float *B, float beta, float *c);
 
+/* C (M, N) = A (M, K) @ B (N, K)^T + beta C for a few rows of A: the GEMV
+ * two rows of A at a time, B's rows spread over ex's threads as
+ * opd__sgemv_t's. M, N, K >= 0. Worth it from OPD_GEMV_ROWS_MMIN rows
+ * (below OPD_GEMM_WT_MMIN): at 2 rows OpenBLAS's sgemm took 7 us against
+ * its 12 for (2, 256) @ (256, 512)^T, at 4 rows 35-67 against 24 (the
+ * compiler folds each load of B into both rows' FMAs, so the rows share
+ * no loads); (2026-12-07, bench/results/2026-12-07-vm-cpu-gemm.txt, A). */
+#define OPD_GEMV_ROWS_MMIN 4
+void opd__sgemv_rows_t(const opd_exec_t *ex, int64_t M, int64_t N, int64_t K,
+                       const float *A, const float *B, float beta, float *C);
+
 /* Batches opd__sgemm_wt takes (below 8 the padding to 16 columns costs
  * more than OpenBLAS; past 64 OpenBLAS's cache blocking pays), and the
  * fewest rows of W for which packing A pays (2026-12-07,
