@@ -3,7 +3,7 @@
  * batches 2..64: the register-blocked AVX-512 and AVX2 tiles (gemm_wt.c),
  * where it takes the shape, serial and on a pool of every core, against
  * OpenBLAS's sgemm with one thread and with its own threads, and against
- * the GEMV two rows at a time (opd__sgemv_rows_t, linear's batches 4..7).
+ * the GEMV two rows at a time (opd__sgemv_rows_t, linear's batches 4..9).
  *
  * DESIGN
  * Latency, not bandwidth: the weights stay in cache between calls, as

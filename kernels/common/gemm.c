@@ -12,8 +12,8 @@
  *             against 17.7 for 512 x 512, in one run on the shared 2-core
  *             VM (2026-12-07, bench/results/2026-12-07-vm-cpu-model.txt, B)
  *   gemv2     two rows of A at a time against four of B (linear's batches
- *             4..7 through opd__sgemv_rows_t, spread as opd__sgemv_t)
- *   tiles     batches 8..64 of C = A B^T: gemm_wt.c (opd__sgemm_wt)
+ *             4..9 through opd__sgemv_rows_t, spread as opd__sgemv_t)
+ *   tiles     batches 10..64 of C = A B^T: gemm_wt.c (opd__sgemm_wt)
  *   BLAS      cblas_sgemm (threaded by OpenBLAS itself)
  *   OPD_NO_BLAS  plain float loops: gemv for every row of A against B^T;
  *             for B, rows of C accumulated as C[i,:] += A[i,k] * B[k,:]

@@ -45,11 +45,12 @@ void opd__sgemv_t(const opd_exec_t *ex, int64_t N, int64_t K, const float *a,
 void opd__sgemv_rows_t(const opd_exec_t *ex, int64_t M, int64_t N, int64_t K,
                        const float *A, const float *B, float beta, float *C);
 
-/* Batches opd__sgemm_wt takes (below 8 the padding to 16 columns costs
- * more than OpenBLAS; past 64 OpenBLAS's cache blocking pays), and the
- * fewest rows of W for which packing A pays (2026-12-07,
+/* Batches opd__sgemm_wt takes (below 10 the padding to 16 columns costs
+ * more than opd__sgemv_rows_t: 75-93 us against 66-72 at batch 8 for
+ * (8, 512) @ (512, 512)^T; past 64 OpenBLAS's cache blocking pays), and
+ * the fewest rows of W for which packing A pays (2026-12-07,
  * bench/results/2026-12-07-vm-cpu-gemm.txt, A). */
-#define OPD_GEMM_WT_MMIN 8
+#define OPD_GEMM_WT_MMIN 10
 #define OPD_GEMM_WT_MMAX 64
 #define OPD_GEMM_WT_NMIN 16
 

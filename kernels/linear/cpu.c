@@ -5,7 +5,7 @@
  *   cpu_ref   a dot product per output in double, bias and activation in
  *             double, rounded once (the truth)
  *   cpu_fast  the shared GEMM (kernels/common/gemm.h: its own GEMV on
- *             call->exec for batch 1, the trading shape, and 4..7; its AVX-512 /
+ *             call->exec for batch 1, the trading shape, and 4..9; its AVX-512 /
  *             AVX2 tiles on call->exec for batches 2..64, with the bias
  *             and relu applied as each tile is stored; OpenBLAS sgemm
  *             otherwise, plain float loops with BLAS=0), then one fused
@@ -124,7 +124,7 @@ int opd__linear_cpu_fast(opd_kcall_t *call) {
   if (p.K == 0)
     memset(j.y, 0, (size_t)(p.M * p.N) * sizeof(float));
   else if (p.M == 1 || (p.M >= OPD_GEMV_ROWS_MMIN && p.M < OPD_GEMM_WT_MMIN))
-    /* batch 1 and 4..7: the GEMV on call->exec's threads */
+    /* batch 1 and 4..9: the GEMV on call->exec's threads */
     opd__sgemv_rows_t(call->exec, p.M, p.N, p.K, call->in[0].data, call->in[1].data, 0.0f, j.y);
   else if (opd__sgemm_wt(call->exec, p.M, p.N, p.K, call->in[0].data, call->in[1].data,
                          j.b, p.act == OPD_ACT_RELU, j.y)) {

@@ -2,7 +2,7 @@
  * kernels/common/gemm_wt.c against a double reference: every tail of rows
  * (tiles of 12 or 6, 4, 1) and columns (panels of 16), serial and on
  * pools, the AVX2 tiles also where the CPU has AVX-512,
- * and the shapes it must decline; the linear op through them. */
+ * and the shapes it must decline; the linear op at small batches. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -20,7 +20,7 @@ static float *randv(int64_t n, unsigned seed, float lo, float hi) {
 
 Test(gemm_wt, matches_double_reference) {
   static const int64_t shapes[][3] = {
-      {32, 512, 256}, {32, 512, 512}, {8, 16, 1},  {9, 17, 5},
+      {32, 512, 256}, {32, 512, 512}, {10, 16, 1}, {11, 17, 5},
       {16, 23, 33},   {17, 100, 7},   {40, 61, 64}, {63, 19, 130},
       {64, 512, 256}, {33, 6, 3},     {48, 1031, 9}};
   if (opd__gemm_wt_isa() == OPD_GEMM_ISA_NONE) return; /* declines: fallback */
@@ -88,17 +88,19 @@ Test(gemm_wt, declines_what_it_does_not_take) {
   C[0] = 42;
   cr_assert_eq(opd__sgemm_wt(NULL, OPD_GEMM_WT_MMIN - 1, 16, 16, A, W, NULL, 0, C), 0);
   cr_assert_eq(opd__sgemm_wt(NULL, OPD_GEMM_WT_MMAX + 1, 16, 16, A, W, NULL, 0, C), 0);
-  cr_assert_eq(opd__sgemm_wt(NULL, 8, OPD_GEMM_WT_NMIN - 1, 16, A, W, NULL, 0, C), 0);
-  cr_assert_eq(opd__sgemm_wt(NULL, 8, 16, 0, A, W, NULL, 0, C), 0);
-  cr_assert_eq(opd__sgemm_wt_isa(OPD_GEMM_ISA_NONE, NULL, 8, 16, 16, A, W, NULL, 0, C), 0);
+  cr_assert_eq(opd__sgemm_wt(NULL, 16, OPD_GEMM_WT_NMIN - 1, 16, A, W, NULL, 0, C), 0);
+  cr_assert_eq(opd__sgemm_wt(NULL, 16, 16, 0, A, W, NULL, 0, C), 0);
+  cr_assert_eq(opd__sgemm_wt_isa(OPD_GEMM_ISA_NONE, NULL, 16, 16, 16, A, W, NULL, 0, C), 0);
   cr_assert_eq(C[0], 42, "a declined call wrote C");
 }
 
-/* linear at the batches the tiles take, every activation, with and
- * without bias, fast against ref on serial and pooled execs. */
-Test(gemm_wt, linear_through_the_tiles) {
+/* linear at the batches of the GEMV two rows at a time (4, 5, 9) and of
+ * the tiles (10, 32, 45), every activation, with and without bias, fast
+ * against ref on serial and pooled execs. */
+Test(gemm_wt, linear_by_batch) {
   static const char *const acts[] = {"none", "relu", "gelu", "silu"};
-  static const int64_t shapes[][3] = {{32, 256, 512}, {8, 33, 16}, {45, 70, 29}};
+  static const int64_t shapes[][3] = {{4, 40, 21},     {5, 64, 700}, {9, 33, 16},
+                                      {32, 256, 512}, {10, 33, 16}, {45, 70, 29}};
   for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
     for (int a = 0; a < 4; a++)
       for (int bias = 0; bias < 2; bias++) {
