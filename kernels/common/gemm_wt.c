@@ -84,7 +84,7 @@ typedef void (*tile_fn)(int64_t K, const float *W, int64_t ldw,
 
 typedef struct isa_kern {
   int rmax;                        /* rows of the big tile */
-  int width;                       /* panel columns: 2 vectors */
+  int width;                       /* panel columns (16: pack_at's) */
   tile_fn big, four, one;          /* tiles of rmax, 4 and 1 rows */
 } isa_kern_t;
 
@@ -130,36 +130,41 @@ T256 static inline void put8(float *y, v8f v, const float *b, int relu) {
   *(v8f *)y = v;
 }
 
+/* col[q] = column q of the 8 x 8 block at src (rows ld floats apart):
+ * unpack, shuffle, lane swap in registers. */
+T256 static inline void tr8(const float *src, int64_t ld, v8f col[8]) {
+  v8f x[8], t[8], u[8];
+  for (int i = 0; i < 8; i++) x[i] = *(const v8f *)(src + i * ld);
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = __builtin_shuffle(x[i], x[i + 1], (v8i){0, 8, 1, 9, 4, 12, 5, 13});
+    t[i + 1] = __builtin_shuffle(x[i], x[i + 1], (v8i){2, 10, 3, 11, 6, 14, 7, 15});
+  }
+  for (int i = 0; i < 8; i += 4)
+    for (int h = 0; h < 2; h++) {
+      u[i + 2 * h] = __builtin_shuffle(t[i + h], t[i + h + 2], (v8i){0, 1, 8, 9, 4, 5, 12, 13});
+      u[i + 2 * h + 1] =
+          __builtin_shuffle(t[i + h], t[i + h + 2], (v8i){2, 3, 10, 11, 6, 7, 14, 15});
+    }
+  /* u[0..4) hold columns {0,4}, {1,5}, {2,6}, {3,7} of rows 0..3; u[4..8) of rows 4..7 */
+  for (int q = 0; q < 4; q++) {
+    col[q] = __builtin_shuffle(u[q], u[q + 4], (v8i){0, 1, 2, 3, 8, 9, 10, 11});
+    col[q + 4] = __builtin_shuffle(u[q], u[q + 4], (v8i){4, 5, 6, 7, 12, 13, 14, 15});
+  }
+}
+
 /* C rows [m0, m0 + mc), columns [n0, n0 + nr) = act(out^T + bias), out
- * (nr, 16) row-major: full 8 x 8 blocks transposed in registers
- * (unpack, shuffle, lane swap), the edges one float at a time. Both ISAs
- * have AVX2. */
+ * (nr, 16) row-major: full 8 x 8 blocks by tr8, the edges one float at a
+ * time. Both ISAs have AVX2. */
 T256 static void store_group(const wt_job_t *j, const float *out, int64_t m0,
                              int64_t mc, int64_t n0, int64_t nr) {
   const float *b = j->bias ? j->bias + n0 : NULL;
   int64_t r8 = nr & ~(int64_t)7, c8 = mc & ~(int64_t)7;
   for (int64_t r = 0; r < r8; r += 8)
     for (int64_t c = 0; c < c8; c += 8) {
-      v8f x[8], t[8], u[8];
-      for (int i = 0; i < 8; i++) x[i] = *(const v8f *)(out + (r + i) * 16 + c);
-      for (int i = 0; i < 8; i += 2) {
-        t[i] = __builtin_shuffle(x[i], x[i + 1], (v8i){0, 8, 1, 9, 4, 12, 5, 13});
-        t[i + 1] = __builtin_shuffle(x[i], x[i + 1], (v8i){2, 10, 3, 11, 6, 14, 7, 15});
-      }
-      for (int i = 0; i < 8; i += 4)
-        for (int h = 0; h < 2; h++) {
-          u[i + 2 * h] = __builtin_shuffle(t[i + h], t[i + h + 2], (v8i){0, 1, 8, 9, 4, 5, 12, 13});
-          u[i + 2 * h + 1] =
-              __builtin_shuffle(t[i + h], t[i + h + 2], (v8i){2, 3, 10, 11, 6, 7, 14, 15});
-        }
-      /* u[0..4) hold columns {0,4}, {1,5}, {2,6}, {3,7} of rows 0..3; u[4..8) of rows 4..7 */
-      for (int q = 0; q < 4; q++) {
-        float *y = j->C + (m0 + c + q) * j->N + n0 + r;
-        put8(y, __builtin_shuffle(u[q], u[q + 4], (v8i){0, 1, 2, 3, 8, 9, 10, 11}),
-             b ? b + r : NULL, j->relu);
-        put8(y + 4 * j->N, __builtin_shuffle(u[q], u[q + 4], (v8i){4, 5, 6, 7, 12, 13, 14, 15}),
-             b ? b + r : NULL, j->relu);
-      }
+      v8f col[8];
+      tr8(out + r * 16 + c, 16, col);
+      for (int q = 0; q < 8; q++)
+        put8(j->C + (m0 + c + q) * j->N + n0 + r, col[q], b ? b + r : NULL, j->relu);
     }
   for (int64_t c = 0; c < mc; c++) {
     float *y = j->C + (m0 + c) * j->N + n0;
@@ -191,22 +196,23 @@ static void wt_range(void *arg, int64_t t0, int64_t t1) {
   }
 }
 
-/* P (panels of A^T, zero padded to whole panels of width w), copied in
- * blocks of 16 k: a cache line of each row of A at a time (row by row
- * whole, the rows' K-float stride aliases in L1 and costs twice as much). */
-static void pack_at(int64_t M, int64_t K, const float *A, int w, float *P) {
-  if (M % w) /* the last panel's padding columns */
-    memset(P + (M / w) * w * K, 0, (size_t)(w * K) * sizeof(float));
-  for (int64_t m0 = 0; m0 < M; m0 += w) {
-    int64_t mc = M - m0 < w ? M - m0 : w;
-    for (int64_t k0 = 0; k0 < K; k0 += 16) {
-      int64_t kc = K - k0 < 16 ? K - k0 : 16;
-      float *p = P + m0 * K + k0 * w;
-      for (int64_t c = 0; c < mc; c++) {
-        const float *a = A + (m0 + c) * K + k0;
-        for (int64_t kk = 0; kk < kc; kk++) p[kk * w + c] = a[kk];
+/* P (16-column panels of A^T, zero padded): 8 x 8 blocks of A by tr8,
+ * the edges one float at a time. */
+T256 static void pack_at(int64_t M, int64_t K, const float *A, float *P) {
+  if (M % 16) /* the last panel's padding columns */
+    memset(P + (M / 16) * 16 * K, 0, (size_t)(16 * K) * sizeof(float));
+  int64_t k8 = K & ~(int64_t)7;
+  for (int64_t m0 = 0; m0 < M; m0 += 16) {
+    int64_t mc = M - m0 < 16 ? M - m0 : 16, c8 = mc & ~(int64_t)7;
+    float *p = P + m0 * K;
+    for (int64_t c = 0; c < c8; c += 8)
+      for (int64_t k = 0; k < k8; k += 8) {
+        v8f col[8];
+        tr8(A + (m0 + c) * K + k, K, col);
+        for (int q = 0; q < 8; q++) *(v8f *)(p + (k + q) * 16 + c) = col[q];
       }
-    }
+    for (int64_t c = 0; c < mc; c++)
+      for (int64_t k = c < c8 ? k8 : 0; k < K; k++) p[k * 16 + c] = A[(m0 + c) * K + k];
   }
 }
 
@@ -220,7 +226,7 @@ int opd__sgemm_wt_isa(int isa, const opd_exec_t *ex, int64_t M, int64_t N,
   int64_t npanel = (M + kn->width - 1) / kn->width;
   float *P = aligned_alloc(64, (size_t)(npanel * kn->width * K) * sizeof(float));
   if (!P) return 0;
-  pack_at(M, K, A, kn->width, P);
+  pack_at(M, K, A, P);
   wt_job_t j = {kn, M, N, K, W, P, bias, relu, C};
   int64_t tiles = (N + kn->rmax - 1) / kn->rmax;
   int64_t per_tile = (int64_t)kn->rmax * npanel * kn->width * K;
