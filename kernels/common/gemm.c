@@ -17,7 +17,7 @@
  *   BLAS      cblas_sgemm (threaded by OpenBLAS itself)
  *   OPD_NO_BLAS  plain float loops: gemv for every row of A against B^T;
  *             for B, rows of C accumulated as C[i,:] += A[i,k] * B[k,:]
- * Test: build/tests/ops, suites matmul, linear, gru_cell.
+ * Test: build/tests/ops, suites matmul, linear, gru_cell, gemm_wt.
  */
 #include "kernels/common/gemm.h"
 

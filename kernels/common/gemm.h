@@ -7,7 +7,10 @@
  * functions run plain float loops (vectorized by OPD_FAST). B comes either as (K, N) (matmul) or as
  * (N, K), torch's weight layout (linear, gru_cell: y = x @ W^T); the
  * (N, K) form with M == 1 is a matrix-vector product, done by our own
- * vectorized GEMV on the caller's exec (opd__sgemv_t). Sizes must fit
+ * vectorized GEMV on the caller's exec (opd__sgemv_t), and linear's small
+ * batches run our own kernels on the caller's exec too rather than on
+ * OpenBLAS's threads: the GEMV two rows at a time (opd__sgemv_rows_t) and
+ * register-blocked tiles (opd__sgemm_wt, gemm_wt.c). Sizes must fit
  * BLAS's int (callers check: opd__gemm_fits).
  */
 #ifndef OPD_KERNELS_COMMON_GEMM_H
@@ -37,19 +40,20 @@ void opd__sgemv_t(const opd_exec_t *ex, int64_t N, int64_t K, const float *a,
 /* C (M, N) = A (M, K) @ B (N, K)^T + beta C for a few rows of A: the GEMV
  * two rows of A at a time, B's rows spread over ex's threads as
  * opd__sgemv_t's. M, N, K >= 0. Worth it from OPD_GEMV_ROWS_MMIN rows
- * (below OPD_GEMM_WT_MMIN): at 2 rows OpenBLAS's sgemm took 7 us against
- * its 12 for (2, 256) @ (256, 512)^T, at 4 rows 35-67 against 24 (the
- * compiler folds each load of B into both rows' FMAs, so the rows share
- * no loads); (2026-12-07, bench/results/2026-12-07-vm-cpu-gemm.txt, A). */
+ * (below OPD_GEMM_WT_MMIN): at 2 rows OpenBLAS's sgemm took 7-8 us against
+ * its 12-14 for (2, 256) @ (256, 512)^T, at 4 rows 35-45 (one thread) and
+ * 64-82 (its own two) against 24-29 (the compiler folds each load of B
+ * into both rows' FMAs, so the rows share no loads) (2026-12-07,
+ * bench/results/2026-12-07-vm-cpu-gemm.txt, A and A2). */
 #define OPD_GEMV_ROWS_MMIN 4
 void opd__sgemv_rows_t(const opd_exec_t *ex, int64_t M, int64_t N, int64_t K,
                        const float *A, const float *B, float beta, float *C);
 
 /* Batches opd__sgemm_wt takes (below 10 the padding to 16 columns costs
- * more than opd__sgemv_rows_t: 75-93 us against 66-72 at batch 8 for
- * (8, 512) @ (512, 512)^T; past 64 OpenBLAS's cache blocking pays), and
- * the fewest rows of W for which packing A pays (2026-12-07,
- * bench/results/2026-12-07-vm-cpu-gemm.txt, A). */
+ * more than opd__sgemv_rows_t: 93-106 us against 67-72 at batch 8 for
+ * (8, 512) @ (512, 512)^T, 2026-12-07, bench/results/2026-12-07-vm-cpu-gemm.txt,
+ * A2; past 64 OpenBLAS's cache blocking is left to pay), and the fewest rows
+ * of W for which packing A pays (below, OpenBLAS's sgemm). */
 #define OPD_GEMM_WT_MMIN 10
 #define OPD_GEMM_WT_MMAX 64
 #define OPD_GEMM_WT_NMIN 16

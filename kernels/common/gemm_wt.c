@@ -9,8 +9,9 @@
  * of k loads the panel's row once and broadcasts one element of each of
  * the R rows of W (AVX-512: 12 rows, one zmm each, the broadcast folded
  * into the FMA; AVX2: 6 rows of two ymm, 12 of the 16 registers). On the
- * VM's AVX-512 CPU both run at ~100 GFLOP/s on one core, 1.2-1.6x
- * OpenBLAS's one-thread sgemm at batch 16..32 (2026-12-07,
+ * VM's AVX-512 CPU, one core, batches 16..64 of the trading MLP's layers:
+ * 104-112 GFLOP/s (AVX-512; AVX2 90-109) against 60-92 for OpenBLAS's
+ * one-thread sgemm, 151 against 215 us at 32 x 512 x 512 (2026-12-07,
  * bench/results/2026-12-07-vm-cpu-gemm.txt, A).
  * Only A is packed (A^T in 16-column panels, zero padded: M x K floats,
  * small at these batches); W, the large operand, is read once per panel
@@ -115,10 +116,10 @@ typedef struct wt_job {
   float *C;                        /* (M, N) */
 } wt_job_t;
 
-/* Rows of C^T per store: 8 big tiles. Storing each tile as it finishes
- * wrote 6 floats into each of 16..64 rows of C K floats apart, lines that
- * evict each other from L1 (14% of the time of a 32 x 512 x 512 product);
- * a group's (GROUP, width) block is written as runs of GROUP floats. */
+/* Rows of C^T per store: 4 or 8 big tiles. Storing each tile as it
+ * finishes wrote 6 floats into each of 16..64 rows of C, N floats apart,
+ * lines that evict each other from L1; a group's (GROUP, 16) block is
+ * written as runs of GROUP floats. */
 #define GROUP 48
 
 typedef int32_t v8i __attribute__((vector_size(32)));
