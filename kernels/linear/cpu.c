@@ -6,7 +6,7 @@
  *             double, rounded once (the truth)
  *   cpu_fast  the shared GEMM (kernels/common/gemm.h: its own GEMV on
  *             call->exec for batch 1, the trading shape, and 4..9; its AVX-512 /
- *             AVX2 tiles on call->exec for batches 2..64, with the bias
+ *             AVX2 tiles on call->exec for batches 10..64, with the bias
  *             and relu applied as each tile is stored; OpenBLAS sgemm
  *             otherwise, plain float loops with BLAS=0), then one fused
  *             bias + activation pass over the output rows where the
