@@ -3,7 +3,9 @@
  * batches 2..64: the register-blocked AVX-512 and AVX2 tiles (gemm_wt.c),
  * where it takes the shape, serial and on a pool of every core, against
  * OpenBLAS's sgemm with one thread and with its own threads, and against
- * the GEMV two rows at a time (opd__sgemv_rows_t, linear's batches 4..9).
+ * the GEMV two rows at a time (opd__sgemv_rows_t, linear's batches 4..9);
+ * then the MLP's matmul form W @ A^T (matmul_*: opd__sgemm_nn_small, the
+ * same tiles storing straight, against OpenBLAS's one-thread sgemm).
  *
  * DESIGN
  * Latency, not bandwidth: the weights stay in cache between calls, as
@@ -43,14 +45,15 @@ static int cmp_double(const void *a, const void *b) {
 typedef struct prob {
   int64_t M, N, K;
   const float *A, *W;
+  const float *At;                 /* A^T (K, M): the matmul form's right operand */
   float *C;
   int impl;
   const opd_exec_t *ex;
 } prob_t;
 
-enum { I_AVX512, I_AVX2, I_BLAS1, I_BLAS, I_GEMV, I_N };
+enum { I_AVX512, I_AVX2, I_BLAS1, I_BLAS, I_GEMV, I_NN, I_NN_BLAS1, I_N };
 static const char *const NAMES[I_N] = {"tiles_avx512", "tiles_avx2", "openblas", "openblas",
-                                       "gemv_rows"};
+                                       "gemv_rows",    "matmul_tiles", "matmul_openblas"};
 
 static void run(prob_t *p) {
   switch (p->impl) {
@@ -66,6 +69,16 @@ static void run(prob_t *p) {
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)p->M, (blasint)p->N,
                   (blasint)p->K, 1.0f, p->A, (blasint)p->K, p->W, (blasint)p->K, 0.0f, p->C,
                   (blasint)p->N);
+#endif
+      break;
+    case I_NN: /* C^T (N, M) = W @ A^T: the MLP's matmul form */
+      opd__sgemm_nn_small(p->ex, p->N, p->M, p->K, p->W, p->At, p->C);
+      break;
+    case I_NN_BLAS1:
+#ifndef OPD_NO_BLAS
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)p->N, (blasint)p->M,
+                  (blasint)p->K, 1.0f, p->W, (blasint)p->K, p->At, (blasint)p->M, 0.0f, p->C,
+                  (blasint)p->M);
 #endif
       break;
     default:
@@ -110,21 +123,27 @@ int main(int argc, char **argv) {
     for (size_t l = 0; l < sizeof layers / sizeof layers[0]; l++) {
       int64_t M = ms[im], K = layers[l][0], N = layers[l][1];
       float *A = filled(M * K, 1), *W = filled(N * K, 2), *ref = NULL;
-      prob_t p = {M, N, K, A, W, calloc((size_t)(M * N), sizeof(float)), 0, NULL};
+      float *At = malloc((size_t)(M * K) * sizeof(float));
+      for (int64_t m = 0; m < M; m++)
+        for (int64_t k = 0; k < K; k++) At[k * M + m] = A[m * K + k];
+      prob_t p = {M, N, K, A, W, At, calloc((size_t)(M * N), sizeof(float)), 0, NULL};
       int n = (int)(2e7 / (double)(M * N * K)) + 5;
       for (int impl = 0; impl < I_N; impl++)
         for (int pooled = 0; pooled < 2; pooled++) {
           if (impl == I_AVX512 && isa != OPD_GEMM_ISA_AVX512) continue;
+          if (impl == I_NN && (isa == OPD_GEMM_ISA_NONE || M < OPD_GEMM_WT_MMIN ||
+                               M > OPD_GEMM_WT_MMAX || N < OPD_GEMM_WT_NMIN))
+            continue;
           if (impl <= I_AVX2 && (isa == OPD_GEMM_ISA_NONE || M < OPD_GEMM_WT_MMIN ||
                                   M > OPD_GEMM_WT_MMAX || N < OPD_GEMM_WT_NMIN))
             continue; /* declined: nothing to time */
           int threads = pooled ? nproc : 1;
 #ifdef OPD_NO_BLAS
-          if (impl == I_BLAS1 || impl == I_BLAS) continue;
+          if (impl == I_BLAS1 || impl == I_BLAS || impl == I_NN_BLAS1) continue;
 #else
-          if (impl == I_BLAS1 && pooled) continue;
+          if ((impl == I_BLAS1 || impl == I_NN_BLAS1) && pooled) continue;
           if (impl == I_BLAS && !pooled) continue;
-          openblas_set_num_threads(impl == I_BLAS1 ? 1 : nproc);
+          openblas_set_num_threads(impl == I_BLAS1 || impl == I_NN_BLAS1 ? 1 : nproc);
 #endif
           p.impl = impl;
           p.ex = pooled ? &pool : NULL;
@@ -135,14 +154,17 @@ int main(int argc, char **argv) {
             ref = malloc((size_t)(M * N) * sizeof(float));
             memcpy(ref, p.C, (size_t)(M * N) * sizeof(float));
           }
-          for (int64_t i = 0; i < M * N; i++) err = fmax(err, fabs(p.C[i] - ref[i]));
+          int tr = impl == I_NN || impl == I_NN_BLAS1; /* C^T (N, M) */
+          for (int64_t r = 0; r < M; r++)
+            for (int64_t q = 0; q < N; q++)
+              err = fmax(err, fabs(p.C[tr ? q * M + r : r * N + q] - ref[r * N + q]));
           printf("bench gemm_wt M=%lld K=%lld N=%lld impl=%s threads=%d us=%.2f gflops=%.1f "
                  "err=%.1e\n",
                  (long long)M, (long long)K, (long long)N, NAMES[impl], threads, us,
                  2e-3 * (double)(M * N * K) / us, err);
           fflush(stdout);
         }
-      free(A), free(W), free(p.C), free(ref);
+      free(A), free(W), free(At), free(p.C), free(ref);
     }
   opd__exec_pool_destroy(&pool);
   return 0;

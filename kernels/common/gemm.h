@@ -80,4 +80,11 @@ int opd__sgemm_wt_isa(int isa, const opd_exec_t *ex, int64_t M, int64_t N,
                       int64_t K, const float *A, const float *W,
                       const float *bias, int relu, float *C);
 
+/* C (M, N) = A (M, K) @ B (K, N) (matmul's form) by the same tiles, A's
+ * rows as W's and B's columns as the batch: done (1) for N in
+ * [OPD_GEMM_WT_MMIN, OPD_GEMM_WT_MMAX] and M >= OPD_GEMM_WT_NMIN, else
+ * declined (0, C untouched; opd__sgemm then). */
+int opd__sgemm_nn_small(const opd_exec_t *ex, int64_t M, int64_t N, int64_t K,
+                        const float *A, const float *B, float *C);
+
 #endif /* OPD_KERNELS_COMMON_GEMM_H */

@@ -110,10 +110,11 @@ int opd__gemm_wt_isa(void) {
 
 typedef struct wt_job {
   const isa_kern_t *kn;
-  int64_t M, N, K;
+  int64_t M, N, K;                 /* panel columns, rows of W, row length */
   const float *W, *P, *bias;       /* P: npanel panels of (K, width) */
   int relu;
-  float *C;                        /* (M, N) */
+  int straight;                    /* C (N, M) = W @ P, else C (M, N) = (W @ P)^T */
+  float *C;
 } wt_job_t;
 
 /* Rows of C^T per store: 4 or 8 big tiles. Storing each tile as it
@@ -158,6 +159,11 @@ T256 static inline void tr8(const float *src, int64_t ld, v8f col[8]) {
  * time. Both ISAs have AVX2. */
 T256 static void store_group(const wt_job_t *j, const float *out, int64_t m0,
                              int64_t mc, int64_t n0, int64_t nr) {
+  if (j->straight) { /* matmul: out's rows are C's (no bias, no relu) */
+    for (int64_t r = 0; r < nr; r++)
+      memcpy(j->C + (n0 + r) * j->M + m0, out + r * 16, (size_t)mc * sizeof(float));
+    return;
+  }
   const float *b = j->bias ? j->bias + n0 : NULL;
   int64_t r8 = nr & ~(int64_t)7, c8 = mc & ~(int64_t)7;
   for (int64_t r = 0; r < r8; r += 8)
@@ -217,9 +223,22 @@ T256 static void pack_at(int64_t M, int64_t K, const float *A, float *P) {
   }
 }
 
-int opd__sgemm_wt_isa(int isa, const opd_exec_t *ex, int64_t M, int64_t N,
-                      int64_t K, const float *A, const float *W,
-                      const float *bias, int relu, float *C) {
+/* P (16-column panels of B (K, M), zero padded): row by row. */
+static void pack_b(int64_t M, int64_t K, const float *B, float *P) {
+  if (M % 16)
+    memset(P + (M / 16) * 16 * K, 0, (size_t)(16 * K) * sizeof(float));
+  for (int64_t m0 = 0; m0 < M; m0 += 16) {
+    size_t mc = (size_t)(M - m0 < 16 ? M - m0 : 16);
+    for (int64_t k = 0; k < K; k++)
+      memcpy(P + m0 * K + k * 16, B + k * M + m0, mc * sizeof(float));
+  }
+}
+
+/* The tiles over the N rows of W against the M panel columns of X: X is
+ * A (M, K), packed transposed (straight 0), or B (K, M) (straight 1). */
+static int run_tiles(int isa, const opd_exec_t *ex, int64_t M, int64_t N,
+                     int64_t K, const float *X, const float *W,
+                     const float *bias, int relu, int straight, float *C) {
   if (isa != OPD_GEMM_ISA_AVX2 && isa != OPD_GEMM_ISA_AVX512) return 0;
   if (M < OPD_GEMM_WT_MMIN || M > OPD_GEMM_WT_MMAX || N < OPD_GEMM_WT_NMIN || K < 1)
     return 0;
@@ -227,8 +246,11 @@ int opd__sgemm_wt_isa(int isa, const opd_exec_t *ex, int64_t M, int64_t N,
   int64_t npanel = (M + kn->width - 1) / kn->width;
   float *P = aligned_alloc(64, (size_t)(npanel * kn->width * K) * sizeof(float));
   if (!P) return 0;
-  pack_at(M, K, A, P);
-  wt_job_t j = {kn, M, N, K, W, P, bias, relu, C};
+  if (straight)
+    pack_b(M, K, X, P);
+  else
+    pack_at(M, K, X, P);
+  wt_job_t j = {kn, M, N, K, W, P, bias, relu, straight, C};
   int64_t tiles = (N + kn->rmax - 1) / kn->rmax;
   int64_t per_tile = (int64_t)kn->rmax * npanel * kn->width * K;
   int64_t grain = WT_GRAIN / per_tile;
@@ -240,6 +262,17 @@ int opd__sgemm_wt_isa(int isa, const opd_exec_t *ex, int64_t M, int64_t N,
   return 1;
 }
 
+int opd__sgemm_wt_isa(int isa, const opd_exec_t *ex, int64_t M, int64_t N,
+                      int64_t K, const float *A, const float *W,
+                      const float *bias, int relu, float *C) {
+  return run_tiles(isa, ex, M, N, K, A, W, bias, relu, 0, C);
+}
+
+int opd__sgemm_nn_small(const opd_exec_t *ex, int64_t M, int64_t N, int64_t K,
+                        const float *A, const float *B, float *C) {
+  return run_tiles(opd__gemm_wt_isa(), ex, N, M, K, B, A, NULL, 0, 1, C);
+}
+
 #else /* no tiles: every call declines */
 
 int opd__gemm_wt_isa(void) { return OPD_GEMM_ISA_NONE; }
@@ -249,6 +282,12 @@ int opd__sgemm_wt_isa(int isa, const opd_exec_t *ex, int64_t M, int64_t N,
                       const float *bias, int relu, float *C) {
   (void)isa, (void)ex, (void)M, (void)N, (void)K, (void)A, (void)W;
   (void)bias, (void)relu, (void)C;
+  return 0;
+}
+
+int opd__sgemm_nn_small(const opd_exec_t *ex, int64_t M, int64_t N, int64_t K,
+                        const float *A, const float *B, float *C) {
+  (void)ex, (void)M, (void)N, (void)K, (void)A, (void)B, (void)C;
   return 0;
 }
 

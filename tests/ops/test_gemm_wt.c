@@ -61,6 +61,40 @@ Test(gemm_wt, matches_double_reference) {
   }
 }
 
+/* matmul's form C = A @ B through the tiles (B's columns as the panels,
+ * C stored as it comes), against a double reference, and its bounds. */
+Test(gemm_wt, nn_matches_double_reference) {
+  static const int64_t shapes[][3] = {/* M, N, K */
+                                      {512, 32, 256}, {100, 10, 7}, {17, 64, 33},
+                                      {16, 23, 1},    {30, 45, 130}};
+  if (opd__gemm_wt_isa() == OPD_GEMM_ISA_NONE) return;
+  for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+    int64_t M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+    float *A = randv(M * K, 3 + s, -1, 1), *B = randv(K * N, 5 + s, -1, 1);
+    float *C = malloc((size_t)(M * N) * sizeof(float));
+    const opd_exec_t *exs[] = {NULL, ot_pool(2), ot_pool(4)};
+    for (int e = 0; e < 3; e++) {
+      for (int64_t i = 0; i < M * N; i++) C[i] = NAN;
+      cr_assert_eq(opd__sgemm_nn_small(exs[e], M, N, K, A, B, C), 1, "shape %zu declined", s);
+      for (int64_t m = 0; m < M; m++)
+        for (int64_t n = 0; n < N; n++) {
+          double want = 0;
+          for (int64_t k = 0; k < K; k++) want += (double)A[m * K + k] * B[k * N + n];
+          cr_assert(fabs(C[m * N + n] - want) <= 1e-5 + 1e-4 * fabs(want),
+                    "shape %zu exec %d: C[%lld, %lld] = %g, want %g", s, e, (long long)m,
+                    (long long)n, C[m * N + n], want);
+        }
+    }
+    free(A), free(B), free(C);
+  }
+  float A[65 * 16] = {0}, B[16 * 65] = {0}, C[65 * 65];
+  C[0] = 42;
+  cr_assert_eq(opd__sgemm_nn_small(NULL, 16, OPD_GEMM_WT_MMIN - 1, 16, A, B, C), 0);
+  cr_assert_eq(opd__sgemm_nn_small(NULL, 16, OPD_GEMM_WT_MMAX + 1, 16, A, B, C), 0);
+  cr_assert_eq(opd__sgemm_nn_small(NULL, OPD_GEMM_WT_NMIN - 1, 16, 16, A, B, C), 0);
+  cr_assert_eq(C[0], 42, "a declined call wrote C");
+}
+
 /* relu as the op's: NaN passes, negatives become 0, in the 8 x 8 blocks
  * and at the edges alike. */
 Test(gemm_wt, relu_passes_nan) {
@@ -114,4 +148,31 @@ Test(gemm_wt, linear_by_batch) {
         ot_check_fast(c, 1e-5, 1e-4);
         ot_free(c);
       }
+}
+
+/* matmul through opd__sgemm_nn_small: the MLP's matmul form (w1 @ x^T),
+ * a's batch folded into M, per-item products, fast against ref on serial
+ * and pooled execs. */
+Test(gemm_wt, matmul_small_n) {
+  static const int64_t shapes[][6] = {/* rank a, a..., rank b, b... as 2-D or 3-D */
+                                      {2, 512, 256, 32, 0, 0},
+                                      {3, 3, 20, 33, 12, 0},
+                                      {3, 2, 40, 17, 64, 1}};
+  for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+    const int64_t *d = shapes[s];
+    opd_kcall_t *c = ot_new("matmul");
+    if (d[0] == 2) { /* (M, K) @ (K, N) */
+      ot_in_rand(c, 0, 2, OT_SHAPE(d[1], d[2]), 70 + s, -1, 1);
+      ot_in_rand(c, 1, 2, OT_SHAPE(d[2], d[3]), 80 + s, -1, 1);
+    } else if (!d[5]) { /* (B, M, K) @ (K, N): the batch folds into M */
+      ot_in_rand(c, 0, 3, OT_SHAPE(d[1], d[2], d[3]), 70 + s, -1, 1);
+      ot_in_rand(c, 1, 2, OT_SHAPE(d[3], d[4]), 80 + s, -1, 1);
+    } else { /* (B, M, K) @ (B, K, N): one product per item */
+      ot_in_rand(c, 0, 3, OT_SHAPE(d[1], d[2], d[3]), 70 + s, -1, 1);
+      ot_in_rand(c, 1, 3, OT_SHAPE(d[1], d[3], d[4]), 80 + s, -1, 1);
+    }
+    ot_ready(c);
+    ot_check_fast(c, 1e-5, 1e-4);
+    ot_free(c);
+  }
 }
