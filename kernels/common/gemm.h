@@ -10,7 +10,8 @@
  * vectorized GEMV on the caller's exec (opd__sgemv_t), and linear's small
  * batches run our own kernels on the caller's exec too rather than on
  * OpenBLAS's threads: the GEMV two rows at a time (opd__sgemv_rows_t) and
- * register-blocked tiles (opd__sgemm_wt, gemm_wt.c). Sizes must fit
+ * register-blocked tiles (opd__sgemm_wt, gemm_wt.c), which also take
+ * matmul's products with few columns (opd__sgemm_nn_small). Sizes must fit
  * BLAS's int (callers check: opd__gemm_fits).
  */
 #ifndef OPD_KERNELS_COMMON_GEMM_H

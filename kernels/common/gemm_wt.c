@@ -17,7 +17,12 @@
  * small at these batches); W, the large operand, is read once per panel
  * in its own layout, so nothing is cached between calls and a weight that
  * changes is always read afresh. The tiles of GROUP rows are added to the
- * bias, relu'd if asked, and written transposed into C's rows. The row
+ * bias, relu'd if asked, and written transposed into C's rows. Matmul's
+ * C = A @ B with few columns (opd__sgemm_nn_small) is the same product
+ * with A as W and B's columns as the panels (copied, not transposed), its
+ * tiles stored as they come: 79 and 154 us against OpenBLAS's 88 and 180 for
+ * the MLP's matmul layers at batch 32 (2026-12-07,
+ * bench/results/2026-12-07-vm-cpu-gemm.txt, J). The row
  * tiles are split over ex->parallel_for (the daemon's pool) as the GEMV
  * splits its rows, not over OpenBLAS's own threads, whose spinning
  * competes with the client on a small machine. Tail rows take tiles of 4
