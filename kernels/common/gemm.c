@@ -11,10 +11,13 @@
  *             OpenBLAS sgemv's 11.0 for (1, 256) @ (256, 512)^T, 14.4
  *             against 17.7 for 512 x 512, in one run on the shared 2-core
  *             VM (2026-12-07, bench/results/2026-12-07-vm-cpu-model.txt, B)
+ *   gemv2     two rows of A at a time against four of B (linear's batches
+ *             4..9 through opd__sgemv_rows_t, spread as opd__sgemv_t)
+ *   tiles     batches 10..64 of C = A B^T: gemm_wt.c (opd__sgemm_wt)
  *   BLAS      cblas_sgemm (threaded by OpenBLAS itself)
  *   OPD_NO_BLAS  plain float loops: gemv for every row of A against B^T;
  *             for B, rows of C accumulated as C[i,:] += A[i,k] * B[k,:]
- * Test: build/tests/ops, suites matmul, linear, gru_cell.
+ * Test: build/tests/ops, suites matmul, linear, gru_cell, gemm_wt.
  */
 #include "kernels/common/gemm.h"
 
@@ -70,27 +73,74 @@ OPD_FAST static void gemv(int64_t N, int64_t K, const float *a, const float *B,
   }
 }
 
-typedef struct gemv_job {
-  int64_t K;                       /* row length */
-  const float *a, *B;              /* a (K), B (N, K) */
-  float beta;
-  float *c;                        /* c (N) */
-} gemv_job_t;
-
-static void gemv_range(void *arg, int64_t j0, int64_t j1) {
-  const gemv_job_t *g = arg;
-  gemv(j1 - j0, g->K, g->a, g->B + j0 * g->K, g->beta, g->c + j0);
+/* c0[j] = a0 . B[j, :], c1[j] = a1 . B[j, :] (+ beta c): two rows of A
+ * in one pass over B (four rows of B at a time, 8 accumulators). */
+__attribute__((optimize("fp-contract=fast")))
+OPD_FAST static void gemv2(int64_t N, int64_t K, const float *a0, const float *a1,
+                           const float *B, float beta, float *c0, float *c1) {
+  int64_t j = 0;
+  for (; j + 4 <= N; j += 4) {
+    const float *b[4] = {B + j * K, B + (j + 1) * K, B + (j + 2) * K, B + (j + 3) * K};
+    opd_v8f s[2][4];
+    for (int r = 0; r < 4; r++) s[0][r] = s[1][r] = opd__v8_splat(0);
+    int64_t k = 0;
+    for (; k + 8 <= K; k += 8) {
+      opd_v8f v0 = opd__v8_load(a0 + k), v1 = opd__v8_load(a1 + k);
+      for (int r = 0; r < 4; r++) {
+        opd_v8f w = opd__v8_load(b[r] + k);
+        s[0][r] += w * v0;
+        s[1][r] += w * v1;
+      }
+    }
+    for (int r = 0; r < 4; r++) {
+      float t0 = opd__v8_hsum(s[0][r]), t1 = opd__v8_hsum(s[1][r]);
+      for (int64_t q = k; q < K; q++) {
+        t0 += b[r][q] * a0[q];
+        t1 += b[r][q] * a1[q];
+      }
+      c0[j + r] = beta == 0.0f ? t0 : t0 + beta * c0[j + r];
+      c1[j + r] = beta == 0.0f ? t1 : t1 + beta * c1[j + r];
+    }
+  }
+  if (j < N) {
+    gemv(N - j, K, a0, B + j * K, beta, c0 + j);
+    gemv(N - j, K, a1, B + j * K, beta, c1 + j);
+  }
 }
 
-void opd__sgemv_t(const opd_exec_t *ex, int64_t N, int64_t K, const float *a,
-                  const float *B, float beta, float *c) {
-  gemv_job_t g = {K, a, B, beta, c};
-  int64_t grain = K > 0 ? GEMV_GRAIN / K : N;
-  if (!ex || N * K <= GEMV_GRAIN) {
+typedef struct gemv_job {
+  int64_t M, N, K;                 /* rows of A, rows of B, row length */
+  const float *A, *B;              /* A (M, K), B (N, K) */
+  float beta;
+  float *C;                        /* C (M, N) */
+} gemv_job_t;
+
+/* Rows [j0, j1) of B against every row of A, two rows of A at a time. */
+static void gemv_range(void *arg, int64_t j0, int64_t j1) {
+  const gemv_job_t *g = arg;
+  const float *B = g->B + j0 * g->K;
+  int64_t i = 0;
+  for (; i + 2 <= g->M; i += 2)
+    gemv2(j1 - j0, g->K, g->A + i * g->K, g->A + (i + 1) * g->K, B, g->beta,
+          g->C + i * g->N + j0, g->C + (i + 1) * g->N + j0);
+  if (i < g->M) gemv(j1 - j0, g->K, g->A + i * g->K, B, g->beta, g->C + i * g->N + j0);
+}
+
+void opd__sgemv_rows_t(const opd_exec_t *ex, int64_t M, int64_t N, int64_t K,
+                       const float *A, const float *B, float beta, float *C) {
+  gemv_job_t g = {M, N, K, A, B, beta, C};
+  int64_t per_row = M * K; /* multiply-adds per row of B */
+  int64_t grain = per_row > 0 ? GEMV_GRAIN / per_row : N;
+  if (!ex || N * per_row <= GEMV_GRAIN) {
     gemv_range(&g, 0, N);
     return;
   }
   ex->parallel_for(ex, N, grain < 4 ? 4 : grain, gemv_range, &g);
+}
+
+void opd__sgemv_t(const opd_exec_t *ex, int64_t N, int64_t K, const float *a,
+                  const float *B, float beta, float *c) {
+  opd__sgemv_rows_t(ex, 1, N, K, a, B, beta, c);
 }
 
 int opd__gemm_fits(int64_t M, int64_t N, int64_t K) {

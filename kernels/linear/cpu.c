@@ -5,9 +5,12 @@
  *   cpu_ref   a dot product per output in double, bias and activation in
  *             double, rounded once (the truth)
  *   cpu_fast  the shared GEMM (kernels/common/gemm.h: its own GEMV on
- *             call->exec for batch 1, the trading shape; OpenBLAS sgemm
- *             otherwise, plain float loops with BLAS=0), then one fused bias + activation
- *             pass over the output rows (8 lanes, the activations of
+ *             call->exec for batch 1, the trading shape, and 4..9; its AVX-512 /
+ *             AVX2 tiles on call->exec for batches 10..64, with the bias
+ *             and relu applied as each tile is stored; OpenBLAS sgemm
+ *             otherwise, plain float loops with BLAS=0), then one fused
+ *             bias + activation pass over the output rows where the
+ *             tiles did not do it (8 lanes, the activations of
  *             kernels/common/act.h, as the unary ops), spread over
  *             call->exec
  * Activations (the reference in double): relu x < 0 ? 0 : x (NaN
@@ -120,9 +123,14 @@ int opd__linear_cpu_fast(opd_kcall_t *call) {
   lin_job_t j = {&p, p.has_bias ? call->in[2].data : NULL, call->out[0].data};
   if (p.K == 0)
     memset(j.y, 0, (size_t)(p.M * p.N) * sizeof(float));
-  else if (p.M == 1) /* batch 1: the GEMV on call->exec's threads */
-    opd__sgemv_t(call->exec, p.N, p.K, call->in[0].data, call->in[1].data, 0.0f, j.y);
-  else
+  else if (p.M == 1 || (p.M >= OPD_GEMV_ROWS_MMIN && p.M < OPD_GEMM_WT_MMIN))
+    /* batch 1 and 4..9: the GEMV on call->exec's threads */
+    opd__sgemv_rows_t(call->exec, p.M, p.N, p.K, call->in[0].data, call->in[1].data, 0.0f, j.y);
+  else if (opd__sgemm_wt(call->exec, p.M, p.N, p.K, call->in[0].data, call->in[1].data,
+                         j.b, p.act == OPD_ACT_RELU, j.y)) {
+    if (p.act == OPD_ACT_NONE || p.act == OPD_ACT_RELU) return 0; /* fused */
+    j.b = NULL; /* added by the tiles */
+  } else
     opd__sgemm(1, p.M, p.N, p.K, call->in[0].data, call->in[1].data, 0.0f, j.y);
   if (j.b || p.act != OPD_ACT_NONE) /* rows of 8-lane loops */
     call->exec->parallel_for(call->exec, p.M, opd__row_grain(p.N), epilogue, &j);

@@ -2,7 +2,9 @@
  *
  * Variants:
  *   cpu_ref   triple loop per batch item, double accumulation (truth)
- *   cpu_fast  OpenBLAS sgemm (opd__sgemm, kernels/common/gemm.h): one
+ *   cpu_fast  OpenBLAS sgemm (opd__sgemm, kernels/common/gemm.h), or
+ *             for 10..64 columns and 16+ rows the register tiles
+ *             (opd__sgemm_nn_small, on call->exec when not per item): one
  *             call for the whole batch when b
  *             has no batch dims (a's batch folds into M); else one call
  *             per item, items spread over call->exec when each product is
@@ -56,9 +58,11 @@ typedef struct mm_job {
   float *Y;                        /* output (nbatch, M, N) */
 } mm_job_t;
 
-static void gemm(int64_t M, int64_t N, int64_t K, const float *a,
-                 const float *b, float *y) {
-  opd__sgemm(0, M, N, K, a, b, 0.0f, y);
+/* Small N (a few columns, as the MLP's matmul form x^T): the tiles on ex
+ * (kernels/common/gemm_wt.c); else OpenBLAS. */
+static void gemm(const opd_exec_t *ex, int64_t M, int64_t N, int64_t K,
+                 const float *a, const float *b, float *y) {
+  if (!opd__sgemm_nn_small(ex, M, N, K, a, b, y)) opd__sgemm(0, M, N, K, a, b, 0.0f, y);
 }
 
 static void mm_items(void *arg, int64_t b, int64_t e) {
@@ -67,7 +71,7 @@ static void mm_items(void *arg, int64_t b, int64_t e) {
   for (int64_t t = b; t < e; t++) {
     int64_t ia, ib;
     opd__matmul_batch_index(p, t, &ia, &ib);
-    gemm(p->M, p->N, p->K, j->A + ia * p->M * p->K, j->B + ib * p->K * p->N,
+    gemm(NULL, p->M, p->N, p->K, j->A + ia * p->M * p->K, j->B + ib * p->K * p->N,
          j->Y + t * p->M * p->N);
   }
 }
@@ -86,7 +90,7 @@ int opd__matmul_cpu_fast(opd_kcall_t *call) {
   /* b without batch dims and a holding every item: fold the batch into M */
   if (p.bbatch == 1 && p.abatch == p.nbatch && p.nbatch * M <= INT_MAX &&
       N <= INT_MAX && K <= INT_MAX) {
-    gemm(p.nbatch * M, N, K, j.A, j.B, j.Y);
+    gemm(call->exec, p.nbatch * M, N, K, j.A, j.B, j.Y);
     return 0;
   }
   if (M > INT_MAX || N > INT_MAX || K > INT_MAX)
