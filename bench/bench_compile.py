@@ -4,6 +4,7 @@ torch eager, same process, same run (docs/graphs.md, docs/python.md).
 
     python3 bench/bench_compile.py --socket /tmp/opd.sock [--model gpt2|mlp]
         [--device cuda] [--shapes 1x16,4x256] [-n 50] [--attn sdpa|eager]
+        [--threads N]
 
 GPT-2 small (12 layers, transformers' GPT2LMHeadModel from its config,
 random weights: no download; no KV cache; attention through torch's
@@ -55,12 +56,16 @@ def main():
     ap.add_argument("--layers", type=int, default=12)
     ap.add_argument("-n", type=int, default=50)
     ap.add_argument("--attn", default="sdpa", choices=["sdpa", "eager"])
+    ap.add_argument("--threads", type=int, default=0,
+                    help="torch's CPU threads (0: torch's default)")
     a = ap.parse_args()
     if a.socket:
         os.environ["OPD_SOCKET"] = a.socket
     import torch
     import opd
     import opd.torch  # noqa: F401  registers backend "opd"
+    if a.threads:
+        torch.set_num_threads(a.threads)
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     dev = torch.device(a.device)
@@ -83,8 +88,9 @@ def main():
                                     torch.nn.Linear(512, 1)).to(dev).eval()
         make = lambda b, t: torch.randn(b, 256, device=dev)  # noqa: E731
         fwd = lambda m: m  # noqa: E731
-    print("# bench_compile: model=%s layers=%d attn=%s device=%s card=%s torch=%s" %
-          (a.model, a.layers, a.attn, a.device, card, torch.__version__))
+    print("# bench_compile: model=%s layers=%d attn=%s device=%s card=%s torch=%s "
+          "torch_threads=%d" % (a.model, a.layers, a.attn, a.device, card,
+                                torch.__version__, torch.get_num_threads()))
     with torch.no_grad():
         for shape in a.shapes.split(","):
             b, t = (int(v) for v in shape.split("x"))
