@@ -161,9 +161,9 @@ def test_a_latency_run_jumps_the_best_effort_queue(one_thread):
         lat.softmax(small)                                   # warm
         done_before = _classes(lat)["best-effort"]["runs"]
         reqs = [c.submit("softmax", x) for c, x in zip(be, xs)]
-        # all but the one running wait in the daemon's best-effort queue
-        _wait_for(lambda: _classes(lat)["best-effort"]["waiting"] == n - 1,
-                  "the best-effort runs queued")
+        # all in the daemon (one running), before the latency run
+        _wait_for(lambda: lat.stats()["inflight"] == n, "the best-effort runs sent")
+        assert _classes(lat)["best-effort"]["waiting"] == n - 1
         y = lat.softmax(small)
         cls = _classes(lat)
         ran = cls["best-effort"]["runs"] - done_before
