@@ -35,8 +35,9 @@
  * through the class dispatch (daemon/sched.c: latency runs jump the
  * best-effort ones waiting for a thread); a best-effort run's kernels use
  * the pool's best-effort view (sliced, yielding to the latency class), and
- * a latency run, inline or not, marks latency work in progress
- * (opd__exec_urgent) while its kernel runs.
+ * a latency run marks latency work in progress (opd__exec_urgent) from
+ * its launch to its completion, so best-effort slices stand back while
+ * its thread wakes up and runs.
  */
 #include <stdatomic.h>
 #include <stdio.h>
@@ -80,9 +81,6 @@ static int run_graph(opd_job_t *job) {
 /* The kernel call and its time (kernel threads or the loop thread). */
 static void run_kernel(opd_job_t *job) {
   const opd_op_def_t *op = job->call.op;
-  int urgent = opd__job_class(job) == OPD_CLASS_LATENCY;
-  opd_exec_t *pool = &job->s->srv->exec;
-  if (urgent) opd__exec_urgent(pool, 1);
   job->t_start = opd__now_ns();
   uint64_t t0 = opd__ticks();
   opd_cpu_fn fn = op->cpu_fast ? op->cpu_fast : op->cpu_ref;
@@ -93,7 +91,6 @@ static void run_kernel(opd_job_t *job) {
   else
     job->rc = opd__kernel_rc(&job->call, fn(&job->call));
   uint64_t t1 = opd__ticks();
-  if (urgent) opd__exec_urgent(pool, -1);
   job->ns = t1 > t0 ? opd__ticks_ns(t1 - t0) : 0; /* moved CPUs: no time */
 }
 
@@ -188,6 +185,7 @@ static void after_work_cb(uv_work_t *w, int status) {
   opd_job_t *job = (opd_job_t *)w;
   (void)status; /* jobs are never cancelled */
   job->s->srv->pool_jobs--;
+  if (opd__job_class(job) == OPD_CLASS_LATENCY) opd__exec_urgent(&job->s->srv->exec, -1);
   opd__sched_done(job->s->srv, job);
   cpu_learn(job->s->srv, job);
   job->done(job);
@@ -210,16 +208,20 @@ static int cpu_plan(opd_job_t *job, const opd_tplace_t *in,
 
 static int cpu_launch(opd_job_t *job) {
   opd_server_t *srv = job->s->srv;
+  int urgent = opd__job_class(job) == OPD_CLASS_LATENCY;
   if (runs_inline(srv, job)) {
     job->call.exec = &opd__exec_serial;
+    if (urgent) opd__exec_urgent(&srv->exec, 1);
     run_kernel(job);
+    if (urgent) opd__exec_urgent(&srv->exec, -1);
     cpu_learn(srv, job);
     return OPD_LAUNCH_DONE;
   }
   if (job->now) return OPD_LAUNCH_LATER; /* not on the caller's stack */
-  job->call.exec = opd__job_class(job) == OPD_CLASS_LATENCY ? &srv->exec
-                                                            : &srv->exec_be;
+  job->call.exec = urgent ? &srv->exec : &srv->exec_be;
   int rc = opd__sched_submit(srv, job, work_cb, after_work_cb);
+  if (rc == 0 && urgent) /* from now: a thread must wake up for it */
+    opd__exec_urgent(&srv->exec, 1);
   if (rc != 0) {
     snprintf(job->call.err, sizeof job->call.err, "uv_queue_work: %s",
              uv_strerror(rc));
