@@ -118,7 +118,11 @@ def test_who_may_ask_for_the_latency_class(open_daemon):
     got = _run_as(dm.socket, 64123, "best-effort", graph_cls="best-effort")
     assert got == {"hello": "ok", "graph": "ok"}, got
 
-    for opt in (("--latency-users", "64123"), ("--latency-groups", "64124")):
+    conf = os.path.join(os.path.dirname(dm.socket), "opd.conf")
+    with open(conf, "w") as f:
+        f.write("latency-users = 64123\n")
+    for opt in (("--latency-users", "64123"), ("--latency-groups", "64124"),
+                ("--config", conf)):
         dm2 = open_daemon(*opt)
         got = _run_as(dm2.socket, 64123, "latency", graph_cls="latency")
         assert got == {"hello": "ok", "graph": "ok"}, (opt, got)
