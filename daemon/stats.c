@@ -16,7 +16,6 @@
 
 void opd__stats_pack(opd_server_t *srv, msgpack_packer *pk) {
   msgpack_pack_map(pk, 26);
-  opd__sched_pack(srv, pk); /* "classes" */
   PACK_STR(pk, "gpus"); /* the devices as the hello lists them, counters now */
   opd__backend_dev.describe(srv, pk);
   PACK_STR(pk, "imports"); /* CUDA IPC imports made since start */
@@ -110,4 +109,5 @@ void opd__stats_pack(opd_server_t *srv, msgpack_packer *pk) {
     PACK_STR(pk, "ns");
     msgpack_pack_uint64(pk, srv->op_stats[i].ns);
   }
+  opd__sched_pack(srv, pk); /* "classes", last: the older keys come first */
 }
