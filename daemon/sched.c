@@ -9,12 +9,11 @@
  * of them. So such runs wait here instead, in one FIFO per class, and
  * are handed to libuv only while a thread is free for them: latency first;
  * each class holds at most all but one of the UV_THREADPOOL_SIZE threads
- * (when there are at least two), so a latency run never waits for a whole
- * best-effort run to end for a thread, and a latency flood leaves one for
- * best-effort work. When a best-effort run waits, at most STREAK latency
- * runs are handed over before it (one pass of the queue with a single
- * thread), so best-effort work is never starved to zero; a flooding
- * latency client is further held to --max-inflight like any session.
+ * (one with a single thread: then libuv queues at most one run of each
+ * class), so a latency run never waits behind a queue of best-effort
+ * runs, and a latency flood always leaves best-effort work a thread: it
+ * is never starved to zero. A flooding latency client is further held to
+ * --max-inflight like any session.
  * Inside a kernel, the pool slices best-effort work and yields it to the
  * latency class's (kernels/runtime/exec.c).
  *
@@ -31,9 +30,6 @@
 #include "daemon/graph/graph.h"
 #include "daemon/log.h"
 #include "daemon/sched.h"
-
-#define STREAK 8                 /* latency runs handed over while a
-                                    best-effort one waits, at most */
 
 static const double bounds[] = {1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4,
                                 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2,
@@ -55,8 +51,6 @@ struct opd_sched {
   uint32_t waiting[OPD_N_CLASSES]; /* in each queue */
   uint32_t out[OPD_N_CLASSES];   /* handed to libuv, not yet back */
   uint32_t cap;                  /* threads a class may hold */
-  uint32_t streak;               /* latency runs handed over while a
-                                    best-effort one waited */
   uv_work_cb work;               /* the backend's callbacks */
   uv_after_work_cb after;
   hist_t wait[OPD_N_CLASSES], run[OPD_N_CLASSES];
@@ -128,16 +122,8 @@ int opd__job_class(const opd_job_t *job) {
 static opd_job_t *pick(opd_sched_t *q) {
   int lat = q->head[OPD_CLASS_LATENCY] != NULL && q->out[OPD_CLASS_LATENCY] < q->cap;
   int be = q->head[OPD_CLASS_BE] != NULL && q->out[OPD_CLASS_BE] < q->cap;
-  int c;
-  if (lat && !(be && q->streak >= STREAK)) {
-    c = OPD_CLASS_LATENCY;
-    q->streak = q->head[OPD_CLASS_BE] ? q->streak + 1 : 0;
-  } else if (be) {
-    c = OPD_CLASS_BE;
-    q->streak = 0;
-  } else {
-    return NULL;
-  }
+  if (!lat && !be) return NULL;
+  int c = lat ? OPD_CLASS_LATENCY : OPD_CLASS_BE;
   opd_job_t *j = q->head[c];
   q->head[c] = j->next;
   if (q->head[c] == NULL) q->tail[c] = NULL;
