@@ -193,6 +193,21 @@ static void print_devices(opd_client_t *c) {
   opd_free(info);
 }
 
+/* The classes of service: CPU runs, waiting and running now, and the
+ * p50/p99 of their queue wait and kernel time (bucket bounds, us). */
+static void print_classes(const jv_t *cl) {
+  if (cl == NULL) return; /* an older daemon */
+  printf("\n  %-12s %10s %8s %8s %10s %10s %10s %10s\n", "class", "cpu runs",
+         "waiting", "running", "wait p50", "wait p99", "run p50", "run p99");
+  for (int i = 0; i < cl->n; i++) {
+    const jv_t *c = cl->vals[i], *w = jget(c, "wait"), *r = jget(c, "run");
+    printf("  %-12s %10s %8s %8s %8s us %7s us %7s us %7s us\n", cl->keys[i],
+           jstr(jget(c, "runs")), jstr(jget(c, "waiting")), jstr(jget(c, "running")),
+           jstr(jget(w, "p50_us")), jstr(jget(w, "p99_us")),
+           jstr(jget(r, "p50_us")), jstr(jget(r, "p99_us")));
+  }
+}
+
 static int cmd_stats(opd_client_t *c, int json) {
   char *text;
   int got = fetch_json(c, opd_stats_json, "stats", json, &text);
@@ -247,6 +262,7 @@ static int cmd_stats(opd_client_t *c, int json) {
            "(graphs)", nr, jstr(jget(g, "errors")), gi ? gi->num : 0.0, t / 1e6,
            nr > 0 ? t / nr / 1e3 : 0.0, jstr(jget(g, "live")), jstr(jget(g, "defined")));
   }
+  print_classes(jget(root, "classes"));
   int healthy = h && h->boolean;
   jfree(root);
   opd_free(text);

@@ -148,20 +148,16 @@ static int db_in_groups(uid_t uid, gid_t gid, const gid_t *gids, int n) {
   return found;
 }
 
-/* 1 when the peer (uid, primary gid, pid from SO_PEERCRED) is in one of
- * the n groups of `gids`, by its primary group or a supplementary one. */
-static int peer_in_groups(uid_t uid, gid_t gid, pid_t pid, const gid_t *gids,
-                          int n) {
+int opd__peer_in_groups(uid_t uid, gid_t gid, pid_t pid, const gid_t *gids,
+                        int n) {
   if (n <= 0) return 0;
   if (has_gid(gids, n, gid)) return 1;
   int r = proc_in_groups(uid, pid, gids, n);
   return r >= 0 ? r : db_in_groups(uid, gid, gids, n);
 }
 
-/* Splits a comma-separated list, resolving each entry; empty entries and
- * blanks around them are skipped. Returns the count, or -1 (logged). */
-static int resolve_list(const char *opt, const char *list, int groups,
-                        unsigned **out) {
+int opd__ids_resolve(const char *opt, const char *list, int groups,
+                     unsigned **out) {
   size_t len = strlen(list);
   char *copy = malloc(len + 1);
   unsigned *ids = calloc(len / 2 + 1, sizeof *ids); /* >= entries */
@@ -204,9 +200,9 @@ out:
 
 int opd__access_init(opd_server_t *srv) {
   unsigned *u = NULL, *g = NULL;
-  int nu = resolve_list("--allow-users", srv->cfg.allow_users, 0, &u);
+  int nu = opd__ids_resolve("--allow-users", srv->cfg.allow_users, 0, &u);
   if (nu < 0) return -1;
-  int ng = resolve_list("--allow-groups", srv->cfg.allow_groups, 1, &g);
+  int ng = opd__ids_resolve("--allow-groups", srv->cfg.allow_groups, 1, &g);
   if (ng < 0) {
     free(u);
     return -1;
@@ -241,7 +237,7 @@ int opd__access_allowed(const opd_server_t *srv, uid_t uid, gid_t gid,
   if (srv->n_allow_uids == 0 && srv->n_allow_gids == 0) return 1;
   for (int i = 0; i < srv->n_allow_uids; i++)
     if (srv->allow_uids[i] == uid) return 1;
-  return peer_in_groups(uid, gid, pid, srv->allow_gids,
+  return opd__peer_in_groups(uid, gid, pid, srv->allow_gids,
                        srv->n_allow_gids);
 }
 
@@ -318,5 +314,5 @@ int opd__readers_allow(const opd_readers_t *r, uid_t uid, gid_t gid,
   if (r->any) return 1;
   for (int i = 0; i < r->n_uids; i++)
     if (r->uids[i] == uid) return 1;
-  return peer_in_groups(uid, gid, pid, r->gids, r->n_gids);
+  return opd__peer_in_groups(uid, gid, pid, r->gids, r->n_gids);
 }

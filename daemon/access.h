@@ -52,6 +52,15 @@ void opd__access_free(opd_server_t *srv);
 /* 1 when a peer with these credentials may be served. */
 int opd__access_allowed(const opd_server_t *srv, uid_t uid, gid_t gid,
                         pid_t pid);
+/* A comma-separated list of user (groups: group) names or ids, resolved
+ * into a malloc'd array *out (free it); empty entries and blanks around
+ * them are skipped. Returns the count, or -1 (logged, naming opt). */
+int opd__ids_resolve(const char *opt, const char *list, int groups,
+                     unsigned **out);
+/* 1 when the peer (uid, primary gid, pid from SO_PEERCRED) is in one of
+ * the n groups of `gids`, by its primary group or a supplementary one. */
+int opd__peer_in_groups(uid_t uid, gid_t gid, pid_t pid, const gid_t *gids,
+                        int n);
 /* root or the daemon's own uid */
 static inline int opd__is_admin(const opd_server_t *srv, uid_t uid) {
   return uid == 0 || uid == srv->self_uid;

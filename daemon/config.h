@@ -78,6 +78,9 @@ typedef struct opd_config {
   char allow_users[512];         /* --allow-users: names or uids, commas;
                                     "" = anyone who can open the socket */
   char allow_groups[512];        /* --allow-groups: names or gids, commas */
+  char latency_users[512];       /* --latency-users: may ask for the
+                                    latency class (daemon/sched.c) */
+  char latency_groups[512];      /* --latency-groups */
   char plugins[32][1024];        /* --plugin PATHs, in order */
   int n_plugins;                 /* used in plugins */
   char plugin_dir[4096];         /* --plugin-dir: every *.so ("" if none) */

@@ -23,6 +23,7 @@
 #include "daemon/ringsvc.h"
 #include "daemon/run/jobs.h"
 #include "daemon/run/validate.h"
+#include "daemon/sched.h"
 #include "daemon/sock.h"
 #include "daemon/stats.h"
 
@@ -72,13 +73,21 @@ static void handle_hello(opd_req_t *r, int type,
     snprintf(s->client, sizeof s->client, "?");
   char prio[16] = "normal";
   const msgpack_object *po = opd__mp_get(body, "priority");
+  int cls = OPD_CLASS_BE;
   if (po != NULL && (opd__mp_str(po, prio, sizeof prio) != 0 ||
-                     (strcmp(prio, "high") && strcmp(prio, "normal")))) {
-    opd__reply_error(r, OPD_EINVAL,
-                     "hello: \"priority\" must be \"high\" or \"normal\"");
+                     (cls = opd__class_parse(prio)) < 0)) {
+    opd__reply_error(r, OPD_EINVAL, "hello: \"priority\" must be \"latency\" "
+                     "(or \"high\") or \"best-effort\" (or \"normal\")");
     return;
   }
-  s->priority = strcmp(prio, "high") == 0;
+  if (cls == OPD_CLASS_LATENCY && !opd__sched_may_latency(srv, s)) {
+    opd__reply_error(r, OPD_EPERM, "hello: uid %u may not ask for the latency "
+                     "class (priority \"%s\"); the daemon grants it to the users "
+                     "and groups of --latency-users / --latency-groups",
+                     (unsigned)s->uid, prio);
+    return;
+  }
+  s->priority = cls == OPD_CLASS_LATENCY;
   s->hello = 1;
 
   msgpack_packer *pk = scratch(srv);
@@ -131,7 +140,7 @@ static void handle_hello(opd_req_t *r, int type,
   char esc[4 * OPD_MAX_NAME];
   LOG_DEBUG("session %llu: hello from \"%s\"%s", (unsigned long long)s->id,
            opd__log_escape(s->client, esc, sizeof esc),
-           s->priority ? " (high priority)" : "");
+           s->priority ? " (latency class)" : "");
   reply_scratch(r);
 }
 

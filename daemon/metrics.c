@@ -24,6 +24,7 @@
 #include "daemon/log.h"
 #include "daemon/metrics.h"
 #include "daemon/options.h"
+#include "daemon/sched.h"
 #include "daemon/types.h"
 #include "kernels/runtime/registry.h"
 
@@ -210,6 +211,7 @@ static void render(const opd_server_t *srv, FILE *f) {
 
   HEAD("opd_gpu_memory_total_bytes", "gauge", "Memory of each CUDA device in use.");
   gpu_memory(srv, f);
+  opd__sched_render(srv, f); /* per class of service */
 
   HEAD("opd_op_kernel_seconds_total", "counter", "Kernel time by operator.");
   for (int i = 0; i < opd__n_ops; i++)

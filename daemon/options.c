@@ -201,6 +201,13 @@ const opd_opt_row_t opd__opt_rows[] = {
     {"allow-groups", 0, "LIST", p_str, OFF(allow_groups), 0,
      sizeof(((opd_config_t *)0)->allow_groups), 0, 0,
      "... or members of these groups"},
+    {"latency-users", 0, "LIST", p_str, OFF(latency_users), 0,
+     sizeof(((opd_config_t *)0)->latency_users), 0, 0,
+     "these users (names or uids, commas) may ask for the latency class "
+     "(default: none); root and opd's own user always may"},
+    {"latency-groups", 0, "LIST", p_str, OFF(latency_groups), 0,
+     sizeof(((opd_config_t *)0)->latency_groups), 0, 0,
+     "... or members of these groups"},
     {"spin", 0, "WHEN", p_spin, OFF(spin), 0, 0, OPD_SPIN_AUTO, 0,
      "grant spin rings (a busy core on each side): auto (default) while a "
      "quarter of the CPUs stays free for the kernels, else such clients get "

@@ -34,6 +34,7 @@
 #include "daemon/loop.h"
 #include "daemon/mem/publish.h"
 #include "daemon/ringsvc.h"
+#include "daemon/sched.h"
 #include "daemon/schema.h"
 #include "daemon/server.h"
 #include "daemon/service.h"
@@ -318,6 +319,7 @@ int opd__server_init(opd_server_t *srv, uv_loop_t *loop,
   if (srv->cost == NULL) return OPD_ENOMEM;
   if (opd__ops_pack(srv) != 0) return OPD_EINTERNAL;
   if (opd__access_init(srv) != 0) return OPD_EINVAL;
+  if (opd__sched_init(srv) != 0) return OPD_EINVAL;
   fd_budget(srv);
   srv->healthy = 1;
   srv->poisoned = server_poisoned;
@@ -336,6 +338,7 @@ int opd__server_init(opd_server_t *srv, uv_loop_t *loop,
     LOG_ERROR("cannot start %d kernel threads", threads);
     return OPD_ENOMEM;
   }
+  (void)opd__exec_pool_view(&srv->exec, &srv->exec_be); /* a pool: 0 */
 
   srv->listen_fd = listen_on(cfg->socket_path);
   if (srv->listen_fd < 0) return OPD_EIO;
@@ -396,6 +399,7 @@ void opd__server_free(opd_server_t *srv) {
   opd__exec_pool_destroy(&srv->exec);
   opd__publish_free(srv);
   opd__access_free(srv);
+  opd__sched_free(srv);
   while (srv->accts) {
     opd_acct_t *a = srv->accts;
     srv->accts = a->next;

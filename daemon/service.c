@@ -212,6 +212,8 @@ void opd__service_reload(opd_server_t *srv) {
   KEEP(threads, "threads");
   KEEP(devices, "devices");
   KEEP(loop_cpu, "loop-cpu");
+  KEEP(latency_users, "latency-users"); /* resolved at start (sched.c) */
+  KEEP(latency_groups, "latency-groups");
   KEEP(limits.max_arenas, "max-arenas");
   KEEP(limits.max_frame, "max-frame");
   KEEP(svc.metrics_listen, "metrics-listen");

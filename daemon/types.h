@@ -168,6 +168,8 @@ struct opd_server {
   uint32_t n_sessions;
   uint64_t next_session_id, next_arena_id;
   opd_exec_t exec;               /* kernel thread pool */
+  opd_exec_t exec_be;            /* ... its best-effort view (exec.h) */
+  struct opd_sched *sched;       /* classes of service (daemon/sched.c) */
   uint64_t start_ns;
   /* stats */
   uint64_t sessions_total, requests, errors, bytes_mapped, arenas;
@@ -343,7 +345,8 @@ struct opd_session {
   uint64_t bytes_mapped;
   uint32_t n_queued;             /* runs waiting + running (limits.c) */
   opd_runq_t runq;               /* its runs (jobs.c) */
-  int priority;                  /* 1: asked for high-priority streams */
+  int priority;                  /* 1: the latency class (high-priority
+                                    streams; daemon/sched.h) */
   int ring;                      /* 0: socket only; OPD_RING_* */
   opd_ring_t sq, cq;             /* submission (we consume), completion */
   void *ring_base;               /* the mapped region */

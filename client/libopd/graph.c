@@ -37,6 +37,7 @@ struct opd_graph_def {
   uint32_t n_nodes, cap_nodes;
   int out[OPD_MAX_TENSORS];
   uint32_t n_out;
+  char cls[16];                  /* "class" ("" : the session's) */
   int n_vals;
   int sealed;                    /* a node was added: no more inputs or
                                     constants (their ids come first) */
@@ -187,6 +188,16 @@ int opd_graph_output(opd_graph_def_t *g, int value) {
   return 0;
 }
 
+int opd_graph_def_class(opd_graph_def_t *g, const char *cls) {
+  if (g == NULL || cls == NULL ||
+      (strcmp(cls, "latency") && strcmp(cls, "best-effort")))
+    return opd__fail(OPD_EINVAL, "opd_graph_def_class: the class is "
+                     "\"latency\" or \"best-effort\", not \"%s\"",
+                     cls ? cls : "(null)");
+  snprintf(g->cls, sizeof g->cls, "%s", cls);
+  return 0;
+}
+
 typedef struct define_args {
   const opd_graph_def_t *g;
   const char *device;
@@ -196,7 +207,11 @@ static void pack_define(msgpack_packer *pk, const void *arg) {
   const define_args_t *a = arg;
   const opd_graph_def_t *g = a->g;
   fbuf_t *b = pk->data; /* the packer writes into the frame (frame.c) */
-  msgpack_pack_map(pk, 5);
+  msgpack_pack_map(pk, g->cls[0] ? 6 : 5);
+  if (g->cls[0]) {
+    PACK_STR(pk, "class");
+    PACK_STR(pk, g->cls);
+  }
   PACK_STR(pk, "device");
   PACK_STR(pk, a->device ? a->device : "cpu");
   PACK_STR(pk, "inputs");

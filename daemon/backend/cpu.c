@@ -30,16 +30,26 @@
  * I/O; after_work_cb calls the job's completion callback on the loop.
  * While such runs are out (srv->pool_jobs), the loop scheduler naps
  * instead of spinning (daemon/loop.c): their threads need the core.
+ *
+ * Classes of service (docs/scheduling.md): runs for libuv's pool go
+ * through the class dispatch (daemon/sched.c: latency runs jump the
+ * best-effort ones waiting for a thread); a best-effort run's kernels use
+ * the pool's best-effort view (sliced, yielding to the latency class), and
+ * a latency run marks latency work in progress (opd__exec_urgent) from
+ * its launch to its completion, so best-effort slices stand back while
+ * its thread wakes up and runs.
  */
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/clock.h" /* opd__now_ns */
 #include "common/wire.h"
 #include "daemon/backend/backend.h"
 #include "daemon/graph/graph.h"
 #include "daemon/run/strided.h"
+#include "daemon/sched.h"
 #include "daemon/ticks.h"
 #include "daemon/types.h"
 #include "kernels/runtime/exec.h"
@@ -71,6 +81,7 @@ static int run_graph(opd_job_t *job) {
 /* The kernel call and its time (kernel threads or the loop thread). */
 static void run_kernel(opd_job_t *job) {
   const opd_op_def_t *op = job->call.op;
+  job->t_start = opd__now_ns();
   uint64_t t0 = opd__ticks();
   opd_cpu_fn fn = op->cpu_fast ? op->cpu_fast : op->cpu_ref;
   if (job->graph != NULL)
@@ -174,6 +185,8 @@ static void after_work_cb(uv_work_t *w, int status) {
   opd_job_t *job = (opd_job_t *)w;
   (void)status; /* jobs are never cancelled */
   job->s->srv->pool_jobs--;
+  if (opd__job_class(job) == OPD_CLASS_LATENCY) opd__exec_urgent(&job->s->srv->exec, -1);
+  opd__sched_done(job->s->srv, job);
   cpu_learn(job->s->srv, job);
   job->done(job);
 }
@@ -195,15 +208,20 @@ static int cpu_plan(opd_job_t *job, const opd_tplace_t *in,
 
 static int cpu_launch(opd_job_t *job) {
   opd_server_t *srv = job->s->srv;
+  int urgent = opd__job_class(job) == OPD_CLASS_LATENCY;
   if (runs_inline(srv, job)) {
     job->call.exec = &opd__exec_serial;
+    if (urgent) opd__exec_urgent(&srv->exec, 1);
     run_kernel(job);
+    if (urgent) opd__exec_urgent(&srv->exec, -1);
     cpu_learn(srv, job);
     return OPD_LAUNCH_DONE;
   }
   if (job->now) return OPD_LAUNCH_LATER; /* not on the caller's stack */
-  job->call.exec = &srv->exec;
-  int rc = uv_queue_work(srv->loop, &job->work, work_cb, after_work_cb);
+  job->call.exec = urgent ? &srv->exec : &srv->exec_be;
+  int rc = opd__sched_submit(srv, job, work_cb, after_work_cb);
+  if (rc == 0 && urgent) /* from now: a thread must wake up for it */
+    opd__exec_urgent(&srv->exec, 1);
   if (rc != 0) {
     snprintf(job->call.err, sizeof job->call.err, "uv_queue_work: %s",
              uv_strerror(rc));

@@ -29,6 +29,7 @@
 #include "daemon/outbox.h"
 #include "daemon/run/attrs.h"
 #include "daemon/run/validate.h"
+#include "daemon/sched.h"
 #include "kernels/common/kutil.h"
 #include "kernels/runtime/opcheck.h"
 
@@ -402,6 +403,24 @@ static int bind_plan(opd_graph_t *g, opd_err_t *err) {
   return 0;
 }
 
+/* GRAPH_DEFINE's "class": its runs' class of service instead of the
+ * session's (the latency class only for those who may ask for it). */
+static int graph_class(opd_session_t *s, const msgpack_object *o,
+                       opd_graph_t *g, opd_err_t *err) {
+  char name[16];
+  int cls;
+  if (o == NULL || o->type == MSGPACK_OBJECT_NIL) return 0;
+  if (opd__mp_str(o, name, sizeof name) != 0 || (cls = opd__class_parse(name)) < 0)
+    return opd__errf(err, OPD_EINVAL, "\"class\" must be \"latency\" or "
+                     "\"best-effort\"");
+  if (cls == OPD_CLASS_LATENCY && !opd__sched_may_latency(s->srv, s))
+    return opd__errf(err, OPD_EPERM, "uid %u may not ask for the latency class "
+                     "(\"class\"); the daemon grants it to the users and groups "
+                     "of --latency-users / --latency-groups", (unsigned)s->uid);
+  g->cls = cls == OPD_CLASS_LATENCY ? 2 : 1;
+  return 0;
+}
+
 int opd__graph_build(opd_session_t *s, const msgpack_object *body,
                      opd_graph_t **out, opd_err_t *err) {
   uint32_t n_in, n_const, n_nodes, n_out;
@@ -440,6 +459,7 @@ int opd__graph_build(opd_session_t *s, const msgpack_object *body,
   g->n_in = (int)n_in, g->n_const = (int)n_const, g->n_nodes = (int)n_nodes;
   g->n_out = (int)n_out;
   (void)opd__mp_str(opd__mp_get(body, "name"), g->name, sizeof g->name);
+  if ((rc = graph_class(s, opd__mp_get(body, "class"), g, err)) != 0) return rc;
   int n_vals = g->n_in + g->n_const;
   for (uint32_t i = 0; i < n_nodes; i++) {
     char name[OPD_MAX_NAME];

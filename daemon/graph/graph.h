@@ -85,6 +85,8 @@ struct opd_graph {
   void *bound_in[OPD_MAX_TENSORS], *bound_out[OPD_MAX_TENSORS];
   int bound;                     /* the node calls hold bound_* */
   uint64_t cost_ns;              /* cpu: a run's kernel time, a moving mean */
+  int cls;                       /* its runs' class: 0 the session's,
+                                    1 best-effort, 2 latency (sched.h) */
   void *backend;                 /* the device backend's (CUDA graph) */
 };
 

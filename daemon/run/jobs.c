@@ -41,6 +41,7 @@
 #include "daemon/ringsvc.h"
 #include "daemon/run/jobs.h"
 #include "daemon/run/strided.h"
+#include "daemon/sched.h"
 #include "kernels/runtime/exec.h"
 #include "kernels/runtime/registry.h"
 
@@ -120,6 +121,7 @@ static void job_count(const opd_job_t *job) {
   if (opd__metrics_on)
     opd__metrics_run(job->op_index, job->via == OPD_VIA_RING, job->rc,
                      opd__now_ns() - job->t_recv);
+  opd__sched_count(job->s->srv, job);
   st->calls++;
   st->ns += job->ns;
   if (job->rc != 0) st->errors++;

@@ -68,7 +68,7 @@ int opd__run_cached(const opd_req_t *r, const unsigned char *body,
     now.s = s;
     now.req_id = r->id;
     now.via = r->via;
-    now.t_recv = opd__metrics_on ? opd__now_ns() : 0;
+    now.t_recv = opd__now_ns(); /* the class's queue wait (sched.c) */
     now.rc = 0;
     now.ns = 0;
     if (opd__runq_now(s, &now)) return 1;
@@ -81,8 +81,7 @@ int opd__run_cached(const opd_req_t *r, const unsigned char *body,
   job->s = s;
   job->req_id = r->id;
   job->via = r->via;
-  if (job->device >= 0 || opd__metrics_on) /* the CUDA breakdown, metrics */
-    job->t_recv = opd__now_ns();
+  job->t_recv = opd__now_ns(); /* the CUDA breakdown, metrics, classes */
   opd__runq_push(s, job);
   return 1;
 }

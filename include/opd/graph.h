@@ -36,6 +36,9 @@ int opd_graph_node(opd_graph_def_t *g, const char *op, const int *in,
                    uint32_t n_in, const opd_attr_t *attrs, uint32_t n_attrs,
                    uint32_t n_out);
 int opd_graph_output(opd_graph_def_t *g, int value); /* 0 or an error */
+/* The class of service of the graph's runs, "latency" or "best-effort",
+ * instead of its session's (docs/scheduling.md); 0 or OPD_EINVAL. */
+int opd_graph_def_class(opd_graph_def_t *g, const char *cls);
 /* device NULL: "cpu"; else "cuda", "cuda:N" or a UUID */
 int opd_graph_define(opd_client_t *c, const char *device, opd_graph_def_t *g,
                      uint64_t *graph);

@@ -96,9 +96,13 @@ typedef struct opd_attr {
  * OPD_EVERSION, OPD_ECLOSED (no hello reply) or OPD_ENOMEM. */
 int opd_connect(const char *socket_path, opd_client_t **out);
 
-/* opd_connect with flags: OPD_CONNECT_HIGH_PRIORITY asks for high-priority
- * CUDA streams (latency-critical clients). */
+/* opd_connect with flags: OPD_CONNECT_LATENCY (its older name:
+ * OPD_CONNECT_HIGH_PRIORITY) asks for the latency class of service:
+ * high-priority CUDA streams, and CPU runs ahead of best-effort ones
+ * (docs/scheduling.md); a uid the daemon does not grant it to
+ * (--latency-users / --latency-groups) gets OPD_EPERM. */
 #define OPD_CONNECT_HIGH_PRIORITY 0x1u
+#define OPD_CONNECT_LATENCY OPD_CONNECT_HIGH_PRIORITY
 /* The transport (see docs/protocol.md, RING_SETUP). Without one of these
  * flags, $OPD_WAIT ("spin", "adaptive" or "socket") decides, else adaptive
  * (when the daemon offers rings; the socket otherwise). spin: requests and replies through shared-memory rings, both

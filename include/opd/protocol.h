@@ -27,7 +27,8 @@
  *
  * Messages (body keys; "?" marks an optional key):
  *
- *   HELLO           {"protocol": uint, "client"?: str, "priority"?: "high"}
+ *   HELLO           {"protocol": uint, "client"?: str, "priority"?: "latency"
+ *                   | "best-effort" ("high" / "normal": older names)}
  *                   -> {"protocol": uint, "version": str, "session": uint,
  *                       "backends": [str], "limits": {max_frame, max_rank,
  *                       max_tensors, max_attrs, max_arenas, max_arena_bytes,
@@ -180,7 +181,8 @@
  *                   ring, except replies that carry an fd and goodbyes,
  *                   which stay on the socket.
  *
- *   GRAPH_DEFINE    {"device"?: str, "name"?: str,
+ *   GRAPH_DEFINE    {"device"?: str, "name"?: str, "class"?: "latency" |
+ *                   "best-effort" (its runs' class, not the session's),
  *                   "inputs": [{"name": str, "dtype": uint, "shape": [int]}],
  *                   "consts": [{"name": str, "tensor": tensor}],
  *                   "nodes": [{"op": str, "in": [uint], "n_out"?: uint,

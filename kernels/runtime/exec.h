@@ -20,6 +20,17 @@ extern const opd_exec_t opd__exec_serial;
  * *ex left zeroed and nothing started. */
 int opd__exec_pool_create(opd_exec_t *ex, int nthreads);
 
+/* A view of a pool whose parallel_for runs in the best-effort class: in
+ * slices that yield to the latency class's work (exec.c, DESIGN). It
+ * lives as long as the pool and needs no destroy. Returns 0, or
+ * OPD_EINVAL when `pool` is not a pool (the serial executor). */
+int opd__exec_pool_view(const opd_exec_t *pool, opd_exec_t *view);
+
+/* Latency-class work begins (delta 1) or ends (-1) on any thread: while
+ * some is in progress, best-effort slices of the pool wait (at most a
+ * bound each) before they start. No-op on the serial executor. */
+void opd__exec_urgent(const opd_exec_t *ex, int delta);
+
 /* Stops and joins the workers and frees the pool; *ex is zeroed. No
  * parallel_for may be running on it. Safe on a zeroed *ex. */
 void opd__exec_pool_destroy(opd_exec_t *ex);

@@ -96,7 +96,11 @@ class Graph(Runs):
     """A graph of daemon operators (see Client.graph): a builder until
     defined, then run with run() / submit() until close()."""
 
-    def __init__(self, client, device="cpu", name=None):
+    def __init__(self, client, device="cpu", name=None, cls=None):
+        if cls not in (None, "latency", "best-effort"):
+            raise errors.error(protocol.EINVAL, "graph: cls must be None, "
+                               "\"latency\" or \"best-effort\", not %r" % (cls,))
+        self.cls = cls            # class of service (None: the connection's)
         self._c = client
         self.device = device_name(device if device is not None else "cpu")
         self.name = name
@@ -294,6 +298,8 @@ class Graph(Runs):
             self._emit(d)
             gid = ctypes.c_uint64()
             dev = None if self.device == "cpu" else self.device.encode()
+            if self.cls is not None:
+                check(need("opd_graph_def_class")(d, self.cls.encode()))
             check(need("opd_graph_define")(h, dev, d, ctypes.byref(gid)))
             check(need("opd_graph_def_outputs")(d, arr, protocol.MAX_TENSORS,
                                                 ctypes.byref(n)))

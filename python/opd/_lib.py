@@ -170,6 +170,7 @@ def _declare(lib):
         "opd_graph_node": (c_int, [vp, cp, P(c_int), c_uint32, A, c_uint32,
                                    c_uint32]),
         "opd_graph_output": (c_int, [vp, c_int]),
+        "opd_graph_def_class": (c_int, [vp, cp]),
         "opd_graph_define": (c_int, [vp, cp, vp, P(c_uint64)]),
         "opd_graph_def_outputs": (c_int, [vp, T, c_uint32, P(c_uint32)]),
         "opd_graph_def_temp_bytes": (c_int, [vp, P(c_uint64)]),

@@ -64,7 +64,8 @@ from .tensor import Tensor, device_name, dtype_name, _prod
 
 _clients = weakref.WeakSet()
 _serials = itertools.count(1)
-_PRIORITY = {None: 0, "normal": 0, "high": 0x1}   # OPD_CONNECT_HIGH_PRIORITY
+# the class of service (docs/scheduling.md): OPD_CONNECT_LATENCY or none
+_PRIORITY = {None: 0, "normal": 0, "best-effort": 0, "high": 0x1, "latency": 0x1}
 # OPD_CONNECT_WAIT_*: the transport (None: $OPD_WAIT, else libopd's default)
 _WAIT = {None: 0, "spin": 0x2, "adaptive": 0x4, "socket": 0x8}
 
@@ -102,8 +103,10 @@ class Client:
 
     def __init__(self, socket=None, connect=True, priority=None, wait=None):
         """socket: path (None: $OPD_SOCKET or the default). connect=False
-        defers connecting to the first use. priority="high" asks the
-        daemon for high-priority CUDA streams (latency-critical clients).
+        defers connecting to the first use. priority="latency" (or its
+        older name "high") asks for the latency class of service:
+        high-priority CUDA streams and CPU runs ahead of best-effort ones
+        (docs/scheduling.md); "best-effort" (or "normal", the default).
         wait: the transport — "adaptive" (shared-memory rings, spin
         briefly then sleep: the default), "spin" (rings, both sides spin:
         lowest latency, a busy core on each side) or "socket" (no rings);
@@ -112,7 +115,8 @@ class Client:
         there, LibraryNotFoundError if libopd cannot be loaded."""
         if priority not in _PRIORITY:
             raise errors.error(protocol.EINVAL, "priority must be None, "
-                               "\"normal\" or \"high\", not %r" % (priority,))
+                               "\"latency\" (\"high\") or \"best-effort\" "
+                               "(\"normal\"), not %r" % (priority,))
         if wait not in _WAIT:
             raise errors.error(protocol.EINVAL, "wait must be None, \"spin\", "
                                "\"adaptive\" or \"socket\", not %r" % (wait,))
@@ -391,13 +395,14 @@ class Client:
         checks are raised by each call, as run() raises them."""
         return Prepared(self, op, inputs, out, device, attrs)
 
-    def graph(self, device="cpu", name=None):
+    def graph(self, device="cpu", name=None, cls=None):
         """Returns a new Graph to build (docs/python.md, "Graphs"): inputs,
         constants, a method per operator, outputs; defined in the daemon
         on leaving its `with` block (or by define()), then run() as one
         request per call on `device` ("cpu", "cuda", "cuda:N"). name:
-        for the daemon's logs and stats."""
-        return Graph(self, device, name)
+        for the daemon's logs and stats. cls: "latency" or "best-effort",
+        the class of service of its runs instead of the connection's."""
+        return Graph(self, device, name, cls)
 
     def infer(self, op, *inputs, **attrs):
         """Returns [(dtype, shape)] of the outputs `op` would write for these
