@@ -20,19 +20,6 @@ except ImportError as e:  # torch < 2.4
 F = torch.nn.functional
 
 
-@pytest.fixture
-def tc(c):
-    ot.register(c)
-    return c
-
-
-def devices(c):
-    devs = ["cpu"]
-    if torch.cuda.is_available() and c.devices():
-        devs.append("cuda")
-    return devs
-
-
 def rope_torch(x, cos, sin):
     h = x.shape[-1] // 2
     return x * cos + torch.cat((-x[..., h:], x[..., :h]), dim=-1) * sin
@@ -59,9 +46,9 @@ def calls(dev):
     ]
 
 
-def test_opcheck(tc):
+def test_opcheck(tc, devs):
     ran = 0
-    for dev in devices(tc):
+    for dev in devs:
         for name, args, kwargs in calls(dev):
             torch.library.opcheck(getattr(torch.ops.opd, name).default, args, kwargs)
             ran += 1
@@ -69,16 +56,16 @@ def test_opcheck(tc):
 
 
 @pytest.mark.parametrize("tq,tk", [(16, 16), (64, 64), (7, 19), (19, 7)])
-def test_sdpa_matches_torch_causal(tc, tq, tk):
-    for dev in devices(tc):
+def test_sdpa_matches_torch_causal(tc, tq, tk, devs):
+    for dev in devs:
         q, k, v = (torch.randn(2, 12, t, 64, device=dev) for t in (tq, tk, tk))
         torch.testing.assert_close(torch.ops.opd.sdpa(q, k, v, causal=True),
                                    F.scaled_dot_product_attention(q, k, v, is_causal=True),
                                    atol=1e-5, rtol=1e-4)
 
 
-def test_sdpa_matches_torch_masks(tc):
-    for dev in devices(tc):
+def test_sdpa_matches_torch_masks(tc, devs):
+    for dev in devs:
         q, k, v = torch.randn(2, 3, 9, 16), torch.randn(2, 3, 21, 16), torch.randn(2, 3, 21, 24)
         q, k, v = q.to(dev), k.to(dev), v.to(dev)
         for shape in [(9, 21), (2, 1, 1, 21), (2, 3, 9, 21)]:
@@ -97,8 +84,8 @@ def test_sdpa_matches_torch_masks(tc):
         assert (y[:, :, 4] == 0).all()
 
 
-def test_rope_and_swiglu_match_torch(tc):
-    for dev in devices(tc):
+def test_rope_and_swiglu_match_torch(tc, devs):
+    for dev in devs:
         x, cos, sin = (torch.randn(*s, device=dev) for s in ((2, 4, 16, 64), (16, 64), (16, 64)))
         torch.testing.assert_close(torch.ops.opd.rope(x, cos, sin), rope_torch(x, cos, sin))
         h = torch.randn(3, 5, 128, device=dev)
@@ -106,14 +93,14 @@ def test_rope_and_swiglu_match_torch(tc):
         torch.testing.assert_close(torch.ops.opd.swiglu(h), F.silu(a) * b)
 
 
-def test_compile_fullgraph_traces_the_ops(tc):
+def test_compile_fullgraph_traces_the_ops(tc, devs):
     def f(q, k, v, cos, sin):
         o = torch.ops.opd.sdpa(torch.ops.opd.rope(q, cos, sin),
                                torch.ops.opd.rope(k, cos, sin), v, causal=True)
         return torch.ops.opd.swiglu(o)
 
     g = torch.compile(f, fullgraph=True, backend="aot_eager")
-    for dev in devices(tc):
+    for dev in devs:
         args = [torch.randn(*s, device=dev)
                 for s in ((1, 2, 8, 16), (1, 2, 8, 16), (1, 2, 8, 16), (8, 16), (8, 16))]
         torch.testing.assert_close(g(*args), f(*args))

@@ -25,18 +25,6 @@ import opd.torch  # noqa: E402
 nn, F = torch.nn, torch.nn.functional
 
 
-@pytest.fixture(autouse=True)
-def _fresh_dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
-
-
-@pytest.fixture
-def backend(c):
-    return opd.dynamo.Backend(c)
-
-
 def _mlp(act=nn.ReLU):
     torch.manual_seed(0)
     return nn.Sequential(nn.Linear(16, 32), act(), nn.Linear(32, 32), act(),

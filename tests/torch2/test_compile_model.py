@@ -20,17 +20,6 @@ import opd.torch  # noqa: E402,F401
 nn, F = torch.nn, torch.nn.functional
 
 
-@pytest.fixture(autouse=True)
-def _fresh_dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
-
-
-@pytest.fixture
-def backend(c):
-    return opd.dynamo.Backend(c)
-
 NEEDED = {"embedding", "reshape", "permute", "slice", "sdpa", "linear",
           "layernorm", "gelu", "add"}
 

@@ -20,16 +20,6 @@ F = torch.nn.functional
 BIG = 2 ** 63 - 1
 
 
-@pytest.fixture
-def tc(c):
-    ot.register(c)
-    return c
-
-
-def devices(c):
-    return ["cpu"] + (["cuda"] if torch.cuda.is_available() and c.devices() else [])
-
-
 def samples(dev):
     """[(name, args, kwargs, torch's result)] of calls of each op on dev."""
     g = torch.Generator().manual_seed(0)
@@ -62,9 +52,9 @@ def samples(dev):
     ]
 
 
-def test_opcheck_the_shape_ops(tc):
+def test_opcheck_the_shape_ops(tc, devs):
     ran = set()
-    for dev in devices(tc):
+    for dev in devs:
         for name, args, kwargs, _ in samples(dev):
             args = tuple([t.contiguous() for t in a] if isinstance(a, list) else a.contiguous()
                          for a in args)
@@ -73,8 +63,8 @@ def test_opcheck_the_shape_ops(tc):
     assert ran == {"permute", "reshape", "slice", "cat", "embedding", "where", "expand"}
 
 
-def test_results_equal_torch(tc):
-    for dev in devices(tc):
+def test_results_equal_torch(tc, devs):
+    for dev in devs:
         for name, args, kwargs, want in samples(dev):
             args = tuple([t.contiguous() for t in a] if isinstance(a, list) else a.contiguous()
                          for a in args)

@@ -12,21 +12,8 @@ except ImportError as e:           # torch < 2.4: one clear error
 F = torch.nn.functional
 
 
-@pytest.fixture
-def tc(c):
-    ot.register(c)
-    return c
-
-
-def devices(c):
-    devs = ["cpu"]
-    if torch.cuda.is_available() and c.devices():
-        devs.append("cuda")
-    return devs
-
-
-def test_strided_inputs(tc):
-    for dev in devices(tc):
+def test_strided_inputs(tc, devs):
+    for dev in devs:
         g = torch.Generator().manual_seed(3)
         big = torch.randn(24, 40, generator=g).to(dev)
         for name, x in {"transpose": big.t(), "step": big[1::3, ::4],
@@ -45,8 +32,8 @@ def test_strided_inputs(tc):
                                    rtol=1e-4, atol=1e-5)
 
 
-def test_strided_out_and_in_place(tc):
-    for dev in devices(tc):
+def test_strided_out_and_in_place(tc, devs):
+    for dev in devs:
         g = torch.Generator().manual_seed(4)
         x = torch.randn(6, 10, generator=g).to(dev)
         big = torch.full((6, 30), 7.0, device=dev)

@@ -16,20 +16,6 @@ except ImportError as e:           # torch < 2.4
     pytest.skip(str(e), allow_module_level=True)
 
 
-@pytest.fixture(scope="module")
-def tc(daemon):
-    c = opd.connect(daemon.socket)
-    ot.register(c)
-    yield c
-    c.close()
-
-
-def devices(c):
-    if torch.cuda.is_available() and c.devices():
-        return ["cpu", "cuda"]
-    return ["cpu"]
-
-
 def cases(dev):
     """[(op, args, kwargs, torch reference)]"""
     g = torch.Generator().manual_seed(0)
@@ -58,16 +44,16 @@ def cases(dev):
 
 
 @pytest.mark.parametrize("i", range(14))
-def test_opcheck_and_results(tc, i):
-    for dev in devices(tc):
+def test_opcheck_and_results(tc, i, devs):
+    for dev in devs:
         name, args, kwargs, want = cases(dev)[i]
         op = getattr(torch.ops.opd, name)
         torch.library.opcheck(op.default, args, kwargs)
         torch.testing.assert_close(op(*args, **kwargs), want, rtol=1e-5, atol=1e-5)
 
 
-def test_alpha(tc):
-    for dev in devices(tc):
+def test_alpha(tc, devs):
+    for dev in devs:
         a, b = torch.randn(4, 7, device=dev), torch.randn(7, device=dev)
         for name, ref in (("add", torch.add), ("sub", torch.sub)):
             op = getattr(torch.ops.opd, name)
@@ -90,8 +76,8 @@ def test_bad_input_names_it(tc):
         torch.ops.opd.softmax(torch.zeros(2, 3), dim=2)
 
 
-def test_pool_and_batch_norm(tc):
-    for dev in devices(tc):
+def test_pool_and_batch_norm(tc, devs):
+    for dev in devs:
         x = torch.randn(2, 3, 13, 12, device=dev)
         m, v = torch.randn(3, device=dev), torch.rand(3, device=dev) + 0.1
         w, b = torch.randn(3, device=dev), torch.randn(3, device=dev)
