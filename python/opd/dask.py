@@ -301,9 +301,10 @@ class Published:
             self.name, self.version, sorted(self.keepers))
 
 
-def _keep(vname, array, dask_worker=None):
+def _keep(vname, array, device=None, dask_worker=None):
     n = node(dask_worker)
-    t = n.call(lambda c: c.publish(vname, array))
+    t = n.call(lambda c: c.publish(vname, array if device is None
+                                   else c.from_numpy(array, device=device)))
     n.kept[vname] = t
     return n.node
 
@@ -327,10 +328,11 @@ def _record(client, name):
     return client.get_metadata([_META, name], default=None)
 
 
-def publish(client, name, array):
+def publish(client, name, array, device=None):
     """Publishes `array` (numpy, or anything np.asarray takes: a CPU torch
     tensor) as `name` on every node's daemon, once per node, kept by one
-    worker of the node. Each publish of a name makes a new version; the
+    worker of the node; device ("cuda", "cuda:1") puts the copy in the
+    daemon's device memory (for map_blocks(..., device=...)). Each publish of a name makes a new version; the
     previous one is withdrawn once the new one is everywhere (attached
     tensors keep working). Returns a Published. Raises PublishError
     naming each node that failed (then no node keeps the new version)."""
@@ -351,7 +353,7 @@ def publish(client, name, array):
     old = _record(client, name) or {}
     version = int(old.get("version", 0)) + 1
     pub = Published(name, version, keepers, str(a.dtype), a.shape)
-    res = client.run(_keep, pub.vname, a, workers=list(keepers.values()),
+    res = client.run(_keep, pub.vname, a, device, workers=list(keepers.values()),
                      on_error="return") if keepers else {}
     for nd, addr in keepers.items():
         r = res.get(addr, RuntimeError("worker %s did not answer" % addr))
