@@ -28,6 +28,9 @@ int opd__conv2d_run_igemm(opd_kcall_t *call, const opd_cuda_ctx_t *ctx, const co
                           int tile);
 int opd__conv2d_run_winograd(opd_kcall_t *call, const opd_cuda_ctx_t *ctx,
                              const conv_plan_t *p);
+/* any groups (grouped.cu) */
+int opd__conv2d_run_grouped(opd_kcall_t *call, const opd_cuda_ctx_t *ctx,
+                            const conv_plan_t *p);
 
 /* 1x1, stride 1, no padding: x itself is the GEMM's columns. */
 static inline bool is_pointwise(const conv_plan_t *p) {
