@@ -40,7 +40,7 @@ def same_pads(w, dilation):
     ((1, 8, 12, 12), (8, 1, 3, 3), 8, 1, 1, 1, True),        # depthwise
     ((2, 6, 11, 10), (12, 1, 3, 3), 6, 2, 1, 1, False),      # x2, stride 2
     ((1, 6, 10, 9), (3, 2, 3, 2), 3, (1, 2), (2, 1), (2, 1), True),
-    ((3, 7, 7), (7, 1, 5, 5), 7, 1, 2, 1, True),             # unbatched
+    ((7, 8, 9), (7, 1, 5, 5), 7, 1, 2, 1, True),             # unbatched
     ((4, 6, 6), (5, 4, 3, 3), 1, 1, 0, 1, False),            # unbatched, groups 1
 ])
 def test_grouped(c, rng, xs, ws, groups, stride, padding, dilation, bias):
