@@ -116,7 +116,7 @@ int opd__conv2d_cpu_fast(opd_kcall_t *call) {
   const float *bias = p.has_bias ? call->in[2].data : NULL;
   float *y = call->out[0].data;
   int direct = p.R == 1 && p.S == 1 && p.sh == 1 && p.sw == 1 && p.ph == 0 &&
-               p.pw == 0;
+               p.pw == 0 && p.pb == 0 && p.pr == 0;
   float *col = NULL;
   if (!direct && CRS > 0) {
     col = malloc((size_t)(CRS * PQ) * sizeof(float));
