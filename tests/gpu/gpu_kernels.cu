@@ -31,7 +31,8 @@
  * nms as times.
  * conv2d is checked through every variant (AUTO, im2col, igemm with its
  * tile by size and with each tile forced, direct3x3 and winograd on 3x3
- * stride 1):
+ * stride 1, grouped), and its grouped / depthwise / unbatched / 'same'
+ * cases through AUTO and grouped (groups 1 ones through every variant):
  * lines "gpu op=conv2d[variant]"; relu / gelu also on fixed edge values
  * and misaligned / in-place buffers ("[special]", "[misaligned]",
  * "[in-place]"). check_numerics: gelu (both forms), softmax, layernorm
