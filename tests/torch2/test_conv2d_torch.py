@@ -120,3 +120,24 @@ def test_a_depthwise_separable_cnn_is_one_graph(c, backend, caplog):
     assert fell == [], fell
     assert len(backend.last.opd_parts) == 1
     assert backend.last.opd_fallbacks == []
+
+
+def test_unbatched_and_valid_convs_compile_to_opd(c, backend, caplog):
+    """F.conv2d on a (C, H, W) input, grouped with padding='valid', then
+    depthwise with padding='same' and a dilation: one opd graph."""
+    torch.manual_seed(1)
+    w1, w2 = torch.randn(8, 2, 3, 3), torch.randn(8, 1, 2, 3)
+
+    def f(x):
+        y = F.relu(F.conv2d(x, w1, padding="valid", groups=2))
+        return F.conv2d(y, w2, padding="same", groups=8, dilation=2)
+
+    x = torch.randn(4, 10, 11)
+    with torch.no_grad(), caplog.at_level(logging.INFO, logger="opd.compile"):
+        want = f(x)
+        got = torch.compile(f, backend=backend, dynamic=False)(x)
+    assert got.shape == want.shape == (8, 8, 9)
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+    fell = [r.getMessage() for r in caplog.records if r.name == "opd.compile"]
+    assert fell == [], fell
+    assert len(backend.last.opd_parts) == 1
