@@ -172,6 +172,16 @@ class Runner:
                 a.type, a.i = _AT["bool"], int(bool(v))
                 val = bool(v)
             elif isinstance(v, str):
+                if want == "ints" and types_.get(name + "_mode") == "str":
+                    # torch's padding="same": the op's str twin attr
+                    # (conv2d's padding_mode)
+                    name += "_mode"
+                    if name in kw:
+                        raise errors.error(protocol.EATTR, "attribute %s given "
+                                           "twice (also as %s)" % (name, name[:-5]))
+                    nb = name.encode()
+                    keep.append(nb)
+                    a.name = nb
                 sb = v.encode()
                 keep.append(sb)
                 a.type, a.s = _AT["str"], sb

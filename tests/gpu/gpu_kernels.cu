@@ -27,11 +27,13 @@
  * cudaMemcpyAsync moving the same bytes in the same run:
  * "bench op=... dtype=... shape=... us=... gbps=... copy_gbps=...
  * pct_copy=..." (gelu also in float16); matmul as TFLOP/s, conv2d (every
- * variant: direct3x3, im2col, igemm, winograd; float32 and bfloat16) and
- * nms as times.
+ * variant: direct3x3, im2col, igemm, winograd; float32 and bfloat16;
+ * depthwise 3x3 through AUTO, "variant=depthwise", with GB/s) and nms as
+ * times.
  * conv2d is checked through every variant (AUTO, im2col, igemm with its
  * tile by size and with each tile forced, direct3x3 and winograd on 3x3
- * stride 1):
+ * stride 1, grouped), and its grouped / depthwise / unbatched / 'same'
+ * cases through AUTO and grouped (groups 1 ones through every variant):
  * lines "gpu op=conv2d[variant]"; relu / gelu also on fixed edge values
  * and misaligned / in-place buffers ("[special]", "[misaligned]",
  * "[in-place]"). check_numerics: gelu (both forms), softmax, layernorm
