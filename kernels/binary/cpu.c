@@ -27,11 +27,15 @@
  * add and sub take alpha (torch's alpha=): out = a + alpha b (a - alpha
  * b); alpha 1 runs the plain operation, any other the AXPY operation
  * (x + al y; its reverse al x + y), al = alpha (sub: -alpha).
- * A new op of the family: its operation in opd_binop_t, apply() and
+ * float64 (both variants): output rows through broadcast strides, in
+ * double (binary64); float16 / bfloat16 run the float32 kernels on
+ * converted copies (kernels/common/cast.h).
+ * A new op of the family: its operation in opd_binop_t, apply(), apply64() and
  * BIN_DISPATCH (and its reverse, if it is not commutative), and one
  * BINARY_KERNELS line at the end.
  * Test: build/tests/ops, suite binary (tests/ops/test_binary.c).
  */
+#include "kernels/common/cast.h"
 #include "kernels/common/cpu.h"
 #include "kernels/common/kutil.h"
 
@@ -267,16 +271,79 @@ static opd_binop_t with_alpha(const opd_kcall_t *call, opd_binop_t op,
   return OPD_BIN_AXPY;
 }
 
+/* ---- float64: x op y in double (al: alpha, as apply's). */
+static double apply64(opd_binop_t op, double x, double y, double al) {
+  switch (op) {
+    case OPD_BIN_ADD: return x + y;
+    case OPD_BIN_MUL: return x * y;
+    case OPD_BIN_SUB: return x - y;
+    case OPD_BIN_DIV: return x / y;
+    case OPD_BIN_RSUB: return y - x;
+    case OPD_BIN_AXPY: return x + al * y;
+    case OPD_BIN_RAXPY: return al * x + y;
+    default: return y / x; /* OPD_BIN_RDIV */
+  }
+}
+
+typedef struct b64_job {
+  opd_binop_t op;                  /* the operation */
+  double al;                       /* alpha of AXPY */
+  const opd_tview_t *o;            /* output view (shape) */
+  const double *a, *b;             /* operands */
+  double *out;                     /* output */
+  int64_t len;                     /* elements of an output row */
+  int64_t sa[OPD_MAX_RANK];        /* a's broadcast strides */
+  int64_t sb[OPD_MAX_RANK];        /* b's broadcast strides */
+} b64_job_t;
+
+/* Output rows [b, e) (last dim; rank 0 is one row of one element). */
+static void run64(void *arg, int64_t b, int64_t e) {
+  const b64_job_t *j = arg;
+  const opd_tview_t *o = j->o;
+  int last = o->rank - 1;
+  int64_t n = j->len, ta = last >= 0 ? j->sa[last] : 0, tb = last >= 0 ? j->sb[last] : 0;
+  for (int64_t r = b; r < e; r++) {
+    int64_t ia = 0, ib = 0, rem = r;
+    for (int d = last - 1; d >= 0; d--) {
+      int64_t k = rem % o->shape[d];
+      rem /= o->shape[d];
+      ia += k * j->sa[d];
+      ib += k * j->sb[d];
+    }
+    for (int64_t i = 0; i < n; i++)
+      j->out[r * n + i] = apply64(j->op, j->a[ia + i * ta], j->b[ib + i * tb], j->al);
+  }
+}
+
+static int binary64(opd_kcall_t *call, opd_binop_t op) {
+  const opd_tview_t *a = &call->in[0], *b = &call->in[1], *o = &call->out[0];
+  if (o->numel == 0) return 0;
+  b64_job_t j = {.op = op, .al = 1.0, .o = o, .a = a->data, .b = b->data,
+                 .out = o->data, .len = o->rank > 0 ? o->shape[o->rank - 1] : 1};
+  if (call->op->n_attrs >= 1 && (op == OPD_BIN_ADD || op == OPD_BIN_SUB) &&
+      call->attr[0].f != 1.0) {
+    j.al = op == OPD_BIN_SUB ? -call->attr[0].f : call->attr[0].f;
+    j.op = OPD_BIN_AXPY;
+  }
+  opd__bcast_strides(a->shape, a->rank, o->rank, j.sa);
+  opd__bcast_strides(b->shape, b->rank, o->rank, j.sb);
+  call->exec->parallel_for(call->exec, o->numel / j.len, opd__row_grain(j.len), run64, &j);
+  return 0;
+}
+
 /* One op of the family: its two CPU entry points (kernels/kernel.h),
- * named in its row (ops.c). */
+ * named in its row (ops.c), and its float64 kernel. */
 #define BINARY_KERNELS(name, op)                                         \
   OPD_OP_DECLARE(name);                                                  \
+  static int name##64(opd_kcall_t *call) { return binary64(call, op); }  \
   int opd__##name##_cpu_ref(opd_kcall_t *call) {                         \
+    OPD_CAST_DISPATCH(call, opd__##name##_cpu_ref, name##64);            \
     float al;                                                            \
     opd_binop_t o = with_alpha(call, op, &al);                           \
     return binary_ref(call, o, al);                                      \
   }                                                                      \
   int opd__##name##_cpu_fast(opd_kcall_t *call) {                        \
+    OPD_CAST_DISPATCH(call, opd__##name##_cpu_fast, name##64);           \
     float al;                                                            \
     opd_binop_t o = with_alpha(call, op, &al);                           \
     return binary_fast(call, o, al);                                     \

@@ -1,0 +1,22 @@
+/* The norm family's float64 kernels on the CPU (cpu64.c), which the
+ * family's entry points (cpu.c) run for a float64 call.
+ *
+ * DESIGN
+ * One function per op, used by both variants (cpu_ref and cpu_fast): each
+ * computes in double per row (softmax: per column along its dim), rows
+ * spread over call->exec. The call's float tensors are all float64 (the
+ * cast wrapper, kernels/common/cast.h, made them so); shapes and
+ * attributes are as the float32 kernels take them.
+ */
+#ifndef OPD_KERNELS_NORM_NORM64_H
+#define OPD_KERNELS_NORM_NORM64_H
+
+#include "kernels/kernel.h"
+
+/* softmax (lg 0) or log_softmax (lg 1) along attr 0's dim. Returns 0. */
+int opd__softmax64(opd_kcall_t *call, int lg);
+/* layernorm / rmsnorm over the trailing dims (norm/dims.h). Return 0. */
+int opd__layernorm64(opd_kcall_t *call);
+int opd__rmsnorm64(opd_kcall_t *call);
+
+#endif /* OPD_KERNELS_NORM_NORM64_H */
