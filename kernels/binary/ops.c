@@ -68,7 +68,7 @@ static int binary_shape(opd_kcall_t *call, opd_tshape_t *out) {
     .shape_doc = "a (...), b (...) -> out (broadcast(a, b))",              \
     .shape = binary_shape,                                                 \
     OPD_ROW_KERNELS(op),                                                   \
-    .cuda_dtypes = OPD_DT(FLOAT32) | OPD_DT(FLOAT16) | OPD_DT(BFLOAT16),   \
+    .cuda_dtypes = OPD_DT_FLOATS64,                                        \
     __VA_ARGS__                                                            \
   }
 

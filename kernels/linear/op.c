@@ -51,5 +51,5 @@ const opd_op_def_t opd__op_linear = {
     .cpu_fast = opd__linear_cpu_fast,
     .flags = OPD_OPF_CUDA_BLASLT, /* the CUDA kernel runs cuBLASLt */
     .cuda = opd__linear_cuda,
-    .cuda_dtypes = OPD_DT(FLOAT32) | OPD_DT(FLOAT16) | OPD_DT(BFLOAT16),
+    .cuda_dtypes = OPD_DT_FLOATS64,
 };

@@ -39,5 +39,5 @@ const opd_op_def_t opd__op_matmul = {
     .cpu_fast = opd__matmul_cpu_fast,
     .flags = OPD_OPF_CUDA_BLASLT, /* the CUDA kernel runs cuBLASLt */
     .cuda = opd__matmul_cuda,
-    .cuda_dtypes = OPD_DT(FLOAT32) | OPD_DT(FLOAT16) | OPD_DT(BFLOAT16),
+    .cuda_dtypes = OPD_DT_FLOATS64,
 };

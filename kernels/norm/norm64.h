@@ -1,5 +1,6 @@
-/* The norm family's float64 kernels on the CPU (cpu64.c), which the
- * family's entry points (cpu.c) run for a float64 call.
+/* The norm family's float64 kernels on the CPU (cpu64.c) and the GPU
+ * (cuda64.cu), which the family's entry points (cpu.c, cuda.cu) run for a
+ * float64 call.
  *
  * DESIGN
  * One function per op, used by both variants (cpu_ref and cpu_fast): each
@@ -18,5 +19,12 @@ int opd__softmax64(opd_kcall_t *call, int lg);
 /* layernorm / rmsnorm over the trailing dims (norm/dims.h). Return 0. */
 int opd__layernorm64(opd_kcall_t *call);
 int opd__rmsnorm64(opd_kcall_t *call);
+
+/* The same on the GPU (cuda64.cu, a CUDA build only), queued on ctx's
+ * stream; softmax also when only one of x and y is float64 (dtype=).
+ * Return 0, or OPD_EBACKEND / OPD_EDTYPE with call->err set. */
+int opd__softmax64_cuda(opd_kcall_t *call, const opd_cuda_ctx_t *ctx, int lg);
+int opd__layernorm64_cuda(opd_kcall_t *call, const opd_cuda_ctx_t *ctx);
+int opd__rmsnorm64_cuda(opd_kcall_t *call, const opd_cuda_ctx_t *ctx);
 
 #endif /* OPD_KERNELS_NORM_NORM64_H */

@@ -51,7 +51,7 @@ OPD_OP_DECLARE(rmsnorm);
     .cpu_dtypes = OPD_DT_FLOATS64,                                         \
     .shape = op##_shape,                                                   \
     OPD_ROW_KERNELS(op),                                                   \
-    .cuda_dtypes = OPD_DT(FLOAT32) | OPD_DT(FLOAT16) | OPD_DT(BFLOAT16),   \
+    .cuda_dtypes = OPD_DT_FLOATS64,                                        \
     __VA_ARGS__                                                            \
   }
 

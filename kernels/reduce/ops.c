@@ -111,17 +111,17 @@ const opd_op_def_t opd__op_sum = REDUCE_ROW(
     .in = {{"x", OPD_DT_FLOATS64 | INTS_DT, "(...)"}},
     .out = {{"out", OPD_DT_FLOATS64 | OPD_DT(INT64),
              "x's dtype; int64 for integer or bool x"}},
-    .cpu_dtypes = OPD_DT_FLOATS64 | INTS_DT, .cuda_dtypes = OPD_DT_FLOATS | INTS_DT);
+    .cpu_dtypes = OPD_DT_FLOATS64 | INTS_DT, .cuda_dtypes = OPD_DT_FLOATS64 | INTS_DT);
 
 const opd_op_def_t opd__op_mean = REDUCE_ROW(
     mean, .summary = "mean over dims (torch.mean(x, dims, keepdim))",
     .in = {{"x", OPD_DT_FLOATS64, "(...)"}},
     .out = {{"out", OPD_DT_FLOATS64, "x's dtype"}},
-    .cpu_dtypes = OPD_DT_FLOATS64, .cuda_dtypes = OPD_DT_FLOATS);
+    .cpu_dtypes = OPD_DT_FLOATS64, .cuda_dtypes = OPD_DT_FLOATS64);
 
 const opd_op_def_t opd__op_amax = REDUCE_ROW(
     amax, .summary = "maximum over dims, NaN if any (torch.amax(x, dims, "
                      "keepdim))",
     .in = {{"x", OPD_DT_FLOATS64, "(...)"}},
     .out = {{"out", OPD_DT_FLOATS64, "x's dtype"}},
-    .cpu_dtypes = OPD_DT_FLOATS64, .cuda_dtypes = OPD_DT_FLOATS);
+    .cpu_dtypes = OPD_DT_FLOATS64, .cuda_dtypes = OPD_DT_FLOATS64);
