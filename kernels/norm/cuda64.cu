@@ -9,7 +9,8 @@
  *              (dims.h): max, sum of exp(x - max), then y; x and y each
  *              in any float dtype with one of them float64 (dtype=
  *              converts: x float32 with dtype="float64", x float64 with
- *              dtype="float32"), loaded to and stored from double
+ *              dtype="float32", x rounded to y's dtype first as torch
+ *              does), computed in double
  *   norms      a warp per row (8 rows per block of 256): the mean, then
  *              the deviations' sums (layernorm: two-pass correction, as
  *              cpu64.c) or the sum of squares, by warp shuffles in double
@@ -31,6 +32,12 @@ template <typename TO> __device__ __forceinline__ TO store64(double v) {
 }
 template <> __device__ __forceinline__ double store64<double>(double v) { return v; }
 
+/* x[i] as the computation reads it: in TO's precision first when y is
+ * not float64 (torch's dtype= converts x to y's dtype), then double. */
+template <typename TI, typename TO> __device__ __forceinline__ double load64(TI v) {
+  return (double)to_f(store64<TO>((double)to_f(v)));
+}
+
 template <typename TI, typename TO, bool LOG>
 __global__ void softmax64_cols(const TI *x, TO *y, int64_t outer, int64_t C,
                                int64_t inner) {
@@ -42,14 +49,14 @@ __global__ void softmax64_cols(const TI *x, TO *y, int64_t outer, int64_t C,
     double m = -INFINITY, s = 0;
     bool nan = false;
     for (int64_t i = 0; i < C; i++) {
-      double v = (double)to_f(xc[i * inner]);
+      double v = load64<TI, TO>(xc[i * inner]);
       if (isnan(v)) nan = true;
       if (v > m) m = v;
     }
-    for (int64_t i = 0; i < C; i++) s += exp((double)to_f(xc[i * inner]) - m);
+    for (int64_t i = 0; i < C; i++) s += exp(load64<TI, TO>(xc[i * inner]) - m);
     double ls = log(s);
     for (int64_t i = 0; i < C; i++) {
-      double d = (double)to_f(xc[i * inner]) - m;
+      double d = load64<TI, TO>(xc[i * inner]) - m;
       yc[i * inner] = store64<TO>(nan ? (double)NAN : LOG ? d - ls : exp(d) / s);
     }
   }

@@ -3,7 +3,8 @@ element-wise, row-wise, reduce and matmul/linear ops give numpy's answer
 in the input's dtype (float64 to double precision, float16 within its
 rounding of a float32 computation); softmax's dtype= converts; a graph
 runs float64 nodes; a dtype the op does not take (int8 to softmax) is
-still a clear error naming what each backend takes."""
+still a clear error naming what each backend takes (and advises converting
+float64 to float32 only where float32 is taken)."""
 import numpy as np
 import pytest
 
@@ -102,3 +103,8 @@ def test_unsupported_dtypes_are_still_clear_errors(c):
     msg = e.value.message
     assert "has dtype float64, expected float32 (float16 or bfloat16 on a cuda " \
         "device)" in msg and "convert float64 to float32" in msg, msg
+    # float64 where no float is taken: no advice to convert to float32
+    e = pytest.raises(errors.BadArgumentError,
+                      lambda: c.embedding(np.ones((4, 3), np.float32), np.zeros(2)))
+    msg = e.value.message
+    assert "has dtype float64, expected int32 or int64" in msg and "convert" not in msg, msg
