@@ -30,7 +30,7 @@
  * float64 (both variants): output rows through broadcast strides, in
  * double (binary64); float16 / bfloat16 run the float32 kernels on
  * converted copies (kernels/common/cast.h).
- * A new op of the family: its operation in opd_binop_t, apply(), apply64() and
+ * A new op of the family: its operation in opd_binop_t, BIN_APPLY and
  * BIN_DISPATCH (and its reverse, if it is not commutative), and one
  * BINARY_KERNELS line at the end.
  * Test: build/tests/ops, suite binary (tests/ops/test_binary.c).
@@ -54,19 +54,23 @@ typedef enum {
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 
-/* x op y; al is alpha, used by AXPY and RAXPY only. */
-ALWAYS_INLINE float apply(opd_binop_t op, float x, float y, float al) {
-  switch (op) {
-    case OPD_BIN_ADD: return x + y;
-    case OPD_BIN_MUL: return x * y;
-    case OPD_BIN_SUB: return x - y;
-    case OPD_BIN_DIV: return x / y;
-    case OPD_BIN_RSUB: return y - x;
-    case OPD_BIN_AXPY: return x + al * y;
-    case OPD_BIN_RAXPY: return al * x + y;
-    default: return y / x; /* OPD_BIN_RDIV */
+/* T name(op, x, y, al): x op y in T; al is alpha, used by AXPY and RAXPY
+ * only (apply: float, apply64: double). */
+#define BIN_APPLY(name, T)                                                 \
+  ALWAYS_INLINE T name(opd_binop_t op, T x, T y, T al) {                   \
+    switch (op) {                                                          \
+      case OPD_BIN_ADD: return x + y;                                      \
+      case OPD_BIN_MUL: return x * y;                                      \
+      case OPD_BIN_SUB: return x - y;                                      \
+      case OPD_BIN_DIV: return x / y;                                      \
+      case OPD_BIN_RSUB: return y - x;                                     \
+      case OPD_BIN_AXPY: return x + al * y;                                \
+      case OPD_BIN_RAXPY: return al * x + y;                               \
+      default: return y / x; /* OPD_BIN_RDIV */                            \
+    }                                                                      \
   }
-}
+BIN_APPLY(apply, float)
+BIN_APPLY(apply64, double)
 
 /* op with its operands swapped. */
 static opd_binop_t reverse(opd_binop_t op) {
@@ -271,20 +275,8 @@ static opd_binop_t with_alpha(const opd_kcall_t *call, opd_binop_t op,
   return OPD_BIN_AXPY;
 }
 
-/* ---- float64: x op y in double (al: alpha, as apply's). */
-static double apply64(opd_binop_t op, double x, double y, double al) {
-  switch (op) {
-    case OPD_BIN_ADD: return x + y;
-    case OPD_BIN_MUL: return x * y;
-    case OPD_BIN_SUB: return x - y;
-    case OPD_BIN_DIV: return x / y;
-    case OPD_BIN_RSUB: return y - x;
-    case OPD_BIN_AXPY: return x + al * y;
-    case OPD_BIN_RAXPY: return al * x + y;
-    default: return y / x; /* OPD_BIN_RDIV */
-  }
-}
-
+/* ---- float64: x op y in double (apply64), output rows through
+ * broadcast strides. */
 typedef struct b64_job {
   opd_binop_t op;                  /* the operation */
   double al;                       /* alpha of AXPY */

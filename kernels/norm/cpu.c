@@ -299,28 +299,8 @@ static ln_job_t ln_job(const opd_kcall_t *call) {
   return j;
 }
 
-/* One row of C elements in double (see the header); y may be x. A row
- * holding inf or NaN has a NaN variance and gives NaN throughout. */
-static void ln_row_exact(const float *x, float *y, const float *w,
-                         const float *b, int64_t C, double eps) {
-  double mean = 0, s1 = 0, s2 = 0;
-  for (int64_t i = 0; i < C; i++) mean += x[i];
-  mean /= (double)C;
-  for (int64_t i = 0; i < C; i++) {
-    double d = x[i] - mean;
-    s1 += d;
-    s2 += d * d;
-  }
-  double lo = s1 / (double)C, var = (s2 - s1 * lo) / (double)C;
-  mean += lo;
-  double rstd = 1.0 / sqrt((var < 0 ? 0 : var) + eps);
-  for (int64_t i = 0; i < C; i++) {
-    double v = (x[i] - mean) * rstd;
-    if (w) v *= w[i];
-    if (b) v += b[i];
-    y[i] = (float)v;
-  }
-}
+/* One row of C elements in double (see the header and norm64.h). */
+OPD_LN_ROW_EXACT(ln_row_exact, float)
 
 int opd__layernorm_cpu_ref(opd_kcall_t *call) {
   OPD_CAST_DISPATCH(call, opd__layernorm_cpu_ref, opd__layernorm64);

@@ -63,31 +63,13 @@ int opd__softmax64(opd_kcall_t *call, int lg) {
   return 0;
 }
 
+OPD_LN_ROW_EXACT(ln64_row, double)
+
 /* Rows [b, e) of layernorm. */
 static void ln64(void *arg, int64_t b, int64_t e) {
   const n64_job_t *j = arg;
-  int64_t C = j->C;
-  for (int64_t r = b; r < e; r++) {
-    const double *x = j->x + r * C;
-    double *y = j->y + r * C;
-    double mean = 0, s1 = 0, s2 = 0;
-    for (int64_t i = 0; i < C; i++) mean += x[i];
-    mean /= (double)C;
-    for (int64_t i = 0; i < C; i++) {
-      double d = x[i] - mean;
-      s1 += d;
-      s2 += d * d;
-    }
-    double lo = s1 / (double)C, var = (s2 - s1 * lo) / (double)C;
-    mean += lo;
-    double rstd = 1.0 / sqrt((var < 0 ? 0 : var) + j->eps);
-    for (int64_t i = 0; i < C; i++) {
-      double v = (x[i] - mean) * rstd;
-      if (j->w) v *= j->w[i];
-      if (j->b) v += j->b[i];
-      y[i] = v;
-    }
-  }
+  for (int64_t r = b; r < e; r++)
+    ln64_row(j->x + r * j->C, j->y + r * j->C, j->w, j->b, j->C, j->eps);
 }
 
 /* Rows [b, e) of rmsnorm. */
