@@ -175,6 +175,19 @@ OPD_FAST static void run_rowbias(void *arg, int64_t b, int64_t e) {
     BIN_DISPATCH(j->op, loop_vv, j->full + r * n, j->small, j->out + r * n, n, j->al)
 }
 
+/* Where output row r (last dim) starts in a and b: *ia, *ib from the
+ * outer multi-index of r through the broadcast strides sa, sb. */
+ALWAYS_INLINE void row_start(const opd_tview_t *o, const int64_t *sa, const int64_t *sb,
+                             int64_t r, int64_t *ia, int64_t *ib) {
+  *ia = *ib = 0;
+  for (int d = o->rank - 2; d >= 0; d--) {
+    int64_t k = r % o->shape[d];
+    r /= o->shape[d];
+    *ia += k * sa[d];
+    *ib += k * sb[d];
+  }
+}
+
 /* Output rows [b, e) (last dim), operands through broadcast strides. */
 OPD_FAST static void run_general(void *arg, int64_t b, int64_t e) {
   const bin_job_t *j = arg;
@@ -182,13 +195,8 @@ OPD_FAST static void run_general(void *arg, int64_t b, int64_t e) {
   int last = o->rank - 1;
   int64_t n = j->len, ta = j->sa[last], tb = j->sb[last];
   for (int64_t r = b; r < e; r++) {
-    int64_t ia = 0, ib = 0, rem = r;
-    for (int d = last - 1; d >= 0; d--) {
-      int64_t k = rem % o->shape[d];
-      rem /= o->shape[d];
-      ia += k * j->sa[d];
-      ib += k * j->sb[d];
-    }
+    int64_t ia, ib;
+    row_start(o, j->sa, j->sb, r, &ia, &ib);
     const float *x = j->a + ia, *y = j->b + ib;
     float *po = j->out + r * n;
     if (ta == 1 && tb == 1) {
@@ -295,13 +303,8 @@ static void run64(void *arg, int64_t b, int64_t e) {
   int last = o->rank - 1;
   int64_t n = j->len, ta = last >= 0 ? j->sa[last] : 0, tb = last >= 0 ? j->sb[last] : 0;
   for (int64_t r = b; r < e; r++) {
-    int64_t ia = 0, ib = 0, rem = r;
-    for (int d = last - 1; d >= 0; d--) {
-      int64_t k = rem % o->shape[d];
-      rem /= o->shape[d];
-      ia += k * j->sa[d];
-      ib += k * j->sb[d];
-    }
+    int64_t ia, ib;
+    row_start(o, j->sa, j->sb, r, &ia, &ib);
     for (int64_t i = 0; i < n; i++)
       j->out[r * n + i] = apply64(j->op, j->a[ia + i * ta], j->b[ib + i * tb], j->al);
   }
