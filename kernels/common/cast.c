@@ -1,6 +1,7 @@
 /* Float dtype conversions and the cast wrapper of the CPU kernels (the
- * contract and DESIGN: cast.h).
+ * contract: cast.h).
  *
+ * DESIGN
  * A converted input is gathered through its strides (a strided or
  * broadcast view becomes a contiguous tensor of its shape); an output is
  * written back through its strides. The scratch is the call's own

@@ -1,6 +1,12 @@
 /* The norm family on the CPU in float64 (softmax, log_softmax, layernorm,
  * rmsnorm; contract: norm64.h).
  *
+ * DESIGN
+ * float64 is the precision path: the float32 references' algorithms
+ * (cpu.c, in double already) over double rows, with no vector variant;
+ * the cast wrapper (kernels/common/cast.h) hands these kernels calls whose
+ * float tensors are all float64.
+ *
  * Variants: one per op, for both cpu_ref and cpu_fast (double is the
  * reference's own precision):
  *   softmax      per column (o, i) along the dim: max, sum of exp(x -
