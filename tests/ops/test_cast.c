@@ -66,9 +66,10 @@ typedef struct { int rank; int64_t shape[3]; } shp_t;
 static void half_case(const char *name, int32_t dt, int n_in, const shp_t *in,
                       const char *attr, const char *val, double atol) {
   opd_kcall_t *h = ot_new(name), *f = ot_new(name);
+  uint16_t *hxs[OPD_MAX_TENSORS];
   for (int i = 0; i < n_in; i++) {
     float *x = ot_in_rand(f, i, in[i].rank, in[i].shape, 20 + (uint64_t)i, -2, 2);
-    uint16_t *hx = malloc((size_t)f->in[i].numel * 2);
+    uint16_t *hx = hxs[i] = malloc((size_t)f->in[i].numel * 2);
     for (int64_t k = 0; k < f->in[i].numel; k++) {
       hx[k] = to_half(dt, x[k]);
       x[k] = from_half(dt, hx[k]);
@@ -99,6 +100,7 @@ static void half_case(const char *name, int32_t dt, int n_in, const shp_t *in,
   }
   ot_free(h);
   ot_free(f);
+  for (int i = 0; i < n_in; i++) free(hxs[i]);
 }
 
 Test(cast, halves_through_every_family) {

@@ -7,9 +7,22 @@
 
 #include "tests/ops/optest.h"
 
+/* The test's buffers, freed after it (each test is its own process). */
+static void *g_own[16];
+static int g_nown;
+static void *own(size_t bytes) {
+  void *p = malloc(bytes ? bytes : 1);
+  cr_assert(p && g_nown < 16);
+  return g_own[g_nown++] = p;
+}
+static void free_own(void) {
+  while (g_nown > 0) free(g_own[--g_nown]);
+}
+TestSuite(dtypes64, .fini = free_own);
+
 /* n doubles uniform in [lo, hi) from seed (a fixed LCG). */
 static double *rand64(int64_t n, uint64_t seed, double lo, double hi) {
-  double *p = malloc((size_t)(n > 0 ? n : 1) * sizeof *p);
+  double *p = own((size_t)n * sizeof *p);
   for (int64_t i = 0; i < n; i++) {
     seed = seed * 6364136223846793005ull + 1442695040888963407ull;
     p[i] = lo + (hi - lo) * (double)(seed >> 11) * 0x1p-53;
@@ -43,7 +56,7 @@ Test(dtypes64, unary) {
   double *x = rand64(n, 1, -8, 8);
   x[0] = 0;
   x[1] = -30;
-  long double *w = malloc((size_t)n * sizeof *w);
+  long double *w = own((size_t)n * sizeof *w);
   for (int o = 0; o < 6; o++) {
     opd_kcall_t *c = ot_new(ops[o]);
     ot_in(c, 0, OPD_DTYPE_FLOAT64, 2, OT_SHAPE(10, 100), x);
@@ -138,7 +151,7 @@ Test(dtypes64, layernorm_and_rmsnorm) {
   int64_t R = 5, C = 33;
   double *x = rand64(R * C, 6, 1e3, 1e3 + 1), *g = rand64(C, 7, -2, 2),
          *bb = rand64(C, 8, -1, 1);
-  long double *w = malloc((size_t)(R * C) * sizeof *w);
+  long double *w = own((size_t)(R * C) * sizeof *w);
   for (int rms = 0; rms < 2; rms++) {
     opd_kcall_t *c = ot_new(rms ? "rmsnorm" : "layernorm");
     ot_in(c, 0, OPD_DTYPE_FLOAT64, 2, OT_SHAPE(R, C), x);
@@ -192,7 +205,7 @@ Test(dtypes64, reduce_sum_mean_amax) {
 Test(dtypes64, matmul_batched) {
   int64_t B = 3, M = 5, K = 17, N = 4;
   double *a = rand64(B * M * K, 10, -1, 1), *b = rand64(K * N, 11, -1, 1);
-  long double *w = malloc((size_t)(B * M * N) * sizeof *w);
+  long double *w = own((size_t)(B * M * N) * sizeof *w);
   opd_kcall_t *c = ot_new("matmul");
   ot_in(c, 0, OPD_DTYPE_FLOAT64, 3, OT_SHAPE(B, M, K), a);
   ot_in(c, 1, OPD_DTYPE_FLOAT64, 2, OT_SHAPE(K, N), b);
@@ -210,7 +223,7 @@ Test(dtypes64, linear_bias_and_act) {
   int64_t M = 7, K = 19, N = 6;
   double *x = rand64(M * K, 12, -1, 1), *wt = rand64(N * K, 13, -1, 1),
          *b = rand64(N, 14, -1, 1);
-  long double *w = malloc((size_t)(M * N) * sizeof *w);
+  long double *w = own((size_t)(M * N) * sizeof *w);
   const char *acts[] = {"none", "relu", "silu"};
   for (int a = 0; a < 3; a++) {
     opd_kcall_t *c = ot_new("linear");
