@@ -27,6 +27,28 @@ OPD_OP_DECLARE(silu);
 OPD_OP_DECLARE(sigmoid);
 OPD_OP_DECLARE(tanh);
 
+#define SQRT1_2 0.70710678118654752440
+#define SQRT_2_PI 0.79788456080286535588 /* sqrt(2/pi) */
+
+/* The family's formulas in double, the truth: the float32 references
+ * round them once, the float64 kernels (the last section) store them. */
+typedef enum { U_RELU, U_GELU, U_GELU_TANH, U_SILU, U_SIGMOID, U_TANH } unary_op_t;
+
+static double formula(unary_op_t op, double v) {
+  switch (op) {
+    case U_RELU: return v < 0 ? 0.0 : v;
+    case U_GELU: return 0.5 * v * erfc(-v * SQRT1_2);
+    case U_GELU_TANH: {
+      double u = SQRT_2_PI * (v + 0.044715 * v * v * v);
+      double e = exp(-2.0 * fabs(u)); /* in [0, 1]: never overflows */
+      return u >= 0 ? v / (1.0 + e) : v * e / (1.0 + e);
+    }
+    case U_SILU: return v / (1.0 + exp(-v));
+    case U_SIGMOID: return 1.0 / (1.0 + exp(-v));
+    default: return tanh(v);
+  }
+}
+
 /* The float64 kernels (the last section). */
 static int relu64(opd_kcall_t *call);
 static int gelu64(opd_kcall_t *call);
@@ -105,9 +127,6 @@ int opd__relu_cpu_fast(opd_kcall_t *call) {
  * numerics (|x| up to FLT_MAX, denormals, inf, NaN)
  */
 
-#define SQRT1_2 0.70710678118654752440
-#define SQRT_2_PI 0.79788456080286535588 /* sqrt(2/pi) */
-
 typedef struct gelu_job {
   const float *x;                  /* input (numel) */
   float *y;                        /* output, may be x */
@@ -122,19 +141,8 @@ int opd__gelu_cpu_ref(opd_kcall_t *call) {
   OPD_CAST_DISPATCH(call, opd__gelu_cpu_ref, gelu64);
   const float *x = call->in[0].data;
   float *y = call->out[0].data;
-  int64_t n = call->in[0].numel;
-  if (is_tanh(call)) {
-    for (int64_t i = 0; i < n; i++) {
-      double v = x[i], u = SQRT_2_PI * (v + 0.044715 * v * v * v);
-      double e = exp(-2.0 * fabs(u)); /* in [0, 1]: never overflows */
-      y[i] = (float)(u >= 0 ? v / (1.0 + e) : v * e / (1.0 + e));
-    }
-  } else {
-    for (int64_t i = 0; i < n; i++) {
-      double v = x[i];
-      y[i] = (float)(0.5 * v * erfc(-v * SQRT1_2));
-    }
-  }
+  unary_op_t op = is_tanh(call) ? U_GELU_TANH : U_GELU;
+  for (int64_t i = 0; i < call->in[0].numel; i++) y[i] = (float)formula(op, x[i]);
   return 0;
 }
 
@@ -188,23 +196,21 @@ typedef struct elt_job {
   float *y;                        /* output, may be x */
 } elt_job_t;
 
-/* The reference of an elementwise op of this section: y = f(v), v = x[i]
- * in double, rounded once. */
-#define ELT_REF(name, f)                                                   \
+/* The reference of an elementwise op of this section: y = op's formula
+ * (formula) of x[i] in double, rounded once. */
+#define ELT_REF(name, op)                                                  \
   int opd__##name##_cpu_ref(opd_kcall_t *call) {                           \
     OPD_CAST_DISPATCH(call, opd__##name##_cpu_ref, name##64);              \
     const float *x = call->in[0].data;                                     \
     float *y = call->out[0].data;                                          \
-    for (int64_t i = 0; i < call->in[0].numel; i++) {                      \
-      double v = x[i];                                                     \
-      y[i] = (float)(f);                                                   \
-    }                                                                      \
+    for (int64_t i = 0; i < call->in[0].numel; i++)                        \
+      y[i] = (float)formula(op, x[i]);                                   \
     return 0;                                                              \
   }
 
-ELT_REF(silu, v / (1.0 + exp(-v)))
-ELT_REF(sigmoid, 1.0 / (1.0 + exp(-v)))
-ELT_REF(tanh, tanh(v))
+ELT_REF(silu, U_SILU)
+ELT_REF(sigmoid, U_SIGMOID)
+ELT_REF(tanh, U_TANH)
 
 /* The range function of an elementwise op of this section: 8 lanes of
  * opd__v8_<name>, the tail through opd__<name>1 (kernels/common/act.h). */
@@ -236,41 +242,24 @@ ELT_FAST(silu)
 ELT_FAST(sigmoid)
 ELT_FAST(tanh)
 
-/* ---- float64, every op of the family: the references' formulas in
+/* ---- float64, every op of the family: the formulas (formula()) in
  * double (relu: x < 0 ? 0 : x; gelu's two forms without cancellation;
  * silu, sigmoid, tanh), elements spread over call->exec.
  * Test: build/tests/ops, suite dtypes64 (against long double).
  */
 
-typedef enum { U_RELU, U_GELU, U_GELU_TANH, U_SILU, U_SIGMOID, U_TANH } u64_op_t;
-
 typedef struct u64_job {
-  u64_op_t op;                     /* the function */
+  unary_op_t op;                     /* the function */
   const double *x;                 /* input (numel) */
   double *y;                       /* output, may be x */
 } u64_job_t;
 
-static double u64_apply(u64_op_t op, double v) {
-  switch (op) {
-    case U_RELU: return v < 0 ? 0.0 : v;
-    case U_GELU: return 0.5 * v * erfc(-v * SQRT1_2);
-    case U_GELU_TANH: {
-      double u = SQRT_2_PI * (v + 0.044715 * v * v * v);
-      double e = exp(-2.0 * fabs(u)); /* in [0, 1]: never overflows */
-      return u >= 0 ? v / (1.0 + e) : v * e / (1.0 + e);
-    }
-    case U_SILU: return v / (1.0 + exp(-v));
-    case U_SIGMOID: return 1.0 / (1.0 + exp(-v));
-    default: return tanh(v);
-  }
-}
-
 static void u64_range(void *arg, int64_t b, int64_t e) {
   const u64_job_t *j = arg;
-  for (int64_t i = b; i < e; i++) j->y[i] = u64_apply(j->op, j->x[i]);
+  for (int64_t i = b; i < e; i++) j->y[i] = formula(j->op, j->x[i]);
 }
 
-static int u64_run(opd_kcall_t *call, u64_op_t op) {
+static int u64_run(opd_kcall_t *call, unary_op_t op) {
   u64_job_t j = {op, call->in[0].data, call->out[0].data};
   call->exec->parallel_for(call->exec, call->in[0].numel, OPD_GRAIN_ELEMS / 4,
                            u64_range, &j);
