@@ -196,15 +196,15 @@ typedef struct elt_job {
   float *y;                        /* output, may be x */
 } elt_job_t;
 
-/* The reference of an elementwise op of this section: y = op's formula
- * (formula) of x[i] in double, rounded once. */
+/* The reference of an elementwise op of this section: formula(op, x[i])
+ * in double, rounded once. */
 #define ELT_REF(name, op)                                                  \
   int opd__##name##_cpu_ref(opd_kcall_t *call) {                           \
     OPD_CAST_DISPATCH(call, opd__##name##_cpu_ref, name##64);              \
     const float *x = call->in[0].data;                                     \
     float *y = call->out[0].data;                                          \
     for (int64_t i = 0; i < call->in[0].numel; i++)                        \
-      y[i] = (float)formula(op, x[i]);                                   \
+      y[i] = (float)formula(op, x[i]);                                     \
     return 0;                                                              \
   }
 
@@ -249,7 +249,7 @@ ELT_FAST(tanh)
  */
 
 typedef struct u64_job {
-  unary_op_t op;                     /* the function */
+  unary_op_t op;                   /* the function */
   const double *x;                 /* input (numel) */
   double *y;                       /* output, may be x */
 } u64_job_t;
