@@ -52,7 +52,8 @@
  * 1 to 33. The data movement ops (permute, reshape, slice, cat, expand,
  * embedding, where; tests/gpu/gpu_checks_shape.cuh) byte for byte over
  * element sizes 1 to 8.
- * 1 to 33. gpu_checks_reduce.cuh: sum / mean / amax over dims ("[split]":
+ * 1 to 33. gpu_checks_f64.cuh: float64 against the CPU's float64 kernels
+ * (`--op f64`). gpu_checks_reduce.cuh: sum / mean / amax over dims ("[split]":
  * the two-kernel path, with and without a workspace; "[int]" sums),
  * softmax / log_softmax on every dim and with dtype=float32, the norms
  * over several dims, add / sub with alpha, the pools and batch_norm.
@@ -63,6 +64,7 @@
  *   build/tests/gpu_kernels --bench    # timings
  *   build/tests/gpu_kernels --op softmax   # one op (either mode)
  *   build/tests/gpu_kernels --op numerics  # the extreme-value cases only
+ *   build/tests/gpu_kernels --op f64   # the float64 cases only
  */
 #include <cublasLt.h>
 #include <cuda_bf16.h>
@@ -514,6 +516,7 @@ static void check_rows(void) {
 #include "tests/gpu/gpu_checks_reduce.cuh"
 #include "tests/gpu/gpu_bench.cuh"
 #include "tests/gpu/gpu_checks_attn.cuh"
+#include "tests/gpu/gpu_checks_f64.cuh"
 
 int main(int argc, char **argv) {
   bool bench = false;
@@ -583,6 +586,7 @@ int main(int argc, char **argv) {
   check_pool_bn();
   check_sdpa();
   check_rope_swiglu();
+  check_f64();
   printf("%d passed, %d failed\n", g_pass, g_fail);
   return g_fail ? 1 : 0;
 }
