@@ -1,0 +1,326 @@
+"""The case table of the OpInfo conformance suite (test_conformance.py):
+for each opd op with a torch counterpart, the OpInfo entries whose sample
+inputs it is run on and how one sample becomes a torch.ops.opd call.
+
+DESIGN
+An entry of OPS is (opd op, OpInfo name, OpInfo variant, adapter, dtypes
+extra to float32). The adapter takes one OpInfo SampleInput and returns
+a function of no arguments making the torch.ops.opd call: torch's
+argument names and forms are translated to the opd op's (a dim tuple to
+`dims`, normalized_shape to `ndims`, torch dtypes to their names), and
+nothing else. A sample whose torch call is outside what the opd op is
+(dropout, batch_norm in training, max_pool2d's indices: random or other
+ops) raises OutOfScope and is counted apart, never run; an argument the
+opd op has no attribute for is passed on when the op's schema has it
+(conv2d's groups once it does) and otherwise raises NoAttr, counted as
+unsupported with that reason. Everything else is left to opd to refuse.
+"""
+import torch
+
+from opd.tensor import dtype_name
+
+O = torch.ops.opd
+
+
+class OutOfScope(Exception):
+    """This sample calls something the opd op is not (str: what)."""
+
+
+class NoAttr(Exception):
+    """The opd op has no attribute for an argument the sample gives."""
+
+
+def _attrs(op):
+    import opd.torch as ot
+    return {a["name"]: a for a in ot._ops[op][1]["attrs"]}
+
+
+def _need(op, name, value):
+    """{name: value} when op has attribute `name`, else NoAttr."""
+    if name not in _attrs(op):
+        raise NoAttr("%s: no attribute %s (%s=%r given)" % (op, name, name, value))
+    return {name: value}
+
+
+def _ints(v):
+    if isinstance(v, (tuple, list, torch.Size)):
+        return [int(x) for x in v]
+    return [int(v)]
+
+
+def _dims(dim):
+    """torch's dim argument (int, sequence, None) as opd's dims: {} for
+    None (every dim)."""
+    if dim is None:
+        return {}
+    return {"dims": _ints(dim)}
+
+
+def _kw(s, i, name, default=None):
+    """Argument `name` of sample s: positional arg i (after the input) or
+    keyword."""
+    if len(s.args) > i:
+        return s.args[i]
+    return s.kwargs.get(name, default)
+
+
+def softmax(op):
+    def adapt(s):
+        dim = _kw(s, 0, "dim")
+        dt = s.kwargs.get("dtype")
+        kw = {"dim": int(dim)}
+        if dt is not None:
+            kw["dtype"] = dtype_name(dt)
+        return lambda: getattr(O, op)(s.input, **kw)
+    return adapt
+
+
+def layer_norm(s):
+    shape = _ints(_kw(s, 0, "normalized_shape"))
+    w, b = _kw(s, 1, "weight"), _kw(s, 2, "bias")
+    eps = _kw(s, 3, "eps", 1e-5)
+    return lambda: O.layernorm(s.input, w, b, eps=eps, ndims=len(shape))
+
+
+def rms_norm(s):
+    shape = _ints(_kw(s, 0, "normalized_shape"))
+    w, eps = _kw(s, 1, "weight"), _kw(s, 2, "eps")
+    kw = {"ndims": len(shape)}
+    if eps is not None:
+        kw["eps"] = eps
+    return lambda: O.rmsnorm(s.input, w, **kw)
+
+
+def gelu(s):
+    return lambda: O.gelu(s.input, approximate=s.kwargs.get("approximate", "none"))
+
+
+def unary(op):
+    return lambda s: (lambda: getattr(O, op)(s.input))
+
+
+def binary(op):
+    def adapt(s):
+        other = s.args[0] if s.args else s.kwargs["other"]
+        kw = {}
+        if "alpha" in s.kwargs:
+            kw["alpha"] = s.kwargs["alpha"]
+        return lambda: getattr(O, op)(s.input, other, **kw)
+    return adapt
+
+
+def matmul(s):
+    return lambda: O.matmul(s.input, s.args[0])
+
+
+def linear(s):
+    w, b = s.args[0], _kw(s, 1, "bias")
+    return lambda: O.linear(s.input, w, b)
+
+
+def conv2d(s):
+    w, b = s.args[0], _kw(s, 1, "bias")
+    kw = {}
+    for i, name, default in ((2, "stride", 1), (3, "padding", 0), (4, "dilation", 1),
+                             (5, "groups", 1)):
+        v = _kw(s, i, name, default)
+        if name == "groups":
+            if v != 1:
+                kw.update(_need("conv2d", "groups", int(v)))
+        elif isinstance(v, str):
+            a = _attrs("conv2d").get(name)
+            if a is None or a["type"] != "str":
+                raise NoAttr("conv2d: padding=%r (a padding string; the op's "
+                             "padding is ints)" % v)
+            kw[name] = v
+        else:
+            kw[name] = _ints(v)
+    return lambda: O.conv2d(s.input, w, b, **kw)
+
+
+def embedding(s):
+    # OpInfo's embedding: (weight, idx) -> F.embedding(idx, weight)
+    idx = s.args[0]
+    if s.kwargs.get("max_norm") is not None:
+        raise OutOfScope("embedding max_norm (renormalizes the weight in place)")
+    # padding_idx, scale_grad_by_freq, sparse change only gradients
+    return lambda: O.embedding(s.input, idx)
+
+
+def where(s):
+    # OpInfo's where: (self, condition, other) -> torch.where(condition, self, other)
+    cond, other = s.args[0], s.args[1]
+    return lambda: O.where(cond, s.input, other)
+
+
+def reduce(op):
+    def adapt(s):
+        dim = _kw(s, 0, "dim")
+        kw = _dims(dim)
+        keep = _kw(s, 1, "keepdim", False)
+        if keep:
+            kw["keepdim"] = True
+        if s.kwargs.get("dtype") is not None:
+            raise NoAttr("%s: no attribute dtype" % op)
+        return lambda: getattr(O, op)(s.input, **kw)
+    return adapt
+
+
+def max_pool2d(s):
+    if s.kwargs.get("return_indices"):
+        raise OutOfScope("max_pool2d return_indices (max_pool2d_with_indices)")
+    k = s.kwargs.get("kernel_size", s.args[0] if s.args else None)
+    kw = {"kernel": _ints(k)}
+    stride = s.kwargs.get("stride")
+    if stride is not None and stride != [] and stride != ():
+        kw["stride"] = _ints(stride)
+    kw["padding"] = _ints(s.kwargs.get("padding", 0))
+    kw["dilation"] = _ints(s.kwargs.get("dilation", 1))
+    kw["ceil_mode"] = bool(s.kwargs.get("ceil_mode", False))
+    return lambda: O.max_pool2d(s.input, **kw)
+
+
+def adaptive_avg_pool2d(s):
+    size = _kw(s, 0, "output_size")
+    size = list(size) if isinstance(size, (tuple, list)) else [size, size]
+    size = [s.input.shape[-2 + i] if v is None else int(v) for i, v in enumerate(size)]
+    return lambda: O.adaptive_avg_pool2d(s.input, size=size)
+
+
+def batch_norm(s):
+    mean, var = _kw(s, 0, "running_mean"), _kw(s, 1, "running_var")
+    if _kw(s, 4, "training", False):
+        raise OutOfScope("batch_norm training=True (the op is inference)")
+    w, b = _kw(s, 2, "weight"), _kw(s, 3, "bias")
+    eps = _kw(s, 6, "eps", 1e-5)
+    return lambda: O.batch_norm(s.input, mean, var, w, b, eps=eps)
+
+
+def sdpa(s):
+    k, v = s.args[0], s.args[1]
+    if _kw(s, 3, "dropout_p", 0.0):
+        raise OutOfScope("scaled_dot_product_attention dropout_p > 0 (random)")
+    mask = _kw(s, 2, "attn_mask")
+    kw = {"causal": bool(_kw(s, 4, "is_causal", False))}
+    scale = _kw(s, 5, "scale")
+    if scale is not None:
+        kw["scale"] = float(scale)
+    if s.kwargs.get("enable_gqa") and k.shape[-3] != s.input.shape[-3]:
+        kw.update(_need("sdpa", "enable_gqa", True))
+    return lambda: O.sdpa(s.input, k, v, mask, **kw)
+
+
+def permute(s):
+    dims = s.args[0] if len(s.args) == 1 else s.args
+    return lambda: O.permute(s.input, dims=_ints(dims))
+
+
+def transpose(s):
+    d0, d1 = s.args[0], s.args[1]
+    n = max(s.input.dim(), 1)
+    dims = list(range(s.input.dim()))
+    if dims:
+        dims[d0 % n], dims[d1 % n] = dims[d1 % n], dims[d0 % n]
+    return lambda: O.permute(s.input, dims=dims)
+
+
+def cat(s):
+    dim = _kw(s, 0, "dim", 0)
+    return lambda: O.cat(list(s.input), dim=int(dim))
+
+
+def shape_op(op):
+    def adapt(s):
+        shape = s.args[0] if len(s.args) == 1 else s.args
+        return lambda: getattr(O, op)(s.input, shape=_ints(shape))
+    return adapt
+
+
+def narrow(s):
+    dim, start, length = s.args[0], int(s.args[1]), int(s.args[2])
+    return lambda: O.slice(s.input, dim=dim, start=start, end=start + length)
+
+
+def copy(s):
+    return lambda: O.copy(s.input)
+
+
+def _first(t):
+    return t.flatten()[0].item() if t.numel() else 1.0
+
+
+def binary_variants(s):
+    """The sample with `other` a Python float, int and bool, a numpy
+    float32 and float64, an int64 tensor and a float64 0-d tensor (torch's
+    type promotion: each result is float32)."""
+    from torch.testing._internal.opinfo.core import SampleInput
+    import numpy as np
+    o = s.args[0]
+    v = _first(o)
+    forms = [("float", v), ("int", int(v)), ("bool", bool(v)),
+             ("np.float32", np.float32(v)), ("np.float64", np.float64(v)),
+             ("int64 tensor", o.round().to(torch.int64)),
+             ("float64 0-d", torch.tensor(v, dtype=torch.float64))]
+    return [(label, SampleInput(s.input, args=(x,) + tuple(s.args[1:]),
+                                kwargs=s.kwargs)) for label, x in forms]
+
+
+def where_variants(s):
+    """where's sample with y, x or both Python floats, and with y an int64
+    tensor (promoted to x's float32)."""
+    from torch.testing._internal.opinfo.core import SampleInput
+    cond, y = s.args[0], s.args[1]
+    xv, yv = _first(s.input), _first(y)
+    return [("y float", SampleInput(s.input, args=(cond, yv))),
+            ("x float", SampleInput(xv, args=(cond, y))),
+            ("x, y floats", SampleInput(xv, args=(cond, yv))),
+            ("y int64 tensor", SampleInput(s.input, args=(cond, y.round().to(torch.int64))))]
+
+
+# opd op -> f(float32 sample) -> [(label, derived sample)]: torch's scalar
+# operands and type promotion, which OpInfo's sample_inputs leave to its
+# reference inputs
+VARIANTS = {"add": binary_variants, "sub": binary_variants, "mul": binary_variants,
+            "div": binary_variants, "where": where_variants}
+VARIANT_SAMPLES = 4     # the first samples of each op that get VARIANTS
+
+ANY = (torch.int64, torch.bool)    # the extra dtypes of ops taking any dtype
+
+# (opd op, OpInfo name, OpInfo variant_test_name, adapter, extra dtypes)
+OPS = [
+    ("softmax", "softmax", "", softmax("softmax"), ()),
+    ("softmax", "softmax", "with_dtype", softmax("softmax"), ()),
+    ("log_softmax", "log_softmax", "", softmax("log_softmax"), ()),
+    ("log_softmax", "log_softmax", "with_dtype", softmax("log_softmax"), ()),
+    ("layernorm", "nn.functional.layer_norm", "", layer_norm, ()),
+    ("rmsnorm", "nn.functional.rms_norm", "", rms_norm, ()),
+    ("gelu", "nn.functional.gelu", "", gelu, ()),
+    ("relu", "nn.functional.relu", "", unary("relu"), ()),
+    ("silu", "nn.functional.silu", "", unary("silu"), ()),
+    ("sigmoid", "sigmoid", "", unary("sigmoid"), ()),
+    ("tanh", "tanh", "", unary("tanh"), ()),
+    ("add", "add", "", binary("add"), ()),
+    ("sub", "sub", "", binary("sub"), ()),
+    ("mul", "mul", "", binary("mul"), ()),
+    ("div", "div", "no_rounding_mode", binary("div"), ()),
+    ("matmul", "matmul", "", matmul, ()),
+    ("linear", "nn.functional.linear", "", linear, ()),
+    ("conv2d", "nn.functional.conv2d", "", conv2d, ()),
+    ("embedding", "nn.functional.embedding", "", embedding, ()),
+    ("where", "where", "", where, ANY),
+    ("sum", "sum", "", reduce("sum"), ANY),
+    ("mean", "mean", "", reduce("mean"), ()),
+    ("amax", "amax", "", reduce("amax"), ()),
+    ("max_pool2d", "nn.functional.max_pool2d", "", max_pool2d, ()),
+    ("adaptive_avg_pool2d", "nn.functional.adaptive_avg_pool2d", "",
+     adaptive_avg_pool2d, ()),
+    ("batch_norm", "nn.functional.batch_norm", "", batch_norm, ()),
+    ("sdpa", "nn.functional.scaled_dot_product_attention", "", sdpa, ()),
+    ("permute", "permute", "", permute, ANY),
+    ("permute", "transpose", "", transpose, ANY),
+    ("cat", "cat", "", cat, ANY),
+    ("reshape", "reshape", "", shape_op("reshape"), ANY),
+    ("expand", "expand", "", shape_op("expand"), ANY),
+    ("slice", "narrow", "", narrow, ANY),
+    ("copy", "contiguous", "", copy, ANY),
+]
