@@ -22,8 +22,9 @@ Two mechanisms, both applied before the daemon sees a call:
         operands to torch.result_type when their dtypes differ (a copy of
         each converted operand, counted nowhere else: docs/python.md),
         an empty dim list of sum/mean/amax is every dim (torch's dim=()),
-        permute/expand/reshape of a 0-d tensor (an empty int list, which
-        opd's attributes cannot hold) is a copy, and linear with a 1-D
+        permute/expand of a 0-d tensor (an empty int list, which opd's
+        attributes cannot hold) is a copy and reshape to () one to (1,)
+        viewed as (), sub refuses bool operands as torch does, and linear with a 1-D
         weight (K) runs with weight (1, K) and drops the last dim, cat
         skips a 1-D empty input beside inputs of other ranks (torch's
         legacy rule), sdpa's q, k, v of different ranks broadcast their
@@ -45,6 +46,9 @@ BINARY = ("add", "sub", "mul", "div")
 def _scalar_tensor(op, like, v):
     """Number v as a 0-d tensor of torch.result_type(like, v) on like's
     device (torch's rule: a number does not widen a tensor of its kind)."""
+    if op == "sub" and isinstance(v, bool):
+        raise errors.error(protocol.EDTYPE, "sub: the scalar operand %r is a "
+                           "bool, which torch's subtraction refuses" % v)
     if isinstance(v, complex):
         raise errors.error(protocol.EDTYPE, "%s: the scalar operand %r is "
                            "complex; opd has no complex dtype (scalars may be "
@@ -98,6 +102,9 @@ def _promote(ins, i, j):
 
 
 def _binary(name, ins, attrs):
+    if name == "sub" and any(t.dtype == torch.bool for t in ins):
+        raise errors.error(protocol.EDTYPE, "sub: a bool operand, which "
+                           "torch's subtraction refuses")
     if len(ins) == 2:
         ins = _promote(ins, 0, 1)
         return None if ins is None else (name, ins, attrs, False)
@@ -121,11 +128,11 @@ def _reduce(name, ins, attrs):
 
 def _zero_d(key):
     def rule(name, ins, attrs):
-        if attrs.get(key) != [] or not ins or ins[0].dim() != 0:
+        if attrs.get(key) != [] or not ins:
             return None
         if name == "reshape":           # (1,) then a 0-d view of it
             return name, ins, {"shape": [1]}, True
-        return "copy", ins, {}, False
+        return ("copy", ins, {}, False) if ins[0].dim() == 0 else None
     return rule
 
 

@@ -1,0 +1,116 @@
+"""torch's semantics in torch.ops.opd.* (opd._torchsem, torch >= 2.4):
+Python and numpy scalars as operands of add, sub, mul, div and where;
+torch's type promotion of mixed dtypes (torch.result_type); torch's
+forms the daemon's attributes cannot hold (an empty dim list, 0-d
+tensors, linear's 1-D weight, cat's legacy empty input, sdpa's batch
+broadcast). Each result equals torch's own op, dtype included; the fake
+implementation gives the real one's dtype and shape; what stays
+unsupported is refused naming it."""
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+try:
+    import opd.torch as ot  # noqa: F401
+except ImportError as e:  # torch < 2.4
+    pytest.skip(str(e), allow_module_level=True)
+
+from opd import errors  # noqa: E402
+
+O = torch.ops.opd
+F = torch.nn.functional
+REF = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div}
+
+
+def same(got, want):
+    assert got.dtype == want.dtype and got.shape == want.shape, (got, want)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("op", sorted(REF))
+def test_scalar_operands_as_torch(tc, op):
+    x = torch.randn(3, 4) + 3
+    xi = torch.arange(12).reshape(3, 4)
+    for b in (2.5, 2, True, np.float32(1.5), np.float64(-2.0), np.int64(3)):
+        if op == "sub" and b is True:       # torch refuses it, and so does opd
+            with pytest.raises(errors.OpdError, match="bool"):
+                O.sub(x, b)
+            continue
+        same(getattr(O, op)(x, b), REF[op](x, b))
+    same(getattr(O, op)(xi, 2.5), REF[op](xi, 2.5))        # int tensor, float scalar
+    if op in ("add", "sub"):
+        same(getattr(O, op)(x, 2.0, alpha=3), REF[op](x, 2.0, alpha=3))
+
+
+def test_a_complex_scalar_is_refused_naming_it(tc):
+    with pytest.raises(errors.OpdError, match="scalar operand .* complex"):
+        O.mul(torch.ones(2), 1 + 2j)
+
+
+def test_type_promotion_as_torch(tc):
+    x = torch.randn(2, 3)
+    xi = torch.arange(6).reshape(2, 3)
+    d0 = torch.tensor(0.5, dtype=torch.float64)
+    same(O.add(xi, x), torch.add(xi, x))                    # int64 + float32
+    same(O.mul(x, xi.to(torch.int32)), torch.mul(x, xi.to(torch.int32)))
+    same(O.div(xi, x), torch.div(xi, x))
+    same(O.sub(x, d0), torch.sub(x, d0))                    # a 0-d float64 stays float32
+    same(O.add(x, torch.tensor([True, False, True])), x + torch.tensor([True, False, True]))
+    out = torch.empty(2, 3)
+    O.add_out(xi, x, out=out)
+    same(out, xi + x)
+
+
+def test_integer_results_are_refused_naming_the_dtype(tc):
+    xi = torch.arange(6)
+    with pytest.raises(errors.OpdError, match="int64"):
+        O.add(xi, xi)
+    with pytest.raises(errors.OpdError, match="int64"):
+        O.add(xi, 2)
+
+
+def test_where_scalars_and_promotion(tc):
+    cond = torch.tensor([[True, False, True], [False, False, True]])
+    x, y = torch.randn(2, 3), torch.randn(3)
+    same(O.where(cond, x, 0.0), torch.where(cond, x, 0.0))
+    same(O.where(cond, -1.5, y), torch.where(cond, -1.5, y))
+    same(O.where(cond, 1.0, 2.0), torch.where(cond, 1.0, 2.0))
+    same(O.where(cond, x, torch.arange(3)), torch.where(cond, x, torch.arange(3)))
+
+
+def test_torch_forms_the_attributes_cannot_hold(tc):
+    x = torch.randn(2, 3, 4)
+    same(O.sum(x, dims=[]), torch.sum(x, dim=()))
+    same(O.amax(x, dims=[]), torch.amax(x, dim=()))
+    z = torch.tensor(3.5)
+    same(O.permute(z, dims=[]), z.permute(()))
+    same(O.reshape(torch.tensor([2.0]), shape=[]), torch.tensor([2.0]).reshape(()))
+    same(O.expand(z, shape=[]), z.expand(()))
+    w, b = torch.randn(4), torch.tensor(0.25)
+    same(O.linear(x, w), F.linear(x, w))
+    same(O.linear(x, w, b), F.linear(x, w, b))
+    e = torch.empty(0)
+    same(O.cat([e, x], dim=1), torch.cat([e, x], 1))
+    q, k, v = torch.randn(4, 3, 8), torch.randn(2, 4, 6, 8), torch.randn(2, 4, 6, 8)
+    same(O.sdpa(q, k, v), F.scaled_dot_product_attention(q, k, v))
+
+
+def test_fake_implementation_applies_the_same_semantics(tc):
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    xi, x = torch.arange(6).reshape(2, 3), torch.randn(2, 3)
+    real = O.add(xi, x), O.linear(x, torch.randn(3)), O.sum(x, dims=[]), O.mul(x, 2.0)
+    with FakeTensorMode() as mode:
+        fi, fx = mode.from_tensor(xi), mode.from_tensor(x)
+        fake = (O.add(fi, fx), O.linear(fx, mode.from_tensor(torch.randn(3))),
+                O.sum(fx, dims=[]), O.mul(fx, 2.0))
+    for r, f in zip(real, fake):
+        assert (r.dtype, r.shape) == (f.dtype, f.shape)
+
+
+def test_compile_traces_scalars_and_promotion(tc):
+    def f(a, b):
+        return O.mul(O.add(a, b), 0.5)
+    a, b = torch.arange(6).reshape(2, 3), torch.randn(2, 3)
+    got = torch.compile(f, backend="eager", fullgraph=True)(a, b)
+    same(got, (a + b) * 0.5)
