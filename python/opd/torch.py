@@ -319,6 +319,7 @@ def _make(name, schema):
     made[name] = _define(name, real, fake, torch_schema(schema))
     _c_kernel(name, schema, FUNCTIONAL)
     _torchsem.scalar_overloads(_overload(name), name, torch_schema(schema))
+    _torchsem.torch_overloads(_overload(name), name, torch_schema(schema))
 
     if onames and name + "_out" not in _daemon_names:
         def real_out(*args, **kwargs):

@@ -6,9 +6,10 @@ DESIGN
 An entry of OPS is (opd op, OpInfo name, OpInfo variant, adapter, dtypes
 extra to float32). The adapter takes one OpInfo SampleInput and returns
 a function of no arguments making the torch.ops.opd call: torch's
-argument names and forms are translated to the opd op's (a dim tuple to
-`dims`, normalized_shape to `ndims`, torch dtypes to their names), and
-nothing else. A sample whose torch call is outside what the opd op is
+signature where the op has it (softmax(x, dim, dtype=), sum(x, dim,
+keepdim): opd._torchsem's overloads), else torch's argument names and
+forms translated to the opd op's (normalized_shape to `ndims`, a stride
+int to a list), and nothing else. A sample whose torch call is outside what the opd op is
 (dropout, batch_norm in training, max_pool2d's indices: random or other
 ops) raises OutOfScope and is counted apart, never run; an argument the
 opd op has no attribute for is passed on when the op's schema has it
@@ -16,8 +17,6 @@ opd op has no attribute for is passed on when the op's schema has it
 unsupported with that reason. Everything else is left to opd to refuse.
 """
 import torch
-
-from opd.tensor import dtype_name
 
 O = torch.ops.opd
 
@@ -48,14 +47,6 @@ def _ints(v):
     return [int(v)]
 
 
-def _dims(dim):
-    """torch's dim argument (int, sequence, None) as opd's dims: {} for
-    None (every dim)."""
-    if dim is None:
-        return {}
-    return {"dims": _ints(dim)}
-
-
 def _kw(s, i, name, default=None):
     """Argument `name` of sample s: positional arg i (after the input) or
     keyword."""
@@ -65,13 +56,10 @@ def _kw(s, i, name, default=None):
 
 
 def softmax(op):
+    # torch's signature (opd::softmax.dim): dim positional, dtype a torch.dtype
     def adapt(s):
         dim = _kw(s, 0, "dim")
-        dt = s.kwargs.get("dtype")
-        kw = {"dim": int(dim)}
-        if dt is not None:
-            kw["dtype"] = dtype_name(dt)
-        return lambda: getattr(O, op)(s.input, **kw)
+        return lambda: getattr(O, op)(s.input, int(dim), dtype=s.kwargs.get("dtype"))
     return adapt
 
 
@@ -154,15 +142,14 @@ def where(s):
 
 
 def reduce(op):
+    # torch's signature (opd::sum.dim): dim an int, a sequence, () or None
     def adapt(s):
         dim = _kw(s, 0, "dim")
-        kw = _dims(dim)
-        keep = _kw(s, 1, "keepdim", False)
-        if keep:
-            kw["keepdim"] = True
+        dim = None if dim is None else _ints(dim)
+        keep = bool(_kw(s, 1, "keepdim", False))
         if s.kwargs.get("dtype") is not None:
             raise NoAttr("%s: no attribute dtype" % op)
-        return lambda: getattr(O, op)(s.input, **kw)
+        return lambda: getattr(O, op)(s.input, dim, keep)
     return adapt
 
 

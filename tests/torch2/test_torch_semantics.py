@@ -114,3 +114,17 @@ def test_compile_traces_scalars_and_promotion(tc):
     a, b = torch.arange(6).reshape(2, 3), torch.randn(2, 3)
     got = torch.compile(f, backend="eager", fullgraph=True)(a, b)
     same(got, (a + b) * 0.5)
+
+
+def test_torch_signatures_of_softmax_and_reductions(tc):
+    x = torch.randn(2, 3, 4)
+    same(O.softmax(x, 1), torch.softmax(x, 1))
+    same(O.softmax(x, 1, dtype=torch.float32), torch.softmax(x, 1, dtype=torch.float32))
+    same(O.log_softmax(x, 0), torch.log_softmax(x, 0))
+    same(O.sum(x, 1), torch.sum(x, 1))
+    same(O.sum(x, (0, 2), True), torch.sum(x, (0, 2), True))
+    same(O.mean(x, dim=-1, keepdim=True), torch.mean(x, dim=-1, keepdim=True))
+    same(O.amax(x, dim=None), torch.amax(x, dim=()))
+    same(O.sum(x, dims=[1]), torch.sum(x, 1))             # opd's own form still
+    with pytest.raises(errors.OpdError, match="dtype"):    # what the daemon lacks
+        O.softmax(x, 1, dtype=torch.int32)
