@@ -25,7 +25,10 @@ Three mechanisms, all applied before the daemon sees a call:
         torch takes that the daemon does not, made into ones it takes:
         binary ops (add, sub, mul, div, where's x and y) convert their
         operands to torch.result_type when their dtypes differ (a copy of
-        each converted operand, counted nowhere else: docs/python.md),
+        each converted operand, counted nowhere else: docs/python.md);
+        div of two integer or bool operands, sigmoid and tanh of one, to
+        torch's default float dtype, as torch computes them, and
+        softmax/log_softmax of an integer x with dtype= to that dtype;
         an empty dim list of sum/mean/amax is every dim (torch's dim=()),
         permute/expand of a 0-d tensor (an empty int list, which opd's
         attributes cannot hold) is a copy and reshape to () one to (1,)
@@ -130,10 +133,35 @@ def _promote(ins, i, j):
     return ins
 
 
+def _floating(ins):
+    """ins with each integer or bool tensor as torch's default float dtype
+    (torch's true division, sigmoid and tanh of integers)."""
+    if all(t.is_floating_point() for t in ins):
+        return None
+    dt = torch.get_default_dtype()
+    return [t if t.is_floating_point() else t.to(dt) for t in ins]
+
+
+def _to_float(name, ins, attrs):
+    ins = _floating(ins[:1]) if len(ins) == 1 else None
+    return None if ins is None else (name, ins, attrs, False)
+
+
+def _softmax(name, ins, attrs):
+    # an integer x with dtype= (torch's only way to softmax one): x in it
+    dt = attrs.get("dtype")
+    if len(ins) != 1 or ins[0].is_floating_point() or not dt:
+        return None
+    return name, [ins[0].to(getattr(torch, dt))], attrs, False
+
+
 def _binary(name, ins, attrs):
     if name == "sub" and any(t.dtype == torch.bool for t in ins):
         raise errors.error(protocol.EDTYPE, "sub: a bool operand, which "
                            "torch's subtraction refuses")
+    if name == "div" and len(ins) == 2 and not (ins[0].is_floating_point() or
+                                                ins[1].is_floating_point()):
+        return name, _floating(ins), attrs, False
     if len(ins) == 2:
         ins = _promote(ins, 0, 1)
         return None if ins is None else (name, ins, attrs, False)
@@ -193,7 +221,7 @@ def _sdpa(name, ins, attrs):
         attrs, False
 
 
-RULES = {"add": _binary, "sub": _binary, "mul": _binary, "div": _binary,
+RULES = {"softmax": _softmax, "log_softmax": _softmax, "sigmoid": _to_float, "tanh": _to_float, "add": _binary, "sub": _binary, "mul": _binary, "div": _binary,
          "where": _where, "sum": _reduce, "mean": _reduce, "amax": _reduce,
          "permute": _zero_d("dims"), "expand": _zero_d("shape"),
          "reshape": _zero_d("shape"), "linear": _linear, "cat": _cat,

@@ -62,12 +62,28 @@ def test_type_promotion_as_torch(tc):
     same(out, xi + x)
 
 
+def test_integer_inputs_torch_computes_in_float(tc):
+    xi, xb = torch.arange(-3, 3), torch.tensor([True, False, True])
+    for t in (xi, xb):
+        same(O.sigmoid(t), torch.sigmoid(t))
+        same(O.tanh(t), torch.tanh(t))
+    same(O.div(xi, xi + 10), torch.div(xi, xi + 10))
+    same(O.div(xi, 4), torch.div(xi, 4))
+    same(O.div(xb, xi[:3] + 10), torch.div(xb, xi[:3] + 10))
+    xi2 = torch.arange(12).reshape(3, 4)
+    same(O.softmax(xi2, 1, dtype=torch.float32), torch.softmax(xi2, 1, dtype=torch.float32))
+    same(O.log_softmax(xi2, dim=0, dtype="float32"),
+         torch.log_softmax(xi2, 0, dtype=torch.float32))
+
+
 def test_integer_results_are_refused_naming_the_dtype(tc):
     xi = torch.arange(6)
     with pytest.raises(errors.OpdError, match="int64"):
         O.add(xi, xi)
     with pytest.raises(errors.OpdError, match="int64"):
         O.add(xi, 2)
+    with pytest.raises(errors.OpdError, match="int64"):
+        O.relu(xi)
 
 
 def test_where_scalars_and_promotion(tc):
