@@ -13,8 +13,8 @@ int to a list), and nothing else. A sample whose torch call is outside what the 
 (dropout, batch_norm in training, max_pool2d's indices: random or other
 ops) raises OutOfScope and is counted apart, never run; an argument the
 opd op has no attribute for is passed on when the op's schema has it
-(conv2d's groups once it does) and otherwise raises NoAttr, counted as
-unsupported with that reason. Everything else is left to opd to refuse.
+(conv2d's groups, and a padding string as padding_mode, once it does) and
+otherwise raises NoAttr, counted as unsupported with that reason. Everything else is left to opd to refuse.
 """
 import torch
 
@@ -115,12 +115,11 @@ def conv2d(s):
         if name == "groups":
             if v != 1:
                 kw.update(_need("conv2d", "groups", int(v)))
-        elif isinstance(v, str):
-            a = _attrs("conv2d").get(name)
-            if a is None or a["type"] != "str":
-                raise NoAttr("conv2d: padding=%r (a padding string; the op's "
-                             "padding is ints)" % v)
-            kw[name] = v
+        elif isinstance(v, str):        # torch's 'same' / 'valid'
+            if "padding_mode" not in _attrs("conv2d"):
+                raise NoAttr("conv2d: padding=%r (a padding string; the op has "
+                             "no padding_mode)" % v)
+            kw["padding_mode"] = v
         else:
             kw[name] = _ints(v)
     return lambda: O.conv2d(s.input, w, b, **kw)
