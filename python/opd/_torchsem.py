@@ -21,28 +21,31 @@ Three mechanisms, all applied before the daemon sees a call:
         the opd signature does not match (a positional dim, a torch.dtype,
         `dim=`) resolves to it.
   adjust(name, ins, attrs)  on the CPU path (_torchops.OpRunner.call) and
-        in the fake implementation (torch.py), the inputs and attributes
-        torch takes that the daemon does not, made into ones it takes:
-        binary ops (add, sub, mul, div, where's x and y) convert their
-        operands to torch.result_type when their dtypes differ (a copy of
-        each converted operand, counted nowhere else: docs/python.md);
-        div of two integer or bool operands, sigmoid and tanh of one, to
-        torch's default float dtype, as torch computes them, and
-        softmax/log_softmax of an integer x with dtype= to that dtype;
-        an empty dim list of sum/mean/amax is every dim (torch's dim=()),
-        permute/expand of a 0-d tensor (an empty int list, which opd's
-        attributes cannot hold) is a copy and reshape to () one to (1,)
-        viewed as (), sub refuses bool operands as torch does, and linear with a 1-D
-        weight (K) runs with weight (1, K) and drops the last dim, cat
-        skips a 1-D empty input beside inputs of other ranks (torch's
-        legacy rule), sdpa's q, k, v of different ranks broadcast their
-        batch dims (stride-0 views, made contiguous as any view is). It
-        returns None when nothing changes (the common case costs one dict
+        in the fake implementation (torch.py): the inputs and attributes
+        torch takes that the daemon does not, made into ones it takes
+        (RULES, one function per op):
+        - add, sub, mul, div (and where's x and y) convert operands of
+          different dtypes to torch.result_type (a copy of each converted
+          operand, counted nowhere else: docs/python.md); div of two
+          integer or bool operands, sigmoid and tanh of one, go to torch's
+          default float dtype, softmax/log_softmax of an integer x with
+          dtype= to that dtype, as torch computes them; sub refuses bool
+          operands, as torch does;
+        - an empty dim list of sum/mean/amax is every dim (torch's
+          dim=()); permute/expand of a 0-d tensor (an empty int list,
+          which opd's attributes cannot hold) is a copy, and reshape to ()
+          one to (1,) viewed as ();
+        - linear with a 1-D weight (K) runs with weight (1, K) and drops
+          the last dim; cat skips a 1-D empty input beside inputs of other
+          ranks (torch's legacy rule); sdpa's q, k, v of different ranks
+          broadcast their batch dims (stride-0 views, made contiguous as
+          any view is).
+        It returns None when nothing changes (the common case: one dict
         look-up), else (op, ins, attrs, drop): the call runs op instead,
-        and with drop its output's last dim (of extent 1) is dropped (a
-        view; a given out= tensor gets that dim added, a view too). libopd's C kernel
-        on CUDA tensors takes the daemon's forms only: there mixed dtypes
-        are refused by the daemon, naming the dtypes.
+        and with drop its output's last dim (extent 1) is dropped (a view;
+        a given out= tensor gets that dim added, a view too). libopd's C
+        kernel on CUDA tensors takes the daemon's forms only: there mixed
+        dtypes are refused by the daemon, naming them.
 """
 import torch
 
@@ -150,22 +153,21 @@ def _to_float(name, ins, attrs):
 def _softmax(name, ins, attrs):
     # an integer x with dtype= (torch's only way to softmax one): x in it
     dt = attrs.get("dtype")
-    if len(ins) != 1 or ins[0].is_floating_point() or not dt:
+    if not dt or len(ins) != 1 or ins[0].is_floating_point():
         return None
     return name, [ins[0].to(getattr(torch, dt))], attrs, False
 
 
 def _binary(name, ins, attrs):
+    if len(ins) != 2 or (ins[0].dtype == ins[1].dtype and ins[0].is_floating_point()):
+        return None                     # the common case: nothing to do
     if name == "sub" and any(t.dtype == torch.bool for t in ins):
         raise errors.error(protocol.EDTYPE, "sub: a bool operand, which "
                            "torch's subtraction refuses")
-    if name == "div" and len(ins) == 2 and not (ins[0].is_floating_point() or
-                                                ins[1].is_floating_point()):
+    if name == "div" and not (ins[0].is_floating_point() or ins[1].is_floating_point()):
         return name, _floating(ins), attrs, False
-    if len(ins) == 2:
-        ins = _promote(ins, 0, 1)
-        return None if ins is None else (name, ins, attrs, False)
-    return None
+    ins = _promote(ins, 0, 1)
+    return None if ins is None else (name, ins, attrs, False)
 
 
 def _where(name, ins, attrs):
