@@ -15,11 +15,8 @@ Three mechanisms, all applied before the daemon sees a call:
         CPU, CUDA (libopd's C kernel), fake tensors and torch.compile
         all see the one op. A complex number is refused naming the
         scalar (opd has no complex dtype).
-  torch overloads  opd::<op>.dim with torch's own signature where the
-        attributes differ (softmax(x, dim, dtype=torch.float32),
-        sum(x, dim, keepdim)), CompositeImplicitAutograd as above: a call
-        the opd signature does not match (a positional dim, a torch.dtype,
-        `dim=`) resolves to it.
+  torch overloads  each op's overload with torch's own signature where
+        the op's differs (_torchsig.py), CompositeImplicitAutograd too.
   adjust(name, ins, attrs)  on the CPU path (_torchops.OpRunner.call) and
         in the fake implementation (torch.py): the inputs and attributes
         torch takes that the daemon does not, made into ones it takes
@@ -100,30 +97,6 @@ def scalar_overloads(define, name, schema_str):
         define("ScalarSelf", _swap_type(schema_str, "x", "Scalar"), scalar_x)
         define("Scalar", _swap_type(_swap_type(schema_str, "x", "Scalar"), "y",
                                     "Scalar"), scalars)
-
-
-def _dims(op, x, dim, keepdim):
-    kw = {"keepdim": bool(keepdim)}
-    if dim is not None and len(dim):
-        kw["dims"] = list(dim)
-    return op.default(x, **kw)
-
-
-def torch_overloads(define, name, schema_str):
-    """Defines the overloads of opd::<name> with torch's own signature
-    where the op's attributes are named or typed otherwise: softmax and
-    log_softmax as torch.softmax(x, dim, dtype) (dim positional, dtype a
-    torch.dtype), sum, mean, amax as torch.sum(x, dim, keepdim) (an int or
-    a list; None or () every dim)."""
-    op = getattr(torch.ops.opd, name)
-    if name in ("softmax", "log_softmax"):
-        def softmax(x, dim, dtype=None):
-            return op.default(x, dim=dim, dtype="" if dtype is None else
-                              str(dtype).replace("torch.", ""))
-        define("dim", "(Tensor x, int dim, ScalarType? dtype=None) -> Tensor", softmax)
-    elif name in ("sum", "mean", "amax"):
-        define("dim", "(Tensor x, int[1]? dim, bool keepdim=False) -> Tensor",
-               lambda x, dim, keepdim=False: _dims(op, x, dim, keepdim))
 
 
 def _promote(ins, i, j):

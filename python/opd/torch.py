@@ -83,7 +83,7 @@ if _version(_torch.__version__) < NEEDED or not hasattr(_torch.library, "registe
     raise ImportError("opd.torch needs torch >= %d.%d (torch.library.register_fake); "
                       "this is torch %s" % (NEEDED + (_torch.__version__,)))
 
-from . import _lib, _torchops, _torchsem, errors, protocol  # noqa: E402
+from . import _lib, _torchops, _torchsem, _torchsig, errors, protocol  # noqa: E402
 from .client import connect  # noqa: E402
 from .tensor import Tensor, dtype_name  # noqa: E402
 
@@ -319,7 +319,7 @@ def _make(name, schema):
     made[name] = _define(name, real, fake, torch_schema(schema))
     _c_kernel(name, schema, FUNCTIONAL)
     _torchsem.scalar_overloads(_overload(name), name, torch_schema(schema))
-    _torchsem.torch_overloads(_overload(name), name, torch_schema(schema))
+    _torchsig.torch_overloads(_overload(name), name)
 
     if onames and name + "_out" not in _daemon_names:
         def real_out(*args, **kwargs):

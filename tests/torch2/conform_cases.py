@@ -5,11 +5,11 @@ inputs it is run on and how one sample becomes a torch.ops.opd call.
 DESIGN
 An entry of OPS is (opd op, OpInfo name, OpInfo variant, adapter, dtypes
 extra to float32). The adapter takes one OpInfo SampleInput and returns
-a function of no arguments making the torch.ops.opd call: torch's
-signature where the op has it (softmax(x, dim, dtype=), sum(x, dim,
-keepdim): opd._torchsem's overloads), else torch's argument names and
-forms translated to the opd op's (normalized_shape to `ndims`, a stride
-int to a list), and nothing else. A sample whose torch call is outside what the opd op is
+a function of no arguments making the torch.ops.opd call: the sample's
+own arguments where the op has torch's signature (as_torch: its own or
+opd._torchsig's .torch overload), else torch's argument names and forms
+translated to the opd op's (a stride int to a list, transpose's two dims
+to permute's), and nothing else. A sample whose torch call is outside what the opd op is
 (dropout, batch_norm in training, max_pool2d's indices: random or other
 ops) raises OutOfScope and is counted apart, never run; an argument the
 opd op has no attribute for is passed on when the op's schema has it
@@ -55,28 +55,10 @@ def _kw(s, i, name, default=None):
     return s.kwargs.get(name, default)
 
 
-def softmax(op):
-    # torch's signature (opd::softmax.dim): dim positional, dtype a torch.dtype
-    def adapt(s):
-        dim = _kw(s, 0, "dim")
-        return lambda: getattr(O, op)(s.input, int(dim), dtype=s.kwargs.get("dtype"))
-    return adapt
-
-
-def layer_norm(s):
-    shape = _ints(_kw(s, 0, "normalized_shape"))
-    w, b = _kw(s, 1, "weight"), _kw(s, 2, "bias")
-    eps = _kw(s, 3, "eps", 1e-5)
-    return lambda: O.layernorm(s.input, w, b, eps=eps, ndims=len(shape))
-
-
-def rms_norm(s):
-    shape = _ints(_kw(s, 0, "normalized_shape"))
-    w, eps = _kw(s, 1, "weight"), _kw(s, 2, "eps")
-    kw = {"ndims": len(shape)}
-    if eps is not None:
-        kw["eps"] = eps
-    return lambda: O.rmsnorm(s.input, w, **kw)
+def as_torch(op):
+    """The sample's own call, torch's signature (opd._torchsig's .torch
+    overloads): f(input, *args, **kwargs)."""
+    return lambda s: (lambda: getattr(O, op)(s.input, *s.args, **s.kwargs))
 
 
 def gelu(s):
@@ -140,60 +122,31 @@ def where(s):
     return lambda: O.where(cond, s.input, other)
 
 
-def reduce(op):
-    # torch's signature (opd::sum.dim): dim an int, a sequence, () or None
-    def adapt(s):
-        dim = _kw(s, 0, "dim")
-        dim = None if dim is None else _ints(dim)
-        keep = bool(_kw(s, 1, "keepdim", False))
-        if s.kwargs.get("dtype") is not None:
-            raise NoAttr("%s: no attribute dtype" % op)
-        return lambda: getattr(O, op)(s.input, dim, keep)
-    return adapt
-
-
 def max_pool2d(s):
     if s.kwargs.get("return_indices"):
         raise OutOfScope("max_pool2d return_indices (max_pool2d_with_indices)")
-    k = s.kwargs.get("kernel_size", s.args[0] if s.args else None)
-    kw = {"kernel": _ints(k)}
-    stride = s.kwargs.get("stride")
-    if stride is not None and stride != [] and stride != ():
-        kw["stride"] = _ints(stride)
-    kw["padding"] = _ints(s.kwargs.get("padding", 0))
-    kw["dilation"] = _ints(s.kwargs.get("dilation", 1))
-    kw["ceil_mode"] = bool(s.kwargs.get("ceil_mode", False))
-    return lambda: O.max_pool2d(s.input, **kw)
+    return as_torch("max_pool2d")(s)
 
 
 def adaptive_avg_pool2d(s):
+    # torch's None in output_size keeps the input's extent; the .torch
+    # overload takes ints
     size = _kw(s, 0, "output_size")
     size = list(size) if isinstance(size, (tuple, list)) else [size, size]
     size = [s.input.shape[-2 + i] if v is None else int(v) for i, v in enumerate(size)]
-    return lambda: O.adaptive_avg_pool2d(s.input, size=size)
+    return lambda: O.adaptive_avg_pool2d(s.input, size)
 
 
 def batch_norm(s):
-    mean, var = _kw(s, 0, "running_mean"), _kw(s, 1, "running_var")
     if _kw(s, 4, "training", False):
         raise OutOfScope("batch_norm training=True (the op is inference)")
-    w, b = _kw(s, 2, "weight"), _kw(s, 3, "bias")
-    eps = _kw(s, 6, "eps", 1e-5)
-    return lambda: O.batch_norm(s.input, mean, var, w, b, eps=eps)
+    return as_torch("batch_norm")(s)
 
 
 def sdpa(s):
-    k, v = s.args[0], s.args[1]
     if _kw(s, 3, "dropout_p", 0.0):
         raise OutOfScope("scaled_dot_product_attention dropout_p > 0 (random)")
-    mask = _kw(s, 2, "attn_mask")
-    kw = {"causal": bool(_kw(s, 4, "is_causal", False))}
-    scale = _kw(s, 5, "scale")
-    if scale is not None:
-        kw["scale"] = float(scale)
-    if s.kwargs.get("enable_gqa") and k.shape[-3] != s.input.shape[-3]:
-        kw.update(_need("sdpa", "enable_gqa", True))
-    return lambda: O.sdpa(s.input, k, v, mask, **kw)
+    return as_torch("sdpa")(s)
 
 
 def permute(s):
@@ -274,12 +227,12 @@ ANY = (torch.int64, torch.bool)    # the extra dtypes of ops taking any dtype
 
 # (opd op, OpInfo name, OpInfo variant_test_name, adapter, extra dtypes)
 OPS = [
-    ("softmax", "softmax", "", softmax("softmax"), ()),
-    ("softmax", "softmax", "with_dtype", softmax("softmax"), ()),
-    ("log_softmax", "log_softmax", "", softmax("log_softmax"), ()),
-    ("log_softmax", "log_softmax", "with_dtype", softmax("log_softmax"), ()),
-    ("layernorm", "nn.functional.layer_norm", "", layer_norm, ()),
-    ("rmsnorm", "nn.functional.rms_norm", "", rms_norm, ()),
+    ("softmax", "softmax", "", as_torch("softmax"), ()),
+    ("softmax", "softmax", "with_dtype", as_torch("softmax"), ()),
+    ("log_softmax", "log_softmax", "", as_torch("log_softmax"), ()),
+    ("log_softmax", "log_softmax", "with_dtype", as_torch("log_softmax"), ()),
+    ("layernorm", "nn.functional.layer_norm", "", as_torch("layernorm"), ()),
+    ("rmsnorm", "nn.functional.rms_norm", "", as_torch("rmsnorm"), ()),
     ("gelu", "nn.functional.gelu", "", gelu, ()),
     ("relu", "nn.functional.relu", "", unary("relu"), ()),
     ("silu", "nn.functional.silu", "", unary("silu"), ()),
@@ -294,9 +247,9 @@ OPS = [
     ("conv2d", "nn.functional.conv2d", "", conv2d, ()),
     ("embedding", "nn.functional.embedding", "", embedding, ()),
     ("where", "where", "", where, ANY),
-    ("sum", "sum", "", reduce("sum"), ANY),
-    ("mean", "mean", "", reduce("mean"), ()),
-    ("amax", "amax", "", reduce("amax"), ()),
+    ("sum", "sum", "", as_torch("sum"), ANY),
+    ("mean", "mean", "", as_torch("mean"), ()),
+    ("amax", "amax", "", as_torch("amax"), ()),
     ("max_pool2d", "nn.functional.max_pool2d", "", max_pool2d, ()),
     ("adaptive_avg_pool2d", "nn.functional.adaptive_avg_pool2d", "",
      adaptive_avg_pool2d, ()),

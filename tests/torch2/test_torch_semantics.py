@@ -144,3 +144,29 @@ def test_torch_signatures_of_softmax_and_reductions(tc):
     same(O.sum(x, dims=[1]), torch.sum(x, 1))             # opd's own form still
     with pytest.raises(errors.OpdError, match="dtype"):    # what the daemon lacks
         O.softmax(x, 1, dtype=torch.int32)
+
+
+def test_torch_signatures_of_norms_pools_and_attention(tc):
+    x = torch.randn(2, 3, 5, 6)
+    w, b = torch.randn(5, 6), torch.randn(5, 6)
+    same(O.layernorm(x, (5, 6), w, b, 1e-3), F.layer_norm(x, (5, 6), w, b, 1e-3))
+    same(O.layernorm(x, [6]), F.layer_norm(x, [6]))
+    same(O.rmsnorm(x, (6,), w[0], eps=1e-4), F.rms_norm(x, (6,), w[0], eps=1e-4))
+    same(O.max_pool2d(x, 3, 2, 1), F.max_pool2d(x, 3, 2, 1))
+    same(O.max_pool2d(x, kernel_size=2, stride=None, ceil_mode=True),
+         F.max_pool2d(x, kernel_size=2, stride=None, ceil_mode=True))
+    same(O.adaptive_avg_pool2d(x, (2, 3)), F.adaptive_avg_pool2d(x, (2, 3)))
+    same(O.adaptive_avg_pool2d(x, 1), F.adaptive_avg_pool2d(x, 1))
+    m, v = torch.randn(3), torch.rand(3) + 0.5
+    same(O.batch_norm(x, m, v, None, None, False, 0.1, 1e-3),
+         F.batch_norm(x, m, v, None, None, False, 0.1, 1e-3))
+    q, k, vv = torch.randn(2, 4, 3, 8), torch.randn(2, 4, 6, 8), torch.randn(2, 4, 6, 8)
+    mask = torch.rand(3, 6) > 0.3
+    same(O.sdpa(q, k, vv, attn_mask=mask), F.scaled_dot_product_attention(q, k, vv, attn_mask=mask))
+    same(O.sdpa(q, k, vv, is_causal=True, scale=0.5),
+         F.scaled_dot_product_attention(q, k, vv, is_causal=True, scale=0.5))
+    for f, what in ((lambda: O.batch_norm(x, m, v, training=True), "training=True"),
+                    (lambda: O.sdpa(q, k, vv, dropout_p=0.1), "dropout_p"),
+                    (lambda: O.max_pool2d(x, 2, return_indices=True), "return_indices")):
+        with pytest.raises(errors.OpdError, match=what + ".* not supported"):
+            f()
