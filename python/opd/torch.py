@@ -30,6 +30,10 @@ bool, str, int[]), the outputs as the returned Tensor(s). Two more forms:
               with one output: `Tensor(a!) x` first; writes the output over
               the first input (its dtype and shape must be the output's)
               and returns None
+torch's semantics where the daemon's are narrower (_torchsem.py: scalar
+operands as overloads <name>.Scalar / .np_scalar, type promotion and
+torch's argument forms on the CPU path and in the fake implementation)
+and torch's signatures (_torchsig.py: overloads <name>.torch).
 Each form has two real implementations, one per device, so that a call
 runs the op in the daemon one way only:
   CUDA  libopd's C kernel for torch's CUDA dispatch key (client/torch/,
