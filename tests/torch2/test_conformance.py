@@ -28,7 +28,9 @@ spaced: max_pool2d's OpInfo has 1440, every other entry fewer) keep the
 run to seconds on two cores; the out-of-scope count is of all samples.
 The test prints the table (per op: pass / unsupported / fail / out of
 scope, then each distinct refusal with its count) and asserts no failure
-and at most UNSUPPORTED_MAX unsupported cases; with OPD_CONFORM_OUT=path
+and at most UNSUPPORTED_MAX unsupported cases (more by MISSING_FEATURE's
+allowance where the daemon lacks conv2d's groups or float64, which other
+trees of this day add); with OPD_CONFORM_OUT=path
 it also writes the table there (bench/results/*-conformance.txt).
 """
 import collections
@@ -54,8 +56,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import conform_cases as cases  # noqa: E402
 
 MAX_SAMPLES = 120
-UNSUPPORTED_MAX = 84    # this tree: conv2d (50) and float64 (32) refusals go with
-                        # their branches, then 10 (bench/results/2026-12-07-vm-conformance.txt)
+UNSUPPORTED_MAX = 10    # the issue's target, with the daemon's conv2d groups and
+# float64 (2 measured: bench/results/2026-12-07-vm-conformance.txt); a daemon
+# without one of them may refuse that many more cases of it
+MISSING_FEATURE = {"conv2d groups, padding strings, unbatched input": 50,
+                   "float64 (softmax dtype=, promoted 0-d operands)": 32}
 TOL = {torch.float32: (1e-5, 1e-4), torch.float64: (1e-7, 1e-7),
        torch.float16: (1e-3, 1e-3), torch.bfloat16: (1.6e-2, 1e-2)}
 # (opd op, OpInfo name, dtype, sample index) -> reason: known kernel bugs
@@ -224,9 +229,30 @@ def format_table(table, reasons, fails, xfails, n, secs):
     return "\n".join(lines), total
 
 
+def unsupported_bound():
+    """UNSUPPORTED_MAX, plus MISSING_FEATURE's allowance for each feature
+    this daemon lacks (conv2d's groups attribute; float64 among softmax's
+    dtype= choices): ([missing features], bound)."""
+    schemas = tc_schemas()
+    missing = []
+    if "groups" not in {a["name"] for a in schemas["conv2d"]["attrs"]}:
+        missing.append("conv2d groups, padding strings, unbatched input")
+    dtype = [a for a in schemas["softmax"]["attrs"] if a["name"] == "dtype"][0]
+    if "float64" not in (dtype.get("choices") or ""):
+        missing.append("float64 (softmax dtype=, promoted 0-d operands)")
+    return missing, UNSUPPORTED_MAX + sum(MISSING_FEATURE[m] for m in missing)
+
+
+def tc_schemas():
+    return {n: sch for n, (_, sch) in ot._ops.items()}
+
+
 def test_opinfo_conformance(tc):
     table, reasons, fails, xfails, n, secs = run_suite()
     text, total = format_table(table, reasons, fails, xfails, n, secs)
+    missing, bound = unsupported_bound()
+    text += ("\n\nunsupported bound %d (%d, and for what this daemon lacks: %s)"
+             % (bound, UNSUPPORTED_MAX, ", ".join(missing) or "nothing"))
     print("\n" + text)
     out = os.environ.get("OPD_CONFORM_OUT")
     if out:
@@ -235,4 +261,4 @@ def test_opinfo_conformance(tc):
     assert n > 300, "too few cases: %d" % n
     assert total["pass"] > 0
     assert not fails, "%d failures:\n%s" % (len(fails), "\n".join(fails))
-    assert total["unsupported"] <= UNSUPPORTED_MAX, text
+    assert total["unsupported"] <= bound, text
