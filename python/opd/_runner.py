@@ -216,7 +216,7 @@ class Runner:
         on_dev = False                        # a tensor in device memory
         maps = ti.maps
         scalar_dt = None                      # a Python number's dtype
-        numbers = _is_number if any(_is_array(x) for x in ins) else _is_python
+        numbers = _is_number if any(_is_float_array(x) for x in ins) else _is_python
         for i, x in enumerate(ins):
             if numbers(x):                    # torch's rule: a number takes
                 if scalar_dt is None:         # the tensors' float dtype
@@ -467,15 +467,30 @@ def _is_python(x):
     return type(x) in (int, float, bool, complex)
 
 
-def _is_array(x):
-    return x is not None and hasattr(x, "shape") and len(x.shape) > 0
+_FLOATS = ("float16", "bfloat16", "float32", "float64")
+
+
+def _float_name(x):
+    """x's dtype name when x is a tensor or array of a float dtype, else
+    None."""
+    dt = getattr(x, "dtype", None)
+    try:
+        name = dtype_name(dt) if dt is not None else None
+    except Exception:
+        return None
+    return name if name in _FLOATS else None
+
+
+def _is_float_array(x):
+    return (x is not None and hasattr(x, "shape") and len(x.shape) > 0 and
+            _float_name(x) is not None)
 
 
 def _is_number(x):
     """True for a Python number (bool, int, float, complex) or a numpy
     scalar (np.float64(2), np.bool_(True)): a scalar operand (a numpy
-    scalar counts as one beside a tensor of rank >= 1, else it is the
-    0-d array of its dtype)."""
+    scalar counts as one beside a float tensor of rank >= 1, else it is
+    the 0-d array of its own dtype)."""
     t = type(x)
     return _is_python(x) or (t.__module__ == "numpy" and t.__name__ != "ndarray"
                              and hasattr(x, "dtype"))
@@ -500,12 +515,8 @@ def _scalar_dtype(ins):
     for x in ins:
         if x is None or _is_number(x):
             continue
-        dt = getattr(x, "dtype", None)
-        try:
-            name = dtype_name(dt) if dt is not None else None
-        except Exception:
-            name = None
-        if name in ("float16", "bfloat16", "float32", "float64"):
+        name = _float_name(x)
+        if name is not None:
             return "float32" if name == "bfloat16" else name
         return "float32"
     return "float32"

@@ -47,8 +47,12 @@ def test_numpy_and_bool_scalars_are_operands(c):
         assert y.dtype == np.float32, (s, y.dtype)
         np.testing.assert_allclose(y, want + float(s))
         np.testing.assert_allclose(c.mul(s, x).numpy(), want * float(s))
-    # a numpy scalar alone keeps its own dtype (a 0-d array)
+    # a numpy scalar alone, or beside integer tensors, keeps its own dtype
+    # (a 0-d array)
     assert c.sum(np.int64(3)).numpy().dtype == np.int64
+    xi = c.from_numpy(np.arange(4, dtype=np.int64))
+    cond = np.array([True, False, True, False])
+    assert c.where(cond, xi, np.int64(-1)).numpy().tolist() == [0, -1, 2, -1]
 
 
 def test_a_scalar_opd_cannot_hold_is_refused_naming_it(c):
