@@ -1,7 +1,7 @@
 """The OpInfo conformance suite: torch's own sample inputs (OpInfo, from
 torch.testing._internal.common_methods_invocations.op_db) for every opd
 op with a torch counterpart, run through torch.ops.opd.* on the CPU
-backend (the session's daemon, conftest.py) and compared with torch.
+backend (the daemon the fixtures start: conftest.py) and compared with torch.
 
 Each case is one OpInfo sample (and the same sample made non-contiguous:
 SampleInput.noncontiguous(), torch's strided variant) in one dtype:
@@ -56,7 +56,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import conform_cases as cases  # noqa: E402
 
 MAX_SAMPLES = 120
-UNSUPPORTED_MAX = 10    # the issue's target, with the daemon's conv2d groups and
+UNSUPPORTED_MAX = 10    # the target, with the daemon's conv2d groups and
 # float64 (2 measured: bench/results/2026-12-07-vm-conformance.txt); a daemon
 # without one of them may refuse that many more cases of it
 MISSING_FEATURE = {"conv2d groups, padding strings, unbatched input": 50,
