@@ -150,6 +150,14 @@ int opd_arena_fd(opd_client_t *c, uint64_t arena, int *fd);
  * caller keeps its fd and mapping. */
 int opd_arena_register_fd(opd_client_t *c, int fd, uint64_t size,
                           uint64_t *arena);
+/* opd_arena_note: arena (registered by fd or shm) is mapped here at base
+ * for size bytes, so that opd_arena_find knows it until it is released or
+ * noted again with base NULL (before the caller unmaps it).
+ * opd_arena_find: the arena and byte offset of [p, p + nbytes) when it
+ * lies in one mapped here (made or noted); else OPD_ENOENT. */
+int opd_arena_note(opd_client_t *c, uint64_t arena, void *base, uint64_t size);
+int opd_arena_find(opd_client_t *c, const void *p, uint64_t nbytes,
+                   uint64_t *arena, uint64_t *offset);
 
 /* Registers a POSIX shm file (a tmpfs file, as shm_open and torch's
  * share_memory_() make) of exactly `size` bytes as a host arena. It cannot
@@ -539,6 +547,17 @@ int opd_torch_kernel(const char *ns, const char *op, int form,
                      const int32_t *attr_types);
 void opd_torch_bind(opd_client_t *c, void *(*again)(void));
 void opd_torch_unbind(opd_client_t *c);
+/* opd_torch_cpu_kernels: on (1) registers every kernel of ns (now and
+ * later ones) for torch's CPU key too, off (0) drops them (torch >= 2.11).
+ * They serve calls whose tensors lie in arenas the connection knows
+ * (opd_arena_find); any other call goes whole to fb, which takes over the
+ * handles in[] and out[] (NULL: a None), writes a functional form's
+ * outputs' new handles into ret[] and returns 0, or 1 with msg[cap]. */
+typedef int (*opd_torch_fallback_fn)(const char *op, int form, void **in,
+                                     uint32_t n_in, void **out, uint32_t n_out,
+                                     const opd_attr_t *attrs, uint32_t n_attrs,
+                                     void **ret, char *msg, size_t cap);
+int opd_torch_cpu_kernels(const char *ns, int on, opd_torch_fallback_fn fb);
 
 /* Asks which outputs `op` would write for these inputs (only dtype, rank
  * and shape of the inputs are used). Fills out[0..*n_out) (dtype, rank,

@@ -415,6 +415,21 @@ def c_kernels():
     return sorted(_ckernels)
 
 
+def cpu_kernels(on=True):
+    """Turns libopd's C kernel for torch's CPU dispatch key on (or off):
+    torch.ops.opd.* on CPU tensors that all lie in opd's shared memory
+    (empty, zeros, clone, earlier outputs, share_memory_() storages once
+    registered) then run with no Python in the call; any other call still
+    runs the Python kernel (staging, counted), but its errors, like the C
+    kernel's, reach the caller as RuntimeError("opd: ...") rather than
+    OpdError (_torchcpu.py says why). Needs torch >= 2.11 and a libopd
+    built with TORCH=1; raises BackendError naming what is missing."""
+    from . import _torchcpu
+    why = _torchcpu.switch(_c_lib(), NAMESPACE, on, _runners, _bound, _cstate)
+    if why:
+        raise errors.error(protocol.EBACKEND, "opd.torch.cpu_kernels: " + why)
+
+
 def c_kernels_failed():
     """{torch name: why} of the forms whose C kernel torch refused."""
     return dict(_cstate.get("failed", {}))
