@@ -37,13 +37,17 @@ _capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
 _capsule_ptr = ctypes.pythonapi.PyCapsule_GetPointer
 _capsule_ptr.restype = ctypes.c_void_p
 _capsule_ptr.argtypes = [ctypes.py_object, ctypes.c_char_p]
-_steal = torch._C._aoti.alloc_tensor_by_stealing_from_void_ptr
+# the plural form: it deletes the handles it takes (the singular one copies)
+_steal = torch._C._aoti.alloc_tensors_by_stealing_from_void_ptrs
 _handles = torch._C._aoti.unsafe_alloc_void_ptrs_from_tensors
 
 
-def _tensor(h):
-    """The torch tensor of an owned AtenTensorHandle h (taken over)."""
-    return _steal(_capsule_new(h, None, None)) if h else None
+def _tensors(hs, n):
+    """The torch tensors of owned AtenTensorHandles hs[0..n) (taken over;
+    NULL: None)."""
+    got = [hs[i] for i in range(n)]
+    ts = iter(_steal([_capsule_new(h, None, None) for h in got if h]))
+    return [next(ts) if h else None for h in got]
 
 
 def _value(a):
@@ -65,8 +69,8 @@ def make_fallback(runners, bound):
     bound()."""
     def fallback(op, form, ins, n_in, outs, n_out, attrs, n_attrs, ret, msg, cap):
         try:                    # every handle is ours first, whatever happens
-            ts = [_tensor(ins[i]) for i in range(n_in)]
-            given = [_tensor(outs[j]) for j in range(n_out)]
+            ts = _tensors(ins, n_in)
+            given = _tensors(outs, n_out)
             name = op.decode()
             run = runners[name]
             kwargs = {attrs[a].name.decode(): _value(attrs[a]) for a in range(n_attrs)}
