@@ -1,5 +1,6 @@
 /* torch.ops.opd.* on CUDA tensors with no Python in the call: kernels for
- * torch's dispatcher written in C against torch's stable C ABI (shims.c).
+ * torch's dispatcher written in C against torch's stable C ABI (shims.c),
+ * and their registration, for the CUDA key and (cpukern.c) the CPU key.
  *
  * DESIGN
  * opd.torch (python/opd/torch.py) defines every operator of the daemon in
@@ -41,6 +42,22 @@
  * Errors are thrown (opd__torch_throw) once the call released what it
  * holds: torch raises them as RuntimeError("opd: layernorm: input 0 has
  * ...").
+ *
+ * CPU tensors: the same rows serve torch's CPU key once
+ * opd_torch_cpu_kernels turns it on (opd.torch.cpu_kernels()): a second
+ * table of trampolines calls cpukern.c's kernel, registered in a library
+ * of its own (cpu_lib) for every row made so far and every later one,
+ * and dropped whole (aoti_torch_delete_library_object) when turned off,
+ * which gives the CPU calls back to the Python kernel. The decision is per
+ * call, not per plan: a call whose tensors all lie in arenas the
+ * connection knows runs in C (one synchronous opd_run_on, outputs in
+ * hostmem.c's shared memory); any other goes whole to the Python kernel
+ * (staging, shm registration, counted as always). It is off by default
+ * because a C kernel cannot raise a Python exception through torch's C
+ * ABI: with it on, every error of a CPU call (its own and the Python
+ * kernel's behind it) is a RuntimeError, where the Python kernel alone
+ * raises opd's BadArgumentError and the rest. Reading the stack and the
+ * errors' wording are call.c's, shared by both kernels.
  */
 #include <pthread.h>
 #include <stdio.h>

@@ -31,10 +31,11 @@ FALLBACK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_char_p, ctypes.c_int,
                             _P(ctypes.c_void_p), ctypes.c_void_p, ctypes.c_size_t)
 FUNCTIONAL, INPLACE, OUT = 0, 1, 2
 
-_capsule_new = ctypes.pythonapi.PyCapsule_New
+_py = ctypes.PyDLL(None)     # its own function objects: _dlpack.py sets
+_capsule_new = _py.PyCapsule_New  # other argtypes on ctypes.pythonapi's
 _capsule_new.restype = ctypes.py_object
 _capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
-_capsule_ptr = ctypes.pythonapi.PyCapsule_GetPointer
+_capsule_ptr = _py.PyCapsule_GetPointer
 _capsule_ptr.restype = ctypes.c_void_p
 _capsule_ptr.argtypes = [ctypes.py_object, ctypes.c_char_p]
 # the plural form: it deletes the handles it takes (the singular one copies)
