@@ -45,7 +45,9 @@ runs the op in the daemon one way only:
         staging tensor of shared memory unless it already lies in one of
         the client's arenas (as the output of an earlier torch.ops.opd
         call does); the outputs are zero-copy torch views of the arena
-        memory the daemon wrote.
+        memory the daemon wrote. cpu_kernels() adds libopd's C kernel for
+        the CPU key (_torchcpu.py): calls already in shared memory then
+        run with no Python, the others still here.
 CPU tensors that reach the daemon with no copy: those opd.torch.empty,
 zeros, empty_like and clone make (views of the bound client's shared
 memory), the outputs of earlier calls, and tensors torch put in shared

@@ -2,7 +2,7 @@
  * (aoti_torch_*, torch_*, and libstdc++'s throw, which here jumps back to
  * the test) over a toy tensor, registers the kernels and calls them as
  * torch's boxed dispatcher would, against a real daemon.
- *   fake_torch SOCKET      (exit 0 when every check passed)
+ *   fake_torch SOCKET [cpu]  (exit 0 when every check passed; cpu: the CPU key's too)
  * Run by tests/python/test_torch_c_kernels.py (CI: no GPU and a torch
  * without these shims). What it checks: the stack is read as torch lays it
  * out (Tensor, Tensor? boxed or null, int, float, bool, str and int[]
@@ -548,6 +548,8 @@ int main(int argc, char **argv) {
    * output a block of shared memory torch gets by torch_from_blob (given
    * back when it dies); any other call goes to the fallback, handles and
    * all */
+  int n = 0;
+  if (argc < 3 || strcmp(argv[2], "cpu") != 0) goto bound;
   uint64_t aid = 0;
   float *base = NULL, *blob[2] = {NULL, NULL};
   int64_t sz[2] = {8, 300};
@@ -586,8 +588,7 @@ int main(int argc, char **argv) {
         "CPU kernels off: their library deleted, every handle released (%d "
         "alive)", live);
 
-  /* the kernel table's bound */
-  int n = 0;
+bound: /* the kernel table's bound */
   while ((rc = opd_torch_kernel("opd", "relu", 0, 1, 1, 1, 0, NULL, NULL)) == 0)
     n++;
   CHECK(rc == OPD_ELIMIT && strstr(opd_last_error(), "more than"),
