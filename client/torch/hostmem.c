@@ -11,9 +11,10 @@
  * registered with the connection a call runs on (opd_arena_register_fd,
  * then opd_arena_note so that opd_arena_find knows it) the first time a
  * block of it goes to that connection; opd__torch_host_forget drops those
- * registrations when the connection closes. Arenas stay mapped once made
- * (the peak of live outputs stays mapped, as the Python allocator keeps a
- * spare), at most MAX_ARENAS of them. After fork() a child allocates only
+ * registrations when the connection closes. When more than one arena is
+ * empty, all but the largest are released and unmapped at the next
+ * allocation (one spare stays, as the Python allocator keeps one); at most
+ * MAX_ARENAS of them. After fork() a child allocates only
  * from arenas it made itself (the parent's blocks are the parent's to
  * reuse; frees of them in the child are dropped), as memory.py does.
  * One mutex guards every arena; torch's deleter may run on any thread.
@@ -43,6 +44,7 @@ typedef struct harena {
   uint64_t size;     /* bytes */
   int fd;            /* the memfd, kept to register it with a new connection */
   unsigned born;     /* the fork generation that made it */
+  uint64_t used;     /* bytes in live blocks */
   span_t *free;      /* free spans, sorted by offset */
   uint32_t n_free, cap_free;
   opd_client_t *c;   /* the connection it is registered with, or NULL */
@@ -74,8 +76,9 @@ static int new_arena(uint64_t size, harena_t **out) {
     free(a), free(f), close(fd);
     return rc;
   }
-  *a = (harena_t){p, size, fd, __atomic_load_n(&opd__fork_gen, __ATOMIC_RELAXED),
-                  f, 1, 8, NULL, 0};
+  *a = (harena_t){.base = p, .size = size, .fd = fd, .free = f, .n_free = 1,
+                  .cap_free = 8,
+                  .born = __atomic_load_n(&opd__fork_gen, __ATOMIC_RELAXED)};
   f[0] = (span_t){0, size};
   *out = a;
   return 0;
@@ -84,6 +87,7 @@ static int new_arena(uint64_t size, harena_t **out) {
 /* span i of a, size bytes taken from its front */
 static uint64_t take(harena_t *a, uint32_t i, uint64_t size) {
   uint64_t off = a->free[i].off;
+  a->used += size;
   if (a->free[i].size == size) {
     memmove(&a->free[i], &a->free[i + 1], (a->n_free - i - 1) * sizeof a->free[0]);
     a->n_free--;
@@ -95,6 +99,7 @@ static uint64_t take(harena_t *a, uint32_t i, uint64_t size) {
 
 static void give_back(harena_t *a, uint64_t off, uint64_t size) {
   uint32_t i = 0;
+  a->used -= size;
   while (i < a->n_free && a->free[i].off < off) i++;
   if (i > 0 && a->free[i - 1].off + a->free[i - 1].size == off) { /* join previous */
     a->free[i - 1].size += size;
@@ -119,6 +124,28 @@ static void give_back(harena_t *a, uint64_t off, uint64_t size) {
   a->n_free++;
 }
 
+/* Empty arenas of this generation beyond the largest one: released (on
+ * the connection they are registered with, which forgets where they lay)
+ * and unmapped. Under mu. */
+static void trim(unsigned gen) {
+  int keep = -1;
+  for (int j = 0; j < n_arenas; j++)
+    if (arenas[j]->born == gen && arenas[j]->used == 0 &&
+        (keep < 0 || arenas[j]->size > arenas[keep]->size))
+      keep = j;
+  for (int j = n_arenas - 1; keep >= 0 && j >= 0; j--) {
+    harena_t *a = arenas[j];
+    if (j == keep || a->born != gen || a->used != 0) continue;
+    if (a->c != NULL) opd_arena_release(a->c, a->id);
+    munmap(a->base, a->size);
+    close(a->fd);
+    free(a->free);
+    free(a);
+    arenas[j] = arenas[--n_arenas];
+    if (keep == n_arenas) keep = j; /* the kept one moved into slot j */
+  }
+}
+
 int opd__torch_host_alloc(opd_client_t *c, uint64_t nbytes, void **ptr,
                           uint64_t *arena, uint64_t *offset, void **ctx) {
   uint64_t size = ((nbytes ? nbytes : 1) + ALIGN - 1) & ~(uint64_t)(ALIGN - 1);
@@ -129,6 +156,7 @@ int opd__torch_host_alloc(opd_client_t *c, uint64_t nbytes, void **ptr,
   harena_t *a = NULL;
   uint64_t off = 0;
   pthread_mutex_lock(&mu);
+  trim(gen);
   for (int j = 0; j < n_arenas && a == NULL; j++) {
     if (arenas[j]->born != gen) continue;
     for (uint32_t i = 0; i < arenas[j]->n_free; i++)

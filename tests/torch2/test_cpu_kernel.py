@@ -175,6 +175,17 @@ def test_outputs_come_back_to_the_allocator(ck):
     big = [torch.ops.opd.relu(ot.clone(torch.randn(1024, 1024))) for _ in range(20)]
     for t in big:                              # several arenas, all right
         assert (t >= 0).all()
+    assert _output_arenas() >= 5               # 16 MiB arenas of 4 MiB blocks
+    del big, t
+    gc.collect()
+    torch.ops.opd.relu(e)                      # empty ones go but one spare
+    assert _output_arenas() <= 2
+
+
+def _output_arenas():
+    """The C kernel's output arenas mapped in this process."""
+    with open("/proc/self/maps") as f:
+        return len({line.split()[4] for line in f if "/memfd:opd-torch" in line})
 
 
 def test_errors_name_the_op(ck):
