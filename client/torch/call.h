@@ -35,6 +35,8 @@ typedef struct top {
   int32_t attr_type[OPD_MAX_ATTRS]; /* OPD_ATTR_* */
   opd_torch_plans_t plans;          /* the outputs per call signature (CUDA) */
   opd_torch_plans_t cpu_plans;      /* the same for CPU tensors */
+  struct opd_torch_last *last;      /* the CPU kernel's last request
+                                       (cpukern.c's, made on first use) */
 } top_t;
 
 /* one call's state, released before returning or throwing */

@@ -18,7 +18,12 @@
  * tensors. The outputs' dtypes and shapes come from the plan cache
  * (plans.c, keyed as on CUDA, CPU signatures in their own cache), the
  * daemon's shape rule asked once per signature; then one opd_run_on
- * ("cpu"), which returns when the daemon ran it.
+ * ("cpu"), which returns when the daemon ran it. A call that repeats the
+ * kernel's last request exactly (the same attributes and tensors at the
+ * same places: a loop on the same inputs whose outputs died, their blocks
+ * handed out again) sends it prepared (opd_prepare once, then
+ * opd_run_prepared: no encoding), as the Python kernel does; once a
+ * connection closed (opd__torch_unbinds) none made before is sent.
  * Any call it cannot serve (a tensor in torch's own memory, which must be
  * staged; a shm storage not registered yet; a zero-size or rank > 8
  * tensor; a dtype opd lacks; an empty Tensor[]) goes whole to the Python
@@ -33,6 +38,7 @@
  * kernel): which is why the Python kernel stays the default.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "client/libopd/internal.h"
@@ -43,8 +49,65 @@
 
 static opd_torch_fallback_fn fallback; /* set by opd__torch_cpu_fallback */
 
+/* A kernel's last request: sent again prepared when a call repeats it */
+struct opd_torch_last {
+  int busy;                 /* one call uses it at a time (others skip it) */
+  opd_client_t *c;          /* the connection it was made for, */
+  unsigned epoch, gen;      /* while no connection closed (opd__torch_
+                               unbinds), in this fork */
+  opd_torch_sig_t s;        /* the attributes, inputs' dtypes and shapes */
+  uint32_t n;               /* tensors in t */
+  opd_tensor_t t[2 * OPD_MAX_TENSORS]; /* every descriptor, places too */
+  opd_prepared_t *p;        /* prepared once it repeated, else NULL */
+};
+
 void opd__torch_cpu_fallback(opd_torch_fallback_fn fn) {
   __atomic_store_n(&fallback, fn, __ATOMIC_RELEASE);
+}
+
+/* The run of o on c with descriptors t[0..n_in + n_out) and signature s:
+ * prepared when it is o's last request again (opd_run_prepared: no
+ * encoding), else encoded (opd_run_on) and kept as the last. */
+static int run(top_t *o, call_t *k, opd_client_t *c, const opd_torch_sig_t *s,
+               const opd_tensor_t *t, uint32_t n_out) {
+  struct opd_torch_last *l = __atomic_load_n(&o->last, __ATOMIC_ACQUIRE);
+  if (l == NULL) {
+    struct opd_torch_last *fresh = calloc(1, sizeof *fresh), *none = NULL;
+    if (fresh != NULL && !__atomic_compare_exchange_n(&o->last, &none, fresh, 0,
+                                                      __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+      free(fresh);
+    l = __atomic_load_n(&o->last, __ATOMIC_ACQUIRE);
+  }
+  uint32_t n = k->n_in + n_out;
+  if (l == NULL || __atomic_exchange_n(&l->busy, 1, __ATOMIC_ACQUIRE))
+    return opd_run_on(c, "cpu", o->op, t, k->n_in, t + k->n_in, n_out, k->attr,
+                      o->n_attrs);
+  unsigned ep = opd__torch_unbinds();
+  unsigned gen = __atomic_load_n(&opd__fork_gen, __ATOMIC_RELAXED);
+  int same = !s->over && l->c == c && l->epoch == ep && l->gen == gen &&
+             l->n == n && l->s.len == s->len && memcmp(l->s.b, s->b, s->len) == 0 &&
+             memcmp(l->t, t, n * sizeof t[0]) == 0;
+  int rc;
+  if (same && l->p != NULL) {
+    rc = opd_run_prepared(c, l->p);
+  } else {
+    if (!same) {
+      opd_prepared_free(l->p);
+      l->p = NULL, l->c = c, l->epoch = ep, l->gen = gen, l->n = n, l->s = *s;
+      memcpy(l->t, t, n * sizeof t[0]);
+    }
+    rc = opd_run_on(c, "cpu", o->op, t, k->n_in, t + k->n_in, n_out, k->attr,
+                    o->n_attrs);
+    if (same && rc == 0) /* a loop on the same tensors: encode it once */
+      opd_prepare(c, "cpu", o->op, t, k->n_in, t + k->n_in, n_out, k->attr,
+                  o->n_attrs, &l->p);
+  }
+  if (rc != 0) { /* its error is this call's; the next one encodes again */
+    opd_prepared_free(l->p);
+    l->p = NULL, l->n = 0;
+  }
+  __atomic_store_n(&l->busy, 0, __ATOMIC_RELEASE);
+  return rc;
 }
 
 /* CPU tensor h described into *t (its strides when not contiguous) and
@@ -190,7 +253,7 @@ void opd__torch_cpu_kernel(top_t *o, siv_t *stack, uint64_t n_args,
     if (o->kind == OPD_TORCH_INPLACE) outs[j] = t[0];
   }
   k.n_out = n_out;
-  if (opd_run_on(c, "cpu", o->op, t, k.n_in, outs, n_out, k.attr, o->n_attrs) != 0) {
+  if (run(o, &k, c, &s, t, n_out) != 0) {
     rc = opd__torch_fail_opd(&k, o);
     goto out;
   }

@@ -146,6 +146,7 @@ _Noreturn void opd__torch_throw(const char *msg) {
 /* ---- the connection -------------------------------------------------------- */
 
 typedef void *(*rebind_fn)(void);
+static unsigned unbinds; /* connections closed so far (opd__torch_unbinds) */
 static opd_client_t *bound;
 static unsigned bound_gen;
 static rebind_fn rebind;
@@ -162,7 +163,12 @@ void opd_torch_unbind(opd_client_t *c) {
   pthread_mutex_lock(&t_mu);
   if (bound == c) bound = NULL;
   pthread_mutex_unlock(&t_mu);
+  __atomic_add_fetch(&unbinds, 1, __ATOMIC_RELEASE); /* its prepared runs */
   opd__torch_host_forget(c); /* its registrations of the CPU kernel's arenas */
+}
+
+unsigned opd__torch_unbinds(void) {
+  return __atomic_load_n(&unbinds, __ATOMIC_ACQUIRE);
 }
 
 opd_client_t *opd__torch_bound(void) {

@@ -87,6 +87,9 @@ int opd__torch_copy(ath_t dst, ath_t src);
 opd_client_t *opd__torch_connection(char *msg, size_t cap);
 /* The bound connection if it is current, else NULL (asks nothing). */
 opd_client_t *opd__torch_bound(void);
+/* How many connections were unbound (closed) so far: what was made for a
+ * connection under an older count may name one that is gone. */
+unsigned opd__torch_unbinds(void);
 
 #pragma GCC visibility pop
 
