@@ -436,7 +436,7 @@ test-asan: check-deps
 	   s=$$(mktemp -u /tmp/opd-asan-ft.XXXXXX.sock); \
 	   $(ASAN_B)/opd --socket $$s >$(ASAN_B)/fake_torch-opd.log 2>&1 & dp=$$!; \
 	   for i in $$(seq 1 100); do [ -S $$s ] && break; sleep 0.1; done; \
-	   $(ASAN_B)/tests/fake_torch $$s >$(ASAN_B)/fake_torch.txt 2>&1 || \
+	   $(ASAN_B)/tests/fake_torch $$s cpu >$(ASAN_B)/fake_torch.txt 2>&1 || \
 	     { status=1; cat $(ASAN_B)/fake_torch.txt; }; \
 	   tail -n 1 $(ASAN_B)/fake_torch.txt; \
 	   kill -TERM $$dp; wait $$dp || { status=1; tail -n 20 $(ASAN_B)/fake_torch-opd.log; }; \

@@ -30,7 +30,10 @@ mismatch, or on a staging copy in a zero-copy case).
     softmax transport=spin shape=1x1024 torch_us=... empty_us=... empty/torch=... staged_copies_zero_copy=0
 
 Usage: OPD_SOCKET=... python bench/bench_torch_zerocopy.py [-n REPS]
-       [--transports spin,adaptive]
+       [--transports spin,adaptive] [--cpu-kernels]
+--cpu-kernels turns on libopd's C kernel for torch's CPU key
+(opd.torch.cpu_kernels): the zero-copy cases then run with no Python in
+the call; the staged case still runs the Python kernel (called back).
 Needs torch >= 2.4 (opd.torch) and numpy.
 """
 import argparse
@@ -120,6 +123,10 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("-n", type=int, default=2000)
     ap.add_argument("--transports", default="spin,adaptive")
+    ap.add_argument("--cpu-kernels", action="store_true",
+                    help="libopd's C kernel for torch's CPU key "
+                    "(opd.torch.cpu_kernels): the calls on shared memory "
+                    "run with no Python")
     a = ap.parse_args()
     print("# bench_torch_zerocopy %s" % " ".join(sys.argv[1:]))
     print("# date %s" % datetime.datetime.now(datetime.timezone.utc)
@@ -136,6 +143,8 @@ def main():
             print("# transport: asked %s, got %s (%s)" % (transport, got,
                                                           c.transport_why))
         ot.register(c)
+        if a.cpu_kernels:
+            ot.cpu_kernels(True)
         if prev is not None:   # one connection at a time: no idle one beside
             prev.close()
         prev = c

@@ -387,6 +387,7 @@ void opd_close(opd_client_t *c) {
                                 answers */
   if (c->fd >= 0) close(c->fd);
   for (size_t i = 0; i < c->n_arenas; i++) {
+    if (c->arenas[i].fd < 0) continue; /* noted: the caller's mapping */
     munmap(c->arenas[i].base, c->arenas[i].size);
     close(c->arenas[i].fd);
   }

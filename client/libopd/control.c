@@ -9,7 +9,10 @@
  * call returns is OPD_EPROTO, never a zero. Arenas made here
  * (opd_arena_create: a sealed memfd from common/memfd.c, mapped here and
  * registered with the daemon) are remembered on the connection (c->arenas,
- * under mu) so that release and close unmap them; fds travel with the
+ * under mu) so that release and close unmap them; arenas the caller
+ * registered and maps itself can be noted there too (opd_arena_note, fd
+ * -1: never unmapped here), so that opd_arena_find turns a pointer into
+ * (arena, offset) for all of them (torch's CPU kernel); fds travel with the
  * requests that carry them (register) or the replies (export).
  */
 #include <errno.h>
@@ -137,12 +140,60 @@ int opd_arena_fd(opd_client_t *c, uint64_t arena, int *fd) {
   rc = OPD_EARENA;
   pthread_mutex_lock(&c->mu);
   for (size_t i = 0; i < c->n_arenas; i++)
-    if (c->arenas[i].id == arena) *fd = c->arenas[i].fd, rc = 0;
+    if (c->arenas[i].id == arena && c->arenas[i].fd >= 0)
+      *fd = c->arenas[i].fd, rc = 0;
   pthread_mutex_unlock(&c->mu);
   if (rc != 0) /* only a failure sets the last error */
     opd__fail(rc, "arena %llu was not created by this connection",
               (unsigned long long)arena);
   return rc;
+}
+
+/* A noted arena is kept with fd -1: not ours to unmap or close. */
+int opd_arena_note(opd_client_t *c, uint64_t arena, void *base, uint64_t size) {
+  if (c == NULL) return opd__fail(OPD_EINVAL, "opd_arena_note: no connection");
+  int rc = 0;
+  pthread_mutex_lock(&c->mu);
+  size_t i = 0;
+  while (i < c->n_arenas && c->arenas[i].id != arena) i++;
+  if (base == NULL || size == 0) { /* forget a noted one */
+    if (i < c->n_arenas && c->arenas[i].fd < 0)
+      c->arenas[i] = c->arenas[--c->n_arenas];
+    pthread_mutex_unlock(&c->mu);
+    return 0;
+  }
+  if (i == c->n_arenas && c->n_arenas == c->cap_arenas) {
+    size_t cap = c->cap_arenas ? c->cap_arenas * 2 : 8;
+    carena_t *na = realloc(c->arenas, cap * sizeof *na);
+    if (na != NULL) c->arenas = na, c->cap_arenas = cap;
+  }
+  if (i < c->n_arenas) {
+    if (c->arenas[i].fd < 0) c->arenas[i].base = base, c->arenas[i].size = size;
+  } else if (c->n_arenas < c->cap_arenas) {
+    c->arenas[c->n_arenas++] = (carena_t){arena, base, size, -1};
+  } else {
+    rc = OPD_ENOMEM;
+  }
+  pthread_mutex_unlock(&c->mu);
+  return rc ? opd__fail(rc, "out of memory") : 0;
+}
+
+int opd_arena_find(opd_client_t *c, const void *p, uint64_t nbytes,
+                   uint64_t *arena, uint64_t *offset) {
+  int rc = OPD_ENOENT;
+  uintptr_t a = (uintptr_t)p;
+  if (c == NULL || p == NULL) return OPD_ENOENT;
+  pthread_mutex_lock(&c->mu);
+  for (size_t i = 0; i < c->n_arenas; i++) {
+    uintptr_t b = (uintptr_t)c->arenas[i].base;
+    if (a >= b && a - b <= c->arenas[i].size &&
+        nbytes <= c->arenas[i].size - (a - b)) {
+      *arena = c->arenas[i].id, *offset = a - b, rc = 0;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&c->mu);
+  return rc; /* a miss is no error: the last error is left as it was */
 }
 
 typedef struct alloc_args {
@@ -343,8 +394,10 @@ int opd_arena_release(opd_client_t *c, uint64_t arena) {
   pthread_mutex_lock(&c->mu);
   for (size_t i = 0; i < c->n_arenas; i++) {
     if (c->arenas[i].id != arena) continue;
-    munmap(c->arenas[i].base, c->arenas[i].size);
-    close(c->arenas[i].fd);
+    if (c->arenas[i].fd >= 0) { /* made here; a noted one is the caller's */
+      munmap(c->arenas[i].base, c->arenas[i].size);
+      close(c->arenas[i].fd);
+    }
     c->arenas[i] = c->arenas[--c->n_arenas];
     break;
   }

@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "client/libopd/internal.h"
+#include "client/torch/hostmem.h"
 #include "client/torch/shims.h"
 
 opd_torch_shims_t opd__torch;
@@ -116,7 +117,12 @@ static int look_up(void) {
   LOOK(rt_dtor, "_ZNSt13runtime_errorD1Ev");
   /* optional: without it a strided tensor goes as a contiguous copy */
   *(void **)&T.strides = find("aoti_torch_get_strides");
+  /* optional: without them no CPU kernel (cpukern.c) */
+  *(void **)&T.from_blob = find("torch_from_blob");
+  *(void **)&T.type_cpu = find("aoti_torch_device_type_cpu");
+  *(void **)&T.lib_del = find("aoti_torch_delete_library_object");
   T.cuda = T.type_cuda();
+  T.cpu = T.type_cpu != NULL ? T.type_cpu() : -1;
   for (int d = 1; d < 10; d++) T.tdt[d] = T.dt[d]();
   return 0;
 }
@@ -140,6 +146,7 @@ _Noreturn void opd__torch_throw(const char *msg) {
 /* ---- the connection -------------------------------------------------------- */
 
 typedef void *(*rebind_fn)(void);
+static unsigned unbinds; /* connections closed so far (opd__torch_unbinds) */
 static opd_client_t *bound;
 static unsigned bound_gen;
 static rebind_fn rebind;
@@ -156,6 +163,12 @@ void opd_torch_unbind(opd_client_t *c) {
   pthread_mutex_lock(&t_mu);
   if (bound == c) bound = NULL;
   pthread_mutex_unlock(&t_mu);
+  __atomic_add_fetch(&unbinds, 1, __ATOMIC_RELEASE); /* its prepared runs */
+  opd__torch_host_forget(c); /* its registrations of the CPU kernel's arenas */
+}
+
+unsigned opd__torch_unbinds(void) {
+  return __atomic_load_n(&unbinds, __ATOMIC_ACQUIRE);
 }
 
 opd_client_t *opd__torch_bound(void) {

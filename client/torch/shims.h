@@ -59,7 +59,14 @@ typedef struct opd_torch_shims {
   void *rt_typeinfo;                               /* std::runtime_error */
   void (*rt_ctor)(void *, const char *);
   void (*rt_dtor)(void *);
+  /* optional, for the CPU kernels (NULL: this torch lacks them; torch >= 2.11) */
+  aerr_t (*from_blob)(void *, int64_t, const int64_t *, const int64_t *, int64_t,
+                      int32_t, int32_t, int32_t, ath_t *, int32_t,
+                      const uint8_t *, int64_t, void (*)(void *, void *), void *);
+  int32_t (*type_cpu)(void);
+  aerr_t (*lib_del)(void *);
   int32_t cuda;     /* torch's device type of CUDA */
+  int32_t cpu;      /* of the CPU (-1 without type_cpu) */
   int32_t tdt[10];  /* torch's ScalarType by OPD_DTYPE_* code */
 } opd_torch_shims_t;
 
@@ -80,6 +87,9 @@ int opd__torch_copy(ath_t dst, ath_t src);
 opd_client_t *opd__torch_connection(char *msg, size_t cap);
 /* The bound connection if it is current, else NULL (asks nothing). */
 opd_client_t *opd__torch_bound(void);
+/* How many connections were unbound (closed) so far: what was made for a
+ * connection under an older count may name one that is gone. */
+unsigned opd__torch_unbinds(void);
 
 #pragma GCC visibility pop
 

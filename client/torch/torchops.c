@@ -1,5 +1,6 @@
 /* torch.ops.opd.* on CUDA tensors with no Python in the call: kernels for
- * torch's dispatcher written in C against torch's stable C ABI (shims.c).
+ * torch's dispatcher written in C against torch's stable C ABI (shims.c),
+ * and their registration, for the CUDA key and (cpukern.c) the CPU key.
  *
  * DESIGN
  * opd.torch (python/opd/torch.py) defines every operator of the daemon in
@@ -41,6 +42,22 @@
  * Errors are thrown (opd__torch_throw) once the call released what it
  * holds: torch raises them as RuntimeError("opd: layernorm: input 0 has
  * ...").
+ *
+ * CPU tensors: the same rows serve torch's CPU key once
+ * opd_torch_cpu_kernels turns it on (opd.torch.cpu_kernels()): a second
+ * table of trampolines calls cpukern.c's kernel, registered in a library
+ * of its own (cpu_lib) for every row made so far and every later one,
+ * and dropped whole (aoti_torch_delete_library_object) when turned off,
+ * which gives the CPU calls back to the Python kernel. The decision is per
+ * call, not per plan: a call whose tensors all lie in arenas the
+ * connection knows runs in C (one synchronous opd_run_on, outputs in
+ * hostmem.c's shared memory); any other goes whole to the Python kernel
+ * (staging, shm registration, counted as always). It is off by default
+ * because a C kernel cannot raise a Python exception through torch's C
+ * ABI: with it on, every error of a CPU call (its own and the Python
+ * kernel's behind it) is a RuntimeError, where the Python kernel alone
+ * raises opd's BadArgumentError and the rest. Reading the stack and the
+ * errors' wording are call.c's, shared by both kernels.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -48,185 +65,26 @@
 #include <string.h>
 
 #include "client/libopd/internal.h"
-#include "client/torch/plans.h"
-#include "client/torch/shims.h"
+#include "client/torch/call.h"
+#include "client/torch/cpukern.h"
 
 #define T opd__torch
 #define MAX_OPS 160       /* kernels one process registers */
-#define FORM_KIND 0x3     /* OPD_TORCH_FUNCTIONAL, _INPLACE or _OUT */
-#define OPD_STR_(x) #x
-#define OPD_STR(x) OPD_STR_(x)
+#define FORM_KIND OPD_TORCH_FORM_KIND
 
 /* ---- kernels and their plans ---------------------------------------------- */
 
-typedef struct top {
-  char op[64];          /* the daemon's operator */
-  char tname[72];       /* the torch name: op, op + "_" or op + "_out" */
-  int kind;             /* OPD_TORCH_FUNCTIONAL, _INPLACE or _OUT */
-  int variadic;         /* the inputs are one Tensor[] */
-  uint32_t n_in, min_in, n_attrs, n_out;
-  char attr_name[OPD_MAX_ATTRS][64];
-  int32_t attr_type[OPD_MAX_ATTRS]; /* OPD_ATTR_* */
-  opd_torch_plans_t plans; /* the outputs per call signature */
-} top_t;
-
-static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER; /* ops, n_ops, lib */
+static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER; /* ops, n_ops, lib,
+                                                             cpu_lib */
 static top_t *ops[MAX_OPS];
 static int n_ops;
-static void *lib; /* the torch::Library of the CUDA kernels */
-
-/* one call's state, released before returning or throwing */
-typedef struct call {
-  ath_t in[OPD_MAX_TENSORS];   /* owned handles of the inputs */
-  ath_t tmp[OPD_MAX_TENSORS];  /* contiguous copies made here */
-  ath_t out[OPD_MAX_TENSORS];  /* outputs: made here, or given (out=) */
-  ath_t otmp[OPD_MAX_TENSORS]; /* temporaries of non-contiguous outputs */
-  uint32_t n_in, n_out;
-  char strs[OPD_MAX_ATTRS][128];
-  opd_attr_t attr[OPD_MAX_ATTRS];
-  char msg[512];
-} call_t;
+static void *lib;     /* the torch::Library of the CUDA kernels */
+static void *cpu_lib; /* that of the CPU kernels, while they are on */
 
 /* a tensor handle a batch kept, dropped when it joins (opd__batch_keep) */
 static void drop_handle(void *h) { T.del((ath_t)h); }
 
-static void call_release(call_t *k) {
-  for (uint32_t i = 0; i < OPD_MAX_TENSORS; i++) {
-    if (k->in[i]) T.del(k->in[i]);
-    if (k->tmp[i]) T.del(k->tmp[i]);
-    if (k->out[i]) T.del(k->out[i]);
-    if (k->otmp[i]) T.del(k->otmp[i]);
-    k->in[i] = k->tmp[i] = k->out[i] = k->otmp[i] = NULL;
-  }
-}
-
-static int fail(call_t *k, const top_t *o, const char *fmt, const char *arg) {
-  char m[400];
-  snprintf(m, sizeof m, fmt, arg);
-  snprintf(k->msg, sizeof k->msg, "opd: %s: %s", o->tname, m);
-  return -1;
-}
-
-/* t's shape as Python prints a tuple: "()", "(4,)", "(3, 4)" */
-static const char *shape_str(const opd_tensor_t *t, char *buf, size_t cap) {
-  size_t n = (size_t)snprintf(buf, cap, "(");
-  for (int r = 0; r < t->rank && n < cap; r++)
-    n += (size_t)snprintf(buf + n, cap - n, r ? ", %lld" : "%lld",
-                          (long long)t->shape[r]);
-  if (n < cap) snprintf(buf + n, cap - n, t->rank == 1 ? ",)" : ")");
-  return buf;
-}
-
-/* "output j has dtype .. and shape ..; the op's output here is .. ..", as
- * opd.torch's Python path words it */
-static int fail_output(call_t *k, const top_t *o, uint32_t j,
-                       const opd_tensor_t *got, const opd_tensor_t *want) {
-  char g[160], w[160];
-  snprintf(k->msg, sizeof k->msg, "opd: %s: output %u has dtype %s and "
-           "shape %s; the op's output here is %s %s", o->tname, j,
-           opd_dtype_name(got->dtype), shape_str(got, g, sizeof g),
-           opd_dtype_name(want->dtype), shape_str(want, w, sizeof w));
-  return -1;
-}
-
-/* libopd's last error as the call's message, its op named once (the
- * daemon's messages start with it) */
-static int fail_opd(call_t *k, const top_t *o) {
-  const char *m = opd_last_error();
-  size_t n = strlen(o->op);
-  if (strncmp(m, o->op, n) == 0 && m[n] == ':')
-    snprintf(k->msg, sizeof k->msg, "opd: %s", m);
-  else
-    snprintf(k->msg, sizeof k->msg, "opd: %s: %s", o->tname, m);
-  return -1;
-}
-
-/* ---- reading the stack ------------------------------------------------------ */
-
-/* The inputs from stack[*pos..] into k->in (every handle is ours from
- * here): fixed ones (Tensor, or Tensor? boxed or null) or one Tensor[]. */
-static int read_inputs(const top_t *o, call_t *k, const siv_t *stack,
-                       uint32_t *pos) {
-  uint32_t present = 0;
-  if (o->variadic) {
-    void *h = (void *)(uintptr_t)stack[(*pos)++];
-    size_t n = 0;
-    if (h != NULL && T.list_size(h, &n) != 0) n = 0;
-    for (size_t j = 0; j < n; j++) {
-      siv_t e = 0;
-      if (T.list_get(h, j, &e) != 0) continue;
-      if (j < OPD_MAX_TENSORS) k->in[j] = (ath_t)(uintptr_t)e;
-      else if (e != 0) T.del((ath_t)(uintptr_t)e);
-    }
-    if (h != NULL) T.list_del(h);
-    k->n_in = (uint32_t)(n < OPD_MAX_TENSORS ? n : OPD_MAX_TENSORS);
-    if (n > OPD_MAX_TENSORS)
-      return fail(k, o, "more than %s tensors in the input list",
-                  OPD_STR(OPD_MAX_TENSORS));
-    return 0;
-  }
-  for (uint32_t i = 0; i < o->n_in; i++, (*pos)++) {
-    if (i < o->min_in) {
-      k->in[i] = (ath_t)(uintptr_t)stack[*pos];
-    } else if (stack[*pos] != 0) { /* Tensor?: a boxed StableIValue */
-      siv_t *box = (siv_t *)(uintptr_t)stack[*pos];
-      k->in[i] = (ath_t)(uintptr_t)*box;
-      T.op_delete(box);
-    }
-    if (k->in[i] != NULL) present = i + 1;
-  }
-  k->n_in = present;
-  return 0;
-}
-
-/* The attributes from stack[*pos..] into k->attr, their values into s. */
-static int read_attrs(const top_t *o, call_t *k, const siv_t *stack,
-                      uint32_t *pos, opd_torch_sig_t *s) {
-  int rc = 0;
-  for (uint32_t a = 0; a < o->n_attrs; a++, (*pos)++) {
-    opd_attr_t *at = &k->attr[a];
-    siv_t v = stack[*pos];
-    at->name = o->attr_name[a];
-    at->type = o->attr_type[a];
-    switch (o->attr_type[a]) {
-    case OPD_ATTR_INT: at->i = (int64_t)v; break;
-    case OPD_ATTR_BOOL: at->i = (v & 0xff) != 0; break;
-    case OPD_ATTR_FLOAT: memcpy(&at->f, &v, sizeof at->f); break;
-    case OPD_ATTR_STR: {
-      const char *str = NULL;
-      void *h = (void *)(uintptr_t)v;
-      if (h != NULL && T.str(h, &str) == 0 && str != NULL)
-        snprintf(k->strs[a], sizeof k->strs[a], "%s", str);
-      if (h != NULL) T.str_del(h);
-      at->s = k->strs[a];
-      break;
-    }
-    case OPD_ATTR_INTS: {
-      void *h = (void *)(uintptr_t)v;
-      size_t n = 0;
-      if (h != NULL && T.list_size(h, &n) == 0) {
-        if (n > OPD_MAX_RANK && rc == 0)
-          rc = fail(k, o, "attribute %s has more than 8 values", at->name);
-        for (size_t j = 0; j < n && j < OPD_MAX_RANK; j++) {
-          siv_t e = 0;
-          T.list_get(h, j, &e);
-          at->ints[j] = (int64_t)e;
-        }
-        at->n = (int32_t)(n < OPD_MAX_RANK ? n : OPD_MAX_RANK);
-      }
-      if (h != NULL) T.list_del(h);
-      break;
-    }
-    default: break;
-    }
-    opd__torch_sig_put(s, &at->i, sizeof at->i);
-    opd__torch_sig_put(s, &at->f, sizeof at->f);
-    if (at->type == OPD_ATTR_STR) opd__torch_sig_put(s, k->strs[a], strlen(k->strs[a]) + 1);
-    if (at->type == OPD_ATTR_INTS)
-      opd__torch_sig_put(s, at->ints, sizeof at->ints[0] * (size_t)at->n);
-  }
-  return rc;
-}
+/* ---- a call ----------------------------------------------------------------- */
 
 /* Tensor h as opd describes it (dtype, rank, shape, and its strides when
  * it is not contiguous and torch gives them) into *t, its CUDA device into
@@ -240,21 +98,21 @@ static int describe(call_t *k, const top_t *o, ath_t h, const char *what,
   char m[96];
   if (T.dev_type(h, &dty) || T.dev_index(h, &di) || T.dtype(h, &dt) ||
       T.dim(h, &rank) || T.sizes(h, &sz) || T.contiguous(h, contig))
-    return fail(k, o, "%s: torch did not describe it", what);
+    return opd__torch_fail(k, o, "%s: torch did not describe it", what);
   if (dty != T.cuda) {
     snprintf(m, sizeof m, "%s is not a CUDA tensor (the run is on CUDA: "
              "every tensor must be on the same CUDA device)", what);
-    return fail(k, o, "%s", m);
+    return opd__torch_fail(k, o, "%s", m);
   }
   if (*dev < 0) {
     *dev = di;
   } else if (di != *dev) {
     snprintf(m, sizeof m, "%s is on another CUDA device than input 0", what);
-    return fail(k, o, "%s", m);
+    return opd__torch_fail(k, o, "%s", m);
   }
   int code = opd__torch_dtype(dt);
-  if (code == 0) return fail(k, o, "%s has a dtype opd does not take", what);
-  if (rank > OPD_MAX_RANK) return fail(k, o, "%s has a rank over 8", what);
+  if (code == 0) return opd__torch_fail(k, o, "%s has a dtype opd does not take", what);
+  if (rank > OPD_MAX_RANK) return opd__torch_fail(k, o, "%s has a rank over 8", what);
   memset(t, 0, sizeof *t);
   t->dtype = code;
   t->rank = (int32_t)rank;
@@ -269,21 +127,6 @@ static int describe(call_t *k, const top_t *o, ath_t h, const char *what,
 }
 
 /* ---- a call ----------------------------------------------------------------- */
-
-/* The outputs' dtypes and shapes of signature s into outs[0..*n_out): from
- * o's plan cache, else from the daemon's shape rule (a new plan). *ran:
- * the signature's run was answered before. */
-static int plan_of(top_t *o, call_t *k, opd_client_t *c, const opd_torch_sig_t *s,
-                   const opd_tensor_t *ins, opd_tensor_t *outs,
-                   uint32_t *n_out, int *ran) {
-  if (opd__torch_plan_find(&o->plans, s, outs, n_out, ran)) return 0;
-  *ran = 0;
-  if (opd_infer(c, o->op, ins, k->n_in, k->attr, o->n_attrs, outs,
-                OPD_MAX_TENSORS, n_out) != 0)
-    return fail_opd(k, o);
-  opd__torch_plan_store(&o->plans, s, outs, *n_out);
-  return 0;
-}
 
 /* A contiguous CUDA tensor shaped as d on device dev, into *h; its data
  * pointer into *ptr. */
@@ -312,7 +155,7 @@ static int outputs(top_t *o, call_t *k, const opd_tensor_t *ins, void *const *in
       const opd_tensor_t *x = &ins[0];
       if (d->dtype != x->dtype || d->rank != x->rank ||
           memcmp(d->shape, x->shape, sizeof d->shape[0] * (size_t)x->rank) != 0)
-        return fail_output(k, o, 0, x, d);
+        return opd__torch_fail_output(k, o, 0, x, d);
       ptrs[j] = in_ptrs[0];
       if (k->tmp[0] != NULL) *back = k->tmp[0];
       else if (x->strided) /* written through its own strides */
@@ -325,23 +168,23 @@ static int outputs(top_t *o, call_t *k, const opd_tensor_t *ins, void *const *in
       if (describe(k, o, k->out[j], what, &g, &dev, &contig) != 0) return -1;
       if (g.dtype != d->dtype || g.rank != d->rank ||
           memcmp(g.shape, d->shape, sizeof d->shape[0] * (size_t)d->rank) != 0)
-        return fail_output(k, o, j, &g, d);
+        return opd__torch_fail_output(k, o, j, &g, d);
       if (contig) {
         if (T.data_ptr(k->out[j], &ptrs[j]) != 0)
-          return fail(k, o, "%s: no data pointer", what);
+          return opd__torch_fail(k, o, "%s: no data pointer", what);
         if (g.strided) d->strided = 1, memcpy(d->strides, g.strides, sizeof d->strides);
       } else if (empty_like(d, dev, &k->otmp[j], &ptrs[j]) != 0) {
-        return fail(k, o, "%s", "torch could not allocate an output");
+        return opd__torch_fail(k, o, "%s", "torch could not allocate an output");
       }
     } else if (empty_like(d, dev, &k->out[j], &ptrs[j]) != 0) {
-      return fail(k, o, "%s", "torch could not allocate an output");
+      return opd__torch_fail(k, o, "%s", "torch could not allocate an output");
     }
   }
   return 0;
 }
 
 /* The kernel of ops[idx]: see DESIGN. */
-static void kernel(int idx, siv_t *stack, uint64_t n_args, uint64_t n_ret) {
+static void cuda_kernel(int idx, siv_t *stack, uint64_t n_args, uint64_t n_ret) {
   top_t *o = ops[idx];
   call_t k;
   memset(&k, 0, sizeof k);
@@ -350,19 +193,10 @@ static void kernel(int idx, siv_t *stack, uint64_t n_args, uint64_t n_ret) {
   opd_torch_sig_t s;
   s.len = 0, s.over = 0;
   int rc = 0, dev = -1;
-  uint32_t pos = 0;
   memset(t, 0, sizeof t);
 
-  uint64_t given = o->kind == OPD_TORCH_OUT ? o->n_out : 0;
-  if (n_args != (o->variadic ? 1 : o->n_in) + given + o->n_attrs ||
-      n_ret != (o->kind == OPD_TORCH_FUNCTIONAL ? o->n_out : 0)) {
-    fail(&k, o, "%s", "the schema torch calls with is not the one registered");
-    opd__torch_throw(k.msg); /* the stack is not what we can read: leave it */
-  }
-  rc = read_inputs(o, &k, stack, &pos);
-  for (uint32_t j = 0; j < given; j++) /* out=: owned handles, like inputs */
-    k.out[j] = (ath_t)(uintptr_t)stack[pos++];
-  if (read_attrs(o, &k, stack, &pos, &s) != 0 && rc == 0) rc = -1;
+  rc = opd__torch_call_read(o, &k, stack, n_args, n_ret, &s);
+  if (rc == -2) opd__torch_throw(k.msg); /* not a stack we can read: leave it */
   if (rc != 0) goto out;
 
   /* the inputs: CUDA, one device, as they are (strided ones described by
@@ -372,7 +206,7 @@ static void kernel(int idx, siv_t *stack, uint64_t n_args, uint64_t n_ret) {
     char what[32];
     snprintf(what, sizeof what, "input %u", i);
     if (k.in[i] == NULL) {
-      rc = fail(&k, o, "%s is None but a later input is given", what);
+      rc = opd__torch_fail(&k, o, "%s is None but a later input is given", what);
       goto out;
     }
     if ((rc = describe(&k, o, k.in[i], what, &t[i], &dev, &contig)) != 0) goto out;
@@ -383,17 +217,17 @@ static void kernel(int idx, siv_t *stack, uint64_t n_args, uint64_t n_ret) {
       void *cs = NULL;
       opd_client_t *bc = opd__torch_bound();
       if (bc != NULL && T.stream(dev, &cs) == 0 && opd__batch_join(bc, cs) != 0) {
-        rc = fail_opd(&k, o);
+        rc = opd__torch_fail_opd(&k, o);
         goto out;
       }
       if ((k.tmp[i] = opd__torch_contiguous(k.in[i])) == NULL) {
-        rc = fail(&k, o, "%s: aten::contiguous failed", what);
+        rc = opd__torch_fail(&k, o, "%s: aten::contiguous failed", what);
         goto out;
       }
       use = k.tmp[i];
     }
     if (T.data_ptr(use, &ptrs[i]) != 0) {
-      rc = fail(&k, o, "%s: no data pointer", what);
+      rc = opd__torch_fail(&k, o, "%s: no data pointer", what);
       goto out;
     }
     opd__torch_sig_put(&s, &t[i].dtype, sizeof t[i].dtype);
@@ -403,7 +237,7 @@ static void kernel(int idx, siv_t *stack, uint64_t n_args, uint64_t n_ret) {
       opd__torch_sig_put(&s, t[i].strides, sizeof t[i].strides[0] * (size_t)t[i].rank);
   }
   if (dev < 0) {
-    rc = fail(&k, o, "%s", "no tensor input: the CUDA kernel needs one");
+    rc = opd__torch_fail(&k, o, "%s", "no tensor input: the CUDA kernel needs one");
     goto out;
   }
   opd__torch_sig_put(&s, &dev, sizeof dev);
@@ -421,9 +255,11 @@ static void kernel(int idx, siv_t *stack, uint64_t n_args, uint64_t n_ret) {
   opd_tensor_t *outs = t + k.n_in;
   uint32_t n_out = 0;
   int ran = 0;
-  if ((rc = plan_of(o, &k, c, &s, t, outs, &n_out, &ran)) != 0) goto out;
+  if ((rc = opd__torch_plan_of(o, &o->plans, &k, c, &s, t, outs, &n_out,
+                                &ran)) != 0)
+    goto out;
   if (n_out != o->n_out) {
-    rc = fail(&k, o, "the daemon's shape rule gave another number of outputs "
+    rc = opd__torch_fail(&k, o, "the daemon's shape rule gave another number of outputs "
               "than the schema (%s)", "restart the program after a daemon "
               "upgrade");
     goto out;
@@ -435,7 +271,7 @@ static void kernel(int idx, siv_t *stack, uint64_t n_args, uint64_t n_ret) {
 
   void *stream = NULL;
   if (T.stream(dev, &stream) != 0) {
-    rc = fail(&k, o, "%s", "torch gave no current CUDA stream");
+    rc = opd__torch_fail(&k, o, "%s", "torch gave no current CUDA stream");
     goto out;
   }
   /* a signature the daemon took before is enqueued without waiting for
@@ -454,17 +290,17 @@ static void kernel(int idx, siv_t *stack, uint64_t n_args, uint64_t n_ret) {
   if ((lazy ? opd_enqueue_stream_ptrs : opd_run_stream_ptrs)(
           c, device, stream, o->op, ptrs, t, k.n_in, k.n_out, k.attr,
           o->n_attrs) != 0) {
-    rc = fail_opd(&k, o);
+    rc = opd__torch_fail_opd(&k, o);
     goto out;
   }
   if (!ran) opd__torch_plan_ran(&o->plans, &s);
   if (back != NULL && opd__torch_copy(k.in[0], back) != 0) {
-    rc = fail(&k, o, "%s", "aten::copy_ back into the input failed");
+    rc = opd__torch_fail(&k, o, "%s", "aten::copy_ back into the input failed");
     goto out;
   }
   for (uint32_t j = 0; j < k.n_out; j++)
     if (k.otmp[j] != NULL && opd__torch_copy(k.out[j], k.otmp[j]) != 0) {
-      rc = fail(&k, o, "%s", "aten::copy_ into the out= tensor failed");
+      rc = opd__torch_fail(&k, o, "%s", "aten::copy_ into the out= tensor failed");
       goto out;
     }
   if (lazy && batched) {
@@ -484,12 +320,12 @@ static void kernel(int idx, siv_t *stack, uint64_t n_args, uint64_t n_ret) {
       k.out[j] = NULL;
     }
 out:
-  call_release(&k);
+  opd__torch_call_release(&k);
   if (rc != 0) opd__torch_throw(k.msg);
 }
 
 #define K(n) \
-  static void k##n(siv_t *s, uint64_t a, uint64_t r) { kernel(n, s, a, r); }
+  static void k##n(siv_t *s, uint64_t a, uint64_t r) { cuda_kernel(n, s, a, r); }
 #define K10(n) K(n##0) K(n##1) K(n##2) K(n##3) K(n##4) K(n##5) K(n##6) \
   K(n##7) K(n##8) K(n##9)
 K(0) K(1) K(2) K(3) K(4) K(5) K(6) K(7) K(8) K(9)
@@ -501,6 +337,20 @@ static const boxed_fn kernels[MAX_OPS] = {
     k0, k1, k2, k3, k4, k5, k6, k7, k8, k9, T10(1), T10(2), T10(3), T10(4),
     T10(5), T10(6), T10(7), T10(8), T10(9), T10(10), T10(11), T10(12),
     T10(13), T10(14), T10(15)};
+/* the same rows for torch's CPU key (cpukern.c) */
+#define C(n) static void c##n(siv_t *s, uint64_t a, uint64_t r) { \
+    opd__torch_cpu_kernel(ops[n], s, a, r); }
+#define C10(n) C(n##0) C(n##1) C(n##2) C(n##3) C(n##4) C(n##5) C(n##6) \
+  C(n##7) C(n##8) C(n##9)
+C(0) C(1) C(2) C(3) C(4) C(5) C(6) C(7) C(8) C(9)
+C10(1) C10(2) C10(3) C10(4) C10(5) C10(6) C10(7) C10(8) C10(9)
+C10(10) C10(11) C10(12) C10(13) C10(14) C10(15)
+#define CT10(n) c##n##0, c##n##1, c##n##2, c##n##3, c##n##4, c##n##5, \
+  c##n##6, c##n##7, c##n##8, c##n##9
+static const boxed_fn cpu_kernels[MAX_OPS] = {
+    c0, c1, c2, c3, c4, c5, c6, c7, c8, c9, CT10(1), CT10(2), CT10(3),
+    CT10(4), CT10(5), CT10(6), CT10(7), CT10(8), CT10(9), CT10(10), CT10(11),
+    CT10(12), CT10(13), CT10(14), CT10(15)};
 
 /* ---- registration -------------------------------------------------------------- */
 
@@ -551,17 +401,52 @@ int opd_torch_kernel(const char *ns, const char *op, int form,
     o->attr_type[a] = attr_types[a];
   }
   opd__torch_plans_init(&o->plans);
+  opd__torch_plans_init(&o->cpu_plans);
   ops[n_ops] = o;
   if (T.impl(lib, o->tname, kernels[n_ops]) != 0) {
     ops[n_ops] = NULL;
     opd__torch_plans_destroy(&o->plans);
+    opd__torch_plans_destroy(&o->cpu_plans);
     rc = opd__fail(OPD_ESTATE, "opd_torch_kernel: torch refused the CUDA "
                    "kernel of %s::%s", ns, o->tname);
     free(o);
     goto out;
   }
+  /* the CPU kernels are on: this one too (a refusal leaves Python's) */
+  if (cpu_lib != NULL) T.impl(cpu_lib, o->tname, cpu_kernels[n_ops]);
   n_ops++;
 out:
+  pthread_mutex_unlock(&reg_mu);
+  return rc;
+}
+
+int opd_torch_cpu_kernels(const char *ns, int on, opd_torch_fallback_fn fb) {
+  char why[160];
+  if (!opd_torch_available(why, sizeof why))
+    return opd__fail(OPD_ESTATE, "opd_torch_cpu_kernels: %s", why);
+  if (ns == NULL) return opd__fail(OPD_EINVAL, "opd_torch_cpu_kernels: no namespace");
+  if (T.from_blob == NULL || T.type_cpu == NULL || T.lib_del == NULL)
+    return opd__fail(OPD_EBACKEND, "opd_torch_cpu_kernels: torch has no "
+                     "torch_from_blob (torch >= 2.11 exports it)");
+  int rc = 0;
+  pthread_mutex_lock(&reg_mu);
+  if (cpu_lib != NULL) { /* off, or on again: from a new library */
+    T.lib_del(cpu_lib);
+    cpu_lib = NULL;
+  }
+  opd__torch_cpu_fallback(on ? fb : NULL);
+  if (on && T.init_impl(ns, "CPU", __FILE__, __LINE__, &cpu_lib) != 0) {
+    cpu_lib = NULL;
+    rc = opd__fail(OPD_ESTATE, "opd_torch_cpu_kernels: torch refused a "
+                   "library for %s on CPU", ns);
+  }
+  for (int i = 0; cpu_lib != NULL && i < n_ops; i++)
+    if (T.impl(cpu_lib, ops[i]->tname, cpu_kernels[i]) != 0) {
+      T.lib_del(cpu_lib);
+      cpu_lib = NULL;
+      rc = opd__fail(OPD_ESTATE, "opd_torch_cpu_kernels: torch refused the "
+                     "CPU kernel of %s::%s", ns, ops[i]->tname);
+    }
   pthread_mutex_unlock(&reg_mu);
   return rc;
 }

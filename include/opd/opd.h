@@ -150,6 +150,11 @@ int opd_arena_fd(opd_client_t *c, uint64_t arena, int *fd);
  * caller keeps its fd and mapping. */
 int opd_arena_register_fd(opd_client_t *c, int fd, uint64_t size,
                           uint64_t *arena);
+/* note: arena is mapped here at base (size bytes; NULL: no more), so that
+ * find gives the arena and offset of [p, p + n) in one made or noted. */
+int opd_arena_note(opd_client_t *c, uint64_t arena, void *base, uint64_t size);
+int opd_arena_find(opd_client_t *c, const void *p, uint64_t n, uint64_t *arena,
+                   uint64_t *offset); /* 0 or OPD_ENOENT */
 
 /* Registers a POSIX shm file (a tmpfs file, as shm_open and torch's
  * share_memory_() make) of exactly `size` bytes as a host arena. It cannot
@@ -508,30 +513,29 @@ int opd_cuda_map_export(int fd, uint64_t size, int device, uint64_t *ptr,
  * cuMemRelease): 0 or OPD_EBACKEND. */
 int opd_cuda_unmap(uint64_t ptr, uint64_t size, uint64_t handle, int device);
 
-/* ---- torch's dispatcher (used by the Python package's opd.torch) -------- */
-/* C kernels for torch's CUDA dispatch key, so that torch.ops.opd.<op> on
- * CUDA tensors runs with no Python in the call (client/torch/; in libopd
- * when built with TORCH=1, the default where Python has torch;
- * docs/python.md). They use torch's stable C ABI (torch >= 2.10), looked
- * up in this process: nothing links against torch.
- * opd_torch_available: 1 when torch's shims are here, else 0 with the
- *   reason in why[cap].
- * opd_torch_kernel: registers the kernel of a form of ns::op whose torch
- *   schema (already defined) has n_in Tensor inputs (those from min_in on
- *   `Tensor?`; with OPD_TORCH_VARIADIC one `Tensor[]`, n_in 1), then the
- *   out= tensors (OPD_TORCH_OUT: n_out of them), then the attributes in
- *   order (types OPD_ATTR_*), and returns n_out Tensors (functional) or
- *   nothing. form: OPD_TORCH_FUNCTIONAL (ns::op), OPD_TORCH_INPLACE
- *   (ns::op_, the output written over input 0) or OPD_TORCH_OUT
- *   (ns::op_out, the outputs written into the given tensors), or'd with
- *   OPD_TORCH_VARIADIC.
- * opd_torch_bind: the connection the kernels run on, and a function they
- *   call (no arguments) to have one bound again when there is none or it
- *   is the parent's after fork(); opd_torch_unbind(c): c is closing. */
+/* ---- torch's dispatcher (used by the Python package's opd.torch) --------
+ * C kernels for torch's dispatcher: torch.ops.opd.<op> with no Python in
+ * the call (client/torch/, TORCH=1; docs/python.md), over torch's stable C
+ * ABI (torch >= 2.10) looked up in this process, never linked against.
+ * available: 1 when torch's shims are here, else 0 and why[cap].
+ * kernel: registers the CUDA kernel of a form of ns::op whose defined
+ *   schema has n_in Tensor inputs (`Tensor?` from min_in; VARIADIC: one
+ *   `Tensor[]`, n_in 1), the out= tensors (OUT: n_out), the attributes
+ *   (OPD_ATTR_*), and returns n_out Tensors or nothing. form: FUNCTIONAL
+ *   (ns::op), INPLACE (ns::op_, over input 0), OUT (ns::op_out).
+ * bind: the connection the kernels use, and a function they call to have
+ *   one bound again (none, or the parent's after fork()); unbind: c closes.
+ * cpu_kernels: on (1) registers every kernel for torch's CPU key too, 0
+ *   drops them (torch >= 2.11): a call whose tensors lie in arenas the
+ *   connection knows runs there; others go to fb, which takes over in[],
+ *   out[] (NULL: None), sets ret[] (outputs) and returns 0, or 1, msg. */
 #define OPD_TORCH_FUNCTIONAL 0
 #define OPD_TORCH_INPLACE 1
 #define OPD_TORCH_OUT 2
 #define OPD_TORCH_VARIADIC 0x10
+typedef int (*opd_torch_fallback_fn)(const char *op, int form, void **in,
+    uint32_t n_in, void **out, uint32_t n_out, const opd_attr_t *attrs,
+    uint32_t n_attrs, void **ret, char *msg, size_t cap);
 int opd_torch_available(char *why, size_t cap);
 int opd_torch_kernel(const char *ns, const char *op, int form,
                      uint32_t n_in, uint32_t min_in, uint32_t n_out,
@@ -539,6 +543,7 @@ int opd_torch_kernel(const char *ns, const char *op, int form,
                      const int32_t *attr_types);
 void opd_torch_bind(opd_client_t *c, void *(*again)(void));
 void opd_torch_unbind(opd_client_t *c);
+int opd_torch_cpu_kernels(const char *ns, int on, opd_torch_fallback_fn fb);
 
 /* Asks which outputs `op` would write for these inputs (only dtype, rank
  * and shape of the inputs are used). Fills out[0..*n_out) (dtype, rank,

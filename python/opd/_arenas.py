@@ -99,6 +99,7 @@ class Arenas:
         aid = ctypes.c_uint64()
         check(c._lib.opd_arena_register_fd(h, a.fd, size, ctypes.byref(aid)))
         self.reg[a.serial] = aid.value
+        self.note(aid.value, a.base, size)
         a.regs[c._serial] = weakref.ref(c)
         return a
 
@@ -184,6 +185,7 @@ class Arenas:
                     c._h, arena.fd, arena.size, ctypes.byref(out)))
                 aid = self.reg[arena.serial] = out.value
                 arena.regs[c._serial] = weakref.ref(c)
+                self.note(aid, arena.base, arena.size)
             return aid
 
     # ---- memory owned elsewhere: shm files ------------------------------------
@@ -209,6 +211,7 @@ class Arenas:
                 a = ShmArena(size, base, data)
                 self.reg[a.serial] = aid.value
                 a.regs[c._serial] = weakref.ref(c)
+                self.note(aid.value, base, size)
             elif rc not in (protocol.EFD, protocol.EINVAL, protocol.EPROTO):
                 check(rc)              # ELIMIT, ECLOSED, ...: say so
         self.shm[key] = a
@@ -216,6 +219,22 @@ class Arenas:
                                a.serial if a else None)
         fin.atexit = False
         return a
+
+    # ---- where arenas lie here, for libopd (torch's CPU kernel) ---------------
+    def note(self, aid, base, size):
+        """Tells libopd that arena id aid is mapped here at base (size
+        bytes): opd_arena_find then places a pointer in it."""
+        fn = getattr(self._c._lib, "opd_arena_note", None)
+        if fn is not None and self._c._h is not None:
+            fn(self._c._h, aid, base, size)
+
+    def unnote(self, serial):
+        """Arena `serial` is about to be unmapped: libopd forgets where it
+        lay (its id is released at the next call), so that no pointer of
+        a later mapping at that address is placed in it."""
+        aid = self.reg.get(serial)
+        if aid is not None:
+            self.note(aid, None, 0)
 
     def shm_count(self):
         """The shm files registered through this connection now."""
@@ -262,4 +281,5 @@ def _shm_gone(ref, key, serial):
     if a is False or (a is not None and a.serial == serial):
         arenas.shm.pop(key, None)
     if serial is not None:
+        arenas.unnote(serial)
         arenas.pending.append(serial)

@@ -161,6 +161,10 @@ def _declare(lib):
         "opd_batch_begin": (c_int, [vp, vp]),
         "opd_batch_end": (c_int, [vp]),
         "opd_torch_unbind": (None, [vp]),
+        "opd_torch_cpu_kernels": (c_int, [cp, c_int, vp]),
+        # where a pointer lies: arenas noted for torch's CPU kernel
+        "opd_arena_note": (c_int, [vp, c_uint64, vp, c_uint64]),
+        "opd_arena_find": (c_int, [vp, vp, c_uint64, P(c_uint64), P(c_uint64)]),
         # graphs: a definition built here, defined, run, destroyed (opd._graph)
         "opd_graph_def_new": (vp, []),
         "opd_graph_def_free": (None, [vp]),

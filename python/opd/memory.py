@@ -162,10 +162,12 @@ def _remote_gone(serial, regs):
 
 
 def _arena_gone(serial, regs, base, size, fd):
-    # every connection that registered the arena releases it at its next call
+    # every connection that registered the arena releases it at its next
+    # call, and forgets where it lay before it is unmapped
     for ref in list(regs.values()):
         c = ref()
         if c is not None:
+            c._arenas.unnote(serial)
             c._pending_release.append(serial)
     _libc.munmap(base, size)
     try:

@@ -49,7 +49,9 @@ runs the op in the daemon one way only:
         staging tensor of shared memory unless it already lies in one of
         the client's arenas (as the output of an earlier torch.ops.opd
         call does); the outputs are zero-copy torch views of the arena
-        memory the daemon wrote.
+        memory the daemon wrote. cpu_kernels() adds libopd's C kernel for
+        the CPU key (_torchcpu.py): calls already in shared memory then
+        run with no Python, the others still here.
 CPU tensors that reach the daemon with no copy: those opd.torch.empty,
 zeros, empty_like and clone make (views of the bound client's shared
 memory), the outputs of earlier calls, and tensors torch put in shared
@@ -441,6 +443,21 @@ def c_kernels():
     registration failed refuses CUDA tensors: c_kernels_failed() says
     why)."""
     return sorted(_ckernels)
+
+
+def cpu_kernels(on=True):
+    """Turns libopd's C kernel for torch's CPU dispatch key on (or off):
+    torch.ops.opd.* on CPU tensors that all lie in opd's shared memory
+    (empty, zeros, clone, earlier outputs, share_memory_() storages once
+    registered) then run with no Python in the call; any other call still
+    runs the Python kernel (staging, counted), but its errors, like the C
+    kernel's, reach the caller as RuntimeError("opd: ...") rather than
+    OpdError (_torchcpu.py says why). Needs torch >= 2.11 and a libopd
+    built with TORCH=1; raises BackendError naming what is missing."""
+    from . import _torchcpu
+    why = _torchcpu.switch(_c_lib(), NAMESPACE, on, _runners, _bound, _cstate)
+    if why:
+        raise errors.error(protocol.EBACKEND, "opd.torch.cpu_kernels: " + why)
 
 
 def c_kernels_failed():

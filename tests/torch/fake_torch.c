@@ -2,7 +2,7 @@
  * (aoti_torch_*, torch_*, and libstdc++'s throw, which here jumps back to
  * the test) over a toy tensor, registers the kernels and calls them as
  * torch's boxed dispatcher would, against a real daemon.
- *   fake_torch SOCKET      (exit 0 when every check passed)
+ *   fake_torch SOCKET [cpu]  (exit 0 when every check passed; cpu: the CPU key's too)
  * Run by tests/python/test_torch_c_kernels.py (CI: no GPU and a torch
  * without these shims). What it checks: the stack is read as torch lays it
  * out (Tensor, Tensor? boxed or null, int, float, bool, str and int[]
@@ -11,7 +11,8 @@
  * was given or made is released (also when it throws), and each error
  * names the op and the problem, for the functional, in-place (<op>_) and
  * out= (<op>_out) forms and a variadic (Tensor[]) op. Without a CUDA driver the run itself then
- * fails in libopd: that error is thrown too, and checked for.
+ * fails in libopd: that error is thrown too, and checked for. On the CPU key an arena tensor
+ * runs for real (a torch_from_blob output block, given back); others go to the fallback.
  * Linked with -rdynamic so that dlsym(RTLD_DEFAULT) finds the shims.
  */
 #include <setjmp.h>
@@ -35,6 +36,8 @@ typedef struct ft {
   int64_t dim, sizes[8];
   bool contig;
   char data[64];
+  void *blob, *ctx;               /* torch_from_blob's memory (or NULL) */
+  void (*deleter)(void *, void *); /* and what it calls with both */
 } ft_t;
 
 static int live;                 /* tensor objects alive */
@@ -53,12 +56,14 @@ static ft_t *tensor(int32_t dev_type, int32_t dtype, int64_t dim,
 }
 static void unref(ft_t *t) {
   if (--t->refs == 0) {
+    if (t->deleter != NULL) t->deleter(t->blob, t->ctx);
     free(t);
     live--;
   }
 }
 
 int32_t aoti_torch_device_type_cuda(void) { return 1; }
+int32_t aoti_torch_device_type_cpu(void) { return 0; }
 int32_t aoti_torch_dtype_float32(void) { return 6; }
 int32_t aoti_torch_dtype_float16(void) { return 5; }
 int32_t aoti_torch_dtype_bfloat16(void) { return 15; }
@@ -72,22 +77,41 @@ int32_t aoti_torch_dtype_bool(void) { return 11; }
 static boxed_fn registered[256];
 static char reg_names[256][80];
 static int n_registered;
+static boxed_fn cpu_registered[256]; /* the CPU key's, while its library lives */
+static char cpu_names[256][80];
+static int n_cpu, cpu_libs;
 
 int32_t aoti_torch_library_init_impl(const char *ns, const char *k,
                                      const char *file, uint32_t line, void **ret) {
   (void)ns, (void)file, (void)line;
-  *ret = strcmp(k, "CUDA") == 0 ? (void *)&registered : NULL;
+  *ret = strcmp(k, "CUDA") == 0 ? (void *)&registered
+         : strcmp(k, "CPU") == 0 ? (void *)&cpu_registered : NULL;
+  if (*ret == (void *)&cpu_registered) cpu_libs++, n_cpu = 0;
   return *ret ? 0 : 1;
 }
+int32_t aoti_torch_delete_library_object(void *lib) {
+  return lib == (void *)&cpu_registered ? (cpu_libs--, n_cpu = 0) : 0;
+}
 int32_t aoti_torch_library_impl(void *lib, const char *name, boxed_fn fn) {
-  (void)lib;
+  if (lib == (void *)&cpu_registered) /* n_cpu < 256: the table's own bound */
+    return snprintf(cpu_names[n_cpu], 80, "%s", name), cpu_registered[n_cpu++] = fn, 0;
   if (n_registered == 256) return 1;
   snprintf(reg_names[n_registered], sizeof reg_names[0], "%s", name);
   registered[n_registered++] = fn;
   return 0;
 }
 int32_t aoti_torch_get_data_ptr(void *h, void **p) {
-  *p = ((ft_t *)h)->data;
+  *p = ((ft_t *)h)->blob ? ((ft_t *)h)->blob : ((ft_t *)h)->data;
+  return 0;
+}
+int32_t torch_from_blob(void *data, int64_t dim, const int64_t *sizes, const int64_t *strides,
+                        int64_t off, int32_t dtype, int32_t dev_type, int32_t dev_index,
+                        void **ret, int32_t layout, const uint8_t *meta, int64_t meta_n,
+                        void (*deleter)(void *, void *), void *ctx) {
+  (void)strides, (void)off, (void)layout, (void)meta, (void)meta_n;
+  ft_t *t = tensor(dev_type, dtype, dim, sizes);
+  t->dev_index = dev_index, t->blob = data, t->deleter = deleter, t->ctx = ctx;
+  *ret = t;
   return 0;
 }
 int32_t aoti_torch_get_dim(void *h, int64_t *d) {
@@ -251,10 +275,30 @@ static void *bind_again(void) { /* opd.torch's _c_rebind */
   return NULL;
 }
 
+static int on_cpu; /* call() takes the CPU key's kernels */
 static boxed_fn kernel_of(const char *name) {
-  for (int i = 0; i < n_registered; i++)
+  for (int i = 0; on_cpu && i < n_cpu; i++)
+    if (strcmp(cpu_names[i], name) == 0) return cpu_registered[i];
+  for (int i = 0; !on_cpu && i < n_registered; i++)
     if (strcmp(reg_names[i], name) == 0) return registered[i];
   return NULL;
+}
+
+/* the CPU kernel's fallback (opd.torch's Python kernel): takes the
+ * handles over, answers a functional form with an (8, 300) tensor */
+static int fb_calls, fb_fail, fb_form, fb_io;
+static int64_t fb_dim;
+static int fallback(const char *op, int form, void **in, uint32_t n_in,
+                    void **out, uint32_t n_out, const opd_attr_t *attrs,
+                    uint32_t n_attrs, void **ret, char *msg, size_t cap) {
+  int64_t sz[2] = {8, 300};
+  fb_calls++, fb_form = form, fb_io = (int)(n_in * 10 + n_out);
+  fb_dim = n_attrs ? attrs[0].i : -99;
+  for (uint32_t i = 0; i < n_in + n_out; i++) /* NULL: a None input */
+    if ((i < n_in ? in[i] : out[i - n_in]) != NULL) unref(i < n_in ? in[i] : out[i - n_in]);
+  if (fb_fail) snprintf(msg, cap, "%s: refused by the fallback", op);
+  else if (form == OPD_TORCH_FUNCTIONAL) ret[0] = tensor(0, 6, 2, sz);
+  return fb_fail;
 }
 
 /* Calls kernel `name` on stack st; returns 1 if it threw (message in
@@ -500,8 +544,51 @@ int main(int argc, char **argv) {
         "unbound, the callback binds one and the call goes on: %s", thrown);
   unref(x);
 
-  /* the kernel table's bound */
+  /* torch's CPU key (cpukern.c): a tensor in an arena runs in C, its
+   * output a block of shared memory torch gets by torch_from_blob (given
+   * back when it dies); any other call goes to the fallback, handles and
+   * all */
   int n = 0;
+  if (argc < 3 || strcmp(argv[2], "cpu") != 0) goto bound;
+  uint64_t aid = 0;
+  float *base = NULL, *blob[2] = {NULL, NULL};
+  int64_t sz[2] = {8, 300};
+  CHECK(opd_torch_cpu_kernels("opd", 1, fallback) == 0 && cpu_libs == 1 &&
+            n_cpu == n_registered && opd_arena_create(c, 1 << 20, &aid, (void **)&base) == 0,
+        "CPU kernels on: %d of %d registered (%s)", n_cpu, n_registered, opd_last_error());
+  ft_t *xa = tensor(0, 6, 2, sz), *xp = cuda(8, 300, 0, 0), *yp = cuda(8, 300, 0, 0);
+  xa->blob = base, xa->refs++, xp->dev_type = yp->dev_type = 0, on_cpu = 1;
+  for (int i = 0; i < 2; i++, xa->refs++) { /* the 2nd gets the 1st's block */
+    siv_t cs[2] = {T(xa), (siv_t)-1};
+    float *yv = call("softmax", cs, 2, 1) ? NULL : ((ft_t *)(uintptr_t)cs[0])->blob;
+    CHECK(yv && fb_calls == 0 && yv[0] > 0.0033f && yv[0] < 0.0034f &&
+              yv[8 * 300 - 1] > 0.0033f && (i == 0 || yv == blob[0]),
+          "softmax on an arena tensor: run in C, 1/300 everywhere (%s)", thrown);
+    if ((blob[i] = yv) != NULL) unref((ft_t *)(uintptr_t)cs[0]);
+  }
+  siv_t ri[1] = {T(xa)};
+  threw = (base[5] = -2.0f, call("relu_", ri, 1, 0));
+  CHECK(!threw && base[5] == 0.0f, "relu_ in place in the arena (%s)", thrown);
+  siv_t cs3[2] = {T(xp), (siv_t)1}, so5[3] = {T(xa), T(yp), (siv_t)-1};
+  CHECK(!(threw = call("softmax", cs3, 2, 1)) && fb_calls == 1 && fb_form == 0 &&
+            fb_io == 10 && fb_dim == 1, "a plain CPU tensor: to the fallback, "
+        "dim=1 (%s)", thrown);
+  if (!threw) unref((ft_t *)(uintptr_t)cs3[0]);
+  xa->refs++;
+  CHECK(!call("softmax_out", so5, 3, 0) && fb_calls == 2 && fb_form == OPD_TORCH_OUT && fb_io == 11,
+        "softmax_out into a plain tensor: to the fallback with it (%s)", thrown);
+  fb_fail = 1, xp->refs++, xa->refs++;
+  siv_t cs4[2] = {T(xp), (siv_t)-1}, cs5[2] = {T(xa), (siv_t)7};
+  CHECK(call("softmax", cs4, 2, 1) && !strcmp(thrown, "opd: softmax: refused by "
+        "the fallback"), "the fallback's error is thrown: %s", thrown);
+  CHECK(call("softmax", cs5, 2, 1) && strstr(thrown, "opd: softmax: dim=7"),
+        "a bad dim on an arena tensor, from the shape rule: %s", thrown);
+  on_cpu = 0, unref(xa), unref(xp), unref(yp);
+  CHECK(opd_torch_cpu_kernels("opd", 0, NULL) == 0 && cpu_libs == 0 && live == 0,
+        "CPU kernels off: their library deleted, every handle released (%d "
+        "alive)", live);
+
+bound: /* the kernel table's bound */
   while ((rc = opd_torch_kernel("opd", "relu", 0, 1, 1, 1, 0, NULL, NULL)) == 0)
     n++;
   CHECK(rc == OPD_ELIMIT && strstr(opd_last_error(), "more than"),
