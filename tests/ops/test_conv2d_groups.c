@@ -99,6 +99,7 @@ Test(conv2d_groups, grouped_and_depthwise) {
       {2, 3, 16, 40, 6, 3, 3, 3, 1, 1, 1, 1, 0, 2, 1, 1},  /* long rows */
       {1, 4, 5, 6, 6, 1, 1, 1, 1, 1, 1, 1, 0, 1, 0, 2},    /* 1x1, pad b/r */
       {2, 4, 5, 6, 4, 1, 1, 2, 1, 1, 1, 1, 0, 0, 0, 1},    /* grouped ditto */
+      {1, 2, 100, 95, 2, 3, 3, 2, 2, 2, 1, 1, 1, 1, 1, 1}, /* dw s2, large */
   };
   for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
     check(&cases[k], NULL, 0, (int)(k % 2 == 0), 700 + 10 * k);
