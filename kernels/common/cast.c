@@ -71,22 +71,6 @@ void opd__cast_copy(void *dst, int32_t to, const void *src, int32_t from,
   }
 }
 
-/* The call's compute dtype (cast.h). */
-static int32_t compute_dtype(const opd_kcall_t *call) {
-  return call->n_out > 0 && call->out[0].dtype == OPD_DTYPE_FLOAT64
-             ? OPD_DTYPE_FLOAT64
-             : OPD_DTYPE_FLOAT32;
-}
-
-int opd__cast_needed(const opd_kcall_t *call) {
-  int32_t c = compute_dtype(call);
-  for (int i = 0; i < call->n_in; i++)
-    if (opd__is_float_dtype(call->in[i].dtype) && call->in[i].dtype != c) return 1;
-  for (int i = 0; i < call->n_out; i++)
-    if (opd__is_float_dtype(call->out[i].dtype) && call->out[i].dtype != c) return 1;
-  return 0;
-}
-
 typedef struct walk_job {
   const opd_tview_t *v;            /* the strided view */
   void *buf;                       /* contiguous, dtype bt */
@@ -152,7 +136,7 @@ static void *retarget(opd_tview_t *v, int32_t c) {
 }
 
 int opd__cast_run(opd_kcall_t *call, opd_cpu_fn f32, opd_cpu_fn f64) {
-  int32_t c = compute_dtype(call);
+  int32_t c = opd__cast_dtype(call);
   opd_cpu_fn f = c == OPD_DTYPE_FLOAT64 ? f64 : f32;
   if (f == NULL)
     return opd__kerr(call, OPD_EDTYPE, "the cpu backend has no float64 kernel "

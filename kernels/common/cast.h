@@ -92,10 +92,25 @@ static inline int opd__is_float_dtype(int32_t dt) {
          dt == OPD_DTYPE_BFLOAT16 || dt == OPD_DTYPE_FLOAT64;
 }
 
+/* The call's compute dtype: float64 when output 0 is float64, else
+ * float32. */
+static inline int32_t opd__cast_dtype(const opd_kcall_t *call) {
+  return call->n_out > 0 && call->out[0].dtype == OPD_DTYPE_FLOAT64
+             ? OPD_DTYPE_FLOAT64
+             : OPD_DTYPE_FLOAT32;
+}
+
 /* 1 when a float tensor of call (input or output) has a dtype other than
- * the call's compute dtype (float64 when output 0 is float64, else
- * float32): the kernel must then run through opd__cast_run. */
-int opd__cast_needed(const opd_kcall_t *call);
+ * the call's compute dtype: the kernel must then run through
+ * opd__cast_run. Inline: every float kernel's entry asks it. */
+static inline int opd__cast_needed(const opd_kcall_t *call) {
+  int32_t c = opd__cast_dtype(call);
+  for (int i = 0; i < call->n_in; i++)
+    if (opd__is_float_dtype(call->in[i].dtype) && call->in[i].dtype != c) return 1;
+  for (int i = 0; i < call->n_out; i++)
+    if (opd__is_float_dtype(call->out[i].dtype) && call->out[i].dtype != c) return 1;
+  return 0;
+}
 
 /* Runs f32 (compute dtype float32) or f64 (float64; NULL: the op has no
  * float64 kernel, OPD_EDTYPE) on a copy of call whose float tensors of
