@@ -223,7 +223,7 @@
 #define OPD_MAX_NAME 64                  /* op and attribute names, strings */
 #define OPD_MAX_GRAPHS 64                /* graphs of one session */
 #define OPD_MAX_GRAPH_NODES 1024         /* nodes of one graph */
-#define OPD_MAX_GRAPH_CONSTS 256         /* constants of one graph */
+#define OPD_MAX_GRAPH_CONSTS 1024        /* constants of one graph */
 
 /* Message types: X(name, value, string). */
 #define OPD_MSG_MAP(X)                     \

@@ -10,9 +10,15 @@ torch.fx's CapabilityBasedPartitioner for the largest subgraphs of nodes
 _fxlower.spec() accepts (Support: each refused node is logged once per
 compile on the "opd.compile" logger, with its reason), fuses each into a
 submodule (fuse_partitions) and replaces that submodule with a Part: one
-opd Graph defined at compile time from the submodule's nodes (a subgraph
-the daemon refuses, e.g. over its per-graph limits, stays the torch
-submodule, logged with the daemon's reason). A Part's
+opd Graph defined at compile time from the submodule's nodes. A partition
+over a graph's limits (CHUNK_NODES nodes or CHUNK_CONSTS constants, half
+the daemon's: one FX node may make several opd nodes) is cut first into
+runs of consecutive nodes in the graph's order, each under both (a run
+of consecutive nodes of a convex partition is convex: a path between two
+of its nodes through any other node would pass a node between them in
+topological order), so ResNet-50's 444 nodes and 320 constants become
+two graphs, not a model left to torch. A subgraph the daemon still
+refuses stays the torch submodule, logged with the daemon's reason. A Part's
 inputs are the submodule's placeholders that are not constants; its
 constants are the parameters it reads, used in place when
 publish_module published them on this client's daemon (the registry in
@@ -98,7 +104,7 @@ def compile_fx(c, gm, example_inputs, published=None):
     support = Support(ops, devices)
     partitioner = CapabilityBasedPartitioner(gm, support,
                                              allows_single_node_partition=True)
-    parts = partitioner.propose_partitions()
+    parts = _chunks(partitioner.propose_partitions(), values)
     made = []
     if parts:
         gm = partitioner.fuse_partitions(parts)
@@ -118,6 +124,42 @@ def compile_fx(c, gm, example_inputs, published=None):
     gm.opd_parts = made
     gm.opd_fallbacks = support.fallbacks
     return gm
+
+
+CHUNK_NODES = 512        # of OPD_MAX_GRAPH_NODES (1,024)
+CHUNK_CONSTS = 512       # of OPD_MAX_GRAPH_CONSTS (1,024)
+
+
+def _chunks(parts, values):
+    """The partitions, each over CHUNK_NODES nodes or CHUNK_CONSTS
+    constants cut into runs of consecutive nodes under both."""
+    from torch.fx.passes.infra.partitioner import Partition
+    out, next_id = [], max([p.id for p in parts], default=0) + 1
+    order = {}
+    for p in parts:
+        if not order and p.nodes:      # the graph's order is topological
+            order = {m: i for i, m in enumerate(next(iter(p.nodes)).graph.nodes)}
+        nodes = sorted(p.nodes, key=order.__getitem__)
+        run, consts = [], set()
+        pieces = []
+        for n in nodes:
+            mine = {a for a in n.all_input_nodes if a.name in values}
+            if run and (len(run) >= CHUNK_NODES or
+                        len(consts | mine) > CHUNK_CONSTS):
+                pieces.append(run)
+                run, consts = [], set()
+            run.append(n)
+            consts |= mine
+        pieces.append(run)
+        if len(pieces) == 1:
+            out.append(p)
+            continue
+        log.info("a subgraph of %d nodes cut into %d opd graphs (graph "
+                 "limits)", len(nodes), len(pieces))
+        for run in pieces:
+            out.append(Partition(id=next_id, nodes=run))
+            next_id += 1
+    return out
 
 
 class _Const:

@@ -23,6 +23,15 @@ run on every graph whatever the daemon has:
   (0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x**3))), GPT-2's
   NewGELUActivation) becomes F.gelu(x, approximate="tanh"), which a linear
   before it can fuse as its epilogue.
+- inplace(): an in-place call (F.relu(x, inplace=True), nn.ReLU(inplace=True)
+  as dynamo inlines it, `out += identity` as operator.iadd, x.add_(y),
+  torch.relu_) becomes its out-of-place form when nothing else can see
+  the tensor it writes: x is computed in this graph by a call that makes
+  a new tensor (not an input, a parameter, a view, an alias or another
+  in-place call), so the only way to read the written x is through the
+  graph's own nodes; every user of x after the call then reads the
+  call's result instead. Otherwise the call stays in place and in torch
+  (its rule refuses it, naming it).
 The graph is linted and recompiled after the rewrites.
 """
 import math
@@ -286,9 +295,91 @@ def gelu_tanh(gm):
     return done
 
 
+# in-place calls and their out-of-place forms
+INPLACE_OPS = {operator.iadd: operator.add, operator.isub: operator.sub,
+               operator.imul: operator.mul, operator.itruediv: operator.truediv,
+               torch.relu_: torch.relu, torch.sigmoid_: torch.sigmoid,
+               torch.tanh_: torch.tanh}
+# functions with an `inplace` argument: its position
+INPLACE_ARG = {F.relu: 1, F.relu6: 1, F.silu: 1, F.hardswish: 1,
+               F.hardsigmoid: 1, F.mish: 1, F.selu: 1, F.hardtanh: 3,
+               F.leaky_relu: 2, F.elu: 2, F.celu: 2, F.threshold: 3}
+# calls whose result may share its input's memory (views, identities)
+ALIAS_FUNCS = {torch.reshape, torch.flatten, torch.unsqueeze, torch.squeeze,
+               torch.transpose, torch.permute, torch.t, torch.swapaxes,
+               torch.narrow, torch.select, torch.split, torch.chunk,
+               torch.unbind, torch.as_strided, torch.diagonal, torch.detach,
+               operator.getitem, F.dropout, F.dropout1d, F.dropout2d,
+               F.dropout3d, F.alpha_dropout, F.feature_alpha_dropout}
+ALIAS_METHODS = {"view", "view_as", "reshape", "reshape_as", "flatten",
+                 "unflatten", "unsqueeze", "squeeze", "transpose", "permute",
+                 "t", "swapaxes", "swapdims", "narrow", "select", "split",
+                 "chunk", "unbind", "expand", "expand_as", "as_strided",
+                 "diagonal", "contiguous", "detach", "to", "type", "type_as",
+                 "float", "double", "half", "bfloat16", "__getitem__"}
+ALIAS_MODULES = (torch.nn.Dropout, torch.nn.Dropout1d, torch.nn.Dropout2d,
+                 torch.nn.Dropout3d, torch.nn.AlphaDropout, torch.nn.Identity,
+                 torch.nn.Flatten, torch.nn.Unflatten)
+
+
+def _inplace_form(n):
+    """(how to make n out of place) if n is an in-place call, else None."""
+    if n.op == "call_function":
+        if n.target in INPLACE_OPS:
+            return ("target", INPLACE_OPS[n.target])
+        pos = INPLACE_ARG.get(n.target)
+        if pos is not None:
+            v = n.args[pos] if len(n.args) > pos else n.kwargs.get("inplace", False)
+            if v is True:
+                return ("arg", pos)
+    elif n.op == "call_method" and isinstance(n.target, str):
+        name = n.target
+        if name.endswith("_") and not name.endswith("__") and \
+                hasattr(torch.Tensor, name[:-1]):
+            return ("target", name[:-1])
+    return None
+
+
+def _fresh(gm, x):
+    """True if node x makes a tensor of its own that nothing outside the
+    graph's nodes can reach."""
+    if not isinstance(x, torch.fx.Node) or _val(x) is None:
+        return False
+    if x.op == "call_module":
+        return not isinstance(gm.get_submodule(x.target), ALIAS_MODULES)
+    if x.op == "call_function":
+        return x.target not in ALIAS_FUNCS and _inplace_form(x) is None
+    if x.op == "call_method":
+        return x.target not in ALIAS_METHODS and _inplace_form(x) is None
+    return False                  # placeholders, parameters, outputs
+
+
+def inplace(gm):
+    done = 0
+    order = {n: i for i, n in enumerate(gm.graph.nodes)}
+    for n in list(gm.graph.nodes):
+        form = _inplace_form(n)
+        if form is None or not n.args or not _fresh(gm, n.args[0]):
+            continue
+        x = n.args[0]
+        if form[0] == "target":
+            n.target = form[1]
+        else:
+            pos = form[1]
+            if len(n.args) > pos:
+                n.args = n.args[:pos] + (False,) + n.args[pos + 1:]
+            else:
+                n.kwargs = dict(n.kwargs, inplace=False)
+        for u in list(x.users):
+            if u is not n and order[u] > order[n]:
+                u.replace_input_with(x, n)
+        done += 1
+    return done
+
+
 def normalize(gm):
     """All the rewrites, in order; returns {rewrite: count}."""
-    counts = {"fold": fold(gm), "split": split_getitem(gm),
+    counts = {"inplace": inplace(gm), "fold": fold(gm), "split": split_getitem(gm),
               "cat": cat_empty(gm), "gelu_tanh": gelu_tanh(gm)}
     gm.graph.lint()
     gm.recompile()

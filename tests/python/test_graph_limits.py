@@ -35,13 +35,13 @@ def test_the_node_limit_is_taken_and_one_more_is_refused(c):
 
 
 def test_the_const_limit_is_taken_and_one_more_is_refused(c):
-    g, want = _chain(c, 256, 256)
+    g, want = _chain(c, 1024, 1024)
     x = c.from_numpy(np.zeros(4, np.float32))
     np.testing.assert_allclose(g.run(x).numpy(), np.full(4, want), rtol=1e-6)
     g.close()
     with pytest.raises(opd.LimitError) as e:
-        _chain(c, 257, 257)
-    assert "at most 256 constants" in str(e.value)
+        _chain(c, 1025, 1025)
+    assert "at most 1024 constants" in str(e.value)
 
 
 def test_graph_inline_us_0_runs_every_graph_on_the_pool(start_daemon):

@@ -87,3 +87,45 @@ def test_cat_drops_empty_inputs():
     assert targets.count(torch.cat) == 1           # the [x, x] one
     for got, want in zip(out, fn(x)):
         torch.testing.assert_close(got, want)
+
+
+def test_in_place_calls_on_fresh_tensors_become_out_of_place():
+    def fn(x, y):        # torchvision's BasicBlock: relu(inplace), out += identity
+        h = F.relu(x * 2, inplace=True)
+        h += y
+        h = torch.relu_(h * 3)
+        return h.add_(1) - y
+    x, y = torch.randn(4, 8), torch.randn(4, 8)
+    counts, targets, out = _rewritten(fn, x, y)
+    assert counts["inplace"] == 4, counts
+    assert operator.iadd not in targets and "add_" not in targets
+    assert torch.relu_ not in targets
+    torch.testing.assert_close(out, fn(x, y))
+
+
+def test_in_place_calls_on_inputs_and_views_stay_in_place():
+    def fn(x):           # writes the caller's x, and a view of a fresh tensor
+        F.relu(x, inplace=True)
+        h = x * 2
+        v = h.view(2, 16)
+        v += 1           # h changes too: must stay in place
+        return h
+    x = torch.randn(4, 8)
+    want_x = x.clone()
+    want = fn(want_x)
+    counts, targets, out = _rewritten(fn, x)
+    assert counts["inplace"] == 0, counts
+    torch.testing.assert_close(out, want)
+    torch.testing.assert_close(x, want_x)   # the input was written, as eager does
+
+
+def test_later_readers_of_a_written_tensor_read_the_result():
+    def fn(x):
+        h = x + 1
+        a = h * 2        # before the write: the old h
+        h.mul_(3)
+        return a + h     # after: the written h
+    x = torch.randn(5)
+    counts, targets, out = _rewritten(fn, x)
+    assert counts["inplace"] == 1
+    torch.testing.assert_close(out, fn(x))

@@ -1,0 +1,69 @@
+"""Real models under torch.compile(backend=opd) on the CPU: torchvision's
+ResNet-18 and ResNet-50 (random weights, eval) become one opd graph each
+with no node left to torch, outputs within 1e-4 of eager; a partition cut
+under small graph limits gives the same outputs in several graphs; a
+transformers GPT-2 (a small config) the same, where transformers is
+installed. Skipped without torchvision / transformers."""
+import logging
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import opd  # noqa: E402
+import opd.dynamo  # noqa: E402
+
+if not opd.dynamo.available():
+    pytest.skip(opd.dynamo.why_not(), allow_module_level=True)
+import opd.torch  # noqa: E402,F401
+from opd import _fxgraph  # noqa: E402
+
+
+def _compiled(m, backend, caplog, *args):
+    with torch.no_grad(), caplog.at_level(logging.INFO, logger="opd.compile"):
+        want = m(*args)
+        got = torch.compile(m, backend=backend, dynamic=False)(*args)
+    fell = [r.getMessage() for r in caplog.records if r.name == "opd.compile"
+            and "cut into" not in r.getMessage()]
+    return want, got, fell
+
+
+@pytest.mark.parametrize("name", ["resnet18", "resnet50"])
+def test_torchvision_resnet_is_one_graph(c, backend, caplog, name):
+    tvm = pytest.importorskip("torchvision.models")
+    torch.manual_seed(0)
+    m = getattr(tvm, name)(weights=None).eval()
+    x = torch.randn(1, 3, 64, 64)
+    want, got, fell = _compiled(m, backend, caplog, x)
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+    assert fell == [], fell
+    assert len(backend.last.opd_parts) == 1
+
+
+def test_a_partition_over_the_limits_is_cut(c, backend, caplog, monkeypatch):
+    tvm = pytest.importorskip("torchvision.models")
+    monkeypatch.setattr(_fxgraph, "CHUNK_NODES", 20)
+    monkeypatch.setattr(_fxgraph, "CHUNK_CONSTS", 24)
+    torch.manual_seed(0)
+    m = tvm.resnet18(weights=None).eval()
+    x = torch.randn(2, 3, 32, 32)
+    want, got, fell = _compiled(m, backend, caplog, x)
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+    assert fell == [], fell
+    assert len(backend.last.opd_parts) >= 4
+    assert any("cut into" in r.getMessage() for r in caplog.records)
+
+
+def test_transformers_gpt2_is_one_graph(c, backend, caplog):
+    tf = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    cfg = tf.GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=100,
+                        n_positions=64, use_cache=False)
+    m = tf.GPT2LMHeadModel(cfg).eval()
+    ids = torch.randint(0, 100, (2, 12))
+
+    def logits(i):
+        return m(i, use_cache=False).logits
+    want, got, fell = _compiled(logits, backend, caplog, ids)
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+    assert fell == [], fell
+    assert len(backend.last.opd_parts) == 1
