@@ -33,6 +33,9 @@
   X(silu)          \
   X(sigmoid)       \
   X(tanh)          \
+  X(hardtanh)      \
+  X(hardsigmoid)   \
+  X(hardswish)     \
   X(softmax)       \
   X(layernorm)     \
   X(rmsnorm)       \

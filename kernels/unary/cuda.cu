@@ -1,4 +1,5 @@
-/* The unary family on the GPU (relu, gelu, silu, sigmoid, tanh):
+/* The unary family on the GPU (relu, gelu, silu, sigmoid, tanh, hardtanh,
+ * hardsigmoid, hardswish):
  * y[i] = f(x[i]), float32 / float16 / bfloat16 computed in float, float64
  * in double (rows: ops.c).
  *
@@ -347,4 +348,43 @@ extern "C" int opd__sigmoid_cuda(opd_kcall_t *call, const opd_cuda_ctx_t *ctx) {
 extern "C" int opd__tanh_cuda(opd_kcall_t *call, const opd_cuda_ctx_t *ctx) {
   UNARY64(Tanh64);
   return unary_run(call, ctx, TanhF());
+}
+
+/* ---- hardtanh, hardsigmoid, hardswish on the GPU: c = clamp(x + shift,
+ * lo, hi), y = c / div or x * c / div (kernels/unary/hard.c says which;
+ * torch's order of operations), every dtype through the family's
+ * kernels (float64: the scalar kernel).
+ * Test: build/tests/gpu_kernels (op=hard).
+ */
+
+template <typename R>
+struct HardF {
+  R shift, lo, hi, div;
+  int mul;
+  __device__ R operator()(R v) const {
+    R c = v + shift;
+    c = c < lo ? lo : c;
+    c = c > hi ? hi : c;
+    return (mul ? v * c : c) / div;
+  }
+};
+
+static int hard_cuda(opd_kcall_t *call, const opd_cuda_ctx_t *ctx, double shift,
+                     double lo, double hi, double div, int mul) {
+  if (call->in[0].dtype == OPD_DTYPE_FLOAT64)
+    return unary64(call, ctx, HardF<double>{shift, lo, hi, div, mul});
+  return unary_run(call, ctx, HardF<float>{(float)shift, (float)lo, (float)hi,
+                                           (float)div, mul});
+}
+
+extern "C" int opd__hardtanh_cuda(opd_kcall_t *call, const opd_cuda_ctx_t *ctx) {
+  double lo = call->attr[0].type == OPD_ATTR_FLOAT ? call->attr[0].f : -1.0;
+  double hi = call->attr[1].type == OPD_ATTR_FLOAT ? call->attr[1].f : 1.0;
+  return hard_cuda(call, ctx, 0, lo, hi, 1, 0);
+}
+extern "C" int opd__hardsigmoid_cuda(opd_kcall_t *call, const opd_cuda_ctx_t *ctx) {
+  return hard_cuda(call, ctx, 3, 0, 6, 6, 0);
+}
+extern "C" int opd__hardswish_cuda(opd_kcall_t *call, const opd_cuda_ctx_t *ctx) {
+  return hard_cuda(call, ctx, 3, 0, 6, 6, 1);
 }

@@ -17,6 +17,9 @@
  * "tanh".
  * silu: x * sigmoid(x) = x / (1 + e^-x) (F.silu). sigmoid: 1 / (1 + e^-x)
  * (torch.sigmoid). tanh: torch.tanh.
+ * hardtanh: clamp(x, min_val, max_val) (F.hardtanh; F.relu6 is min_val 0,
+ * max_val 6). hardsigmoid: clamp(x + 3, 0, 6) / 6. hardswish:
+ * x * clamp(x + 3, 0, 6) / 6 (MobileNetV3's; kernels/unary/hard.c).
  */
 #include "kernels/common/cast.h"
 #include "kernels/common/cpu.h"
@@ -47,6 +50,9 @@ OPD_OP_DECLARE(gelu);
 OPD_OP_DECLARE(silu);
 OPD_OP_DECLARE(sigmoid);
 OPD_OP_DECLARE(tanh);
+OPD_OP_DECLARE(hardtanh);
+OPD_OP_DECLARE(hardsigmoid);
+OPD_OP_DECLARE(hardswish);
 
 const opd_op_def_t opd__op_relu =
     UNARY_ROW(relu, "elementwise max(x, 0) (torch.relu; NaN propagates)");
@@ -69,3 +75,21 @@ const opd_op_def_t opd__op_sigmoid =
 
 const opd_op_def_t opd__op_tanh =
     UNARY_ROW(tanh, "hyperbolic tangent (torch.tanh)");
+
+const opd_op_def_t opd__op_hardtanh = UNARY_ROW(
+    hardtanh, "clamp(x, min_val, max_val) (F.hardtanh; F.relu6: 0, 6)",
+    .n_attrs = 2,
+    .attrs = {{.name = "min_val",
+               .type = OPD_ATTR_FLOAT,
+               .def = {.type = OPD_ATTR_FLOAT, .f = -1.0},
+               .doc = "lower bound (default -1)"},
+              {.name = "max_val",
+               .type = OPD_ATTR_FLOAT,
+               .def = {.type = OPD_ATTR_FLOAT, .f = 1.0},
+               .doc = "upper bound (default 1)"}});
+
+const opd_op_def_t opd__op_hardsigmoid =
+    UNARY_ROW(hardsigmoid, "clamp(x + 3, 0, 6) / 6 (F.hardsigmoid)");
+
+const opd_op_def_t opd__op_hardswish =
+    UNARY_ROW(hardswish, "x * clamp(x + 3, 0, 6) / 6 (F.hardswish)");

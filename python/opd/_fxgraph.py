@@ -66,11 +66,19 @@ class Support(OperatorSupportBase):
             why = None
         except Unsupported as e:
             why = str(e)
-            what = _fxlower.what(node)
-            self.fallbacks.append((what, why))
-            log.info("%s: %s", what, why)
+            if _computes(node):       # not a call on no tensor (a log call)
+                what = _fxlower.what(node)
+                self.fallbacks.append((what, why))
+                log.info("%s: %s", what, why)
         self.answers[node] = why
         return why is None
+
+
+def _computes(node):
+    """False for a call that takes and gives no tensor
+    (torch._C._log_api_usage_once): torch runs it, with nothing to say."""
+    return meta(node) is not None or any(
+        meta(a) is not None for a in node.all_input_nodes)
 
 
 def _static(ex):
@@ -126,6 +134,7 @@ def compile_fx(c, gm, example_inputs, published=None):
     return gm
 
 
+CAT_INPUTS = 15          # a node's inputs: 16 tensors with its output
 CHUNK_NODES = 512        # of OPD_MAX_GRAPH_NODES (1,024)
 CHUNK_CONSTS = 512       # of OPD_MAX_GRAPH_CONSTS (1,024)
 
@@ -290,6 +299,12 @@ class Part(torch.nn.Module):
             return v
         if op == "addmm":
             return self._addmm(g, n, ins, env, ops, devices, done)
+        if op == "cat" and len(ins) > CAT_INPUTS:  # chained: the first 15, then 14 more each
+            vs = [self._val(g, x, env) for x in ins]
+            v = g.node("cat", *vs[:CAT_INPUTS], **attrs)
+            for k in range(CAT_INPUTS, len(vs), CAT_INPUTS - 1):
+                v = g.node("cat", v, *vs[k:k + CAT_INPUTS - 1], **attrs)
+            return v
         if op != "linear":
             return g.node(op, *[self._val(g, x, env) for x in ins], **attrs)
         x, w, b = ins

@@ -18,6 +18,9 @@ weight transposed once) and pow with a small integer exponent (muls).
 """
 import operator
 
+import math
+import numbers
+
 import torch
 import torch.nn.functional as F
 
@@ -41,6 +44,29 @@ def _unary(op):
             raise Unsupported("in-place %s: opd graph values are not torch's" % op)
         return op, [n.args[0]], {}
     return rule
+
+
+def _hardtanh(n, mod):
+    """F.hardtanh, F.relu6 (0, 6), their modules and torch.clamp/clip with
+    number bounds (a missing one is infinite): the hardtanh op."""
+    if mod is not None:
+        inplace, lo, hi = getattr(mod, "inplace", False), mod.min_val, mod.max_val
+    elif n.target is F.relu6:
+        inplace, lo, hi = arg(n, 1, "inplace", False), 0.0, 6.0
+    elif n.target is F.hardtanh:
+        inplace = arg(n, 3, "inplace", False)
+        lo, hi = arg(n, 1, "min_val", -1.0), arg(n, 2, "max_val", 1.0)
+    else:                                  # clamp / clip
+        inplace = False
+        lo, hi = arg(n, 1, "min"), arg(n, 2, "max")
+        lo = -math.inf if lo is None else lo
+        hi = math.inf if hi is None else hi
+    if inplace is True:
+        raise Unsupported("in-place hardtanh: opd graph values are not torch's")
+    if not all(isinstance(v, numbers.Real) and not isinstance(v, bool)
+               for v in (lo, hi)):
+        raise Unsupported("clamp with tensor bounds")
+    return "hardtanh", [n.args[0]], {"min_val": float(lo), "max_val": float(hi)}
 
 
 def _gelu(n, mod):
@@ -249,8 +275,7 @@ def _cat(n, mod):
     xs = n.args[0] if n.args else n.kwargs.get("tensors")
     if not isinstance(xs, (list, tuple)) or not xs:
         raise Unsupported("cat of no list")
-    if len(xs) > 15:
-        raise Unsupported("cat of %d tensors: opd's cat takes up to 15" % len(xs))
+    # more than 15 (a node's inputs): a chain of cats (_fxgraph)
     return "cat", list(xs), {"dim": arg(n, 1, "dim", 0)}
 
 
@@ -342,6 +367,34 @@ def _adaptive_avg_pool2d(n, mod):
     return "adaptive_avg_pool2d", [n.args[0]], {"size": size}
 
 
+def _avg_pool2d(n, mod):
+    """F.avg_pool2d whose windows tile the input (kernel == stride, no
+    padding, H and W multiples of it: DenseNet's transitions) is
+    adaptive_avg_pool2d to (H / kh, W / kw), the same means."""
+    if mod is not None:
+        k, st, pad = mod.kernel_size, mod.stride, mod.padding
+        ceil, div = mod.ceil_mode, mod.divisor_override
+    else:
+        k, st = arg(n, 1, "kernel_size"), arg(n, 2, "stride")
+        pad, ceil = arg(n, 3, "padding", 0), arg(n, 4, "ceil_mode", False)
+        div = arg(n, 6, "divisor_override")
+    k = _pair(k)
+    k = k * 2 if len(k) == 1 else k
+    st = k if st in (None, [], ()) else _pair(st)
+    st = st * 2 if len(st) == 1 else st
+    x = meta(n.args[0])
+    if x is None or x.dim() not in (3, 4) or div is not None or \
+            any(_pair(pad)) or st != k:
+        raise Unsupported("avg_pool2d other than windows that tile the "
+                          "input (kernel == stride, no padding)")
+    h, w = int(x.shape[-2]), int(x.shape[-1])
+    if h % k[0] or w % k[1]:
+        raise Unsupported("avg_pool2d of %dx%d by %dx%d windows: not a tiling"
+                          % (h, w, k[0], k[1]))
+    del ceil                      # no partial window when the windows tile
+    return "adaptive_avg_pool2d", [n.args[0]], {"size": [h // k[0], w // k[1]]}
+
+
 def _batch_norm(n, mod):
     if mod is not None:
         if mod.training or mod.running_mean is None:
@@ -390,6 +443,10 @@ for _keys, _rule in (
         ((F.silu, "silu", nn.SiLU), _unary("silu")),
         ((torch.sigmoid, F.sigmoid, "sigmoid", nn.Sigmoid), _unary("sigmoid")),
         ((torch.tanh, F.tanh, "tanh", nn.Tanh), _unary("tanh")),
+        ((F.hardtanh, F.relu6, nn.Hardtanh, nn.ReLU6, torch.clamp, torch.clip,
+          "clamp", "clip"), _hardtanh),
+        ((F.hardsigmoid, nn.Hardsigmoid), _unary("hardsigmoid")),
+        ((F.hardswish, nn.Hardswish), _unary("hardswish")),
         ((F.gelu, "gelu", nn.GELU), _gelu),
         ((F.softmax, torch.softmax, "softmax", nn.Softmax), _softmax),
         ((F.log_softmax, torch.log_softmax, "log_softmax", nn.LogSoftmax),
@@ -399,6 +456,7 @@ for _keys, _rule in (
         ((torch.amax, "amax"), _reduce("amax")),
         ((F.max_pool2d, nn.MaxPool2d), _max_pool2d),
         ((F.adaptive_avg_pool2d, nn.AdaptiveAvgPool2d), _adaptive_avg_pool2d),
+        ((F.avg_pool2d, nn.AvgPool2d), _avg_pool2d),
         ((F.batch_norm, nn.BatchNorm1d, nn.BatchNorm2d), _batch_norm),
         ((F.conv2d, nn.Conv2d), _conv2d),
         ((F.layer_norm, torch.layer_norm, nn.LayerNorm), _layer_norm),

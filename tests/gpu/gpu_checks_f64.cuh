@@ -99,7 +99,8 @@ static void check_f64(void) {
   const double A = 1e-12, R = 1e-12;
   in_spec_t x = {2, S(37, 1001), -6, 6, NULL}, row = {1, S(1001), -2, 2, NULL},
             col = {2, S(37, 1), 0.5, 2, NULL};
-  for (const char *op : {"relu", "gelu", "silu", "sigmoid", "tanh"})
+  for (const char *op : {"relu", "gelu", "silu", "sigmoid", "tanh", "hardtanh",
+                         "hardsigmoid", "hardswish"})
     run_case64(op, "", F64, 1, &x, no_attrs, A, R);
   run_case64("gelu", "[tanh]", F64, 1, &x,
              [](opd_kcall_t *c) { strcpy(attr(c, "approximate")->s, "tanh"); }, A, R);

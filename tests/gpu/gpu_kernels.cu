@@ -378,7 +378,12 @@ static void check_unary(void) {
       run_case("gelu", "", DTS[d], 1, &s, no_attrs, a, r);
       run_case("gelu", "[tanh]", DTS[d], 1, &s,
                [](opd_kcall_t *c) { strcpy(attr(c, "approximate")->s, "tanh"); }, a, r);
-      for (const char *op : {"silu", "sigmoid", "tanh"}) run_case(op, "", DTS[d], 1, &s, no_attrs, a, r);
+      for (const char *op : {"silu", "sigmoid", "tanh", "hardsigmoid", "hardswish"})
+        run_case(op, "", DTS[d], 1, &s, no_attrs, a, r);
+      run_case("hardtanh", "[0,6]", DTS[d], 1, &s, [](opd_kcall_t *c) {
+        attr(c, "min_val")->f = 0;
+        attr(c, "max_val")->f = 6;
+      }, a, r);
     }
 }
 

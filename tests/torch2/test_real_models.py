@@ -1,6 +1,9 @@
 """Real models under torch.compile(backend=opd) on the CPU: torchvision's
-ResNet-18 and ResNet-50 (random weights, eval) become one opd graph each
-with no node left to torch, outputs within 1e-4 of eager; a partition cut
+ResNet-18, ResNet-50, MobileNetV2 (relu6), MobileNetV3-small (hardswish,
+hardsigmoid, squeeze-excitation, depthwise convs) and EfficientNet-B0
+(random weights, eval) become one opd graph each with no node left to
+torch, outputs within 1e-4 of eager; DenseNet-121 (cats of up to 25
+tensors, average pools) two graphs, cut at the graph limits; a partition cut
 under small graph limits gives the same outputs in several graphs; a
 transformers GPT-2 (a small config) the same, where transformers is
 installed. Skipped without torchvision / transformers."""
@@ -27,8 +30,9 @@ def _compiled(m, backend, caplog, *args):
     return want, got, fell
 
 
-@pytest.mark.parametrize("name", ["resnet18", "resnet50"])
-def test_torchvision_resnet_is_one_graph(c, backend, caplog, name):
+@pytest.mark.parametrize("name", ["resnet18", "resnet50", "mobilenet_v2",
+                                  "mobilenet_v3_small", "efficientnet_b0"])
+def test_torchvision_model_is_one_graph(c, backend, caplog, name):
     tvm = pytest.importorskip("torchvision.models")
     torch.manual_seed(0)
     m = getattr(tvm, name)(weights=None).eval()
@@ -37,6 +41,17 @@ def test_torchvision_resnet_is_one_graph(c, backend, caplog, name):
     torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
     assert fell == [], fell
     assert len(backend.last.opd_parts) == 1
+
+
+def test_torchvision_densenet_is_two_graphs(c, backend, caplog):
+    tvm = pytest.importorskip("torchvision.models")
+    torch.manual_seed(0)
+    m = tvm.densenet121(weights=None).eval()
+    x = torch.randn(1, 3, 64, 64)
+    want, got, fell = _compiled(m, backend, caplog, x)
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+    assert fell == [], fell
+    assert len(backend.last.opd_parts) == 2
 
 
 def test_a_partition_over_the_limits_is_cut(c, backend, caplog, monkeypatch):
