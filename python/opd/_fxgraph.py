@@ -121,8 +121,10 @@ def compile_fx(c, gm, example_inputs, published=None):
                 sub = gm.get_submodule(node.target)
                 try:
                     part = Part(c, sub, node, values, ops, devices, published)
-                except errors.OpdError as e:   # the daemon refused: torch runs it
-                    why = "the daemon refused it as a graph: %s" % e
+                except (errors.OpdError, Unsupported) as e:  # torch runs it
+                    why = ("the daemon refused it as a graph: %s" % e
+                           if isinstance(e, errors.OpdError) else
+                           "not lowered: %s" % e)
                     support.fallbacks.append((node.target, why))
                     log.info("%s (%d nodes): %s", node.target,
                              len(sub.graph.nodes), why)
@@ -297,6 +299,10 @@ class Part(torch.nn.Module):
             for _ in range(attrs["n"] - 1):
                 v = g.mul(v, x)
             return v
+        if op == "select":                # x[:, i]: slice, then the dim dropped
+            shape = attrs.pop("shape")
+            v = g.node("slice", self._val(g, ins[0], env), **attrs)
+            return g.node("reshape", v, shape=shape)
         if op == "addmm":
             return self._addmm(g, n, ins, env, ops, devices, done)
         if op == "cat" and len(ins) > CAT_INPUTS:  # chained: the first 15, then 14 more each

@@ -6,7 +6,7 @@ DESIGN
 Each rewrite keeps the graph's meaning in torch (a node that stays in
 torch after partitioning computes what it did before), so normalize() can
 run on every graph whatever the daemon has:
-- fold(): nodes computed from no runtime tensor (torch.arange, an empty
+- fold() (after inplace()): nodes computed from no runtime tensor (torch.arange, an empty
   torch.tensor([]), x.new_ones(shape), and whatever is computed from
   those alone: arange + 0, .unsqueeze(0), a causal mask's comparisons)
   are evaluated once, now, and become module constants (get_attr), so
@@ -28,9 +28,9 @@ run on every graph whatever the daemon has:
   torch.relu_) becomes its out-of-place form when nothing else can see
   the tensor it writes: x is computed in this graph by a call that makes
   a new tensor (not an input, a parameter, a view, an alias or another
-  in-place call), so the only way to read the written x is through the
-  graph's own nodes; every user of x after the call then reads the
-  call's result instead. Otherwise the call stays in place and in torch
+  in-place call) and no view of x is taken, so the only way to read the
+  written x is through x itself; every user of x after the call then
+  reads the call's result instead. Otherwise the call stays in place and in torch
   (its rule refuses it, naming it).
 The graph is linted and recompiled after the rewrites.
 """
@@ -75,10 +75,15 @@ def _nodes_in(args):
 
 def fold(gm):
     """Evaluates the nodes computed from no runtime tensor; returns how many
-    became constants."""
+    became constants. A node that an in-place call writes (directly or
+    through a view: Swin's attention mask, x.new_zeros() then filled
+    by setitem) is never folded, nor what is computed from it: folding
+    would evaluate its readers before the writes (and a folded buffer
+    would carry the writes into the next call)."""
     env, made = {}, 0
+    written = _written(gm)
     for n in list(gm.graph.nodes):
-        if n.op not in ("call_function", "call_method"):
+        if n.op not in ("call_function", "call_method") or n in written:
             continue
         deps = _nodes_in((n.args, n.kwargs))
         newm = n.op == "call_method" and n.target in NEW_METHODS
@@ -354,6 +359,47 @@ def _fresh(gm, x):
     return False                  # placeholders, parameters, outputs
 
 
+def _writes(n):
+    """True if n writes its first argument in place (setitem, an in-place
+    call, an out= tensor)."""
+    return (n.op == "call_function" and n.target is operator.setitem) or \
+        _inplace_form(n) is not None or \
+        (n.op in ("call_function", "call_method") and n.kwargs.get("out") is not None)
+
+
+def _aliases(gm, n):
+    """True if n's result may share memory with its first argument."""
+    if n.op == "call_module":
+        return isinstance(gm.get_submodule(n.target), ALIAS_MODULES)
+    if n.op == "call_function":
+        return n.target in ALIAS_FUNCS or _writes(n)
+    if n.op == "call_method":
+        return n.target in ALIAS_METHODS or _writes(n)
+    return False
+
+
+def _written(gm):
+    """The nodes whose memory an in-place call writes: the written node
+    and every node sharing memory with it (union of alias edges)."""
+    up = {}
+
+    def root(a):
+        while up.get(a, a) is not a:
+            a = up[a]
+        return a
+    hit = []
+    for n in gm.graph.nodes:
+        x = n.args[0] if n.args and isinstance(n.args[0], torch.fx.Node) else None
+        if x is None:
+            continue
+        if _aliases(gm, n):
+            up[root(n)] = root(x)
+        if _writes(n):
+            hit.append(x)
+    marked = {root(x) for x in hit}
+    return {n for n in gm.graph.nodes if root(n) in marked}
+
+
 def inplace(gm):
     done = 0
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
@@ -362,6 +408,9 @@ def inplace(gm):
         if form is None or not n.args or not _fresh(gm, n.args[0]):
             continue
         x = n.args[0]
+        if any(u is not n and _aliases(gm, u) and u.args and u.args[0] is x
+               for u in x.users):
+            continue                  # a view of x would see the write
         if form[0] == "target":
             n.target = form[1]
         else:

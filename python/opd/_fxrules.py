@@ -243,14 +243,16 @@ def _narrow(n, mod):
 
 
 def _getitem(n, mod):
-    """x[...] with slices of one dim (steps included) as opd's slice."""
+    """x[...] with slices of one dim (steps included) as opd's slice; an
+    int index of one dim as a slice of one and a reshape ("select")."""
     x, idx = n.args[0], n.args[1]
     if meta(x) is None:
         raise Unsupported("getitem of a non-tensor")
     idx = idx if isinstance(idx, tuple) else (idx,)
     rank = len(meta(x).shape)
-    if any(not isinstance(i, slice) and i is not Ellipsis for i in idx):
-        raise Unsupported("indexing with %s: opd takes slices" %
+    if any(not isinstance(i, (slice, int)) or isinstance(i, bool)
+           for i in idx if i is not Ellipsis):
+        raise Unsupported("indexing with %s: opd takes slices and ints" %
                           ", ".join(type(i).__name__ for i in idx))
     if idx.count(Ellipsis) > 1:
         raise Unsupported("two ellipses")
@@ -263,6 +265,13 @@ def _getitem(n, mod):
     if len(cut) > 1:
         raise Unsupported("slices of %d dims: opd's slice takes one" % len(cut))
     d, s = cut[0]
+    if isinstance(s, int):                  # x[:, i]: a slice of one, that dim dropped
+        size = int(meta(x).shape[d])
+        if not -size <= s < size:
+            raise Unsupported("index %d of a dim of %d" % (s, size))
+        s = s % size
+        return "select", [x], {"dim": d, "start": s, "end": s + 1, "step": 1,
+                               "shape": [int(v) for v in meta(n).shape]}
     if not all(v is None or isinstance(v, int) for v in (s.start, s.stop, s.step)):
         raise Unsupported("a slice with tensor bounds")
     attrs = {"dim": d, "start": s.start or 0, "step": s.step or 1}
@@ -432,9 +441,9 @@ def _conv2d(n, mod):
 
 
 # pseudo ops: what each needs of the daemon (the rest are daemon ops)
-PSEUDO = {"=": (), "addmm": ("linear",), "pow": ("mul",)}
+PSEUDO = {"=": (), "addmm": ("linear",), "pow": ("mul",), "select": ("slice", "reshape")}
 # ops that move data of any dtype (the rest compute in float32)
-MOVES = {"=", "reshape", "expand", "permute", "slice", "cat"}
+MOVES = {"=", "reshape", "expand", "permute", "slice", "select", "cat"}
 
 RULES = {}
 for _keys, _rule in (

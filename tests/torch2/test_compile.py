@@ -259,11 +259,25 @@ def test_gru_cell_runs_in_opd_where_the_daemon_has_it(c, backend):
             ("torch.gru_cell", "the daemon has no gru_cell op")], backend.last.opd_fallbacks
 
 
-def test_a_subgraph_the_daemon_refuses_stays_in_torch(c, backend, caplog):
-    def fn(x):                  # 1100 nodes: over the daemon's 1024 per graph
-        for _ in range(1100):
-            x = torch.relu(x)
-        return x
+def _relus(x):                   # 1100 nodes: over the daemon's 1024 per graph
+    for _ in range(1100):
+        x = torch.relu(x)
+    return x
+
+
+def test_a_subgraph_over_the_limits_is_cut_into_graphs(c, backend):
+    f = torch.compile(_relus, backend=backend)
+    x = torch.randn(4)
+    torch.testing.assert_close(f(x), _relus(x))
+    assert len(backend.last.opd_parts) == 3     # 512 + 512 + 76 nodes
+    assert backend.last.opd_fallbacks == []
+
+
+def test_a_subgraph_the_daemon_refuses_stays_in_torch(c, backend, caplog,
+                                                       monkeypatch):
+    from opd import _fxgraph
+    monkeypatch.setattr(_fxgraph, "CHUNK_NODES", 4096)   # not cut: refused
+    fn = _relus
     f = torch.compile(fn, backend=backend)
     x = torch.randn(4)
     with caplog.at_level(logging.INFO, logger="opd.compile"):

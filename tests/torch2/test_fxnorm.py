@@ -129,3 +129,30 @@ def test_later_readers_of_a_written_tensor_read_the_result():
     counts, targets, out = _rewritten(fn, x)
     assert counts["inplace"] == 1
     torch.testing.assert_close(out, fn(x))
+
+
+def test_an_in_place_call_seen_through_a_view_stays():
+    def fn(x):
+        h = x * 2
+        v = h.view(-1)
+        h.relu_()            # v sees it in eager
+        return v + 1
+    x = torch.randn(4, 8)
+    counts, targets, out = _rewritten(fn, x)
+    assert counts["inplace"] == 0, counts
+    torch.testing.assert_close(out, fn(x))
+
+
+def test_a_constant_written_in_place_is_not_folded():
+    def fn(x):           # Swin's shifted-window mask: new_zeros, then filled
+        m = x.new_zeros((4, 4))
+        m[:2, :2] = 1.0
+        m[2:, 2:] = 2.0
+        return x + m.view(16).sum()
+    x = torch.randn(3)
+    counts, targets, out = _rewritten(fn, x)
+    torch.testing.assert_close(out, fn(x))
+    torch.testing.assert_close(out, x + 12.0)
+    out2 = torch.compile(fn, backend=lambda gm, ex: (_fxnorm.normalize(gm), gm.forward)[1],
+                         dynamic=False)(x)
+    torch.testing.assert_close(out2, x + 12.0)    # a second call: nothing carried
