@@ -36,6 +36,14 @@
   X(hardtanh)      \
   X(hardsigmoid)   \
   X(hardswish)     \
+  X(neg)           \
+  X(abs)           \
+  X(exp)           \
+  X(log)           \
+  X(sqrt)          \
+  X(rsqrt)         \
+  X(sin)           \
+  X(cos)           \
   X(softmax)       \
   X(layernorm)     \
   X(rmsnorm)       \

@@ -1,5 +1,5 @@
 /* The unary family on the GPU (relu, gelu, silu, sigmoid, tanh, hardtanh,
- * hardsigmoid, hardswish):
+ * hardsigmoid, hardswish, neg, abs, exp, log, sqrt, rsqrt, sin, cos):
  * y[i] = f(x[i]), float32 / float16 / bfloat16 computed in float, float64
  * in double (rows: ops.c).
  *
@@ -388,3 +388,30 @@ extern "C" int opd__hardsigmoid_cuda(opd_kcall_t *call, const opd_cuda_ctx_t *ct
 extern "C" int opd__hardswish_cuda(opd_kcall_t *call, const opd_cuda_ctx_t *ctx) {
   return hard_cuda(call, ctx, 3, 0, 6, 6, 1);
 }
+
+/* ---- neg, abs, exp, log, sqrt, rsqrt, sin, cos on the GPU: CUDA's
+ * float functions (float32 and the halves computed in float) and double
+ * ones, through the family's kernels (kernels/unary/math.c says what
+ * each is).
+ * Test: build/tests/gpu_kernels (op=neg ... op=cos).
+ */
+#define MATH_CUDA(name, f32, f64)                                            \
+  struct name##F {                                                           \
+    __device__ float operator()(float v) const { return f32; }               \
+  };                                                                         \
+  struct name##D {                                                           \
+    __device__ double operator()(double v) const { return f64; }             \
+  };                                                                         \
+  extern "C" int opd__##name##_cuda(opd_kcall_t *call, const opd_cuda_ctx_t *ctx) { \
+    if (call->in[0].dtype == OPD_DTYPE_FLOAT64) return unary64(call, ctx, name##D()); \
+    return unary_run(call, ctx, name##F());                                  \
+  }
+
+MATH_CUDA(neg, -v, -v)
+MATH_CUDA(abs, fabsf(v), fabs(v))
+MATH_CUDA(exp, expf(v), exp(v))
+MATH_CUDA(log, logf(v), log(v))
+MATH_CUDA(sqrt, sqrtf(v), sqrt(v))
+MATH_CUDA(rsqrt, rsqrtf(v), rsqrt(v))
+MATH_CUDA(sin, sinf(v), sin(v))
+MATH_CUDA(cos, cosf(v), cos(v))

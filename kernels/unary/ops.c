@@ -20,6 +20,8 @@
  * hardtanh: clamp(x, min_val, max_val) (F.hardtanh; F.relu6 is min_val 0,
  * max_val 6). hardsigmoid: clamp(x + 3, 0, 6) / 6. hardswish:
  * x * clamp(x + 3, 0, 6) / 6 (MobileNetV3's; kernels/unary/hard.c).
+ * neg, abs, exp, log, sqrt, rsqrt, sin, cos: torch's (kernels/unary/math.c;
+ * log and sqrt of a negative x give NaN, rsqrt(0) +inf, as torch).
  */
 #include "kernels/common/cast.h"
 #include "kernels/common/cpu.h"
@@ -93,3 +95,16 @@ const opd_op_def_t opd__op_hardsigmoid =
 
 const opd_op_def_t opd__op_hardswish =
     UNARY_ROW(hardswish, "x * clamp(x + 3, 0, 6) / 6 (F.hardswish)");
+
+#define MATH_ROW(name, summ)                                               \
+  OPD_OP_DECLARE(name);                                                    \
+  const opd_op_def_t opd__op_##name = UNARY_ROW(name, summ);
+
+MATH_ROW(neg, "-x (torch.neg)")
+MATH_ROW(abs, "|x| (torch.abs)")
+MATH_ROW(exp, "e^x (torch.exp)")
+MATH_ROW(log, "natural logarithm (torch.log; NaN below 0, -inf at 0)")
+MATH_ROW(sqrt, "square root (torch.sqrt; NaN below 0)")
+MATH_ROW(rsqrt, "1 / sqrt(x) (torch.rsqrt; +inf at 0)")
+MATH_ROW(sin, "sine (torch.sin)")
+MATH_ROW(cos, "cosine (torch.cos)")

@@ -247,7 +247,16 @@ class Part(torch.nn.Module):
         # a graph's outputs are node outputs: an input or constant given
         # back as it is (an identity in torch) is copied
         vals = [g.copy(v) if v.kind in ("input", "const") else v for v in vals]
-        g.output(*vals)
+        # one value given back twice (two FX outputs that became one opd
+        # value, an identity between them) is one graph output, cloned twice
+        uniq, self._out_index = [], []
+        for v in vals:
+            k = next((i for i, u in enumerate(uniq) if u is v), None)
+            if k is None:
+                k = len(uniq)
+                uniq.append(v)
+            self._out_index.append(k)
+        g.output(*uniq)
         g.define()
         if dev == "cpu":      # opd tensors, written and read through torch views
             self._stage = [c.empty(v.shape, v.dtype) for v in g._inputs]
@@ -348,6 +357,6 @@ class Part(torch.nn.Module):
             for v, k in zip(self._stage_views, self._in_pos):
                 v.copy_(args[k])
             self.graph.run(*self._stage, out=self._outs)
-            outs = [v.clone() for v in self._out_views]
+            outs = [self._out_views[k].clone() for k in self._out_index]
         return outs[0] if self._single else tuple(outs)
 

@@ -250,6 +250,9 @@ def _getitem(n, mod):
         raise Unsupported("getitem of a non-tensor")
     idx = idx if isinstance(idx, tuple) else (idx,)
     rank = len(meta(x).shape)
+    if None in idx and all(i is None or i == slice(None) or i is Ellipsis
+                           for i in idx):    # x[:, None]: new dims, a reshape
+        return "reshape", [x], {"shape": [int(d) for d in meta(n).shape]}
     if any(not isinstance(i, (slice, int)) or isinstance(i, bool)
            for i in idx if i is not Ellipsis):
         raise Unsupported("indexing with %s: opd takes slices and ints" %
@@ -455,6 +458,14 @@ for _keys, _rule in (
         ((F.hardtanh, F.relu6, nn.Hardtanh, nn.ReLU6, torch.clamp, torch.clip,
           "clamp", "clip"), _hardtanh),
         ((F.hardsigmoid, nn.Hardsigmoid), _unary("hardsigmoid")),
+        ((operator.neg, torch.neg, torch.negative, "neg", "negative"), _unary("neg")),
+        ((operator.abs, torch.abs, "abs"), _unary("abs")),
+        ((torch.exp, "exp"), _unary("exp")),
+        ((torch.log, "log"), _unary("log")),
+        ((torch.sqrt, "sqrt"), _unary("sqrt")),
+        ((torch.rsqrt, "rsqrt"), _unary("rsqrt")),
+        ((torch.sin, "sin"), _unary("sin")),
+        ((torch.cos, "cos"), _unary("cos")),
         ((F.hardswish, nn.Hardswish), _unary("hardswish")),
         ((F.gelu, "gelu", nn.GELU), _gelu),
         ((F.softmax, torch.softmax, "softmax", nn.Softmax), _softmax),

@@ -97,3 +97,31 @@ def test_transformers_gpt2_is_one_graph(c, backend, caplog):
     torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
     assert fell == [], fell
     assert len(backend.last.opd_parts) == 1
+
+
+@pytest.mark.parametrize("name", ["llama", "t5", "distilbert"])
+def test_transformers_models_are_one_graph(c, backend, caplog, name):
+    """LLaMA (rms_norm, rotary cos/sin, repeat_kv's x[:, :, None],
+    grouped-query sdpa, SwiGLU MLP), the T5 encoder (its layer norm
+    written out with rsqrt) and DistilBERT, small configs."""
+    tf = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    if name == "llama":
+        m = tf.LlamaForCausalLM(tf.LlamaConfig(
+            vocab_size=100, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, intermediate_size=128, use_cache=False))
+    elif name == "t5":
+        m = tf.T5EncoderModel(tf.T5Config(vocab_size=100, d_model=64, d_kv=16, d_ff=128,
+                                          num_layers=2, num_heads=4))
+    else:
+        m = tf.DistilBertModel(tf.DistilBertConfig(vocab_size=100, dim=64, n_layers=2,
+                                                   n_heads=4, hidden_dim=128))
+    m = m.eval()
+    ids = torch.randint(0, 100, (2, 12))
+
+    def out(i):
+        return m(i, use_cache=False)[0] if name == "llama" else m(i)[0]
+    want, got, fell = _compiled(out, backend, caplog, ids)
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+    assert fell == [], fell
+    assert len(backend.last.opd_parts) == 1
