@@ -15,7 +15,11 @@ contiguous, after checking the strided result against numpy:
     strided op=relu shape=1024x1024 layout=transpose contig_us=... strided_us=... ratio=...
 
 Cases: relu, add (one strided operand), softmax and layernorm over the
-last dim; shapes 64x1024 and 1024x1024. $OPD_SOCKET or --socket names the
+last dim; shapes 64x1024 and 1024x1024. Layout transpose_all: every
+tensor transposed alike (inputs and the output, as torch's
+preserve_format and opd's Client lay out an elementwise op's result):
+an elementwise op (OPD_OPF_ELEMENTWISE) then runs on flat memory with no
+copy; a row-wise op still copies. $OPD_SOCKET or --socket names the
 daemon; --reps sets the calls per block (default 30).
 """
 import argparse
@@ -65,6 +69,8 @@ def main():
         w = np.ones(cols, np.float32)
         xc, xb, xw = c.from_numpy(a), c.from_numpy(b), c.from_numpy(w)
         xt = c.from_numpy(np.ascontiguousarray(a.T)).T          # a, transposed storage
+        xbt = c.from_numpy(np.ascontiguousarray(b.T)).T         # b, the same
+        yt = c.empty((cols, rows)).T                            # an output laid out alike
         wide = c.from_numpy(np.repeat(a, 2, axis=1))            # a in every other column
         xs = wide[:, ::2]
         y = c.empty((rows, cols))
@@ -72,10 +78,12 @@ def main():
         for op in ("relu", "add", "softmax", "layernorm"):
             extra = {"add": (xb,), "layernorm": (xw,)}.get(op, ())
             want = ref(op, a, b, w)
-            cases = {"transpose": (xt, y), "step": (xs, y), "out_slice": (xc, yw[:, cols // 2:cols // 2 + cols])}
+            cases = {"transpose": (xt, y), "step": (xs, y), "out_slice": (xc, yw[:, cols // 2:cols // 2 + cols]),
+                     "transpose_all": (xt, yt)}
             for name, (x, out) in cases.items():
+                ex = (xbt,) if name == "transpose_all" and op == "add" else extra
                 run_c = lambda: c.run(op, xc, *extra, out=y)      # noqa: E731
-                run_s = lambda: c.run(op, x, *extra, out=out)     # noqa: E731
+                run_s = lambda: c.run(op, x, *ex, out=out)        # noqa: E731
                 run_c(), run_s()
                 got = out.numpy()
                 ok = np.abs(got - want).max() <= 1e-4 + 1e-4 * np.abs(want).max()

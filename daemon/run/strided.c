@@ -56,6 +56,40 @@ int opd__view_self_overlaps(const opd_tview_t *v) {
   return 0;
 }
 
+/* Whether v is dense: its elements fill numel consecutive slots (a
+ * permutation of a contiguous layout), no stride negative. */
+static int dense(const opd_tview_t *v) {
+  int64_t span = 1;
+  for (int d = 0; d < v->rank; d++) {
+    if (v->strides[d] < 0) return 0;
+    if (v->shape[d] > 1) span += v->strides[d] * (v->shape[d] - 1);
+  }
+  return span == v->numel && !opd__view_self_overlaps(v);
+}
+
+uint32_t opd__strided_flatten(opd_kcall_t *call, uint32_t mask) {
+  if (mask == 0 || !(call->op->flags & OPD_OPF_ELEMENTWISE) ||
+      call->n_out < 1)
+    return mask;
+  const opd_tview_t *ref = &call->out[0];
+  int n = call->n_in + call->n_out;
+  for (int i = 0; i < n; i++) {
+    const opd_tview_t *v = i < call->n_in ? &call->in[i] : &call->out[i - call->n_in];
+    if (v->rank != ref->rank ||
+        memcmp(v->shape, ref->shape, sizeof(int64_t) * (size_t)v->rank) != 0 ||
+        memcmp(v->strides, ref->strides, sizeof(int64_t) * (size_t)v->rank) != 0)
+      return mask;
+  }
+  if (!dense(ref)) return mask;
+  for (int i = 0; i < n; i++) {
+    opd_tview_t *v = i < call->n_in ? &call->in[i] : &call->out[i - call->n_in];
+    v->rank = 1;
+    v->shape[0] = v->numel;
+    v->strides[0] = 1;
+  }
+  return 0;
+}
+
 static size_t share_bytes(const opd_tview_t *v) {
   size_t b = (size_t)v->numel * opd__dtype_size(v->dtype);
   return (b + SCRATCH_ALIGN - 1) / SCRATCH_ALIGN * SCRATCH_ALIGN;

@@ -35,6 +35,12 @@ typedef struct opd_strided_save {
 
 /* Whether v's strides are C-contiguous (extents of 1 ignored). */
 int opd__view_contiguous(const opd_tview_t *v);
+
+/* An elementwise op's run (OPD_OPF_ELEMENTWISE) whose tensors all have
+ * one shape and one dense layout (a transpose of contiguous, say): each
+ * view becomes the flat 1-D run of its numel elements and no copy is
+ * needed (returns 0); otherwise mask, unchanged. After the shape rule. */
+uint32_t opd__strided_flatten(opd_kcall_t *call, uint32_t mask);
 /* Whether two elements of v may share an address (a stride-0 dim of
  * extent > 1, or dims whose strides interleave): such a view cannot be
  * written. Sorted by stride, each dim must step past the span of the

@@ -288,6 +288,7 @@ static int prepare(opd_session_t *s, const opd_op_def_t *op,
     }
   }
 
+  job->strided = opd__strided_flatten(call, job->strided);
   if ((rc = place(job, req, in, out, err)) != 0) return rc;
 
   /* hold each distinct arena while the job exists */

@@ -172,6 +172,15 @@ typedef struct opd_io_spec {
                                     share input 0's memory, so its kernels
                                     must do nothing when out[0].data ==
                                     in[0].data */
+#define OPD_OPF_ELEMENTWISE 0x20u /* out[i] = f(in[0][i], in[1][i], ...)
+                                    element by element, the order of the
+                                    elements free: when every tensor of a
+                                    run has x's shape (no broadcast) and
+                                    all share one dense layout (a
+                                    permutation of contiguous: a
+                                    transpose, torch's channels-last), the
+                                    daemon gives the kernel flat 1-D views
+                                    of their memory instead of copies */
 
 /* Shape rule: from call->in (shapes/dtypes, data NULL) and call->attr, fill
  * out[0..n_out) with the outputs the op writes. Returns 0, or OPD_ESHAPE /

@@ -63,7 +63,7 @@ static int binary_shape(opd_kcall_t *call, opd_tshape_t *out) {
     .in = {{"a", OPD_DT_FLOATS64, "(...) broadcastable with b"},           \
            {"b", OPD_DT_FLOATS64, "(...) broadcastable with a"}},          \
     .out = {{"out", OPD_DT_FLOATS64, "broadcast shape of a and b"}},       \
-    .flags = OPD_OPF_INPLACE,                                              \
+    .flags = OPD_OPF_INPLACE | OPD_OPF_ELEMENTWISE,                        \
     .cpu_dtypes = OPD_DT_FLOATS64,                                         \
     .shape_doc = "a (...), b (...) -> out (broadcast(a, b))",              \
     .shape = binary_shape,                                                 \

@@ -38,7 +38,7 @@
     .n_out = 1,                                                            \
     .in = {{"x", OPD_DT_FLOATS64, "(...)"}},                               \
     .out = {{"y", OPD_DT_FLOATS64, "(...) same shape as x"}},              \
-    .flags = OPD_OPF_INPLACE,                                              \
+    .flags = OPD_OPF_INPLACE | OPD_OPF_ELEMENTWISE,                        \
     .cpu_dtypes = OPD_DT_FLOATS64,                                         \
     .shape_doc = "x (...) -> y (...)",                                     \
     .shape = opd__same_shape,                                              \

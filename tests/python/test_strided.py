@@ -201,7 +201,7 @@ def test_metrics_count_the_copies(start_daemon):
     d = start_daemon("--metrics-listen", "127.0.0.1:%d" % port)
     c = opd.connect(d.socket)
     x = c.from_numpy(rand(16, 32, seed=17))
-    c.relu(x.T)
+    c.softmax(x.T)          # (relu of x.T runs on flat memory: no copy)
     c.relu(x, out=c.zeros((16, 64))[:, ::2])
     text = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=10).read().decode()
     vals = {line.split()[0]: float(line.split()[1]) for line in text.splitlines()
@@ -222,3 +222,29 @@ def test_unsqueeze_and_contiguous(c):
     assert u.is_contiguous() and (u.numpy() == a.T).all()
     with pytest.raises(opd.BadArgumentError):
         t.unsqueeze(3)
+
+
+def test_elementwise_ops_on_one_dense_layout_copy_nothing(c):
+    """relu / add / a 3-D permute with every tensor laid out alike (a
+    transpose of contiguous) run on flat memory: no strided copy in the
+    stats; the Client lays a functional result out as its input."""
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((48, 80)).astype(np.float32)
+    b = rng.standard_normal((48, 80)).astype(np.float32)
+    xt = c.from_numpy(np.ascontiguousarray(a.T)).T
+    bt = c.from_numpy(np.ascontiguousarray(b.T)).T
+    before = c.stats()["strided"]["copies"]
+    y = c.empty((80, 48)).T
+    c.run("relu", xt, out=y)
+    np.testing.assert_array_equal(y.numpy(), np.maximum(a, 0))
+    z = c.run("add", xt, bt)                       # functional: laid out as xt
+    assert z.strides == xt.strides
+    np.testing.assert_array_equal(z.numpy(), a + b)
+    p = rng.standard_normal((3, 5, 7)).astype(np.float32)
+    xp = c.from_numpy(np.ascontiguousarray(p.transpose(2, 0, 1))).permute(1, 2, 0)
+    g = c.run("gelu", xp)
+    assert g.strides == xp.strides
+    np.testing.assert_allclose(g.numpy(), c.run("gelu", c.from_numpy(p)).numpy(), rtol=1e-6)
+    assert c.stats()["strided"]["copies"] == before
+    c.run("add", xt, c.from_numpy(b), out=c.empty((48, 80)))   # layouts differ: copied
+    assert c.stats()["strided"]["copies"] > before
