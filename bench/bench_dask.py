@@ -23,8 +23,14 @@ workers' memory (persist), then:
 Dask's nannies give each worker OMP/OPENBLAS_NUM_THREADS=1; the daemon
 gets --daemon-threads kernel threads (default: the CPUs).
 
+--device cuda (a GPU node): the weights published once in the daemon's
+device memory and the blocks run there, against torch on the GPU in each
+worker (its own CUDA context and weights); rows per second and the GPU
+memory of each side (nvidia-smi: the daemon's process against the sum of
+the workers').
+
     /usr/bin/python3 bench/bench_dask.py [--workers 1,2,4] [--rows 32000]
-        [--block 1000] [--repeat 3] [--daemon-threads N]
+        [--block 1000] [--repeat 3] [--daemon-threads N] [--device cpu|cuda]
 """
 import argparse
 import os
@@ -54,6 +60,64 @@ def best(fn, repeat):
         y = fn()
         ts.append(time.perf_counter() - t)
     return min(ts), y
+
+
+def gpu_mib(pids):
+    """GPU memory nvidia-smi shows for these processes (MiB), and the
+    card's memory.used."""
+    import subprocess
+    q = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory",
+                        "--format=csv,noheader,nounits"], capture_output=True,
+                       text=True).stdout
+    used = {int(a): float(b) for a, b in (l.split(",") for l in q.splitlines() if "," in l)}
+    card = subprocess.run(["nvidia-smi", "--query-gpu=memory.used",
+                           "--format=csv,noheader,nounits"], capture_output=True,
+                          text=True).stdout.split()
+    return sum(used.get(p, 0.0) for p in pids), float(card[0]) if card else 0.0
+
+
+def one_cuda(workers, rows, block, repeat, threads):
+    """On a GPU node: the batch through the daemon's GPU (weights
+    published once in device memory, blocks copied there by map_blocks)
+    against torch on the GPU in every worker (its own context and weights)."""
+    from opd import _daskd
+    with batch.emulated_cluster(1, workers, threads) as (client, socks):
+        x = batch.events(rows, block).persist()
+        ev = x.compute()
+        p = od.publish(client, "bench-mlp", mlp.pack(mlp.weights(batch.SEED)),
+                       device="cuda")
+        def run():
+            return od.map_blocks(batch.infer_block, x, w=p, name=uuid.uuid4().hex,
+                                 device="cuda", chunks=(x.chunks[0], (mlp.OUT,))).compute()
+        t_opd, got = best(run, repeat)
+        dpid = _daskd.process_of(socks["node0"]).pid
+        mem_opd, card_opd = gpu_mib([dpid])
+        [w] = client.scatter([mlp.weights(batch.SEED)], broadcast=True)
+        t_t, ref = best(lambda: batch.run_torch(client, x, w), repeat)
+        wpids = list(client.run(os.getpid).values())
+        mem_t, card_t = gpu_mib(wpids)
+        err = mlp.error(got, mlp.reference(mlp.weights(batch.SEED), ev))
+        od.unpublish(client, p.name)
+    return dict(workers=workers, opd=rows / t_opd, torch=rows / t_t, err=err,
+                mem_opd=mem_opd, mem_torch=mem_t, card_opd=card_opd, card_torch=card_t)
+
+
+def main_cuda(a):
+    print("bench_dask --device cuda: MLP 256-512-512-1 float32, %d rows in "
+          "blocks of %d, one node, best of %d; GPU MiB from nvidia-smi (opd: "
+          "the daemon's process; torch: the sum of the workers')" % (a.rows, a.block, a.repeat))
+    print("%7s %11s %13s %7s %9s %11s %8s %6s" % (
+        "workers", "opd rows/s", "torch rows/s", "ratio", "GPU opd", "GPU torch",
+        "mem ratio", "error"))
+    ok = True
+    for w in [int(v) for v in a.workers.split(",")]:
+        r = one_cuda(w, a.rows, a.block, a.repeat, a.daemon_threads)
+        print("%7d %11.0f %13.0f %6.2fx %8.0fM %10.0fM %8.2f %6.3f" % (
+            w, r["opd"], r["torch"], r["opd"] / r["torch"], r["mem_opd"],
+            r["mem_torch"], r["mem_opd"] / max(r["mem_torch"], 1), r["err"]))
+        ok = ok and r["err"] <= 1
+    print("bench_dask: %s" % ("ok" if ok else "FAILED"))
+    return 0 if ok else 1
 
 
 def one(workers, rows, block, repeat, threads):
@@ -93,7 +157,10 @@ def main():
     ap.add_argument("--block", type=int, default=1000)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--daemon-threads", type=int, default=os.cpu_count())
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     a = ap.parse_args()
+    if a.device == "cuda":
+        return main_cuda(a)
     print("bench_dask: MLP 256-512-512-1 float32, %d rows in blocks of %d, "
           "one node, daemon --threads %d, best of %d"
           % (a.rows, a.block, a.daemon_threads, a.repeat))

@@ -107,8 +107,10 @@ static int load_tensor(opd_session_t *s, const opd_op_def_t *op,
                      LABEL " has dtype %s, expected %s%s%s%s%s", LABEL_ARGS,
                      opd__dtype_name(ref->d.dtype), want,
                      glen ? " (" : "", gpu, glen ? " on a cuda device)" : "",
-                     ref->d.dtype == OPD_DTYPE_FLOAT64 ? "; convert float64 "
-                     "to float32" : "");
+                     ref->d.dtype == OPD_DTYPE_FLOAT64 &&
+                             ((cpu >> OPD_DTYPE_FLOAT32) & 1)
+                         ? "; convert float64 to float32"
+                         : "");
   }
   uint64_t arena_size = UINT64_MAX;
   ref->arena = NULL;

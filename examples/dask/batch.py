@@ -82,14 +82,15 @@ def events(rows, block):
 
 def infer_block(c, x, w):
     """One block through the node's daemon: x (B, 256) an opd Tensor, w
-    the attached packed weights; the graph is defined once per worker
-    (thread) and block shape. Returns the (B, 1) output Tensor."""
-    n, b = od.node(), x.shape[0]
+    the attached packed weights, both on one device (host memory, or the
+    daemon's GPU: publish and map_blocks with device="cuda"); the graph is
+    defined once per worker (thread), block shape and device. Returns the (B, 1) output Tensor."""
+    n, b, dev = od.node(), x.shape[0], x.device
     linear = n.cached("linear", lambda: mlp.has_linear(c))
 
     def define():
-        return mlp.define(c, mlp.param_tensors(w, linear), b, linear)
-    g = n.cached(("mlp", b), define)
+        return mlp.define(c, mlp.param_tensors(w, linear), b, linear, dev)
+    g = n.cached(("mlp", b, dev), define)
     if linear:
         return g.run(x)
     return g.run(np.ascontiguousarray(x.numpy().T)).numpy().T  # (1, B) -> (B, 1)
@@ -100,6 +101,33 @@ def numpy_block(x, w):
     h = np.maximum(x @ w["w1"].T + w["b1"], 0)
     h = np.maximum(h @ w["w2"].T + w["b2"], 0)
     return h @ w["w3"].T + w["b3"]
+
+
+_TORCH = {}
+
+
+def torch_block(x, w, device="cuda"):
+    """The same block with torch in the worker on `device`: the worker's
+    own copy of the weights there (made by its first block), its own CUDA
+    context: what each worker does without opd."""
+    import torch
+    import torch.nn.functional as F
+    if device not in _TORCH:
+        _TORCH[device] = {k: torch.from_numpy(v).to(device) for k, v in w.items()}
+    p = _TORCH[device]
+    with torch.no_grad():
+        h = torch.from_numpy(x).to(device)
+        h = F.relu(F.linear(h, p["w1"], p["b1"]))
+        h = F.relu(F.linear(h, p["w2"], p["b2"]))
+        return F.linear(h, p["w3"], p["b3"]).cpu().numpy()
+
+
+def run_torch(client, x, w, device="cuda"):
+    """The job with torch in each worker (w: the weights' future from
+    client.scatter(..., broadcast=True))."""
+    y = x.map_blocks(torch_block, w, device, chunks=(x.chunks[0], (mlp.OUT,)),
+                     dtype=np.float32, name="torch-mlp-" + uuid.uuid4().hex)
+    return y.compute()
 
 
 def run_opd(client, x, name="mlp"):

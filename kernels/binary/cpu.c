@@ -27,11 +27,15 @@
  * add and sub take alpha (torch's alpha=): out = a + alpha b (a - alpha
  * b); alpha 1 runs the plain operation, any other the AXPY operation
  * (x + al y; its reverse al x + y), al = alpha (sub: -alpha).
- * A new op of the family: its operation in opd_binop_t, apply() and
+ * float64 (both variants): output rows through broadcast strides, in
+ * double (binary64); float16 / bfloat16 run the float32 kernels on
+ * converted copies (kernels/common/cast.h).
+ * A new op of the family: its operation in opd_binop_t, BIN_APPLY and
  * BIN_DISPATCH (and its reverse, if it is not commutative), and one
  * BINARY_KERNELS line at the end.
  * Test: build/tests/ops, suite binary (tests/ops/test_binary.c).
  */
+#include "kernels/common/cast.h"
 #include "kernels/common/cpu.h"
 #include "kernels/common/kutil.h"
 
@@ -50,19 +54,23 @@ typedef enum {
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 
-/* x op y; al is alpha, used by AXPY and RAXPY only. */
-ALWAYS_INLINE float apply(opd_binop_t op, float x, float y, float al) {
-  switch (op) {
-    case OPD_BIN_ADD: return x + y;
-    case OPD_BIN_MUL: return x * y;
-    case OPD_BIN_SUB: return x - y;
-    case OPD_BIN_DIV: return x / y;
-    case OPD_BIN_RSUB: return y - x;
-    case OPD_BIN_AXPY: return x + al * y;
-    case OPD_BIN_RAXPY: return al * x + y;
-    default: return y / x; /* OPD_BIN_RDIV */
+/* T name(op, x, y, al): x op y in T; al is alpha, used by AXPY and RAXPY
+ * only (apply: float, apply64: double). */
+#define BIN_APPLY(name, T)                                                 \
+  ALWAYS_INLINE T name(opd_binop_t op, T x, T y, T al) {                   \
+    switch (op) {                                                          \
+      case OPD_BIN_ADD: return x + y;                                      \
+      case OPD_BIN_MUL: return x * y;                                      \
+      case OPD_BIN_SUB: return x - y;                                      \
+      case OPD_BIN_DIV: return x / y;                                      \
+      case OPD_BIN_RSUB: return y - x;                                     \
+      case OPD_BIN_AXPY: return x + al * y;                                \
+      case OPD_BIN_RAXPY: return al * x + y;                               \
+      default: return y / x; /* OPD_BIN_RDIV */                            \
+    }                                                                      \
   }
-}
+BIN_APPLY(apply, float)
+BIN_APPLY(apply64, double)
 
 /* op with its operands swapped. */
 static opd_binop_t reverse(opd_binop_t op) {
@@ -167,6 +175,19 @@ OPD_FAST static void run_rowbias(void *arg, int64_t b, int64_t e) {
     BIN_DISPATCH(j->op, loop_vv, j->full + r * n, j->small, j->out + r * n, n, j->al)
 }
 
+/* Where output row r (last dim) starts in a and b: *ia, *ib from the
+ * outer multi-index of r through the broadcast strides sa, sb. */
+ALWAYS_INLINE void row_start(const opd_tview_t *o, const int64_t *sa, const int64_t *sb,
+                             int64_t r, int64_t *ia, int64_t *ib) {
+  *ia = *ib = 0;
+  for (int d = o->rank - 2; d >= 0; d--) {
+    int64_t k = r % o->shape[d];
+    r /= o->shape[d];
+    *ia += k * sa[d];
+    *ib += k * sb[d];
+  }
+}
+
 /* Output rows [b, e) (last dim), operands through broadcast strides. */
 OPD_FAST static void run_general(void *arg, int64_t b, int64_t e) {
   const bin_job_t *j = arg;
@@ -174,13 +195,8 @@ OPD_FAST static void run_general(void *arg, int64_t b, int64_t e) {
   int last = o->rank - 1;
   int64_t n = j->len, ta = j->sa[last], tb = j->sb[last];
   for (int64_t r = b; r < e; r++) {
-    int64_t ia = 0, ib = 0, rem = r;
-    for (int d = last - 1; d >= 0; d--) {
-      int64_t k = rem % o->shape[d];
-      rem /= o->shape[d];
-      ia += k * j->sa[d];
-      ib += k * j->sb[d];
-    }
+    int64_t ia, ib;
+    row_start(o, j->sa, j->sb, r, &ia, &ib);
     const float *x = j->a + ia, *y = j->b + ib;
     float *po = j->out + r * n;
     if (ta == 1 && tb == 1) {
@@ -267,16 +283,62 @@ static opd_binop_t with_alpha(const opd_kcall_t *call, opd_binop_t op,
   return OPD_BIN_AXPY;
 }
 
+/* ---- float64: x op y in double (apply64), output rows through
+ * broadcast strides. */
+typedef struct b64_job {
+  opd_binop_t op;                  /* the operation */
+  double al;                       /* alpha of AXPY */
+  const opd_tview_t *o;            /* output view (shape) */
+  const double *a, *b;             /* operands */
+  double *out;                     /* output */
+  int64_t len;                     /* elements of an output row */
+  int64_t sa[OPD_MAX_RANK];        /* a's broadcast strides */
+  int64_t sb[OPD_MAX_RANK];        /* b's broadcast strides */
+} b64_job_t;
+
+/* Output rows [b, e) (last dim; rank 0 is one row of one element). */
+static void run64(void *arg, int64_t b, int64_t e) {
+  const b64_job_t *j = arg;
+  const opd_tview_t *o = j->o;
+  int last = o->rank - 1;
+  int64_t n = j->len, ta = last >= 0 ? j->sa[last] : 0, tb = last >= 0 ? j->sb[last] : 0;
+  for (int64_t r = b; r < e; r++) {
+    int64_t ia, ib;
+    row_start(o, j->sa, j->sb, r, &ia, &ib);
+    for (int64_t i = 0; i < n; i++)
+      j->out[r * n + i] = apply64(j->op, j->a[ia + i * ta], j->b[ib + i * tb], j->al);
+  }
+}
+
+static int binary64(opd_kcall_t *call, opd_binop_t op) {
+  const opd_tview_t *a = &call->in[0], *b = &call->in[1], *o = &call->out[0];
+  if (o->numel == 0) return 0;
+  b64_job_t j = {.op = op, .al = 1.0, .o = o, .a = a->data, .b = b->data,
+                 .out = o->data, .len = o->rank > 0 ? o->shape[o->rank - 1] : 1};
+  if (call->op->n_attrs >= 1 && (op == OPD_BIN_ADD || op == OPD_BIN_SUB) &&
+      call->attr[0].f != 1.0) {
+    j.al = op == OPD_BIN_SUB ? -call->attr[0].f : call->attr[0].f;
+    j.op = OPD_BIN_AXPY;
+  }
+  opd__bcast_strides(a->shape, a->rank, o->rank, j.sa);
+  opd__bcast_strides(b->shape, b->rank, o->rank, j.sb);
+  call->exec->parallel_for(call->exec, o->numel / j.len, opd__row_grain(j.len), run64, &j);
+  return 0;
+}
+
 /* One op of the family: its two CPU entry points (kernels/kernel.h),
- * named in its row (ops.c). */
+ * named in its row (ops.c), and its float64 kernel. */
 #define BINARY_KERNELS(name, op)                                         \
   OPD_OP_DECLARE(name);                                                  \
+  static int name##64(opd_kcall_t *call) { return binary64(call, op); }  \
   int opd__##name##_cpu_ref(opd_kcall_t *call) {                         \
+    OPD_CAST_DISPATCH(call, opd__##name##_cpu_ref, name##64);            \
     float al;                                                            \
     opd_binop_t o = with_alpha(call, op, &al);                           \
     return binary_ref(call, o, al);                                      \
   }                                                                      \
   int opd__##name##_cpu_fast(opd_kcall_t *call) {                        \
+    OPD_CAST_DISPATCH(call, opd__##name##_cpu_fast, name##64);           \
     float al;                                                            \
     opd_binop_t o = with_alpha(call, op, &al);                           \
     return binary_fast(call, o, al);                                     \

@@ -1,7 +1,8 @@
 /* The binary family on the GPU (add, mul, sub, div): broadcasting elementwise
  * kernels, torch broadcasting, float32 / float16 / bfloat16 (a and b share
- * the dtype: the shape rule refuses mixed dtypes), computed in float; one
- * body for every op of the family (rows: ops.c).
+ * the dtype: the shape rule refuses mixed dtypes), computed in float, and
+ * float64 computed in double (the functors are templates on the compute
+ * type); one body for every op of the family (rows: ops.c).
  *
  * DESIGN
  * The layouts of the CPU fast kernel (kernels/binary/cpu.c), each its
@@ -30,26 +31,26 @@
 #include "kernels/cuda/common.cuh"
 
 struct AddF {
-  __device__ float operator()(float x, float y) const { return x + y; }
+  template <typename V> __device__ V operator()(V x, V y) const { return x + y; }
 };
 struct MulF {
-  __device__ float operator()(float x, float y) const { return x * y; }
+  template <typename V> __device__ V operator()(V x, V y) const { return x * y; }
 };
 struct SubF {
-  __device__ float operator()(float x, float y) const { return x - y; }
+  template <typename V> __device__ V operator()(V x, V y) const { return x - y; }
 };
 struct DivF {
-  __device__ float operator()(float x, float y) const { return x / y; }
+  template <typename V> __device__ V operator()(V x, V y) const { return x / y; }
 };
 /* add and sub with an alpha other than 1: x + al y (sub: al = -alpha). */
 struct AxpyF {
-  float al;
-  __device__ float operator()(float x, float y) const { return x + al * y; }
+  double al;                       /* rounded to float for float compute */
+  template <typename V> __device__ V operator()(V x, V y) const { return x + (V)al * y; }
 };
 /* f with its operands swapped: rowbias's full operand is b. */
 template <typename F> struct Swapped {
   F f;
-  __device__ float operator()(float x, float y) const { return f(y, x); }
+  template <typename V> __device__ V operator()(V x, V y) const { return f(y, x); }
 };
 
 template <typename T, typename F>
@@ -126,7 +127,7 @@ static int binary_run(opd_kcall_t *call, const opd_cuda_ctx_t *ctx, F f) {
   int64_t n = ov->numel;
   if (n == 0) return 0;
   cudaStream_t st = OPD_STREAM(ctx);
-  OPD_FLOAT_DISPATCH(ov->dtype, return opd__cuda_bad_dtype(call, ov->dtype),
+  OPD_FLOAT_DISPATCH64(ov->dtype, return opd__cuda_bad_dtype(call, ov->dtype),
     const T *a = (const T *)av->data, *b = (const T *)bv->data;
     T *o = (T *)ov->data;
     if (av->numel == n && bv->numel == n) {
@@ -175,7 +176,7 @@ static int binary_run(opd_kcall_t *call, const opd_cuda_ctx_t *ctx, F f) {
 #define ALPHA_CUDA(name, F, sign)                                              \
   extern "C" int opd__##name##_cuda(opd_kcall_t *call, const opd_cuda_ctx_t *ctx) { \
     double al = call->attr[0].f;                                               \
-    if (al != 1.0) return binary_run(call, ctx, AxpyF{(float)(sign al)});      \
+    if (al != 1.0) return binary_run(call, ctx, AxpyF{sign al});               \
     return binary_run(call, ctx, F());                                         \
   }
 

@@ -1,6 +1,6 @@
 /* The binary family's table: broadcasting elementwise ops a, b -> out,
- * one row per op (add, mul, sub, div), float32 (float16 and bfloat16 on the CUDA
- * backend: cpu_dtypes).
+ * one row per op (add, mul, sub, div), float32, float64, float16 and
+ * bfloat16 on both backends (the CPU computes halves in float32).
  *
  * DESIGN
  * The ops of the family differ only in the scalar operation, so their rows
@@ -12,6 +12,7 @@
  * (and its X line in kernels/runtime/registry.c). add and sub take
  * torch's alpha (out = a + alpha b, a - alpha b).
  */
+#include "kernels/common/cast.h"
 #include "kernels/common/cpu.h"
 #include "kernels/common/kutil.h"
 
@@ -59,15 +60,15 @@ static int binary_shape(opd_kcall_t *call, opd_tshape_t *out) {
     .n_in_min = 2,                                                         \
     .n_in_max = 2,                                                         \
     .n_out = 1,                                                            \
-    .in = {{"a", OPD_DT_FLOATS, "(...) broadcastable with b"},             \
-           {"b", OPD_DT_FLOATS, "(...) broadcastable with a"}},            \
-    .out = {{"out", OPD_DT_FLOATS, "broadcast shape of a and b"}},         \
+    .in = {{"a", OPD_DT_FLOATS64, "(...) broadcastable with b"},           \
+           {"b", OPD_DT_FLOATS64, "(...) broadcastable with a"}},          \
+    .out = {{"out", OPD_DT_FLOATS64, "broadcast shape of a and b"}},       \
     .flags = OPD_OPF_INPLACE,                                              \
-    .cpu_dtypes = OPD_DT_FLOAT,                                            \
+    .cpu_dtypes = OPD_DT_FLOATS64,                                         \
     .shape_doc = "a (...), b (...) -> out (broadcast(a, b))",              \
     .shape = binary_shape,                                                 \
     OPD_ROW_KERNELS(op),                                                   \
-    .cuda_dtypes = OPD_DT(FLOAT32) | OPD_DT(FLOAT16) | OPD_DT(BFLOAT16),   \
+    .cuda_dtypes = OPD_DT_FLOATS64,                                        \
     __VA_ARGS__                                                            \
   }
 

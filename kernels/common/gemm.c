@@ -1,4 +1,4 @@
-/* Row-major float32 GEMM for the CPU kernels; see gemm.h for the DESIGN.
+/* Row-major float32 (and float64) GEMM for the CPU kernels; see gemm.h for the DESIGN.
  *
  * Variants:
  *   gemv      one row times B^T (linear's and gru_cell's batch 1), in
@@ -17,6 +17,8 @@
  *   BLAS      cblas_sgemm (threaded by OpenBLAS itself)
  *   OPD_NO_BLAS  plain float loops: gemv for every row of A against B^T;
  *             for B, rows of C accumulated as C[i,:] += A[i,k] * B[k,:]
+ *   dgemm     float64 (opd__dgemm): cblas_dgemm, or with OPD_NO_BLAS (and
+ *             past BLAS's int) the same plain loops in double
  * Test: build/tests/ops, suites matmul, linear, gru_cell, gemm_wt.
  */
 #include "kernels/common/gemm.h"
@@ -181,3 +183,37 @@ void opd__sgemm(int trans_b, int64_t M, int64_t N, int64_t K, const float *A,
   for (int64_t i = 0; i < M; i++) gemv(N, K, A + i * K, B, beta, C + i * N);
 }
 #endif /* OPD_NO_BLAS */
+
+/* The float64 product in plain loops: C[i,:] += A[i,k] * B[k,:] for B
+ * (K, N), a dot product per element for B (N, K). */
+OPD_FAST static void dgemm_loops(int trans_b, int64_t M, int64_t N, int64_t K,
+                                 const double *A, const double *B, double *C) {
+  for (int64_t i = 0; i < M; i++) {
+    double *c = C + i * N;
+    const double *a = A + i * K;
+    if (trans_b) {
+      for (int64_t j = 0; j < N; j++) {
+        double t = 0;
+        for (int64_t k = 0; k < K; k++) t += a[k] * B[j * K + k];
+        c[j] = t;
+      }
+      continue;
+    }
+    for (int64_t j = 0; j < N; j++) c[j] = 0;
+    for (int64_t k = 0; k < K; k++)
+      for (int64_t j = 0; j < N; j++) c[j] += a[k] * B[k * N + j];
+  }
+}
+
+void opd__dgemm(int trans_b, int64_t M, int64_t N, int64_t K, const double *A,
+                const double *B, double *C) {
+#ifndef OPD_NO_BLAS
+  if (opd__gemm_fits(M, N, K) && K > 0) {
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
+                (blasint)M, (blasint)N, (blasint)K, 1.0, A, (blasint)K, B,
+                (blasint)(trans_b ? K : N), 0.0, C, (blasint)N);
+    return;
+  }
+#endif
+  dgemm_loops(trans_b, M, N, K, A, B, C);
+}

@@ -1,4 +1,4 @@
-/* Row-major float32 GEMM and GEMV on the CPU, shared by matmul, linear
+/* Row-major float32 GEMM and GEMV (and a float64 GEMM) on the CPU, shared by matmul, linear
  * and gru_cell.
  *
  * DESIGN
@@ -30,6 +30,12 @@ int opd__gemm_fits(int64_t M, int64_t N, int64_t K);
  * ignores what C held (NaN included). M, N, K >= 1. */
 void opd__sgemm(int trans_b, int64_t M, int64_t N, int64_t K, const float *A,
                 const float *B, float beta, float *C);
+
+/* C (M, N) = A (M, K) @ op(B) in float64, op(B) as opd__sgemm's: OpenBLAS
+ * dgemm, or plain loops (OPD_NO_BLAS, or sizes past BLAS's int). M, N,
+ * K >= 0 (K == 0 gives zeros). */
+void opd__dgemm(int trans_b, int64_t M, int64_t N, int64_t K, const double *A,
+                const double *B, double *C);
 
 /* c (N) = B (N, K) @ a (K) + beta c: one row times B^T (batch 1 of
  * linear and gru_cell), B's rows spread over ex's threads when the product

@@ -1,14 +1,17 @@
-/* conv2d on the CPU (groups=1).
+/* conv2d on the CPU, any groups (Cg = C/G input and Kg = K/G output
+ * channels per group).
  *
  * Variants:
  *   cpu_ref   direct 7-deep loop, double accumulation (truth)
- *   cpu_fast  per image: im2col into cols (C*R*S, P*Q) with its rows spread
- *             over call->exec, then y_n (K, P*Q) = weight (K, C*R*S) @ cols
- *             with OpenBLAS cblas_sgemm (threaded by OpenBLAS), the bias
- *             pre-filled into y_n and added through beta = 1. A 1x1 kernel
- *             with stride 1 and no padding skips im2col: cols is x_n.
+ *   cpu_fast  depthwise (one input channel per group, Cg = 1): the direct
+ *             kernel of depthwise.c. Else per image and group: im2col into
+ *             cols (Cg*R*S, P*Q) with its rows spread over call->exec, then
+ *             y_ng (Kg, P*Q) = weight_g (Kg, Cg*R*S) @ cols with OpenBLAS
+ *             cblas_sgemm (threaded by OpenBLAS), the bias pre-filled into
+ *             y_n and added through beta = 1. A 1x1 kernel with stride 1
+ *             and no padding skips im2col: cols is x_ng.
  * Built with OPD_NO_BLAS (make BLAS=0: the GPU machine has no OpenBLAS),
- * cpu_fast is cpu_ref.
+ * cpu_fast is cpu_ref, but for depthwise.
  * Test: build/tests/ops, suite conv2d
  */
 #ifndef OPD_NO_BLAS
@@ -20,6 +23,7 @@
 
 #include "kernels/common/cpu.h"
 #include "kernels/common/kutil.h"
+#include "kernels/conv2d/depthwise.h"
 #include "kernels/conv2d/plan.h"
 
 OPD_OP_DECLARE(conv2d);
@@ -31,12 +35,13 @@ int opd__conv2d_cpu_ref(opd_kcall_t *call) {
   const float *x = call->in[0].data, *w = call->in[1].data;
   const float *bias = p.has_bias ? call->in[2].data : NULL;
   float *y = call->out[0].data;
+  int64_t Cg = p.C / p.G, Kg = p.K / p.G;
   for (int64_t n = 0; n < p.N; n++)
     for (int64_t k = 0; k < p.K; k++)
       for (int64_t op = 0; op < p.P; op++)
         for (int64_t oq = 0; oq < p.Q; oq++) {
           double acc = bias ? bias[k] : 0.0;
-          for (int64_t c = 0; c < p.C; c++)
+          for (int64_t c = k / Kg * Cg; c < (k / Kg + 1) * Cg; c++)
             for (int64_t r = 0; r < p.R; r++) {
               int64_t ih = op * p.sh - p.ph + r * p.dh;
               if (ih < 0 || ih >= p.H) continue;
@@ -44,7 +49,7 @@ int opd__conv2d_cpu_ref(opd_kcall_t *call) {
                 int64_t iw = oq * p.sw - p.pw + s * p.dw;
                 if (iw < 0 || iw >= p.W) continue;
                 acc += (double)x[((n * p.C + c) * p.H + ih) * p.W + iw] *
-                       w[((k * p.C + c) * p.R + r) * p.S + s];
+                       w[((k * Cg + c % Cg) * p.R + r) * p.S + s];
               }
             }
           y[((n * p.K + k) * p.P + op) * p.Q + oq] = (float)acc;
@@ -53,20 +58,19 @@ int opd__conv2d_cpu_ref(opd_kcall_t *call) {
 }
 
 #ifdef OPD_NO_BLAS
-int opd__conv2d_cpu_fast(opd_kcall_t *call) { return opd__conv2d_cpu_ref(call); }
+int opd__conv2d_cpu_fast(opd_kcall_t *call) {
+  conv_plan_t p;
+  int rc = opd__conv2d_plan(call, &p);
+  if (rc) return rc;
+  if (p.G > 1 && p.C == p.G) return opd__conv2d_cpu_depthwise(call, &p);
+  return opd__conv2d_cpu_ref(call);
+}
 #else
 typedef struct im2col_job {
   const conv_plan_t *p;            /* geometry */
-  const float *x;                  /* one image (C, H, W) */
-  float *col;                      /* (C*R*S, P*Q) */
+  const float *x;                  /* one group of one image (Cg, H, W) */
+  float *col;                      /* (Cg*R*S, P*Q) */
 } im2col_job_t;
-
-/* Smallest q >= 0 with q*st + off >= lim (for lim > off), capped at Q. */
-static int64_t first_q(int64_t lim, int64_t off, int64_t st, int64_t Q) {
-  if (off >= lim) return 0;
-  int64_t q = (lim - off + st - 1) / st;
-  return q < Q ? q : Q;
-}
 
 /* Rows [b, e) of cols; row (c, r, s) holds x[c, p*sh-ph+r*dh, q*sw-pw+s*dw]
  * over (p, q), zero outside the image. */
@@ -78,8 +82,8 @@ OPD_FAST static void im2col_rows(void *arg, int64_t b, int64_t e) {
     int64_t s = row % p->S, r = row / p->S % p->R, c = row / (p->S * p->R);
     float *dst = j->col + row * PQ;
     int64_t off = s * p->dw - p->pw;
-    int64_t q0 = first_q(0, off, p->sw, p->Q);
-    int64_t q1 = first_q(p->W, off, p->sw, p->Q);
+    int64_t q0 = conv_first_q(0, off, p->sw, p->Q);
+    int64_t q1 = conv_first_q(p->W, off, p->sw, p->Q);
     if (q1 < q0) q1 = q0;
     for (int64_t op = 0; op < p->P; op++, dst += p->Q) {
       int64_t ih = op * p->sh - p->ph + r * p->dh;
@@ -102,7 +106,9 @@ int opd__conv2d_cpu_fast(opd_kcall_t *call) {
   conv_plan_t p;
   int rc = opd__conv2d_plan(call, &p);
   if (rc) return rc;
-  int64_t PQ = p.P * p.Q, CRS = p.C * p.R * p.S;
+  if (p.G > 1 && p.C == p.G) return opd__conv2d_cpu_depthwise(call, &p);
+  int64_t Cg = p.C / p.G, Kg = p.K / p.G;
+  int64_t PQ = p.P * p.Q, CRS = Cg * p.R * p.S;
   if (PQ > INT_MAX || CRS > INT_MAX || p.K > INT_MAX)
     return opd__conv2d_cpu_ref(call); /* beyond BLAS's int sizes */
   if (p.N == 0 || p.K == 0 || PQ == 0) return 0;
@@ -110,7 +116,7 @@ int opd__conv2d_cpu_fast(opd_kcall_t *call) {
   const float *bias = p.has_bias ? call->in[2].data : NULL;
   float *y = call->out[0].data;
   int direct = p.R == 1 && p.S == 1 && p.sh == 1 && p.sw == 1 && p.ph == 0 &&
-               p.pw == 0;
+               p.pw == 0 && p.pb == 0 && p.pr == 0;
   float *col = NULL;
   if (!direct && CRS > 0) {
     col = malloc((size_t)(CRS * PQ) * sizeof(float));
@@ -127,16 +133,19 @@ int opd__conv2d_cpu_fast(opd_kcall_t *call) {
       for (int64_t i = 0; i < PQ; i++) yn[k * PQ + i] = v;
     }
     if (CRS == 0) continue;
-    const float *cols = xn;
-    if (!direct) {
-      im2col_job_t j = {&p, xn, col};
-      call->exec->parallel_for(call->exec, CRS, opd__row_grain(PQ),
-                               im2col_rows, &j);
-      cols = col;
+    for (int64_t g = 0; g < p.G; g++) {
+      const float *cols = xn + g * Cg * p.H * p.W; /* the group's channels */
+      if (!direct) {
+        im2col_job_t j = {&p, cols, col};
+        call->exec->parallel_for(call->exec, CRS, opd__row_grain(PQ),
+                                 im2col_rows, &j);
+        cols = col;
+      }
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)Kg,
+                  (blasint)PQ, (blasint)CRS, 1.0f, w + g * Kg * CRS,
+                  (blasint)CRS, cols, (blasint)PQ, 1.0f, yn + g * Kg * PQ,
+                  (blasint)PQ);
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)p.K,
-                (blasint)PQ, (blasint)CRS, 1.0f, w, (blasint)CRS, cols,
-                (blasint)PQ, 1.0f, yn, (blasint)PQ);
   }
   free(col);
   return 0;

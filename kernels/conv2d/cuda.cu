@@ -1,5 +1,7 @@
-/* conv2d on the GPU (groups=1), float32 / float16 / bfloat16 (x, weight,
- * bias of one dtype), geometry from the shared plan (kernels/conv2d/plan.h).
+/* conv2d on the GPU, float32 / float16 / bfloat16 (x, weight, bias of one
+ * dtype), geometry from the shared plan (kernels/conv2d/plan.h): groups,
+ * unbatched input (N = 1) and asymmetric padding ('same' with an even
+ * kernel) included.
  *
  * Variants (opd__conv2d_cuda_variant; opd__conv2d_cuda runs AUTO):
  *   igemm      implicit GEMM, any R x S, stride, dilation and padding
@@ -44,7 +46,12 @@
  *              (split-K), which igemm does not. For float16 / bfloat16
  *              the split-K parts are summed in float (kernels/cuda/gemm.cuh:
  *              cuBLASLt's default sums them in the 16-bit output type).
- * AUTO (auto_variant): 1x1 stride 1 unpadded -> im2col (a plain GEMM);
+ *   grouped    groups > 1 (depthwise included; the variants above take
+ *              groups = 1 only and refuse others with OPD_EINVAL), also
+ *              any groups = 1 geometry: a direct kernel, one thread per
+ *              output element (grouped.cu says how). No scratch.
+ * AUTO (auto_variant): groups > 1 -> grouped; 1x1 stride 1 unpadded ->
+ * im2col (a plain GEMM);
  * float32 3x3 stride 1 dilation 1 with C and K >= 16 -> winograd (while
  * one image's transforms fit in 64 MiB of scratch); other
  * stride 1 dilation 1 -> igemm (half types on sm_80+), except on a small
@@ -89,8 +96,8 @@
  * those two variants.
  * Test: build/tests/gpu_kernels --op conv2d ("gpu op=conv2d[igemm]",
  * "[igemm:L]" / "[igemm:M]" / "[igemm:S]" (tiles forced through
- * kernels/conv2d/igemm.h), "[direct3x3]", "[winograd]", "[im2col]" and ""
- * (AUTO) lines,
+ * kernels/conv2d/igemm.h), "[direct3x3]", "[winograd]", "[im2col]",
+ * "[grouped]" and "" (AUTO) lines,
  * three dtypes); bench: build/tests/gpu_kernels --bench --op conv2d
  * ("bench op=conv2d variant=... dtype=float32|bfloat16" lines), torch /
  * cuDNN in the same run: python3 bench/bench_torch_kernels.py.
@@ -127,7 +134,7 @@ static bool igemm_fits(const conv_plan_t *p) {
   const int64_t lim = INT32_MAX;
   return p->C * p->H * p->W <= lim && p->K * p->C * p->R * p->S <= lim &&
          p->N * p->P * p->Q <= lim - 256 && (p->K + 31) / 32 <= 65535 &&
-         p->H + 2 * p->ph <= (1 << 30) && p->W + 2 * p->pw <= (1 << 30);
+         p->H + p->ph + p->pb <= (1 << 30) && p->W + p->pw + p->pr <= (1 << 30);
 }
 
 /* Blocks of igemm tile t (OPD_IGEMM_TILE_L/M/S) for the call. */
@@ -206,6 +213,7 @@ static bool wino_auto(const conv_plan_t *p) {
  * rest -> im2col. */
 static int auto_variant(const conv_plan_t *p, int32_t dtype, int sms, int cc_major) {
   bool half = dtype != OPD_DTYPE_FLOAT32;
+  if (p->G > 1) return OPD_CONV_GROUPED;
   if (is_pointwise(p)) return OPD_CONV_IM2COL;
   if (!half && wino_auto(p)) return OPD_CONV_WINOGRAD;
   if (p->sh == 1 && p->sw == 1 && p->dh == 1 && p->dw == 1 && igemm_fits(p) &&
@@ -242,7 +250,7 @@ static void current_device(int *sms, int *major) {
 extern "C" size_t opd__conv2d_cuda_workspace(const opd_kcall_t *call) {
   conv_plan_t p;
   if (opd__conv2d_plan((opd_kcall_t *)call, &p)) return 0;
-  if (p.N == 0 || p.K == 0 || p.P * p.Q == 0 || is_pointwise(&p)) return 0;
+  if (p.N == 0 || p.K == 0 || p.P * p.Q == 0 || is_pointwise(&p) || p.G > 1) return 0;
   int sms, major;
   current_device(&sms, &major);
   int v = auto_variant(&p, call->in[0].dtype, sms, major);
@@ -284,11 +292,20 @@ static int igemm_checked(opd_kcall_t *call, const opd_cuda_ctx_t *ctx, const con
 
 /* ---- entry points --------------------------------------------------------- */
 
+/* OPD_EINVAL for a groups > 1 call given to a groups = 1 variant. */
+static int groups_one(opd_kcall_t *call, const conv_plan_t *p) {
+  return opd__kerr(call, OPD_EINVAL,
+                   "groups=%lld: only the grouped kernel takes groups > 1, this "
+                   "variant takes groups=1",
+                   (long long)p->G);
+}
+
 extern "C" int opd__conv2d_cuda_igemm(opd_kcall_t *call, const opd_cuda_ctx_t *ctx, int tile) {
   conv_plan_t p;
   int rc = opd__conv2d_plan(call, &p);
   if (rc) return rc;
   if (p.N == 0 || p.K == 0 || p.P * p.Q == 0) return 0;
+  if (p.G > 1) return groups_one(call, &p);
   return igemm_checked(call, ctx, &p, tile);
 }
 
@@ -304,6 +321,8 @@ extern "C" int opd__conv2d_cuda_variant(opd_kcall_t *call, const opd_cuda_ctx_t 
     if ((rc = device_info(call, ctx, &sms, &major))) return rc;
     variant = auto_variant(&p, dt, sms, major);
   }
+  if (variant == OPD_CONV_GROUPED) return opd__conv2d_run_grouped(call, ctx, &p);
+  if (p.G > 1) return groups_one(call, &p);
   switch (variant) {
     case OPD_CONV_IGEMM:
       return igemm_checked(call, ctx, &p, OPD_IGEMM_TILE_AUTO);

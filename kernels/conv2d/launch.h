@@ -28,10 +28,14 @@ int opd__conv2d_run_igemm(opd_kcall_t *call, const opd_cuda_ctx_t *ctx, const co
                           int tile);
 int opd__conv2d_run_winograd(opd_kcall_t *call, const opd_cuda_ctx_t *ctx,
                              const conv_plan_t *p);
+/* any groups (grouped.cu) */
+int opd__conv2d_run_grouped(opd_kcall_t *call, const opd_cuda_ctx_t *ctx,
+                            const conv_plan_t *p);
 
 /* 1x1, stride 1, no padding: x itself is the GEMM's columns. */
 static inline bool is_pointwise(const conv_plan_t *p) {
-  return p->R == 1 && p->S == 1 && p->sh == 1 && p->sw == 1 && p->ph == 0 && p->pw == 0;
+  return p->R == 1 && p->S == 1 && p->sh == 1 && p->sw == 1 && p->ph == 0 && p->pw == 0 &&
+         p->pb == 0 && p->pr == 0;
 }
 
 /* ---- winograd's scratch ---------------------------------------------------

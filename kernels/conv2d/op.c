@@ -1,13 +1,19 @@
-/* conv2d: x (N,C,H,W), weight (K,C,R,S), bias (K)? -> y (N,K,P,Q),
- * F.conv2d with groups=1, float32
- * (float16 and bfloat16 on the CUDA backend: cpu_dtypes).
+/* conv2d: x (N,C,H,W) or (C,H,W), weight (K,C/groups,R,S), bias (K)? ->
+ * y (N,K,P,Q) or (K,P,Q): F.conv2d, float32 (float16 and bfloat16 on the
+ * CUDA backend: cpu_dtypes).
  *
  * DESIGN
- * stride, padding and dilation each take one int (both dims) or [h, w],
- * as torch. groups is not supported. The output size is
- * P = (H + 2 ph - dh (R - 1) - 1) / sh + 1, and likewise Q; it must be
- * positive. Every product is checked for overflow, since attrs come from
- * the client (the geometry: plan.c, shared with the kernels).
+ * stride and dilation each take one int (both dims) or [h, w], as torch;
+ * padding one int, [h, w] or [top, bottom, left, right]. torch's string
+ * paddings reach the daemon as the str attr padding_mode ("same" |
+ * "valid"; "explicit", the default, reads padding), so that the daemon
+ * resolves them for every client and in graphs, and refuses "same" with
+ * a stride as torch does; the Python client turns padding="same" into
+ * padding_mode="same". groups splits C and K into groups (depthwise:
+ * groups == C). The output size is P = (H + top + bottom - dh (R - 1) -
+ * 1) / sh + 1, and likewise Q; it must be positive. Every product is
+ * checked for overflow, since attrs come from the client (the geometry:
+ * plan.c, shared with the kernels).
  */
 #include "kernels/common/cpu.h"
 #include "kernels/common/kutil.h"
@@ -23,11 +29,12 @@ static int conv2d_shape(opd_kcall_t *call, opd_tshape_t *out) {
   rc = opd__conv2d_plan(call, &p);
   if (rc) return rc;
   out[0].dtype = call->in[0].dtype;
-  out[0].rank = 4;
-  out[0].shape[0] = p.N;
-  out[0].shape[1] = p.K;
-  out[0].shape[2] = p.P;
-  out[0].shape[3] = p.Q;
+  int o = p.batched ? 1 : 0; /* unbatched: (K, P, Q) */
+  out[0].rank = 3 + o;
+  if (p.batched) out[0].shape[0] = p.N;
+  out[0].shape[o] = p.K;
+  out[0].shape[o + 1] = p.P;
+  out[0].shape[o + 2] = p.Q;
   return 0;
 }
 
@@ -35,16 +42,16 @@ static int conv2d_shape(opd_kcall_t *call, opd_tshape_t *out) {
 
 const opd_op_def_t opd__op_conv2d = {
     .name = "conv2d",
-    .summary = "2-D convolution (F.conv2d, groups=1 only; groups is not "
-               "supported)",
+    .summary = "2-D convolution (F.conv2d: groups, depthwise, unbatched "
+               "input; padding='same'|'valid' as padding_mode)",
     .n_in_min = 2,
     .n_in_max = 3,
     .n_out = 1,
-    .in = {{"x", OPD_DT_FLOATS, "(N, C, H, W)"},
-           {"weight", OPD_DT_FLOATS, "(K, C, R, S)"},
+    .in = {{"x", OPD_DT_FLOATS, "(N, C, H, W) or (C, H, W)"},
+           {"weight", OPD_DT_FLOATS, "(K, C/groups, R, S)"},
            {"bias", OPD_DT_FLOATS, "(K) optional"}},
-    .out = {{"y", OPD_DT_FLOATS, "(N, K, P, Q)"}},
-    .n_attrs = 3,
+    .out = {{"y", OPD_DT_FLOATS, "(N, K, P, Q) or (K, P, Q)"}},
+    .n_attrs = 5,
     .attrs = {{.name = "stride",
                .type = OPD_ATTR_INTS,
                .def = INTS1(1),
@@ -52,14 +59,27 @@ const opd_op_def_t opd__op_conv2d = {
               {.name = "padding",
                .type = OPD_ATTR_INTS,
                .def = INTS1(0),
-               .doc = "zeros added on each side, one int or [h, w], >= 0"},
+               .doc = "zeros added: one int (every side), [h, w] or [top, "
+                      "bottom, left, right], >= 0"},
               {.name = "dilation",
                .type = OPD_ATTR_INTS,
                .def = INTS1(1),
-               .doc = "spacing of kernel taps, one int or [h, w], > 0"}},
+               .doc = "spacing of kernel taps, one int or [h, w], > 0"},
+              {.name = "groups",
+               .type = OPD_ATTR_INT,
+               .def = {.type = OPD_ATTR_INT, .i = 1},
+               .doc = "channel groups, dividing C and K (C: depthwise)"},
+              {.name = "padding_mode",
+               .type = OPD_ATTR_STR,
+               .def = {.type = OPD_ATTR_STR, .s = "explicit"},
+               .choices = "explicit|same|valid",
+               .doc = "explicit: padding; same: output size of the input "
+                      "(stride 1; an odd extra row / column goes bottom / "
+                      "right, as torch's padding='same'); valid: none"}},
     .cpu_dtypes = OPD_DT_FLOAT,
-    .shape_doc = "x (N, C, H, W), weight (K, C, R, S), bias (K)? -> "
-                 "y (N, K, P, Q), P = (H + 2 pad - dil (R-1) - 1) / stride + 1",
+    .shape_doc = "x (N, C, H, W) or (C, H, W), weight (K, C/groups, R, S), "
+                 "bias (K)? -> y (N, K, P, Q) or (K, P, Q), P = (H + "
+                 "pad_top + pad_bottom - dil (R-1) - 1) / stride + 1",
     .shape = conv2d_shape,
     .cpu_ref = opd__conv2d_cpu_ref,
     .cpu_fast = opd__conv2d_cpu_fast,

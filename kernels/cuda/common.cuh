@@ -4,7 +4,9 @@
  * DESIGN
  * Every kernel computes in float and loads / stores its tensor dtype
  * (float, __half, __nv_bfloat16) through `to_f` / `from_f`, so one
- * template serves the three dtypes. Memory-bound kernels move 16 bytes per
+ * template serves the three dtypes; float64 (double) passes through them
+ * unchanged, for the kernels whose arithmetic is a template on to_f's
+ * type (OPD_FLOAT_DISPATCH64). Memory-bound kernels move 16 bytes per
  * thread per access (Pack<T>: 4 floats or 8 halves) when the pointers are
  * 16-byte aligned and the row length is a multiple of the pack, else one
  * element at a time. Errors never exit: OPD_CUDA_CHECK returns
@@ -91,6 +93,13 @@ template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float
   return __float2bfloat16_rn(v);
 }
 
+/* float64: loaded and stored as it is, computed in double by the
+ * families whose functors are templates on the compute type (from_f<T>
+ * of a double picks this overload). */
+__device__ __forceinline__ double to_f(double v) { return v; }
+template <typename T> __device__ __forceinline__ T from_f(double v);
+template <> __device__ __forceinline__ double from_f<double>(double v) { return v; }
+
 /* Runs the statements after `bad` with T bound to the element type of
  * float dtype `dt` (float32, float16, bfloat16); other dtypes run `bad`. */
 #define OPD_FLOAT_DISPATCH(dt, bad, ...)                                  \
@@ -98,6 +107,17 @@ template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float
     case OPD_DTYPE_FLOAT32: { typedef float T; __VA_ARGS__ } break;         \
     case OPD_DTYPE_FLOAT16: { typedef __half T; __VA_ARGS__ } break;        \
     case OPD_DTYPE_BFLOAT16: { typedef __nv_bfloat16 T; __VA_ARGS__ } break; \
+    default: bad;                                                        \
+  }
+
+/* OPD_FLOAT_DISPATCH and float64 (T = double), for the kernels that
+ * compute in to_f's type. */
+#define OPD_FLOAT_DISPATCH64(dt, bad, ...)                                \
+  switch (dt) {                                                          \
+    case OPD_DTYPE_FLOAT32: { typedef float T; __VA_ARGS__ } break;         \
+    case OPD_DTYPE_FLOAT16: { typedef __half T; __VA_ARGS__ } break;        \
+    case OPD_DTYPE_BFLOAT16: { typedef __nv_bfloat16 T; __VA_ARGS__ } break; \
+    case OPD_DTYPE_FLOAT64: { typedef double T; __VA_ARGS__ } break;        \
     default: bad;                                                        \
   }
 

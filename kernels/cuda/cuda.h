@@ -42,6 +42,9 @@ enum {
   OPD_CONV_IM2COL = 2,
   OPD_CONV_IGEMM = 3,
   OPD_CONV_WINOGRAD = 4,
+  OPD_CONV_GROUPED = 5,            /* direct, any groups (AUTO's only choice
+                                      for groups > 1; the others refuse
+                                      them with OPD_EINVAL) */
 };
 int opd__conv2d_cuda_variant(opd_kcall_t *call, const opd_cuda_ctx_t *ctx,
                              int variant);

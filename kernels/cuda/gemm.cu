@@ -38,8 +38,11 @@ int opd__cuda_gemm(opd_kcall_t *call, const opd_cuda_ctx_t *ctx, const opd_gemm_
     case OPD_DTYPE_FLOAT32: dt = CUDA_R_32F; break;
     case OPD_DTYPE_FLOAT16: dt = CUDA_R_16F; break;
     case OPD_DTYPE_BFLOAT16: dt = CUDA_R_16BF; break;
+    case OPD_DTYPE_FLOAT64: dt = CUDA_R_64F; break;
     default: return opd__cuda_bad_dtype(call, g->dtype);
   }
+  /* float64: computed and scaled in double (alpha, beta double) */
+  bool f64 = dt == CUDA_R_64F;
   int64_t esz = (int64_t)opd__dtype_size(g->dtype);
   /* C in float for half A and B (gru_cell's scratch): cuBLASLt's
    * 16F/16BF x 16F/16BF -> 32F with COMPUTE_32F */
@@ -56,12 +59,14 @@ int opd__cuda_gemm(opd_kcall_t *call, const opd_cuda_ctx_t *ctx, const opd_gemm_
   if (ws > OPD_CUDA_LT_WORKSPACE) ws = OPD_CUDA_LT_WORKSPACE;
   uint64_t ws64 = ws;
   float alpha = 1.0f, beta = g->beta;
+  double alpha64 = 1.0, beta64 = g->beta;
   /* cuBLASLt's A is our B (N x K col-major, ld N; transposed: K x N, ld
    * K, with TRANSA), its B our A (K x M, ld K), C and D ours (N x M, ld
    * N). */
   uint32_t alA = align_of(g->B, g->sB * esz), alB = align_of(g->A, g->sA * esz),
            alC = align_of(g->C, g->sC * csz);
-  LT_CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  LT_CHECK(cublasLtMatmulDescCreate(&op, f64 ? CUBLAS_COMPUTE_64F : CUBLAS_COMPUTE_32F,
+                                     f64 ? CUDA_R_64F : CUDA_R_32F));
   if (g->trans_b) {
     cublasOperation_t t = CUBLAS_OP_T;
     LT_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof t));
@@ -97,7 +102,7 @@ int opd__cuda_gemm(opd_kcall_t *call, const opd_cuda_ctx_t *ctx, const opd_gemm_
   LT_CHECK(cublasLtMatmulPreferenceCreate(&pref));
   LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                 &ws64, sizeof ws64));
-  if (cdt != CUDA_R_32F) {
+  if (cdt != CUDA_R_32F && !f64) {
     /* Split-K only with its partial sums in float (gemm.cuh: Precision):
      * INPLACE and OUTPUT_TYPE add the parts up in the output type. */
     uint32_t red = CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
@@ -127,7 +132,9 @@ int opd__cuda_gemm(opd_kcall_t *call, const opd_cuda_ctx_t *ctx, const opd_gemm_
       goto done;
     }
   }
-  LT_CHECK(cublasLtMatmul(lt, op, &alpha, g->B, la, g->A, lb, &beta, g->C, lc, g->C, lc,
+  LT_CHECK(cublasLtMatmul(lt, op, f64 ? (const void *)&alpha64 : (const void *)&alpha, g->B,
+                          la, g->A, lb, f64 ? (const void *)&beta64 : (const void *)&beta,
+                          g->C, lc, g->C, lc,
                           &res.algo, ws ? ctx->workspace : NULL, ws,
                           (cudaStream_t)ctx->stream));
 done:

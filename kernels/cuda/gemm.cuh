@@ -9,7 +9,8 @@
  * (a stride of 0 repeats one matrix: torch's broadcast batch dims and
  * conv2d's shared weight). Precision: float32 runs CUBLAS_COMPUTE_32F
  * (true fp32; TF32 off, so that results match the CPU reference and
- * torch's default allow_tf32=False for matmul), float16 and bfloat16 run
+ * torch's default allow_tf32=False for matmul), float64 runs
+ * CUBLAS_COMPUTE_64F (alpha and beta in double), float16 and bfloat16 run
  * with fp32 accumulation and fp32 alpha/beta, and split-K only with the
  * COMPUTE_TYPE reduction (the parts summed in float in the workspace, the
  * result rounded once): cuBLASLt's default also allows INPLACE and
@@ -35,7 +36,8 @@
 #include "kernels/cuda/common.cuh"
 
 typedef struct opd_gemm {
-  int32_t dtype;                   /* OPD_DTYPE_FLOAT32/FLOAT16/BFLOAT16 */
+  int32_t dtype;                   /* OPD_DTYPE_FLOAT32/FLOAT16/BFLOAT16,
+                                      or FLOAT64 (no epilogue) */
   int64_t M, N, K;                 /* C_i (M, N) = A_i (M, K) @ B_i (K, N) */
   const void *A, *B;               /* row-major, contiguous per item */
   void *C;                         /* row-major (M, N) per item */

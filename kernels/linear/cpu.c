@@ -1,5 +1,5 @@
 /* linear on the CPU: out (M, N) = act(x (M, K) @ weight (N, K)^T + bias),
- * float32 (plan: linear.h).
+ * float32 and float64 (plan: linear.h).
  *
  * Variants:
  *   cpu_ref   a dot product per output in double, bias and activation in
@@ -18,6 +18,10 @@
  * u = sqrt(2/pi)(x + 0.044715x^3) (0.5x(1+tanh u) without its
  * cancellation); silu x / (1 + e^(-x)). x = -inf gives NaN in the gelu
  * forms and silu, as torch 1.13 does.
+ * float64 (both variants): opd__dgemm (OpenBLAS dgemm, or plain loops
+ * with BLAS=0), then bias and the activation as the reference's, in
+ * double; float16 / bfloat16 run the float32 kernels on converted copies
+ * (kernels/common/cast.h).
  * K == 0 gives act(bias) (act(0) without bias); M == 0 or N == 0 writes
  * nothing.
  * Test: build/tests/ops, suite linear (tests/ops/test_linear.c).
@@ -25,6 +29,7 @@
 #include <math.h>
 
 #include "kernels/common/act.h"
+#include "kernels/common/cast.h"
 #include "kernels/common/cpu.h"
 #include "kernels/common/gemm.h"
 #include "kernels/common/kutil.h"
@@ -53,7 +58,22 @@ static double act_ref(opd_act_t act, double v) {
   }
 }
 
+/* float64: the product by opd__dgemm, then bias and act per element. */
+static int linear64(opd_kcall_t *call) {
+  linear_plan_t p;
+  int rc = opd__linear_plan(call, &p, NULL);
+  if (rc) return rc;
+  const double *b = p.has_bias ? call->in[2].data : NULL;
+  double *y = call->out[0].data;
+  opd__dgemm(1, p.M, p.N, p.K, call->in[0].data, call->in[1].data, y);
+  for (int64_t m = 0; m < p.M; m++)
+    for (int64_t n = 0; n < p.N; n++)
+      y[m * p.N + n] = act_ref(p.act, y[m * p.N + n] + (b ? b[n] : 0.0));
+  return 0;
+}
+
 int opd__linear_cpu_ref(opd_kcall_t *call) {
+  OPD_CAST_DISPATCH(call, opd__linear_cpu_ref, linear64);
   linear_plan_t p;
   int rc = opd__linear_plan(call, &p, NULL);
   if (rc) return rc;
@@ -115,6 +135,7 @@ OPD_FAST static void epilogue(void *arg, int64_t r0, int64_t r1) {
 }
 
 int opd__linear_cpu_fast(opd_kcall_t *call) {
+  OPD_CAST_DISPATCH(call, opd__linear_cpu_fast, linear64);
   linear_plan_t p;
   int rc = opd__linear_plan(call, &p, NULL);
   if (rc) return rc;

@@ -1,6 +1,7 @@
 /* linear on the GPU: out (M, N) = act(x (M, K) @ weight (N, K)^T + bias),
  * float32 (true fp32, TF32 off, as torch's default), float16 and bfloat16
- * (fp32 accumulation).
+ * (fp32 accumulation), float64 (cuBLASLt in double, then bias and act in
+ * double: linear64, every variant).
  *
  * Variants (opd__linear_cuda_variant, linear.h; AUTO is what
  * opd__linear_cuda runs):
@@ -364,6 +365,48 @@ static int linear_blaslt(opd_kcall_t *call, const opd_cuda_ctx_t *ctx, const lin
   return 0;
 }
 
+/* float64: y = act(y + bias) per element in double, after the GEMM. */
+__global__ void act64_kernel(double *y, const double *bias, int64_t n, int64_t N, int act) {
+  int64_t stride = (int64_t)gridDim.x * blockDim.x;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+    double v = y[i] + (bias ? bias[i % N] : 0.0);
+    switch (act) {
+      case OPD_ACT_RELU: v = v < 0 ? 0.0 : v; break;
+      case OPD_ACT_GELU: v = 0.5 * v * erfc(-v * 0.70710678118654752440); break;
+      case OPD_ACT_GELU_TANH: {
+        double u = 0.79788456080286535588 * (v + 0.044715 * v * v * v);
+        double e = exp(-2.0 * fabs(u));
+        v = u >= 0 ? v / (1.0 + e) : v * e / (1.0 + e);
+        break;
+      }
+      case OPD_ACT_SILU: v = v / (1.0 + exp(-v)); break;
+      default: break;
+    }
+    y[i] = v;
+  }
+}
+
+/* out (M, N) in float64: cuBLASLt in double (no epilogue), then
+ * act64_kernel for the bias and act; K == 0 zeroes first. */
+static int linear64(opd_kcall_t *call, const opd_cuda_ctx_t *ctx, const linear_plan_t *p,
+                    const void *bias) {
+  double *y = (double *)call->out[0].data;
+  cudaStream_t st = OPD_STREAM(ctx);
+  if (p->K == 0) {
+    OPD_CUDA_CHECK(cudaMemsetAsync(y, 0, (size_t)(p->M * p->N) * sizeof(double), st));
+  } else {
+    opd_gemm_t g = {OPD_DTYPE_FLOAT64, p->M, p->N, p->K, call->in[0].data, call->in[1].data,
+                    y, 0, 0, 0, 1, 0.0f, 1, OPD_GEMM_EPI_NONE, NULL};
+    int rc = opd__cuda_gemm(call, ctx, &g);
+    if (rc) return rc;
+  }
+  if (!bias && p->act == OPD_ACT_NONE) return 0;
+  int64_t n = p->M * p->N;
+  act64_kernel<<<grid_for(n, 256), 256, 0, st>>>(y, (const double *)bias, n, p->N, (int)p->act);
+  OPD_CUDA_LAUNCHED();
+  return 0;
+}
+
 extern "C" int opd__linear_cuda_variant(opd_kcall_t *call, const opd_cuda_ctx_t *ctx,
                                         int variant) {
   linear_plan_t p;
@@ -377,6 +420,7 @@ extern "C" int opd__linear_cuda_variant(opd_kcall_t *call, const opd_cuda_ctx_t 
                      GEMV_MAX_M, INT32_MAX, (long long)p.M, (long long)p.N);
   if (p.M == 0 || p.N == 0) return 0;
   const void *bias = p.has_bias ? call->in[2].data : NULL;
+  if (call->out[0].dtype == OPD_DTYPE_FLOAT64) return linear64(call, ctx, &p, bias);
   if (variant == OPD_LINEAR_GEMV || (variant == OPD_LINEAR_AUTO && small))
     return linear_gemv(call, ctx, &p, bias);
   return linear_blaslt(call, ctx, &p, bias);

@@ -1,6 +1,7 @@
 /* linear: x (..., K), weight (N, K), bias (N)? -> out (..., N), with an
  * optional activation (F.linear then relu / gelu / gelu tanh / silu),
- * float32 (float16 and bfloat16 on the CUDA backend: cpu_dtypes).
+ * float32, float64, float16 and bfloat16 (the CPU computes halves in
+ * float32).
  *
  * DESIGN
  * The shape rule and the kernels share one plan (linear.h). The weight
@@ -10,6 +11,7 @@
  * so a layer of an MLP is one op. The output must not alias the inputs:
  * no INPLACE flag.
  */
+#include "kernels/common/cast.h"
 #include "kernels/common/cpu.h"
 #include "kernels/common/kutil.h"
 #include "kernels/linear/linear.h"
@@ -30,10 +32,10 @@ const opd_op_def_t opd__op_linear = {
     .n_in_min = 2,
     .n_in_max = 3,
     .n_out = 1,
-    .in = {{"x", OPD_DT_FLOATS, "(..., K)"},
-           {"weight", OPD_DT_FLOATS, "(N, K)"},
-           {"bias", OPD_DT_FLOATS, "(N), optional"}},
-    .out = {{"out", OPD_DT_FLOATS, "(..., N)"}},
+    .in = {{"x", OPD_DT_FLOATS64, "(..., K)"},
+           {"weight", OPD_DT_FLOATS64, "(N, K)"},
+           {"bias", OPD_DT_FLOATS64, "(N), optional"}},
+    .out = {{"out", OPD_DT_FLOATS64, "(..., N)"}},
     .n_attrs = 1,
     .attrs = {{.name = "act",
                .type = OPD_ATTR_STR,
@@ -42,12 +44,12 @@ const opd_op_def_t opd__op_linear = {
                .doc = "activation after the bias: gelu is the exact (erf) "
                       "form, gelu_tanh F.gelu(approximate=\"tanh\"), silu "
                       "x*sigmoid(x)"}},
-    .cpu_dtypes = OPD_DT_FLOAT,
+    .cpu_dtypes = OPD_DT_FLOATS64,
     .shape_doc = "x (..., K), weight (N, K), bias (N)? -> out (..., N)",
     .shape = linear_shape,
     .cpu_ref = opd__linear_cpu_ref,
     .cpu_fast = opd__linear_cpu_fast,
     .flags = OPD_OPF_CUDA_BLASLT, /* the CUDA kernel runs cuBLASLt */
     .cuda = opd__linear_cuda,
-    .cuda_dtypes = OPD_DT(FLOAT32) | OPD_DT(FLOAT16) | OPD_DT(BFLOAT16),
+    .cuda_dtypes = OPD_DT_FLOATS64,
 };

@@ -11,12 +11,16 @@
  *             small (large products are threaded by OpenBLAS itself)
  * Built with OPD_NO_BLAS (make BLAS=0: the GPU machine has no OpenBLAS),
  * cpu_fast is cpu_ref.
+ * float64 (both variants): opd__dgemm per batch item (OpenBLAS dgemm, or
+ * plain loops with BLAS=0); float16 / bfloat16 run the float32 kernels on
+ * converted copies (kernels/common/cast.h).
  * K == 0 gives zeros; M == 0 or N == 0 writes nothing.
  * Test: build/tests/ops, suite matmul
  */
 #include <limits.h>
 #include <string.h>
 
+#include "kernels/common/cast.h"
 #include "kernels/common/cpu.h"
 #include "kernels/common/gemm.h"
 #include "kernels/matmul/plan.h"
@@ -27,7 +31,24 @@ OPD_OP_DECLARE(matmul);
  * chunk; larger ones leave threading to OpenBLAS. */
 #define SMALL_GEMM (1 << 18)
 
+/* float64: one opd__dgemm per batch item. */
+static int matmul64(opd_kcall_t *call) {
+  mm_plan_t p;
+  int rc = opd__matmul_plan(call, &p, NULL);
+  if (rc) return rc;
+  const double *A = call->in[0].data, *B = call->in[1].data;
+  double *Y = call->out[0].data;
+  for (int64_t t = 0; t < p.nbatch; t++) {
+    int64_t ia, ib;
+    opd__matmul_batch_index(&p, t, &ia, &ib);
+    opd__dgemm(0, p.M, p.N, p.K, A + ia * p.M * p.K, B + ib * p.K * p.N,
+               Y + t * p.M * p.N);
+  }
+  return 0;
+}
+
 int opd__matmul_cpu_ref(opd_kcall_t *call) {
+  OPD_CAST_DISPATCH(call, opd__matmul_cpu_ref, matmul64);
   mm_plan_t p;
   int rc = opd__matmul_plan(call, &p, NULL);
   if (rc) return rc;
@@ -77,6 +98,7 @@ static void mm_items(void *arg, int64_t b, int64_t e) {
 }
 
 int opd__matmul_cpu_fast(opd_kcall_t *call) {
+  OPD_CAST_DISPATCH(call, opd__matmul_cpu_fast, matmul64);
   mm_plan_t p;
   int rc = opd__matmul_plan(call, &p, NULL);
   if (rc) return rc;

@@ -1,6 +1,7 @@
 /* matmul on the GPU through cuBLASLt (kernels/cuda/gemm.cu), torch.matmul
  * semantics from the shared plan (kernels/matmul/plan.h), float32 (true
- * fp32, TF32 off), float16 and bfloat16 (fp32 accumulation).
+ * fp32, TF32 off), float16 and bfloat16 (fp32 accumulation), float64
+ * (double compute).
  *
  * Variants, by how the batch dims broadcast:
  *   fold     no batch, or b without batch dims and a holding every item:

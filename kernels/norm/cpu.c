@@ -1,6 +1,8 @@
 /* The norm family on the CPU (softmax, log_softmax, layernorm, rmsnorm):
  * row-wise normalizations, float32 (rows: ops.c; which elements form a
- * row: dims.h).
+ * row: dims.h); float64 runs cpu64.c, float16 / bfloat16 the float32
+ * kernels on converted copies (kernels/common/cast.h), which is also how
+ * softmax's dtype= converts.
  *
  * DESIGN
  * The three ops reduce each row to statistics and rewrite it from them
@@ -14,10 +16,12 @@
 #include <float.h>
 #include <math.h>
 
+#include "kernels/common/cast.h"
 #include "kernels/common/cpu.h"
 #include "kernels/common/kutil.h"
 #include "kernels/common/rowred.h"
 #include "kernels/norm/dims.h"
+#include "kernels/norm/norm64.h"
 
 OPD_OP_DECLARE(softmax);
 OPD_OP_DECLARE(log_softmax);
@@ -46,8 +50,8 @@ OPD_OP_DECLARE(rmsnorm);
  * A row holding NaN gives NaN (max skips it, exp(NaN) does not), a row
  * holding +inf or of all -inf gives NaN, -inf entries 0 (log_softmax:
  * -inf): torch's values. In place (y == x) works: every pass reads an
- * element before writing it. The CPU computes float32: an output of
- * another dtype (dtype="float16") is an OPD_EDTYPE naming it.
+ * element before writing it. dtype= converts x to that dtype first (the
+ * cast wrapper), so these kernels see x and y of one dtype.
  * Test: build/tests/ops, suites softmax (fast within 1e-7+1e-5|ref|),
  * softmax_dims and numerics (extremes, inf, NaN)
  * Bench: build/bench/bench_cpu_ops
@@ -61,14 +65,8 @@ typedef struct sm_job {
   int lg;                          /* 1: log_softmax */
 } sm_job_t;
 
-/* The job of a softmax call, or OPD_EDTYPE for an output the CPU does not
- * write (dtype= other than float32). */
+/* The job of a float32 softmax call. Returns 0. */
 static int sm_job(opd_kcall_t *call, int lg, sm_job_t *j, int64_t *outer) {
-  if (call->out[0].dtype != OPD_DTYPE_FLOAT32)
-    return opd__kerr(call, OPD_EDTYPE,
-                     "dtype=%s: the cpu backend computes float32 only (give "
-                     "dtype \"\" or \"float32\", or run on a cuda device)",
-                     call->attr[1].s);
   j->x = call->in[0].data;
   j->y = call->out[0].data;
   j->lg = lg;
@@ -228,10 +226,25 @@ static int sm_fast(opd_kcall_t *call, int lg) {
   return 0;
 }
 
-int opd__softmax_cpu_ref(opd_kcall_t *call) { return sm_ref(call, 0); }
-int opd__softmax_cpu_fast(opd_kcall_t *call) { return sm_fast(call, 0); }
-int opd__log_softmax_cpu_ref(opd_kcall_t *call) { return sm_ref(call, 1); }
-int opd__log_softmax_cpu_fast(opd_kcall_t *call) { return sm_fast(call, 1); }
+static int softmax64(opd_kcall_t *call) { return opd__softmax64(call, 0); }
+static int log_softmax64(opd_kcall_t *call) { return opd__softmax64(call, 1); }
+
+int opd__softmax_cpu_ref(opd_kcall_t *call) {
+  OPD_CAST_DISPATCH(call, opd__softmax_cpu_ref, softmax64);
+  return sm_ref(call, 0);
+}
+int opd__softmax_cpu_fast(opd_kcall_t *call) {
+  OPD_CAST_DISPATCH(call, opd__softmax_cpu_fast, softmax64);
+  return sm_fast(call, 0);
+}
+int opd__log_softmax_cpu_ref(opd_kcall_t *call) {
+  OPD_CAST_DISPATCH(call, opd__log_softmax_cpu_ref, log_softmax64);
+  return sm_ref(call, 1);
+}
+int opd__log_softmax_cpu_fast(opd_kcall_t *call) {
+  OPD_CAST_DISPATCH(call, opd__log_softmax_cpu_fast, log_softmax64);
+  return sm_fast(call, 1);
+}
 
 /* ---- layernorm on the CPU: y = (x - mean) / sqrt(var + eps) * w + b per row,
  * var biased (divided by C).
@@ -286,30 +299,11 @@ static ln_job_t ln_job(const opd_kcall_t *call) {
   return j;
 }
 
-/* One row of C elements in double (see the header); y may be x. A row
- * holding inf or NaN has a NaN variance and gives NaN throughout. */
-static void ln_row_exact(const float *x, float *y, const float *w,
-                         const float *b, int64_t C, double eps) {
-  double mean = 0, s1 = 0, s2 = 0;
-  for (int64_t i = 0; i < C; i++) mean += x[i];
-  mean /= (double)C;
-  for (int64_t i = 0; i < C; i++) {
-    double d = x[i] - mean;
-    s1 += d;
-    s2 += d * d;
-  }
-  double lo = s1 / (double)C, var = (s2 - s1 * lo) / (double)C;
-  mean += lo;
-  double rstd = 1.0 / sqrt((var < 0 ? 0 : var) + eps);
-  for (int64_t i = 0; i < C; i++) {
-    double v = (x[i] - mean) * rstd;
-    if (w) v *= w[i];
-    if (b) v += b[i];
-    y[i] = (float)v;
-  }
-}
+/* One row of C elements in double (see the header and norm64.h). */
+OPD_LN_ROW_EXACT(ln_row_exact, float)
 
 int opd__layernorm_cpu_ref(opd_kcall_t *call) {
+  OPD_CAST_DISPATCH(call, opd__layernorm_cpu_ref, opd__layernorm64);
   ln_job_t j = ln_job(call);
   int64_t C = j.C, rows = opd__rows(&call->in[0], C);
   for (int64_t r = 0; r < rows; r++)
@@ -358,6 +352,7 @@ OPD_FAST static void ln_rows(void *arg, int64_t b, int64_t e) {
 }
 
 int opd__layernorm_cpu_fast(opd_kcall_t *call) {
+  OPD_CAST_DISPATCH(call, opd__layernorm_cpu_fast, opd__layernorm64);
   ln_job_t j = ln_job(call);
   int64_t rows = opd__rows(&call->in[0], j.C);
   call->exec->parallel_for(call->exec, rows, opd__row_grain(j.C), ln_rows,
@@ -410,6 +405,7 @@ static void rms_row_exact(const float *x, float *y, const float *w, int64_t C,
 }
 
 int opd__rmsnorm_cpu_ref(opd_kcall_t *call) {
+  OPD_CAST_DISPATCH(call, opd__rmsnorm_cpu_ref, opd__rmsnorm64);
   const opd_tview_t *xv = &call->in[0];
   int64_t C = opd__norm_len(call), rows = opd__rows(xv, C);
   const float *w = call->n_in > 1 ? call->in[1].data : NULL;
@@ -440,6 +436,7 @@ OPD_FAST static void rms_rows(void *arg, int64_t b, int64_t e) {
 }
 
 int opd__rmsnorm_cpu_fast(opd_kcall_t *call) {
+  OPD_CAST_DISPATCH(call, opd__rmsnorm_cpu_fast, opd__rmsnorm64);
   const opd_tview_t *xv = &call->in[0];
   rms_job_t j = {xv->data, call->out[0].data,
                  call->n_in > 1 ? call->in[1].data : NULL,

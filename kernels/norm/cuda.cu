@@ -1,6 +1,7 @@
 /* The norm family on the GPU (softmax, log_softmax, layernorm, rmsnorm):
  * row-wise normalizations, float32 / float16 / bfloat16 computed in float
- * (rows: ops.c; which elements form a row: dims.h).
+ * (rows: ops.c; which elements form a row: dims.h); float64 runs
+ * cuda64.cu.
  *
  * DESIGN
  * The ops share the row machinery of rows.cuh (threads per row,
@@ -17,6 +18,7 @@
 
 extern "C" {
 #include "kernels/norm/dims.h"
+#include "kernels/norm/norm64.h"
 }
 
 /* ---- softmax and log_softmax on the GPU, float32 / float16 / bfloat16,
@@ -124,6 +126,8 @@ __global__ void softmax_cols(const TI *x, TO *y, int64_t outer, int64_t C, int64
 template <bool LOG>
 static int softmax_run(opd_kcall_t *call, const opd_cuda_ctx_t *ctx) {
   const opd_tview_t *xv = &call->in[0], *yv = &call->out[0];
+  if (xv->dtype == OPD_DTYPE_FLOAT64 || yv->dtype == OPD_DTYPE_FLOAT64)
+    return opd__softmax64_cuda(call, ctx, LOG); /* cuda64.cu */
   int64_t outer, C, inner;
   opd__sm_geom(xv, call->attr[0].i, &outer, &C, &inner);
   if (xv->numel == 0) return 0;
@@ -309,6 +313,7 @@ __global__ __launch_bounds__(THREADS) void layernorm_rows(
 
 extern "C" int opd__layernorm_cuda(opd_kcall_t *call, const opd_cuda_ctx_t *ctx) {
   const opd_tview_t *xv = &call->in[0];
+  if (xv->dtype == OPD_DTYPE_FLOAT64) return opd__layernorm64_cuda(call, ctx); /* cuda64.cu */
   int64_t C = opd__norm_len(call), rows = opd__rows(xv, C);
   if (rows == 0) return 0;
   cudaStream_t st = OPD_STREAM(ctx);
@@ -397,6 +402,7 @@ __global__ __launch_bounds__(THREADS, 2048 / (THREADS)) void rmsnorm_rows(
 
 extern "C" int opd__rmsnorm_cuda(opd_kcall_t *call, const opd_cuda_ctx_t *ctx) {
   const opd_tview_t *xv = &call->in[0];
+  if (xv->dtype == OPD_DTYPE_FLOAT64) return opd__rmsnorm64_cuda(call, ctx); /* cuda64.cu */
   int64_t C = opd__norm_len(call), rows = opd__rows(xv, C);
   if (rows == 0) return 0;
   cudaStream_t st = OPD_STREAM(ctx);

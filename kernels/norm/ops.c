@@ -1,6 +1,6 @@
 /* The norm family's table: row-wise normalizations, x (..., C) -> y,
- * one row per op (softmax, log_softmax, layernorm, rmsnorm), float32
- * (float16 and bfloat16 on the CUDA backend: cpu_dtypes).
+ * one row per op (softmax, log_softmax, layernorm, rmsnorm), float32,
+ * float64, float16 and bfloat16 (the CPU computes halves in float32).
  *
  * DESIGN
  * softmax is in the family with the two norms: each reduces a row to
@@ -16,8 +16,7 @@
  * softmax, log_softmax: torch.softmax / torch.log_softmax(x, dim,
  * dtype=): any dim (default -1, negative from the end); dtype "" keeps
  * x's dtype, else x is converted and the op computed and written in that
- * dtype (torch's dtype=). The CPU backend computes float32 only: dtype
- * float16 / bfloat16 there is an OPD_EDTYPE from the kernel. A 0-d x is
+ * dtype (torch's dtype=; float16 / bfloat16 computed in float32). A 0-d x is
  * one row of one element and gives 1.0 (log_softmax 0.0), as torch.
  * layernorm: F.layer_norm(x, normalized_shape, weight, bias, eps) with
  * normalized_shape = weight's shape (any number of trailing dims of x),
@@ -30,6 +29,7 @@
  */
 #include <string.h>
 
+#include "kernels/common/cast.h"
 #include "kernels/common/cpu.h"
 #include "kernels/common/kutil.h"
 #include "kernels/norm/dims.h"
@@ -48,10 +48,10 @@ OPD_OP_DECLARE(rmsnorm);
     .n_in_min = 1,                                                         \
     .n_out = 1,                                                            \
     .flags = OPD_OPF_INPLACE,                                              \
-    .cpu_dtypes = OPD_DT_FLOAT,                                            \
+    .cpu_dtypes = OPD_DT_FLOATS64,                                         \
     .shape = op##_shape,                                                   \
     OPD_ROW_KERNELS(op),                                                   \
-    .cuda_dtypes = OPD_DT(FLOAT32) | OPD_DT(FLOAT16) | OPD_DT(BFLOAT16),   \
+    .cuda_dtypes = OPD_DT_FLOATS64,                                        \
     __VA_ARGS__                                                            \
   }
 
@@ -144,7 +144,7 @@ static int log_softmax_shape(opd_kcall_t *call, opd_tshape_t *out) {
             {.name = "dtype",                                               \
              .type = OPD_ATTR_STR,                                          \
              .def = {.type = OPD_ATTR_STR, .s = ""},                        \
-             .choices = "|float32|float16|bfloat16",                        \
+             .choices = "|float32|float16|bfloat16|float64",                \
              .doc = "compute and write y in this dtype (\"\": x's), as "    \
                     "torch's dtype="}}
 
@@ -153,8 +153,8 @@ const opd_op_def_t opd__op_softmax = NORM_ROW(
     .summary = "softmax along a dim, max-subtracted (torch.softmax(x, dim, "
                "dtype))",
     .n_in_max = 1,
-    .in = {{"x", OPD_DT_FLOATS, "(...)"}},
-    .out = {{"y", OPD_DT_FLOATS, "x's shape, sums to 1 along dim"}},
+    .in = {{"x", OPD_DT_FLOATS64, "(...)"}},
+    .out = {{"y", OPD_DT_FLOATS64, "x's shape, sums to 1 along dim"}},
     SOFTMAX_ATTRS,
     .shape_doc = "x (...) -> y (...)");
 
@@ -163,8 +163,8 @@ const opd_op_def_t opd__op_log_softmax = NORM_ROW(
     .summary = "log of softmax along a dim (torch.log_softmax(x, dim, "
                "dtype))",
     .n_in_max = 1,
-    .in = {{"x", OPD_DT_FLOATS, "(...)"}},
-    .out = {{"y", OPD_DT_FLOATS, "x's shape: x - max - log(sum(exp(x - max)))"}},
+    .in = {{"x", OPD_DT_FLOATS64, "(...)"}},
+    .out = {{"y", OPD_DT_FLOATS64, "x's shape: x - max - log(sum(exp(x - max)))"}},
     SOFTMAX_ATTRS,
     .shape_doc = "x (...) -> y (...)");
 
@@ -185,10 +185,10 @@ const opd_op_def_t opd__op_layernorm = NORM_ROW(
     layernorm,
     .summary = "layer norm over trailing dims (F.layer_norm(x, w.shape, w, b, eps))",
     .n_in_max = 3,
-    .in = {{"x", OPD_DT_FLOATS, "(..., *S)"},
-           {"weight", OPD_DT_FLOATS, "(S) optional scale"},
-           {"bias", OPD_DT_FLOATS, "(S) optional shift (needs weight)"}},
-    .out = {{"y", OPD_DT_FLOATS, "x's shape"}},
+    .in = {{"x", OPD_DT_FLOATS64, "(..., *S)"},
+           {"weight", OPD_DT_FLOATS64, "(S) optional scale"},
+           {"bias", OPD_DT_FLOATS64, "(S) optional shift (needs weight)"}},
+    .out = {{"y", OPD_DT_FLOATS64, "x's shape"}},
     .n_attrs = 2,
     .attrs = {{.name = "eps",
                .type = OPD_ATTR_FLOAT,
@@ -206,9 +206,9 @@ const opd_op_def_t opd__op_rmsnorm = NORM_ROW(
     rmsnorm,
     .summary = "RMS norm over trailing dims (F.rms_norm(x, w.shape, w, eps))",
     .n_in_max = 2,
-    .in = {{"x", OPD_DT_FLOATS, "(..., *S)"},
-           {"weight", OPD_DT_FLOATS, "(S) optional scale"}},
-    .out = {{"y", OPD_DT_FLOATS, "x's shape"}},
+    .in = {{"x", OPD_DT_FLOATS64, "(..., *S)"},
+           {"weight", OPD_DT_FLOATS64, "(S) optional scale"}},
+    .out = {{"y", OPD_DT_FLOATS64, "x's shape"}},
     .n_attrs = 2,
     .attrs = {{.name = "eps",
                .type = OPD_ATTR_FLOAT,

@@ -13,7 +13,10 @@
  *     columns  the innermost dim is kept (stride 1): outputs in runs of
  *              K neighbours, accumulated in float up to 4096 at a time
  *              (a vectorizable loop over them per reduced element)
- *     general  anything else, and integer x: per output as the reference
+ *     general  anything else, integer and float64 x: per output as the
+ *              reference
+ * float16 / bfloat16 run the float32 kernels on converted copies
+ * (kernels/common/cast.h).
  * Semantics: amax gives NaN when any element is NaN (torch.amax); mean
  * is the sum divided by the count (NaN for none); sum of an integer or
  * bool x is int64 (wrapping on overflow, as torch).
@@ -21,6 +24,7 @@
  */
 #include <math.h>
 
+#include "kernels/common/cast.h"
 #include "kernels/common/cpu.h"
 #include "kernels/common/kutil.h"
 #include "kernels/common/rowred.h"
@@ -44,20 +48,35 @@ typedef struct red_job {
   opd_red_geom_t g;                /* geometry */
   const void *x;                   /* input */
   int32_t dtype;                   /* x's dtype */
-  void *out;                       /* (nout) float32, or int64 */
+  void *out;                       /* (nout) float32 / float64, or int64 */
 } red_job_t;
 
-/* Outputs [b, e) one by one, in double (int64 for integer x). */
+/* Outputs [b, e) one by one, in double (float64 x: sums in long double;
+ * int64 for integer x). */
 static void red_general(void *arg, int64_t b, int64_t e) {
   const red_job_t *j = arg;
   const opd_red_geom_t *g = &j->g;
   for (int64_t o = b; o < e; o++) {
     int64_t base = opd__red_koff(g, o);
-    if (j->dtype != OPD_DTYPE_FLOAT32) {
+    if (j->dtype != OPD_DTYPE_FLOAT32 && j->dtype != OPD_DTYPE_FLOAT64) {
       int64_t s = 0;
       for (int64_t r = 0; r < g->nred; r++)
         s += int_at(j->x, j->dtype, base + opd__red_roff(g, r));
       ((int64_t *)j->out)[o] = s;
+      continue;
+    }
+    if (j->dtype == OPD_DTYPE_FLOAT64) {
+      const double *x = j->x;
+      long double s = 0;
+      double m = -INFINITY;
+      for (int64_t r = 0; r < g->nred; r++) {
+        double v = x[base + opd__red_roff(g, r)];
+        s += v;
+        if (v > m || isnan(v)) m = isnan(m) ? m : v;
+      }
+      ((double *)j->out)[o] = j->op == RED_MAX    ? m
+                              : j->op == RED_MEAN ? (double)(s / (long double)g->nred)
+                                                  : (double)s;
       continue;
     }
     const float *x = j->x;
@@ -163,10 +182,13 @@ static int reduce_fast(opd_kcall_t *call, red_op_t op) {
 /* One op of the family: its two CPU entry points, named in its row. */
 #define REDUCE_KERNELS(name, op)                                         \
   OPD_OP_DECLARE(name);                                                  \
+  static int name##64(opd_kcall_t *call) { return reduce_fast(call, op); } \
   int opd__##name##_cpu_ref(opd_kcall_t *call) {                         \
+    OPD_CAST_DISPATCH(call, opd__##name##_cpu_ref, name##64);            \
     return reduce_ref(call, op);                                         \
   }                                                                      \
   int opd__##name##_cpu_fast(opd_kcall_t *call) {                        \
+    OPD_CAST_DISPATCH(call, opd__##name##_cpu_fast, name##64);           \
     return reduce_fast(call, op);                                        \
   }
 

@@ -1,5 +1,6 @@
 /* The reduce family on the GPU (sum, mean, amax over any set of dims),
- * float32 / float16 / bfloat16, accumulated in float (sum also of int8,
+ * float32 / float16 / bfloat16, accumulated in float, and float64 in
+ * double (red64_kernel: a warp per output) (sum also of int8,
  * uint8, int32, int64 and bool into int64: red_int); one body for every
  * op of the family (rows: ops.c).
  *
@@ -183,6 +184,38 @@ __global__ __launch_bounds__(256) void red_finish(const float *part, T *y, int64
   if (lane == 0) y[o] = from_f<T>(acc);
 }
 
+/* float64: a warp per output (8 per block of 256), each lane striding
+ * over the reduced elements, partials combined by shuffles in double;
+ * amax NaN when any element is NaN. */
+template <int OP>
+__global__ __launch_bounds__(256) void red64_kernel(const double *x, double *y,
+                                                    opd_red_geom_t g) {
+  int lane = threadIdx.x & 31;
+  for (int64_t o = (int64_t)blockIdx.x * 8 + threadIdx.x / 32; o < g.nout;
+       o += (int64_t)gridDim.x * 8) {
+    const double *xo = x + opd__red_koff(&g, o);
+    double acc = OP == RED_MAX ? -INFINITY : 0.0;
+    int nan = 0;
+    for (int64_t r = lane; r < g.nred; r += 32) {
+      double v = xo[opd__red_roff(&g, r)];
+      if (OP == RED_MAX) {
+        nan |= isnan(v);
+        acc = fmax(acc, v);
+      } else {
+        acc += v;
+      }
+    }
+    for (int k = 16; k > 0; k >>= 1) {
+      double u = __shfl_xor_sync(0xffffffffu, acc, k);
+      acc = OP == RED_MAX ? fmax(acc, u) : acc + u;
+    }
+    nan = __any_sync(0xffffffffu, nan);
+    if (lane == 0)
+      y[o] = OP == RED_MAX ? (nan ? (double)NAN : acc)
+           : OP == RED_MEAN ? acc / (double)g.nred : acc;
+  }
+}
+
 /* Blocks per output of the split path for g, or 0 when one group per
  * output is enough (many outputs, or short reductions). */
 static int red_split_blocks(const opd_red_geom_t &g) {
@@ -200,6 +233,12 @@ static int reduce_run(opd_kcall_t *call, const opd_cuda_ctx_t *ctx) {
   cudaStream_t st = OPD_STREAM(ctx);
   const opd_tview_t *xv = &call->in[0];
   if (OP == RED_SUM && red_int_run(xv->dtype, xv->data, call->out[0].data, g, st)) {
+    OPD_CUDA_LAUNCHED();
+    return 0;
+  }
+  if (xv->dtype == OPD_DTYPE_FLOAT64) {
+    red64_kernel<OP><<<grid_for((g.nout + 7) / 8, 1), 256, 0, st>>>(
+        (const double *)xv->data, (double *)call->out[0].data, g);
     OPD_CUDA_LAUNCHED();
     return 0;
   }

@@ -13,11 +13,12 @@
  * default (a single INT64_MIN, shown by `opctl ops`) means every dim, as
  * torch's dim=None (the protocol carries no empty list). A dim given
  * twice or out of range is an OPD_EATTR naming it. keepdim keeps the
- * reduced dims as extent 1. Dtypes: float32 (float16 and bfloat16 on the
- * CUDA backend); sum also takes int8, uint8, int32, int64 and bool and
+ * reduced dims as extent 1. Dtypes: float32, float64, float16 and
+ * bfloat16 (the CPU computes halves in float32); sum also takes int8, uint8, int32, int64 and bool and
  * gives int64 for them, as torch. Empty reductions: sum gives 0,
  * mean NaN (0/0, as torch), amax is refused (torch raises too).
  */
+#include "kernels/common/cast.h"
 #include "kernels/common/cpu.h"
 #include "kernels/common/kutil.h"
 #include "kernels/reduce/geom.h"
@@ -65,7 +66,7 @@ static int reduce_shape(opd_kcall_t *call, opd_tshape_t *out, int no_empty) {
       out[0].shape[out[0].rank++] = x->shape[d];
     }
   }
-  out[0].dtype = OPD_DT_FLOATS & (1u << x->dtype) ? x->dtype : OPD_DTYPE_INT64;
+  out[0].dtype = OPD_DT_FLOATS64 & (1u << x->dtype) ? x->dtype : OPD_DTYPE_INT64;
   return 0;
 }
 
@@ -107,20 +108,20 @@ static int amax_shape(opd_kcall_t *call, opd_tshape_t *out) {
 
 const opd_op_def_t opd__op_sum = REDUCE_ROW(
     sum, .summary = "sum over dims (torch.sum(x, dims, keepdim))",
-    .in = {{"x", OPD_DT_FLOATS | INTS_DT, "(...)"}},
-    .out = {{"out", OPD_DT_FLOATS | OPD_DT(INT64),
+    .in = {{"x", OPD_DT_FLOATS64 | INTS_DT, "(...)"}},
+    .out = {{"out", OPD_DT_FLOATS64 | OPD_DT(INT64),
              "x's dtype; int64 for integer or bool x"}},
-    .cpu_dtypes = OPD_DT_FLOAT | INTS_DT, .cuda_dtypes = OPD_DT_FLOATS | INTS_DT);
+    .cpu_dtypes = OPD_DT_FLOATS64 | INTS_DT, .cuda_dtypes = OPD_DT_FLOATS64 | INTS_DT);
 
 const opd_op_def_t opd__op_mean = REDUCE_ROW(
     mean, .summary = "mean over dims (torch.mean(x, dims, keepdim))",
-    .in = {{"x", OPD_DT_FLOATS, "(...)"}},
-    .out = {{"out", OPD_DT_FLOATS, "x's dtype"}},
-    .cpu_dtypes = OPD_DT_FLOAT, .cuda_dtypes = OPD_DT_FLOATS);
+    .in = {{"x", OPD_DT_FLOATS64, "(...)"}},
+    .out = {{"out", OPD_DT_FLOATS64, "x's dtype"}},
+    .cpu_dtypes = OPD_DT_FLOATS64, .cuda_dtypes = OPD_DT_FLOATS64);
 
 const opd_op_def_t opd__op_amax = REDUCE_ROW(
     amax, .summary = "maximum over dims, NaN if any (torch.amax(x, dims, "
                      "keepdim))",
-    .in = {{"x", OPD_DT_FLOATS, "(...)"}},
-    .out = {{"out", OPD_DT_FLOATS, "x's dtype"}},
-    .cpu_dtypes = OPD_DT_FLOAT, .cuda_dtypes = OPD_DT_FLOATS);
+    .in = {{"x", OPD_DT_FLOATS64, "(...)"}},
+    .out = {{"out", OPD_DT_FLOATS64, "x's dtype"}},
+    .cpu_dtypes = OPD_DT_FLOATS64, .cuda_dtypes = OPD_DT_FLOATS64);

@@ -1,5 +1,6 @@
 /* The unary family on the CPU (relu, gelu, silu, sigmoid, tanh): y = f(x) elementwise over any
- * shape, float32 (rows: ops.c).
+ * shape, float32 and float64 (float16 and bfloat16 through float32:
+ * kernels/common/cast.h) (rows: ops.c).
  *
  * DESIGN
  * The ops share their schema and shape rule (ops.c), their CUDA body
@@ -7,12 +8,15 @@
  * range function over the flat tensor, chunked over call->exec with
  * OPD_GRAIN_ELEMS; each op's section below says its formulas and
  * variants. A new op of the family: its row in ops.c, its section here,
- * its functor in cuda.cu.
+ * its functor in cuda.cu. Every entry point starts with OPD_CAST_DISPATCH:
+ * float64 runs the float64 section at the end (the references' formulas
+ * in double), float16 / bfloat16 the float32 kernels on converted copies.
  */
 #include <math.h>
 #include <string.h>
 
 #include "kernels/common/act.h"
+#include "kernels/common/cast.h"
 #include "kernels/common/cpu.h"
 #include "kernels/common/kutil.h"
 #include "kernels/common/rowred.h"
@@ -22,6 +26,35 @@ OPD_OP_DECLARE(gelu);
 OPD_OP_DECLARE(silu);
 OPD_OP_DECLARE(sigmoid);
 OPD_OP_DECLARE(tanh);
+
+#define SQRT1_2 0.70710678118654752440
+#define SQRT_2_PI 0.79788456080286535588 /* sqrt(2/pi) */
+
+/* The family's formulas in double, the truth: the float32 references
+ * round them once, the float64 kernels (the last section) store them. */
+typedef enum { U_RELU, U_GELU, U_GELU_TANH, U_SILU, U_SIGMOID, U_TANH } unary_op_t;
+
+static double formula(unary_op_t op, double v) {
+  switch (op) {
+    case U_RELU: return v < 0 ? 0.0 : v;
+    case U_GELU: return 0.5 * v * erfc(-v * SQRT1_2);
+    case U_GELU_TANH: {
+      double u = SQRT_2_PI * (v + 0.044715 * v * v * v);
+      double e = exp(-2.0 * fabs(u)); /* in [0, 1]: never overflows */
+      return u >= 0 ? v / (1.0 + e) : v * e / (1.0 + e);
+    }
+    case U_SILU: return v / (1.0 + exp(-v));
+    case U_SIGMOID: return 1.0 / (1.0 + exp(-v));
+    default: return tanh(v);
+  }
+}
+
+/* The float64 kernels (the last section). */
+static int relu64(opd_kcall_t *call);
+static int gelu64(opd_kcall_t *call);
+static int silu64(opd_kcall_t *call);
+static int sigmoid64(opd_kcall_t *call);
+static int tanh64(opd_kcall_t *call);
 
 /* ---- relu on the CPU: y = x < 0 ? 0 : x (NaN passes through, as in torch).
  *
@@ -37,6 +70,7 @@ typedef struct relu_job {
 } relu_job_t;
 
 int opd__relu_cpu_ref(opd_kcall_t *call) {
+  OPD_CAST_DISPATCH(call, opd__relu_cpu_ref, relu64);
   const float *x = call->in[0].data;
   float *y = call->out[0].data;
   for (int64_t i = 0; i < call->in[0].numel; i++) y[i] = x[i] < 0 ? 0.0f : x[i];
@@ -51,6 +85,7 @@ OPD_FAST static void relu_range(void *arg, int64_t b, int64_t e) {
 }
 
 int opd__relu_cpu_fast(opd_kcall_t *call) {
+  OPD_CAST_DISPATCH(call, opd__relu_cpu_fast, relu64);
   relu_job_t j = {call->in[0].data, call->out[0].data};
   call->exec->parallel_for(call->exec, call->in[0].numel, OPD_GRAIN_ELEMS,
                            relu_range, &j);
@@ -92,9 +127,6 @@ int opd__relu_cpu_fast(opd_kcall_t *call) {
  * numerics (|x| up to FLT_MAX, denormals, inf, NaN)
  */
 
-#define SQRT1_2 0.70710678118654752440
-#define SQRT_2_PI 0.79788456080286535588 /* sqrt(2/pi) */
-
 typedef struct gelu_job {
   const float *x;                  /* input (numel) */
   float *y;                        /* output, may be x */
@@ -106,21 +138,11 @@ static int is_tanh(const opd_kcall_t *call) {
 }
 
 int opd__gelu_cpu_ref(opd_kcall_t *call) {
+  OPD_CAST_DISPATCH(call, opd__gelu_cpu_ref, gelu64);
   const float *x = call->in[0].data;
   float *y = call->out[0].data;
-  int64_t n = call->in[0].numel;
-  if (is_tanh(call)) {
-    for (int64_t i = 0; i < n; i++) {
-      double v = x[i], u = SQRT_2_PI * (v + 0.044715 * v * v * v);
-      double e = exp(-2.0 * fabs(u)); /* in [0, 1]: never overflows */
-      y[i] = (float)(u >= 0 ? v / (1.0 + e) : v * e / (1.0 + e));
-    }
-  } else {
-    for (int64_t i = 0; i < n; i++) {
-      double v = x[i];
-      y[i] = (float)(0.5 * v * erfc(-v * SQRT1_2));
-    }
-  }
+  unary_op_t op = is_tanh(call) ? U_GELU_TANH : U_GELU;
+  for (int64_t i = 0; i < call->in[0].numel; i++) y[i] = (float)formula(op, x[i]);
   return 0;
 }
 
@@ -146,6 +168,7 @@ OPD_FAST static void gelu_tanh_range(void *arg, int64_t b, int64_t e) {
 }
 
 int opd__gelu_cpu_fast(opd_kcall_t *call) {
+  OPD_CAST_DISPATCH(call, opd__gelu_cpu_fast, gelu64);
   gelu_job_t j = {call->in[0].data, call->out[0].data};
   call->exec->parallel_for(call->exec, call->in[0].numel, OPD_GRAIN_ELEMS / 4,
                            is_tanh(call) ? gelu_tanh_range : gelu_erf_range,
@@ -173,22 +196,21 @@ typedef struct elt_job {
   float *y;                        /* output, may be x */
 } elt_job_t;
 
-/* The reference of an elementwise op of this section: y = f(v), v = x[i]
+/* The reference of an elementwise op of this section: formula(op, x[i])
  * in double, rounded once. */
-#define ELT_REF(name, f)                                                   \
+#define ELT_REF(name, op)                                                  \
   int opd__##name##_cpu_ref(opd_kcall_t *call) {                           \
+    OPD_CAST_DISPATCH(call, opd__##name##_cpu_ref, name##64);              \
     const float *x = call->in[0].data;                                     \
     float *y = call->out[0].data;                                          \
-    for (int64_t i = 0; i < call->in[0].numel; i++) {                      \
-      double v = x[i];                                                     \
-      y[i] = (float)(f);                                                   \
-    }                                                                      \
+    for (int64_t i = 0; i < call->in[0].numel; i++)                        \
+      y[i] = (float)formula(op, x[i]);                                     \
     return 0;                                                              \
   }
 
-ELT_REF(silu, v / (1.0 + exp(-v)))
-ELT_REF(sigmoid, 1.0 / (1.0 + exp(-v)))
-ELT_REF(tanh, tanh(v))
+ELT_REF(silu, U_SILU)
+ELT_REF(sigmoid, U_SIGMOID)
+ELT_REF(tanh, U_TANH)
 
 /* The range function of an elementwise op of this section: 8 lanes of
  * opd__v8_<name>, the tail through opd__<name>1 (kernels/common/act.h). */
@@ -209,6 +231,7 @@ ELT_RANGE(tanh)
 /* The fast entry point of an elementwise op of this section. */
 #define ELT_FAST(name)                                                     \
   int opd__##name##_cpu_fast(opd_kcall_t *call) {                          \
+    OPD_CAST_DISPATCH(call, opd__##name##_cpu_fast, name##64);             \
     elt_job_t j = {call->in[0].data, call->out[0].data};                   \
     call->exec->parallel_for(call->exec, call->in[0].numel,                \
                              OPD_GRAIN_ELEMS / 4, name##_range, &j);       \
@@ -218,3 +241,35 @@ ELT_RANGE(tanh)
 ELT_FAST(silu)
 ELT_FAST(sigmoid)
 ELT_FAST(tanh)
+
+/* ---- float64, every op of the family: the formulas (formula()) in
+ * double (relu: x < 0 ? 0 : x; gelu's two forms without cancellation;
+ * silu, sigmoid, tanh), elements spread over call->exec.
+ * Test: build/tests/ops, suite dtypes64 (against long double).
+ */
+
+typedef struct u64_job {
+  unary_op_t op;                   /* the function */
+  const double *x;                 /* input (numel) */
+  double *y;                       /* output, may be x */
+} u64_job_t;
+
+static void u64_range(void *arg, int64_t b, int64_t e) {
+  const u64_job_t *j = arg;
+  for (int64_t i = b; i < e; i++) j->y[i] = formula(j->op, j->x[i]);
+}
+
+static int u64_run(opd_kcall_t *call, unary_op_t op) {
+  u64_job_t j = {op, call->in[0].data, call->out[0].data};
+  call->exec->parallel_for(call->exec, call->in[0].numel, OPD_GRAIN_ELEMS / 4,
+                           u64_range, &j);
+  return 0;
+}
+
+static int relu64(opd_kcall_t *call) { return u64_run(call, U_RELU); }
+static int gelu64(opd_kcall_t *call) {
+  return u64_run(call, is_tanh(call) ? U_GELU_TANH : U_GELU);
+}
+static int silu64(opd_kcall_t *call) { return u64_run(call, U_SILU); }
+static int sigmoid64(opd_kcall_t *call) { return u64_run(call, U_SIGMOID); }
+static int tanh64(opd_kcall_t *call) { return u64_run(call, U_TANH); }

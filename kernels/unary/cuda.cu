@@ -1,6 +1,6 @@
 /* The unary family on the GPU (relu, gelu, silu, sigmoid, tanh):
- * y[i] = f(x[i]), float32 /
- * float16 / bfloat16 computed in float (rows: ops.c).
+ * y[i] = f(x[i]), float32 / float16 / bfloat16 computed in float, float64
+ * in double (rows: ops.c).
  *
  * DESIGN
  * Memory-bound: the goal is copy bandwidth, which on the GPU this was
@@ -139,6 +139,50 @@ static int unary_run(opd_kcall_t *call, const opd_cuda_ctx_t *ctx, F f) {
   return 0;
 }
 
+/* ---- float64, every op: the CPU reference's formulas in double
+ * (kernels/unary/cpu.c), one element per thread of the scalar grid-stride
+ * kernel (float64 is not the bandwidth-tuned path).
+ * Test: build/tests/gpu_kernels --op f64 (against the CPU's float64).
+ */
+template <typename F>
+static int unary64(opd_kcall_t *call, const opd_cuda_ctx_t *ctx, F f) {
+  int64_t n = call->in[0].numel;
+  if (n == 0) return 0;
+  unary_scalar<double, F><<<grid_for(n, 256), 256, 0, OPD_STREAM(ctx)>>>(
+      (const double *)call->in[0].data, (double *)call->out[0].data, n, f);
+  OPD_CUDA_LAUNCHED();
+  return 0;
+}
+
+struct Relu64 {
+  __device__ double operator()(double v) const { return v < 0 ? 0.0 : v; }
+};
+struct Gelu64 {
+  __device__ double operator()(double v) const {
+    return 0.5 * v * erfc(-v * 0.70710678118654752440);
+  }
+};
+struct GeluTanh64 {
+  __device__ double operator()(double v) const {
+    double u = 0.79788456080286535588 * (v + 0.044715 * v * v * v);
+    double e = exp(-2.0 * fabs(u)); /* in [0, 1]: never overflows */
+    return u >= 0 ? v / (1.0 + e) : v * e / (1.0 + e);
+  }
+};
+struct Silu64 {
+  __device__ double operator()(double v) const { return v / (1.0 + exp(-v)); }
+};
+struct Sigmoid64 {
+  __device__ double operator()(double v) const { return 1.0 / (1.0 + exp(-v)); }
+};
+struct Tanh64 {
+  __device__ double operator()(double v) const { return tanh(v); }
+};
+
+/* An entry point's float64 call: the op's double functor F64. */
+#define UNARY64(F64)                                                         \
+  if (call->in[0].dtype == OPD_DTYPE_FLOAT64) return unary64(call, ctx, F64())
+
 /* ---- relu on the GPU: y = x < 0 ? 0 : x (NaN passes through, as torch),
  * float32 / float16 / bfloat16.
  *
@@ -153,6 +197,7 @@ struct ReluF {
 };
 
 extern "C" int opd__relu_cuda(opd_kcall_t *call, const opd_cuda_ctx_t *ctx) {
+  UNARY64(Relu64);
   return unary_run(call, ctx, ReluF());
 }
 
@@ -264,8 +309,11 @@ struct GeluTanh {
 };
 
 extern "C" int opd__gelu_cuda(opd_kcall_t *call, const opd_cuda_ctx_t *ctx) {
-  if (call->attr[0].type == OPD_ATTR_STR && strcmp(call->attr[0].s, "tanh") == 0)
+  if (call->attr[0].type == OPD_ATTR_STR && strcmp(call->attr[0].s, "tanh") == 0) {
+    UNARY64(GeluTanh64);
     return unary_run(call, ctx, GeluTanh());
+  }
+  UNARY64(Gelu64);
   if (call->in[0].dtype == OPD_DTYPE_FLOAT32) return unary_run(call, ctx, GeluErf<7>());
   return unary_run(call, ctx, GeluErf<5>());
 }
@@ -289,11 +337,14 @@ struct TanhF {
 };
 
 extern "C" int opd__silu_cuda(opd_kcall_t *call, const opd_cuda_ctx_t *ctx) {
+  UNARY64(Silu64);
   return unary_run(call, ctx, SiluF());
 }
 extern "C" int opd__sigmoid_cuda(opd_kcall_t *call, const opd_cuda_ctx_t *ctx) {
+  UNARY64(Sigmoid64);
   return unary_run(call, ctx, SigmoidF());
 }
 extern "C" int opd__tanh_cuda(opd_kcall_t *call, const opd_cuda_ctx_t *ctx) {
+  UNARY64(Tanh64);
   return unary_run(call, ctx, TanhF());
 }

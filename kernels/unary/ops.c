@@ -1,6 +1,6 @@
 /* The unary family's table: elementwise ops x -> y of x's shape, one row
- * per op (relu, gelu, silu, sigmoid, tanh), float32 (float16 and bfloat16 on the CUDA backend:
- * cpu_dtypes).
+ * per op (relu, gelu, silu, sigmoid, tanh), float32, float64, float16
+ * and bfloat16 on both backends (the CPU computes halves in float32).
  *
  * DESIGN
  * The ops of the family share their schema (one input x of any shape, one
@@ -18,6 +18,7 @@
  * silu: x * sigmoid(x) = x / (1 + e^-x) (F.silu). sigmoid: 1 / (1 + e^-x)
  * (torch.sigmoid). tanh: torch.tanh.
  */
+#include "kernels/common/cast.h"
 #include "kernels/common/cpu.h"
 #include "kernels/common/kutil.h"
 
@@ -30,14 +31,14 @@
     .n_in_min = 1,                                                         \
     .n_in_max = 1,                                                         \
     .n_out = 1,                                                            \
-    .in = {{"x", OPD_DT_FLOATS, "(...)"}},                                 \
-    .out = {{"y", OPD_DT_FLOATS, "(...) same shape as x"}},                \
+    .in = {{"x", OPD_DT_FLOATS64, "(...)"}},                               \
+    .out = {{"y", OPD_DT_FLOATS64, "(...) same shape as x"}},              \
     .flags = OPD_OPF_INPLACE,                                              \
-    .cpu_dtypes = OPD_DT_FLOAT,                                            \
+    .cpu_dtypes = OPD_DT_FLOATS64,                                         \
     .shape_doc = "x (...) -> y (...)",                                     \
     .shape = opd__same_shape,                                              \
     OPD_ROW_KERNELS(op),                                                   \
-    .cuda_dtypes = OPD_DT(FLOAT32) | OPD_DT(FLOAT16) | OPD_DT(BFLOAT16),   \
+    .cuda_dtypes = OPD_DT_FLOATS64,                                        \
     __VA_ARGS__                                                            \
   }
 

@@ -368,14 +368,14 @@ def _conv2d(n, mod):
         w, b = arg(n, 1, "weight"), arg(n, 2, "bias")
         st, pad = arg(n, 3, "stride", 1), arg(n, 4, "padding", 0)
         dil, groups = arg(n, 5, "dilation", 1), arg(n, 6, "groups", 1)
-    if groups != 1:
-        raise Unsupported("conv2d with groups=%s" % groups)
+    # torch's string paddings are the daemon's padding_mode ('same' pads
+    # asymmetrically for an even kernel, as torch; it checks the stride)
+    attrs = {"stride": _pair(st), "dilation": _pair(dil), "groups": int(groups)}
     if isinstance(pad, str):
-        raise Unsupported("conv2d with padding=%r" % pad)
-    if len(meta(n.args[0]).shape) != 4:
-        raise Unsupported("conv2d of an unbatched input")
-    return "conv2d", [n.args[0], w, b], {"stride": _pair(st), "padding": _pair(pad),
-                                         "dilation": _pair(dil)}
+        attrs["padding_mode"] = pad
+    else:
+        attrs["padding"] = _pair(pad)
+    return "conv2d", [n.args[0], w, b], attrs
 
 
 # pseudo ops: what each needs of the daemon (the rest are daemon ops)

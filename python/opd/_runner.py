@@ -172,6 +172,16 @@ class Runner:
                 a.type, a.i = _AT["bool"], int(bool(v))
                 val = bool(v)
             elif isinstance(v, str):
+                if want == "ints" and types_.get(name + "_mode") == "str":
+                    # torch's padding="same": the op's str twin attr
+                    # (conv2d's padding_mode)
+                    name += "_mode"
+                    if name in kw:
+                        raise errors.error(protocol.EATTR, "attribute %s given "
+                                           "twice (also as %s)" % (name, name[:-5]))
+                    nb = name.encode()
+                    keep.append(nb)
+                    a.name = nb
                 sb = v.encode()
                 keep.append(sb)
                 a.type, a.s = _AT["str"], sb
@@ -216,11 +226,13 @@ class Runner:
         on_dev = False                        # a tensor in device memory
         maps = ti.maps
         scalar_dt = None                      # a Python number's dtype
+        numbers = _is_number if any(_is_float_array(x) for x in ins) else _is_python
         for i, x in enumerate(ins):
-            if type(x) in (int, float):       # torch's rule: a number takes
+            if numbers(x):                    # torch's rule: a number takes
                 if scalar_dt is None:         # the tensors' float dtype
                     scalar_dt = _scalar_dtype(ins)
-                ins[i] = x = self._c.from_numpy(_np().asarray(x, scalar_dt))
+                ins[i] = x = self._c.from_numpy(_np().asarray(_number(op, i, x),
+                                                              scalar_dt))
             if type(x) is not Tensor:
                 if x is None:
                     raise errors.error(protocol.EINVAL, "%s: input %d is None "
@@ -461,20 +473,60 @@ def _np():
     return numpy
 
 
+def _is_python(x):
+    return type(x) in (int, float, bool, complex)
+
+
+_FLOATS = ("float16", "bfloat16", "float32", "float64")
+
+
+def _float_name(x):
+    """x's dtype name when x is a tensor or array of a float dtype, else
+    None."""
+    dt = getattr(x, "dtype", None)
+    try:
+        name = dtype_name(dt) if dt is not None else None
+    except Exception:
+        return None
+    return name if name in _FLOATS else None
+
+
+def _is_float_array(x):
+    return (x is not None and hasattr(x, "shape") and len(x.shape) > 0 and
+            _float_name(x) is not None)
+
+
+def _is_number(x):
+    """True for a Python number (bool, int, float, complex) or a numpy
+    scalar (np.float64(2), np.bool_(True)): a scalar operand (a numpy
+    scalar counts as one beside a float tensor of rank >= 1, else it is
+    the 0-d array of its own dtype)."""
+    t = type(x)
+    return _is_python(x) or (t.__module__ == "numpy" and t.__name__ != "ndarray"
+                             and hasattr(x, "dtype"))
+
+
+def _number(op, i, x):
+    """Scalar operand x as a Python float (a complex one refused: no opd
+    dtype holds it)."""
+    v = x.item() if hasattr(x, "item") else x
+    if isinstance(v, complex):
+        raise errors.error(protocol.EDTYPE, "%s: input %d is the complex scalar "
+                           "%r; opd has no complex dtype (scalar operands may "
+                           "be bool, int or float)" % (op, i, v))
+    return float(v)
+
+
 def _scalar_dtype(ins):
     """The dtype a Python number among a run's inputs takes: the first
     tensor's when it is a float dtype (float16, bfloat16, float32,
     float64), else float32 (torch's result_type for a number and a
     tensor)."""
     for x in ins:
-        if type(x) in (int, float) or x is None:
+        if x is None or _is_number(x):
             continue
-        dt = getattr(x, "dtype", None)
-        try:
-            name = dtype_name(dt) if dt is not None else None
-        except Exception:
-            name = None
-        if name in ("float16", "bfloat16", "float32", "float64"):
+        name = _float_name(x)
+        if name is not None:
             return "float32" if name == "bfloat16" else name
         return "float32"
     return "float32"

@@ -56,7 +56,7 @@ import weakref
 
 import torch
 
-from . import _lib, errors, protocol
+from . import _lib, _torchsem, errors, protocol
 from .tensor import Tensor, dtype_name
 
 try:
@@ -209,8 +209,10 @@ class _Plan:
 class OpRunner:
     """Runs torch.ops.opd.<name> (and its out= and in-place forms)."""
 
-    def __init__(self, name, schema, no_cuda):
+    def __init__(self, name, schema, no_cuda, runners=None):
         self.name, self.ob, self.schema = name, name.encode(), schema
+        self.runners = runners       # {op: OpRunner}: adjusted calls' ops
+        self.sem = runners is not None and name in _torchsem.RULES
         self.no_cuda = no_cuda       # f(torch name): the error for CUDA
         self.variadic = _variadic(schema)
         self.in_names = [io["name"] for io in schema["inputs"]]
@@ -345,6 +347,10 @@ class OpRunner:
         the form's name in error messages, e.g. "softmax_out")."""
         h = c._handle()
         ins, attrs, akey = self.split(args, kwargs)
+        if self.sem:
+            adj = _torchsem.adjust(self.name, ins, attrs)
+            if adj is not None:
+                return self._adjusted(c, adj, outs, label)
         sig = [c._token, akey]
         for i, t in enumerate(ins):
             if t is None:
@@ -371,6 +377,19 @@ class OpRunner:
         finally:
             if shared:
                 p.lock.release()
+
+    def _adjusted(self, c, adj, outs, label):
+        """The call as _torchsem.adjust made it: another op, inputs or
+        attributes; with drop, the outputs without their last dim."""
+        op, ins, attrs, drop = adj
+        if drop and outs is not None:
+            outs = [o.unsqueeze(-1) for o in outs]
+        run = self.runners[op]
+        args = (list(ins),) if run.variadic else tuple(ins)
+        res = run.call(c, args, attrs, outs, label or self.name)
+        if drop and res is not None:
+            res = tuple(y.squeeze(-1) for y in res)
+        return res
 
     def _call(self, c, h, p, ins, outs, shared, label):
         keep = []

@@ -224,11 +224,13 @@ def stop_daemon(socket):
     return _daskd.stop(socket)
 
 
-def node():
-    """The calling worker's Node. Raises RuntimeError outside a worker or
-    without the OpdWorker plugin."""
+def node(worker=None):
+    """The calling worker's Node (or worker's: functions sent with
+    client.run get theirs as their dask_worker argument, since current
+    distributed's get_worker() answers inside tasks only). Raises
+    RuntimeError outside a worker or without the OpdWorker plugin."""
     try:
-        w = get_worker()
+        w = worker if worker is not None else get_worker()
     except ValueError:
         raise RuntimeError("opd.dask.node() runs on a dask worker") from None
     p = w.plugins.get(NAME)
@@ -242,8 +244,33 @@ def register(client, socket=None, node=None, wait=None):
     """Registers OpdWorker on every worker, present and future (see
     OpdWorker). Raises NodeError naming the node if a worker finds no
     daemon. Returns {worker address: (node, socket)}."""
-    client.register_worker_plugin(OpdWorker(socket, node, wait), name=NAME)
+    add_plugin(client, OpdWorker(socket, node, wait), name=NAME)
     return nodes(client)
+
+
+def add_plugin(client, plugin, name=None):
+    """Registers a WorkerPlugin, or a NannyPlugin (OpdDaemon) on the
+    nannies, with the API the installed distributed has: register_plugin
+    (2023.9 and later, which tells the two kinds apart by their class;
+    register_worker_plugin is gone from current releases) or
+    register_worker_plugin(..., nanny=) before it."""
+    name = name or getattr(plugin, "name", None)
+    if hasattr(client, "register_plugin"):
+        return client.register_plugin(plugin, name=name)
+    return client.register_worker_plugin(
+        plugin, name=name, nanny=isinstance(plugin, NannyPlugin))
+
+
+def start_daemons(client, socket=None, args=()):
+    """One opd daemon per node, started by the nannies (OpdDaemon) and
+    stopped with them or by stop_daemons."""
+    return add_plugin(client, OpdDaemon(socket=socket, args=args))
+
+
+def stop_daemons(client):
+    """Stops the daemons start_daemons started (each nanny's plugin
+    teardown)."""
+    return client.unregister_worker_plugin(OpdDaemon.name, nanny=True)
 
 
 def nodes(client):
@@ -251,8 +278,8 @@ def nodes(client):
     return client.run(_where)
 
 
-def _where():
-    n = node()
+def _where(dask_worker=None):
+    n = node(dask_worker)
     return (n.node, n.socket)
 
 
@@ -274,15 +301,16 @@ class Published:
             self.name, self.version, sorted(self.keepers))
 
 
-def _keep(vname, array):
-    n = node()
-    t = n.call(lambda c: c.publish(vname, array))
+def _keep(vname, array, device=None, dask_worker=None):
+    n = node(dask_worker)
+    t = n.call(lambda c: c.publish(vname, array if device is None
+                                   else c.from_numpy(array, device=device)))
     n.kept[vname] = t
     return n.node
 
 
-def _unkeep(vname):
-    n = node()
+def _unkeep(vname, dask_worker=None):
+    n = node(dask_worker)
     if n.kept.pop(vname, None) is None:
         return False
     c = n._c
@@ -300,10 +328,11 @@ def _record(client, name):
     return client.get_metadata([_META, name], default=None)
 
 
-def publish(client, name, array):
+def publish(client, name, array, device=None):
     """Publishes `array` (numpy, or anything np.asarray takes: a CPU torch
     tensor) as `name` on every node's daemon, once per node, kept by one
-    worker of the node. Each publish of a name makes a new version; the
+    worker of the node; device ("cuda", "cuda:1") puts the copy in the
+    daemon's device memory (for map_blocks(..., device=...)). Each publish of a name makes a new version; the
     previous one is withdrawn once the new one is everywhere (attached
     tensors keep working). Returns a Published. Raises PublishError
     naming each node that failed (then no node keeps the new version)."""
@@ -324,7 +353,7 @@ def publish(client, name, array):
     old = _record(client, name) or {}
     version = int(old.get("version", 0)) + 1
     pub = Published(name, version, keepers, str(a.dtype), a.shape)
-    res = client.run(_keep, pub.vname, a, workers=list(keepers.values()),
+    res = client.run(_keep, pub.vname, a, device, workers=list(keepers.values()),
                      on_error="return") if keepers else {}
     for nd, addr in keepers.items():
         r = res.get(addr, RuntimeError("worker %s did not answer" % addr))
@@ -386,8 +415,8 @@ def attach(name):
     return node().attach(current(get_client(), name).vname)
 
 
-def _restore():
-    n = node()
+def _restore(dask_worker=None):
+    n = node(dask_worker)
     if not n.kept:
         return 0
     def check(c):
@@ -416,8 +445,8 @@ def stats(client):
     return out
 
 
-def _stats():
-    return node().call(lambda c: c.stats())
+def _stats(dask_worker=None):
+    return node(dask_worker).call(lambda c: c.stats())
 
 
 def _as_input(c, b, device):

@@ -186,10 +186,17 @@ def _map(fd, size):
     return base
 
 
+OFF_MAX = 2 ** 63 - 1        # the largest file size (off_t)
+
+
 def create_arena(size):
     """Returns a new zero-filled Arena of `size` bytes: a memfd sealed
     against shrinking and growing, mapped shared here. Raises OpdError
-    (EIO, ENOMEM) on failure, leaving nothing open."""
+    (EIO, ENOMEM) on failure, LimitError (ELIMIT) for a size no file can
+    have, leaving nothing open."""
+    if size > OFF_MAX:
+        raise errors.error(protocol.ELIMIT, "arena of %d bytes: a shared-memory "
+                           "file holds at most %d bytes" % (size, OFF_MAX))
     try:
         fd = os.memfd_create("opd-arena", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     except OSError as e:

@@ -30,6 +30,10 @@ bool, str, int[]), the outputs as the returned Tensor(s). Two more forms:
               with one output: `Tensor(a!) x` first; writes the output over
               the first input (its dtype and shape must be the output's)
               and returns None
+torch's semantics where the daemon's are narrower (_torchsem.py: scalar
+operands as overloads <name>.Scalar / .np_scalar, type promotion and
+torch's argument forms on the CPU path and in the fake implementation)
+and torch's signatures (_torchsig.py: overloads <name>.torch).
 Each form has two real implementations, one per device, so that a call
 runs the op in the daemon one way only:
   CUDA  libopd's C kernel for torch's CUDA dispatch key (client/torch/,
@@ -85,7 +89,7 @@ if _version(_torch.__version__) < NEEDED or not hasattr(_torch.library, "registe
     raise ImportError("opd.torch needs torch >= %d.%d (torch.library.register_fake); "
                       "this is torch %s" % (NEEDED + (_torch.__version__,)))
 
-from . import _lib, _torchops, errors, protocol  # noqa: E402
+from . import _lib, _torchops, _torchsem, _torchsig, errors, protocol  # noqa: E402
 from .client import connect  # noqa: E402
 from .tensor import Tensor, dtype_name  # noqa: E402
 
@@ -203,6 +207,19 @@ def _infer(c, name, schema, ins, attrs):
     return _torchops.infer(c, name, schema, ins, attrs, _infer_cache)
 
 
+def _fake_specs(c, name, schema, run, args, kwargs):
+    """[(torch dtype, shape)] of the outputs of a call of <name> with
+    these arguments, torch's semantics applied (_torchsem.adjust) as the
+    real call applies them; works on fake tensors."""
+    ins, attrs, _ = run.split(args, kwargs)
+    adj = _torchsem.adjust(name, ins, attrs) if name in _torchsem.RULES else None
+    if adj is None:
+        return _infer(c, name, schema, ins, attrs)
+    op, ins, attrs, drop = adj
+    specs = _infer(c, op, _ops[op][1], ins, attrs)
+    return [(dt, tuple(shape[:-1]) if drop else shape) for dt, shape in specs]
+
+
 def _returned(outs):
     outs = tuple(outs)
     if not outs:
@@ -267,6 +284,17 @@ def _define(name, fn, fake, schema_str):
     return getattr(getattr(_torch.ops, NAMESPACE), name)
 
 
+def _overload(name):
+    """define(overload, schema string, fn): registers opd::<name>.<overload>
+    with fn as its CompositeImplicitAutograd kernel (it calls other
+    overloads: every backend and fake tensors go through those)."""
+    def define(overload, schema_str, fn):
+        full = "%s.%s" % (name, overload)
+        _library.define(full + schema_str)
+        _library.impl(full, fn, "CompositeImplicitAutograd")
+    return define
+
+
 def _no_cuda(tname):
     """The error of torch.ops.opd.<tname> on CUDA tensors where libopd's C
     kernel does not serve it (the only CUDA path)."""
@@ -280,7 +308,7 @@ def _no_cuda(tname):
 
 
 def _make(name, schema):
-    run = _torchops.OpRunner(name, schema, _no_cuda)
+    run = _torchops.OpRunner(name, schema, _no_cuda, _runners)
     _runners[name] = run
     onames = out_names(schema)
     made = {}
@@ -289,13 +317,15 @@ def _make(name, schema):
         return _returned(run.call(_bound(), args, kwargs))
 
     def fake(*args, **kwargs):
-        ins, attrs, _ = run.split(args, kwargs)
+        ins = run.split(args, kwargs)[0]
         dev = ins[0].device if ins else _torch.device("cpu")
-        return _returned(_torch.empty(shape, dtype=dt, device=dev)
-                         for dt, shape in _infer(client(), name, schema, ins, attrs))
+        return _returned(_torch.empty(shape, dtype=dt, device=dev) for dt, shape
+                         in _fake_specs(client(), name, schema, run, args, kwargs))
 
     made[name] = _define(name, real, fake, torch_schema(schema))
     _c_kernel(name, schema, FUNCTIONAL)
+    _torchsem.scalar_overloads(_overload(name), name, torch_schema(schema))
+    _torchsig.torch_overloads(_overload(name), name)
 
     if onames and name + "_out" not in _daemon_names:
         def real_out(*args, **kwargs):
@@ -304,9 +334,8 @@ def _make(name, schema):
 
         def fake_out(*args, **kwargs):
             outs = [kwargs.pop(n) for n in onames]
-            ins, attrs, _ = run.split(args, kwargs)
             _check_outs(name + "_out", schema,
-                        _infer(client(), name, schema, ins, attrs), outs)
+                        _fake_specs(client(), name, schema, run, args, kwargs), outs)
 
         made[name + "_out"] = _define(name + "_out", real_out, fake_out,
                                       out_schema(schema))
@@ -319,9 +348,8 @@ def _make(name, schema):
 
         def fake_(*args, **kwargs):
             x = args[0] if args else kwargs[schema["inputs"][0]["name"]]
-            ins, attrs, _ = run.split(args, kwargs)
             _check_outs(name + "_", schema,
-                        _infer(client(), name, schema, ins, attrs), [x])
+                        _fake_specs(client(), name, schema, run, args, kwargs), [x])
 
         made[name + "_"] = _define(name + "_", real_, fake_, inplace_schema(schema))
         _c_kernel(name, schema, INPLACE)

@@ -31,10 +31,10 @@ def pid():
     return os.getpid()
 
 
-def held():
+def held(dask_worker=None):
     """What this worker holds on its daemon: (node, published names kept,
     bytes of its allocator's arenas)."""
-    n = od.node()
+    n = od.node(dask_worker)
     c = n.client()
     t = c.empty((256, 1024), "float32")          # 1 MiB of shared memory
     n.cache["held"] = t
@@ -71,9 +71,9 @@ def test_workers_pinned_to_their_node(client, nodes):
 def test_no_daemon_names_the_node(client, nodes, tmp_path):
     missing = str(tmp_path / "none.sock")
     with pytest.raises(od.NodeError) as e:
-        client.register_worker_plugin(
-            od.OpdWorker(socket={"node0": nodes.sockets["node0"],
-                                 "lonely": missing}), name=od.NAME)
+        od.add_plugin(client,
+                      od.OpdWorker(socket={"node0": nodes.sockets["node0"],
+                                           "lonely": missing}), name=od.NAME)
     assert "node lonely" in str(e.value) and missing in str(e.value)
     od.register(client, socket=nodes.sockets)       # as before
     assert len(od.nodes(client)) == 4
@@ -175,8 +175,11 @@ def test_daemon_killed_mid_job_then_retry(client, nodes):
     w = rng.standard_normal((16, 8)).astype(np.float32)
     xs = rng.standard_normal((40 * 8, 16)).astype(np.float32)
     p = od.publish(client, "kw", w)
-    y = od.map_blocks(slow_matmul, dask_array.from_array(xs, chunks=(8, 16)),
-                      w=p, chunks=(8, 8))
+    # the input persisted: its blocks stay in the workers' memory while
+    # failed tasks wait for their retry (current distributed forgets the
+    # keys of an unpersisted input once its dependents erred)
+    xa = client.persist(dask_array.from_array(xs, chunks=(8, 16)))
+    y = od.map_blocks(slow_matmul, xa, w=p, chunks=(8, 8))
     futs = client.compute(list(y.to_delayed().ravel()))
     deadline = time.monotonic() + 30
     while not any(f.done() for f in futs) and time.monotonic() < deadline:
@@ -239,14 +242,13 @@ def test_worker_killed_daemon_reclaims(client, nodes):
 
 def test_nanny_plugin_starts_and_stops_a_daemon(client, tmp_path):
     sock = str(tmp_path / "nanny.sock")
-    client.register_worker_plugin(od.OpdDaemon(socket=sock, args=("--threads", "1")),
-                                  nanny=True)
+    od.start_daemons(client, socket=sock, args=("--threads", "1"))
     assert _daskd.answers(sock)
     proc = _daskd.process_of(sock)
     assert proc is not None and proc.poll() is None
     with opd.connect(sock) as c:
         assert c.stats()["healthy"]
-    client.unregister_worker_plugin(od.OpdDaemon.name, nanny=True)
+    od.stop_daemons(client)
     assert proc.wait(20) == 0 and not _daskd.answers(sock)
 
 

@@ -257,6 +257,42 @@ static int conv_auto(opd_kcall_t *c, const opd_cuda_ctx_t *x) {
   return opd__conv2d_cuda_variant(c, x, OPD_CONV_AUTO);
 }
 
+/* conv2d depthwise 3x3 padding 1 (groups = C, MobileNet's layers at
+ * batch 8 from 112x112 down, stride 1 and 2), float32 and bfloat16,
+ * through AUTO (the grouped kernel): time and the GB/s of reading x and
+ * writing y once (a depthwise conv is memory-bound). */
+static void bench_conv2d_dw(void) {
+  struct { int64_t N, C, HW, st; } cases[] = {
+      {8, 32, 112, 1}, {8, 64, 112, 2}, {8, 128, 56, 1}, {8, 256, 28, 1},
+      {8, 512, 14, 1}, {8, 1024, 7, 1}};
+  const int dts[2] = {OPD_DTYPE_FLOAT32, OPD_DTYPE_BFLOAT16};
+  for (int dt : dts)
+    for (auto &k : cases) {
+      opd_kcall_t c;
+      call_init(&c, "conv2d");
+      attr(&c, "padding")->ints[0] = 1;
+      attr(&c, "stride")->ints[0] = k.st;
+      attr(&c, "groups")->i = k.C;
+      int64_t sx[4] = {k.N, k.C, k.HW, k.HW}, sw[4] = {k.C, 1, 3, 3}, sbias[1] = {k.C};
+      c.n_in = 3;
+      set_view(&c.in[0], dt, 4, sx, dev_rand(dt, k.N * k.C * k.HW * k.HW, -1, 1));
+      set_view(&c.in[1], dt, 4, sw, dev_rand(dt, k.C * 9, -1, 1));
+      set_view(&c.in[2], dt, 1, sbias, dev_rand(dt, k.C, -1, 1));
+      shape_outs(&c);
+      CK(cudaMalloc(&c.out[0].data, (size_t)c.out[0].numel * opd__dtype_size(dt)));
+      ensure_workspace(cuda_workspace(&c));
+      double us = time_us([&] { run_or_die(&c, conv_auto); });
+      double bytes = (double)(c.in[0].numel + c.out[0].numel) * opd__dtype_size(dt);
+      printf("bench op=conv2d variant=depthwise dtype=%s shape=N%lld_C%lld_%lldx%lld%s us=%.1f "
+             "gbps=%.1f\n",
+             opd__kdtype_name(dt), (long long)k.N, (long long)k.C, (long long)k.HW,
+             (long long)k.HW, k.st == 2 ? "_s2" : "", us, bytes / (us * 1e3));
+      fflush(stdout);
+      for (int i = 0; i < 3; i++) CK(cudaFree(c.in[i].data));
+      CK(cudaFree(c.out[0].data));
+    }
+}
+
 /* conv2d 3x3 padding 1: four shapes at stride 1 in float32 and bfloat16,
  * and the 3x3 convolutions of ResNet-18 at batch 8 (224x224 input;
  * bench/bench_models.py's resnet18conv) in float32, stride 1 and 2; every
@@ -302,6 +338,7 @@ static void bench_conv2d(void) {
         for (int i = 0; i < 3; i++) CK(cudaFree(c.in[i].data));
         CK(cudaFree(c.out[0].data));
       }
+  bench_conv2d_dw();
 }
 
 static void bench_nms(void) {

@@ -208,6 +208,9 @@ static int conv_igemm(opd_kcall_t *c, const opd_cuda_ctx_t *x) {
 static int conv_winograd(opd_kcall_t *c, const opd_cuda_ctx_t *x) {
   return opd__conv2d_cuda_variant(c, x, OPD_CONV_WINOGRAD);
 }
+static int conv_grouped(opd_kcall_t *c, const opd_cuda_ctx_t *x) {
+  return opd__conv2d_cuda_variant(c, x, OPD_CONV_GROUPED);
+}
 static int conv_igemm_l(opd_kcall_t *c, const opd_cuda_ctx_t *x) {
   return opd__conv2d_cuda_igemm(c, x, OPD_IGEMM_TILE_L);
 }
@@ -228,6 +231,65 @@ static int conv_igemm_s(opd_kcall_t *c, const opd_cuda_ctx_t *x) {
  * in im2col; the parts must be summed in float: C130 10x10 failed in
  * float16 / bfloat16 on the GPU machine (2026-12-01) while cuBLASLt was free to sum them in
  * the output type, kernels/cuda/gemm.cuh). */
+/* conv2d as F.conv2d beyond groups=1: grouped and depthwise (AUTO runs
+ * the grouped kernel), unbatched (C, H, W) input (groups 1: through every
+ * variant; the plan makes it N = 1), padding [top, bottom, left, right]
+ * and padding_mode "same" with an even kernel (asymmetric pads). */
+static void check_conv2d_groups(void) {
+  struct cg {
+    int64_t N, C, H, W, K, R, S, G, sh, sw, pt, pb, pl, pr, dh, dw;
+    int bias, unbatched;
+    const char *mode;              /* padding_mode, NULL: the 4 pads */
+  } cases[] = {
+      {2, 4, 9, 11, 6, 3, 3, 2, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, NULL},   /* 2 groups */
+      {2, 32, 28, 28, 32, 3, 3, 32, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, NULL}, /* depthwise */
+      {1, 16, 29, 30, 16, 3, 3, 16, 2, 2, 1, 1, 1, 1, 1, 1, 0, 0, NULL}, /* dw stride 2 */
+      {1, 8, 12, 12, 24, 5, 5, 8, 1, 1, 2, 2, 2, 2, 1, 1, 1, 0, NULL},  /* multiplier 3 */
+      {1, 12, 10, 10, 6, 1, 1, 3, 1, 1, 0, 0, 0, 0, 1, 1, 1, 0, NULL},  /* grouped 1x1 */
+      {1, 6, 13, 9, 6, 3, 3, 3, 1, 1, 0, 2, 1, 0, 2, 1, 0, 0, NULL},    /* asym, dilated */
+      {2, 8, 6, 7, 12, 1, 1, 1, 1, 1, 0, 1, 0, 2, 1, 1, 1, 0, NULL},    /* 1x1, pad b/r */
+      {2, 8, 10, 7, 8, 4, 2, 8, 1, 1, 0, 0, 0, 0, 1, 1, 1, 0, "same"},  /* even: asym */
+      {1, 3, 17, 19, 8, 2, 2, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 0, "same"}, /* groups 1 */
+      {1, 16, 12, 12, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, NULL}, /* unbatched */
+      {1, 12, 9, 9, 12, 3, 3, 12, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, "same"},
+      {1, 5, 8, 6, 10, 3, 3, 5, 1, 1, 0, 0, 0, 0, 1, 1, 0, 1, "valid"},
+  };
+  struct { const char *label; cuda_fn fn; } variants[] = {
+      {"", NULL},                    {"[im2col]", conv_im2col},   {"[igemm]", conv_igemm},
+      {"[direct3x3]", conv_direct},  {"[winograd]", conv_winograd}, {"[grouped]", conv_grouped},
+  };
+  for (int d = 0; d < 3; d++)
+    for (auto &k : cases) {
+      in_spec_t in[3] = {{4, S(k.N, k.C, k.H, k.W), -1, 1, NULL},
+                         {4, S(k.K, k.C / k.G, k.R, k.S), -1, 1, NULL},
+                         {1, S(k.K), -1, 1, NULL}};
+      if (k.unbatched) in[0] = {3, S(k.C, k.H, k.W), -1, 1, NULL};
+      auto at = [k](opd_kcall_t *c) {
+        attr(c, "groups")->i = k.G;
+        opd_attr_val_t *v = attr(c, "stride");
+        v->n = 2; v->ints[0] = k.sh; v->ints[1] = k.sw;
+        v = attr(c, "dilation");
+        v->n = 2; v->ints[0] = k.dh; v->ints[1] = k.dw;
+        if (k.mode) {
+          snprintf(attr(c, "padding_mode")->s, OPD_MAX_NAME, "%s", k.mode);
+        } else {
+          v = attr(c, "padding");
+          v->n = 4; v->ints[0] = k.pt; v->ints[1] = k.pb; v->ints[2] = k.pl; v->ints[3] = k.pr;
+        }
+      };
+      int64_t red = k.C / k.G * k.R * k.S;
+      double a, r;
+      tol(DTS[d], &a, &r, 0, 1e-5);
+      a = DTS[d] == OPD_DTYPE_FLOAT32 ? (double)red * ldexp(1.0, -22) : a * sqrt((double)red + 1);
+      bool direct = k.R == 3 && k.S == 3 && k.sh == 1 && k.sw == 1 && k.dh == 1 && k.dw == 1;
+      for (auto &v : variants) {
+        if (k.G > 1 && v.fn != NULL && v.fn != conv_grouped) continue; /* groups = 1 only */
+        if ((v.fn == conv_direct || v.fn == conv_winograd) && !direct) continue;
+        run_case("conv2d", v.label, DTS[d], 2 + k.bias, in, at, a, r, v.fn);
+      }
+    }
+}
+
 static void check_conv2d(void) {
   struct cc { int64_t N, C, H, W, K, R, S, sh, sw, ph, pw, dh, dw; int bias; } cases[] = {
       {1, 3, 17, 19, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1},
@@ -255,6 +317,7 @@ static void check_conv2d(void) {
       {"", NULL},                    {"[im2col]", conv_im2col},   {"[igemm]", conv_igemm},
       {"[igemm:L]", conv_igemm_l},   {"[igemm:M]", conv_igemm_m}, {"[igemm:S]", conv_igemm_s},
       {"[direct3x3]", conv_direct},  {"[winograd]", conv_winograd},
+      {"[grouped]", conv_grouped},
   };
   for (int d = 0; d < 3; d++)
     for (auto &k : cases) {
@@ -278,6 +341,7 @@ static void check_conv2d(void) {
         if ((v.fn != conv_direct && v.fn != conv_winograd) || direct)
           run_case("conv2d", v.label, DTS[d], 2 + k.bias, in, at, a, r, v.fn);
     }
+  check_conv2d_groups();
 }
 
 static void check_nms(void) {

@@ -27,11 +27,13 @@
  * cudaMemcpyAsync moving the same bytes in the same run:
  * "bench op=... dtype=... shape=... us=... gbps=... copy_gbps=...
  * pct_copy=..." (gelu also in float16); matmul as TFLOP/s, conv2d (every
- * variant: direct3x3, im2col, igemm, winograd; float32 and bfloat16) and
- * nms as times.
+ * variant: direct3x3, im2col, igemm, winograd; float32 and bfloat16;
+ * depthwise 3x3 through AUTO, "variant=depthwise", with GB/s) and nms as
+ * times.
  * conv2d is checked through every variant (AUTO, im2col, igemm with its
  * tile by size and with each tile forced, direct3x3 and winograd on 3x3
- * stride 1):
+ * stride 1, grouped), and its grouped / depthwise / unbatched / 'same'
+ * cases through AUTO and grouped (groups 1 ones through every variant):
  * lines "gpu op=conv2d[variant]"; relu / gelu also on fixed edge values
  * and misaligned / in-place buffers ("[special]", "[misaligned]",
  * "[in-place]"). check_numerics: gelu (both forms), softmax, layernorm
@@ -50,7 +52,8 @@
  * 1 to 33. The data movement ops (permute, reshape, slice, cat, expand,
  * embedding, where; tests/gpu/gpu_checks_shape.cuh) byte for byte over
  * element sizes 1 to 8.
- * 1 to 33. gpu_checks_reduce.cuh: sum / mean / amax over dims ("[split]":
+ * 1 to 33. gpu_checks_f64.cuh: float64 against the CPU's float64 kernels
+ * (`--op f64`). gpu_checks_reduce.cuh: sum / mean / amax over dims ("[split]":
  * the two-kernel path, with and without a workspace; "[int]" sums),
  * softmax / log_softmax on every dim and with dtype=float32, the norms
  * over several dims, add / sub with alpha, the pools and batch_norm.
@@ -61,6 +64,7 @@
  *   build/tests/gpu_kernels --bench    # timings
  *   build/tests/gpu_kernels --op softmax   # one op (either mode)
  *   build/tests/gpu_kernels --op numerics  # the extreme-value cases only
+ *   build/tests/gpu_kernels --op f64   # the float64 cases only
  */
 #include <cublasLt.h>
 #include <cuda_bf16.h>
@@ -512,6 +516,7 @@ static void check_rows(void) {
 #include "tests/gpu/gpu_checks_reduce.cuh"
 #include "tests/gpu/gpu_bench.cuh"
 #include "tests/gpu/gpu_checks_attn.cuh"
+#include "tests/gpu/gpu_checks_f64.cuh"
 
 int main(int argc, char **argv) {
   bool bench = false;
@@ -581,6 +586,7 @@ int main(int argc, char **argv) {
   check_pool_bn();
   check_sdpa();
   check_rope_swiglu();
+  check_f64();
   printf("%d passed, %d failed\n", g_pass, g_fail);
   return g_fail ? 1 : 0;
 }

@@ -1,23 +1,28 @@
-/* Dtypes in the shape rules: outputs follow the input dtype (float16 and
- * bfloat16 run on the CUDA backend), mixed dtypes are refused, and the
- * schema says what the CPU takes (cpu_dtypes). */
+/* Dtypes in the shape rules: outputs follow the input dtype, mixed dtypes
+ * are refused, and the schema says what the CPU takes (cpu_dtypes): the
+ * element-wise, row-wise, reduce and matmul families every float dtype
+ * (float16 and bfloat16 computed in float32), conv2d float32 only. */
 #include "tests/ops/optest.h"
 
 #define F3 (OPD_DT(FLOAT32) | OPD_DT(FLOAT16) | OPD_DT(BFLOAT16))
+#define F4 (F3 | OPD_DT(FLOAT64))
 
 static const char *const float_ops[] = {"add",       "mul",     "relu",   "gelu",
                                         "softmax",   "layernorm", "rmsnorm", "matmul",
-                                        "conv2d"};
+                                        "linear",    "mean",    "amax"};
 
-Test(dtypes, schema_lists_half_types_cpu_float32_only) {
+Test(dtypes, schema_lists_every_float_dtype_on_the_cpu) {
   for (size_t i = 0; i < sizeof float_ops / sizeof float_ops[0]; i++) {
     const opd_op_def_t *op = opd__op_find(float_ops[i]);
     cr_assert(op, "%s", float_ops[i]);
-    cr_assert_eq(op->cpu_dtypes, OPD_DT_FLOAT, "%s", float_ops[i]);
+    cr_assert_eq(op->cpu_dtypes, F4, "%s", float_ops[i]);
     for (int k = 0; k < op->n_in_max; k++)
-      cr_assert_eq(op->in[k].dtypes, F3, "%s input %d", float_ops[i], k);
-    cr_assert_eq(op->out[0].dtypes, F3, "%s", float_ops[i]);
+      cr_assert_eq(op->in[k].dtypes, F4, "%s input %d", float_ops[i], k);
+    cr_assert_eq(op->out[0].dtypes, F4, "%s", float_ops[i]);
   }
+  const opd_op_def_t *conv = opd__op_find("conv2d");
+  cr_assert_eq(conv->cpu_dtypes, OPD_DT_FLOAT);
+  cr_assert_eq(conv->in[0].dtypes, F3);
   cr_assert_eq(opd__op_find("nms")->in[0].dtypes, OPD_DT_FLOAT);
 }
 

@@ -131,7 +131,8 @@ def test_library_not_found(tmp_path):
 def test_papercuts_of_a_porting_user(c):
     """Python numbers as operands take the tensor's dtype (torch's rule);
     an array given as out= is a clear EINVAL, not a TypeError; a float64
-    refusal says what the cpu takes and to convert; an unknown op's name
+    refusal (an op without float64 kernels) says what the cpu takes and to
+    convert; an unknown op's name
     close to a real one gets "did you mean"."""
     x = c.from_numpy(np.arange(4, dtype=np.float32))
     assert c.add(x, 3.0).numpy().tolist() == [3.0, 4.0, 5.0, 6.0]
@@ -141,7 +142,7 @@ def test_papercuts_of_a_porting_user(c):
            lambda: c.softmax(np.float32(3), out=np.zeros((), np.float32)),
            "an output must be an opd Tensor", "ndarray")
     e = raises(errors.BadArgumentError, "EDTYPE",
-               lambda: c.softmax(np.ones((2, 4), np.float64)),
+               lambda: c.max_pool2d(np.ones((1, 1, 4, 4), np.float64), kernel=[2, 2]),
                "has dtype float64, expected float32 (", "on a cuda device)",
                "convert float64 to float32")
     assert "expected float32 or" not in e.message
