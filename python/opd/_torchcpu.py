@@ -15,11 +15,11 @@ values (opd_attr_t), and takes the outputs' handles back. So does the
 first call of each signature (dtypes, shapes, attributes), and `fallback`
 then says whether torch's semantics change such calls (_torchsem.adjust:
 type promotion, torch's argument forms): those stay with the Python
-kernel (returns 2), the others run in C from the next one (returns 0). A Python error
-there reaches torch as the C kernel's error: RuntimeError("opd: <the
-message>"), as on CUDA; that is why the Python kernel stays the default
-(off, its BadArgumentError and the other OpdError classes reach the
-caller as they are).
+kernel (returns 2), the others run in C from the next one (returns 0).
+A Python error there reaches torch as the C kernel's error:
+RuntimeError("opd: <the message>"), as on CUDA; that is why the Python
+kernel stays the default (off, its BadArgumentError and the other
+OpdError classes reach the caller as they are).
 """
 import ctypes
 
