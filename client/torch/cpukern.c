@@ -18,7 +18,12 @@
  * tensors. The outputs' dtypes and shapes come from the plan cache
  * (plans.c, keyed as on CUDA, CPU signatures in their own cache), the
  * daemon's shape rule asked once per signature; then one opd_run_on
- * ("cpu"), which returns when the daemon ran it. A call that repeats the
+ * ("cpu"), which returns when the daemon ran it. A signature's first call
+ * goes to the Python kernel, which runs it and says whether the daemon
+ * takes such calls as they are (then the plan is made and later ones run
+ * here) or whether it changes them (torch's semantics, python/opd/
+ * _torchsem.py: type promotion, torch's argument forms; the plan then
+ * sends every later one to it), so that results are the Python kernel's. A call that repeats the
  * kernel's last request exactly (the same attributes and tensors at the
  * same places: a loop on the same inputs whose outputs died, their blocks
  * handed out again) sends it prepared (opd_prepare once, then
@@ -165,7 +170,9 @@ static int new_output(opd_client_t *c, opd_tensor_t *d, ath_t *h) {
   return 0;
 }
 
-/* The call k to the Python kernel (see DESIGN): 0, or -1 with k->msg. */
+/* The call k to the Python kernel (see DESIGN): 0, 1 when the Python
+ * kernel keeps calls of this signature (it changes them: torch's
+ * semantics), or -1 with k->msg. */
 static int fall_back(const top_t *o, call_t *k, siv_t *stack) {
   opd_torch_fallback_fn fn = __atomic_load_n(&fallback, __ATOMIC_ACQUIRE);
   if (fn == NULL)
@@ -179,7 +186,7 @@ static int fall_back(const top_t *o, call_t *k, siv_t *stack) {
   for (uint32_t i = 0; i < OPD_MAX_TENSORS; i++) /* the Python kernel's now */
     k->in[i] = NULL;
   for (uint32_t j = 0; j < given; j++) k->out[j] = NULL;
-  if (rc != 0) {
+  if (rc != 0 && rc != 2) {
     snprintf(k->msg, sizeof k->msg, "opd: %s", msg[0] ? msg : "the Python kernel failed");
     for (uint32_t j = 0; j < OPD_MAX_TENSORS; j++)
       if (ret[j] != NULL) T.del(ret[j]);
@@ -187,7 +194,7 @@ static int fall_back(const top_t *o, call_t *k, siv_t *stack) {
   }
   if (o->kind == OPD_TORCH_FUNCTIONAL)
     for (uint32_t j = 0; j < o->n_out; j++) stack[j] = (siv_t)(uintptr_t)ret[j];
-  return 0;
+  return rc == 2;
 }
 
 void opd__torch_cpu_kernel(top_t *o, siv_t *stack, uint64_t n_args,
@@ -222,12 +229,23 @@ void opd__torch_cpu_kernel(top_t *o, siv_t *stack, uint64_t n_args,
     if (place(c, k.out[j], &outs[j]) != 0) goto back;
   opd__torch_sig_put(&s, &k.n_in, sizeof k.n_in);
 
+  /* a signature's first call goes to the Python kernel, which says
+   * whether it is the daemon's as it is (the plan marked ran: later calls
+   * are served here) or one it changes (torch's semantics: it keeps them) */
   opd_tensor_t want[OPD_MAX_TENSORS];
   uint32_t n_out = 0;
   int ran = 0;
-  if ((rc = opd__torch_plan_of(o, &o->cpu_plans, &k, c, &s, t, want, &n_out,
-                               &ran)) != 0)
+  if (!opd__torch_plan_find(&o->cpu_plans, &s, want, &n_out, &ran)) {
+    int kept = fall_back(o, &k, stack);
+    if (kept >= 0 && !s.over && opd_infer(c, o->op, t, k.n_in, k.attr, o->n_attrs,
+                                          want, OPD_MAX_TENSORS, &n_out) == 0) {
+      opd__torch_plan_store(&o->cpu_plans, &s, want, n_out);
+      if (!kept) opd__torch_plan_ran(&o->cpu_plans, &s);
+    }
+    rc = kept < 0 ? -1 : 0;
     goto out;
+  }
+  if (!ran) goto back; /* the Python kernel's */
   if (n_out != o->n_out) {
     rc = opd__torch_fail(&k, o, "the daemon's shape rule gave another number "
                          "of outputs than the schema (%s)", "restart the "
@@ -257,7 +275,6 @@ void opd__torch_cpu_kernel(top_t *o, siv_t *stack, uint64_t n_args,
     rc = opd__torch_fail_opd(&k, o);
     goto out;
   }
-  if (!ran) opd__torch_plan_ran(&o->cpu_plans, &s);
   if (o->kind == OPD_TORCH_FUNCTIONAL)
     for (uint32_t j = 0; j < n_out; j++) {
       stack[j] = (siv_t)(uintptr_t)k.out[j]; /* torch owns them now */
@@ -265,7 +282,7 @@ void opd__torch_cpu_kernel(top_t *o, siv_t *stack, uint64_t n_args,
     }
   goto out;
 back:
-  rc = fall_back(o, &k, stack);
+  rc = fall_back(o, &k, stack) < 0 ? -1 : 0;
 out:
   opd__torch_call_release(&k);
   if (rc != 0) opd__torch_throw(k.msg);

@@ -527,8 +527,8 @@ int opd_cuda_unmap(uint64_t ptr, uint64_t size, uint64_t handle, int device);
  *   one bound again (none, or the parent's after fork()); unbind: c closes.
  * cpu_kernels: on (1) registers every kernel for torch's CPU key too, 0
  *   drops them (torch >= 2.11): a call whose tensors lie in arenas the
- *   connection knows runs there; others go to fb, which takes over in[],
- *   out[] (NULL: None), sets ret[] (outputs) and returns 0, or 1, msg. */
+ *   connection knows runs there; others go to fb, which takes in[], out[]
+ *   (NULL: None), sets ret[] and returns 0 (2: keep its kind), or 1, msg. */
 #define OPD_TORCH_FUNCTIONAL 0
 #define OPD_TORCH_INPLACE 1
 #define OPD_TORCH_OUT 2

@@ -11,17 +11,21 @@ call (a tensor that must be staged, a shm storage met for the first time,
 a form the C kernel does not take) comes back whole to the Python kernel
 (_torchops.OpRunner.call) through `fallback`: the C kernel hands over the
 call's tensor handles (taken over here as torch tensors), its attribute
-values (opd_attr_t), and takes the outputs' handles back. A Python error
-there reaches torch as the C kernel's error: RuntimeError("opd: <the
-message>"), as on CUDA; that is why the Python kernel stays the default
-(off, its BadArgumentError and the other OpdError classes reach the
-caller as they are).
+values (opd_attr_t), and takes the outputs' handles back. So does the
+first call of each signature (dtypes, shapes, attributes), and `fallback`
+then says whether torch's semantics change such calls (_torchsem.adjust:
+type promotion, torch's argument forms): those stay with the Python
+kernel (returns 2), the others run in C from the next one (returns 0).
+A Python error there reaches torch as the C kernel's error:
+RuntimeError("opd: <the message>"), as on CUDA; that is why the Python
+kernel stays the default (off, its BadArgumentError and the other
+OpdError classes reach the caller as they are).
 """
 import ctypes
 
 import torch
 
-from . import _lib
+from . import _lib, _torchsem
 
 _P = ctypes.POINTER
 FALLBACK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_char_p, ctypes.c_int,
@@ -77,6 +81,10 @@ def make_fallback(runners, bound):
             kwargs = {attrs[a].name.decode(): _value(attrs[a]) for a in range(n_attrs)}
             args = (ts,) if run.variadic else tuple(ts)
             c = bound()
+            keep = 0            # 2: calls like it stay here (torch's semantics)
+            if run.sem:
+                ins_, attrs_, _ = run.split(args, kwargs)
+                keep = 2 if _torchsem.adjust(name, ins_, attrs_) is not None else 0
             if form == FUNCTIONAL:
                 res = run.call(c, args, kwargs)
                 for j, cap_ in enumerate(_handles(list(res))):
@@ -85,7 +93,7 @@ def make_fallback(runners, bound):
                 run.call(c, args, kwargs, given, name + "_out")
             else:
                 run.call(c, args, kwargs, [ts[0]], name + "_")
-            return 0
+            return keep
         except BaseException as e:  # noqa: B902 -- torch raises it, C throws
             m = str(e).encode(errors="replace")[:max(0, cap - 1)]
             ctypes.memmove(msg, m + b"\0", len(m) + 1)

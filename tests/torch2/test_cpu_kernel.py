@@ -76,7 +76,8 @@ def test_results_equal_the_python_kernel(tc, monkeypatch):
     try:
         calls = PyCalls(monkeypatch, "softmax", "relu", "add", "layernorm", "matmul")
         n = _staged()
-        for _ in range(2):                     # a new plan, then a known one
+        for rnd in range(2):      # each signature's first call is Python's
+            calls.n, n = 0, _staged()
             got = [getattr(torch.ops.opd, op)(*a, **k) for op, a, k in cases]
             for (op, _, _), w_, g_ in zip(cases, want, got):
                 assert torch.equal(g_, w_), op
@@ -91,24 +92,47 @@ def test_results_equal_the_python_kernel(tc, monkeypatch):
 
 def test_out_and_in_place_forms(ck, monkeypatch):
     calls = PyCalls(monkeypatch, "softmax", "relu", "add")
-    x = torch.randn(5, 30)
-    e = ot.clone(x)
-    n = _staged()
-    o = ot.zeros(5, 30)
-    torch.ops.opd.softmax_out(e, out=o)
-    torch.testing.assert_close(o, torch.softmax(x, -1))
-    big = ot.zeros(5, 90)
-    torch.ops.opd.softmax_out(e, out=big[:, 30:60])      # a strided out=
-    torch.testing.assert_close(big[:, 30:60], torch.softmax(x, -1))
-    assert (big[:, :30] == 0).all() and (big[:, 60:] == 0).all()
-    torch.ops.opd.relu_(e)
-    torch.testing.assert_close(e, torch.relu(x))
-    v = ot.clone(x)
-    torch.ops.opd.relu_(v[::2, 1::2])                   # in place on a view
-    ref = x.clone()
-    ref[::2, 1::2] = torch.relu(ref[::2, 1::2])
-    torch.testing.assert_close(v, ref)
-    assert calls.n == 0 and _staged() == n
+    for rnd in range(2):      # the second round's signatures are known
+        calls.n = 0
+        x = torch.randn(5, 30)
+        e = ot.clone(x)
+        n = _staged()
+        o = ot.zeros(5, 30)
+        torch.ops.opd.softmax_out(e, out=o)
+        torch.testing.assert_close(o, torch.softmax(x, -1))
+        big = ot.zeros(5, 90)
+        torch.ops.opd.softmax_out(e, out=big[:, 30:60])      # a strided out=
+        torch.testing.assert_close(big[:, 30:60], torch.softmax(x, -1))
+        assert (big[:, :30] == 0).all() and (big[:, 60:] == 0).all()
+        torch.ops.opd.relu_(e)
+        torch.testing.assert_close(e, torch.relu(x))
+        v = ot.clone(x)
+        torch.ops.opd.relu_(v[::2, 1::2])                   # in place on a view
+        ref = x.clone()
+        ref[::2, 1::2] = torch.relu(ref[::2, 1::2])
+        torch.testing.assert_close(v, ref)
+    assert calls.n == 0 and _staged() == n     # no Python kernel, no copy
+
+
+def test_torch_semantics_stay_with_the_python_kernel(ck, monkeypatch):
+    # a signature torch's semantics change (_torchsem.adjust: type
+    # promotion, integer division) is the Python kernel's every time
+    calls = PyCalls(monkeypatch, "add", "div")
+    a = ot.clone(torch.randn(4, 8))
+    b = ot.clone(torch.randn(4, 8, dtype=torch.float64))
+    i = ot.clone(torch.arange(1, 9, dtype=torch.int32).reshape(2, 4))
+    j = ot.clone(torch.full((2, 4), 3, dtype=torch.int32))
+    for _ in range(3):
+        got = torch.ops.opd.add(a, b)
+        assert got.dtype == torch.float64
+        torch.testing.assert_close(got, a + b)
+        torch.testing.assert_close(torch.ops.opd.div(i, j), i / j)
+    assert calls.n >= 6                        # each call reached Python
+    before = calls.n
+    c = ot.clone(torch.randn(4, 8))            # the same dtypes: C's after one
+    for _ in range(3):
+        torch.testing.assert_close(torch.ops.opd.add(a, c), a + c)
+    assert calls.n - before <= 1
 
 
 def test_what_it_cannot_serve_falls_back(ck, monkeypatch):
@@ -148,11 +172,14 @@ def test_shared_memory_is_served_once_registered(ck, monkeypatch, strategy):
     finally:
         tmp.set_sharing_strategy(old)
     n = _staged()
-    for _ in range(3):
+    for _ in range(3):        # the first registers the storage, the plan
         torch.testing.assert_close(torch.ops.opd.softmax(s), torch.softmax(x, -1))
-    assert calls.n == 1                        # the first registers the storage
-    torch.testing.assert_close(torch.ops.opd.softmax(s[3:7]), torch.softmax(x[3:7], -1))
-    assert calls.n == 1 and _staged() == n
+    first = calls.n           # made by it or the next (or an earlier test)
+    assert 1 <= first <= 2
+    for _ in range(2):
+        torch.testing.assert_close(torch.ops.opd.softmax(s[3:7]), torch.softmax(x[3:7], -1))
+        torch.testing.assert_close(torch.ops.opd.softmax(s[9:13]), torch.softmax(x[9:13], -1))
+    assert calls.n <= first + 1 and _staged() == n
     assert ck._arenas.shm_count() == 1
     del s
     gc.collect()
@@ -162,6 +189,7 @@ def test_shared_memory_is_served_once_registered(ck, monkeypatch, strategy):
 
 def test_outputs_come_back_to_the_allocator(ck):
     e = ot.clone(torch.randn(3, 500))
+    torch.ops.opd.softmax(e)                   # the signature's plan
     y = torch.ops.opd.softmax(e)
     p = y.data_ptr()
     keep = y[1]                                # a view keeps the block
@@ -178,7 +206,7 @@ def test_outputs_come_back_to_the_allocator(ck):
     assert _output_arenas() >= 5               # 16 MiB arenas of 4 MiB blocks
     del big, t
     gc.collect()
-    torch.ops.opd.relu(e)                      # empty ones go but one spare
+    torch.ops.opd.softmax(e)                   # empty ones go but one spare
     assert _output_arenas() <= 2
 
 
@@ -204,7 +232,7 @@ def test_repeated_calls_follow_their_tensors(ck, monkeypatch):
         for h in held:
             torch.testing.assert_close(h, torch.softmax(a, -1))
         torch.testing.assert_close(torch.ops.opd.softmax(a, dim=0), torch.softmax(a, 0))
-    assert calls.n == 0
+    assert calls.n == 2                        # each signature's first call
 
 
 def test_errors_name_the_op(ck):
