@@ -69,7 +69,8 @@
 #include "client/torch/cpukern.h"
 
 #define T opd__torch
-#define MAX_OPS 160       /* kernels one process registers */
+#define MAX_OPS 400       /* kernels one process registers (47 ops and
+                             their forms and overloads: about 170) */
 #define FORM_KIND OPD_TORCH_FORM_KIND
 
 /* ---- kernels and their plans ---------------------------------------------- */
@@ -331,12 +332,18 @@ out:
 K(0) K(1) K(2) K(3) K(4) K(5) K(6) K(7) K(8) K(9)
 K10(1) K10(2) K10(3) K10(4) K10(5) K10(6) K10(7) K10(8) K10(9)
 K10(10) K10(11) K10(12) K10(13) K10(14) K10(15)
+K10(16) K10(17) K10(18) K10(19) K10(20) K10(21) K10(22) K10(23) K10(24)
+K10(25) K10(26) K10(27) K10(28) K10(29) K10(30) K10(31) K10(32) K10(33)
+K10(34) K10(35) K10(36) K10(37) K10(38) K10(39)
 #define T10(n) k##n##0, k##n##1, k##n##2, k##n##3, k##n##4, k##n##5, \
   k##n##6, k##n##7, k##n##8, k##n##9
 static const boxed_fn kernels[MAX_OPS] = {
     k0, k1, k2, k3, k4, k5, k6, k7, k8, k9, T10(1), T10(2), T10(3), T10(4),
     T10(5), T10(6), T10(7), T10(8), T10(9), T10(10), T10(11), T10(12),
-    T10(13), T10(14), T10(15)};
+    T10(13), T10(14), T10(15), T10(16), T10(17), T10(18), T10(19),
+    T10(20), T10(21), T10(22), T10(23), T10(24), T10(25), T10(26),
+    T10(27), T10(28), T10(29), T10(30), T10(31), T10(32), T10(33),
+    T10(34), T10(35), T10(36), T10(37), T10(38), T10(39)};
 /* the same rows for torch's CPU key (cpukern.c) */
 #define C(n) static void c##n(siv_t *s, uint64_t a, uint64_t r) { \
     opd__torch_cpu_kernel(ops[n], s, a, r); }
@@ -345,12 +352,18 @@ static const boxed_fn kernels[MAX_OPS] = {
 C(0) C(1) C(2) C(3) C(4) C(5) C(6) C(7) C(8) C(9)
 C10(1) C10(2) C10(3) C10(4) C10(5) C10(6) C10(7) C10(8) C10(9)
 C10(10) C10(11) C10(12) C10(13) C10(14) C10(15)
+C10(16) C10(17) C10(18) C10(19) C10(20) C10(21) C10(22) C10(23) C10(24)
+C10(25) C10(26) C10(27) C10(28) C10(29) C10(30) C10(31) C10(32) C10(33)
+C10(34) C10(35) C10(36) C10(37) C10(38) C10(39)
 #define CT10(n) c##n##0, c##n##1, c##n##2, c##n##3, c##n##4, c##n##5, \
   c##n##6, c##n##7, c##n##8, c##n##9
 static const boxed_fn cpu_kernels[MAX_OPS] = {
     c0, c1, c2, c3, c4, c5, c6, c7, c8, c9, CT10(1), CT10(2), CT10(3),
     CT10(4), CT10(5), CT10(6), CT10(7), CT10(8), CT10(9), CT10(10), CT10(11),
-    CT10(12), CT10(13), CT10(14), CT10(15)};
+    CT10(12), CT10(13), CT10(14), CT10(15), CT10(16), CT10(17), CT10(18),
+    CT10(19), CT10(20), CT10(21), CT10(22), CT10(23), CT10(24), CT10(25),
+    CT10(26), CT10(27), CT10(28), CT10(29), CT10(30), CT10(31), CT10(32),
+    CT10(33), CT10(34), CT10(35), CT10(36), CT10(37), CT10(38), CT10(39)};
 
 /* ---- registration -------------------------------------------------------------- */
 

@@ -96,15 +96,21 @@ const opd_op_def_t opd__op_hardsigmoid =
 const opd_op_def_t opd__op_hardswish =
     UNARY_ROW(hardswish, "x * clamp(x + 3, 0, 6) / 6 (F.hardswish)");
 
-#define MATH_ROW(name, summ)                                               \
-  OPD_OP_DECLARE(name);                                                    \
-  const opd_op_def_t opd__op_##name = UNARY_ROW(name, summ);
+/* neg, abs, exp, log, sqrt, rsqrt, sin, cos (kernels/unary/math.c) */
+OPD_OP_DECLARE(neg);
+OPD_OP_DECLARE(abs);
+OPD_OP_DECLARE(exp);
+OPD_OP_DECLARE(log);
+OPD_OP_DECLARE(sqrt);
+OPD_OP_DECLARE(rsqrt);
+OPD_OP_DECLARE(sin);
+OPD_OP_DECLARE(cos);
 
-MATH_ROW(neg, "-x (torch.neg)")
-MATH_ROW(abs, "|x| (torch.abs)")
-MATH_ROW(exp, "e^x (torch.exp)")
-MATH_ROW(log, "natural logarithm (torch.log; NaN below 0, -inf at 0)")
-MATH_ROW(sqrt, "square root (torch.sqrt; NaN below 0)")
-MATH_ROW(rsqrt, "1 / sqrt(x) (torch.rsqrt; +inf at 0)")
-MATH_ROW(sin, "sine (torch.sin)")
-MATH_ROW(cos, "cosine (torch.cos)")
+const opd_op_def_t opd__op_neg = UNARY_ROW(neg, "-x (torch.neg)");
+const opd_op_def_t opd__op_abs = UNARY_ROW(abs, "|x| (torch.abs)");
+const opd_op_def_t opd__op_exp = UNARY_ROW(exp, "e^x (torch.exp)");
+const opd_op_def_t opd__op_log = UNARY_ROW(log, "natural logarithm (torch.log; NaN below 0, -inf at 0)");
+const opd_op_def_t opd__op_sqrt = UNARY_ROW(sqrt, "square root (torch.sqrt; NaN below 0)");
+const opd_op_def_t opd__op_rsqrt = UNARY_ROW(rsqrt, "1 / sqrt(x) (torch.rsqrt; +inf at 0)");
+const opd_op_def_t opd__op_sin = UNARY_ROW(sin, "sine (torch.sin)");
+const opd_op_def_t opd__op_cos = UNARY_ROW(cos, "cosine (torch.cos)");

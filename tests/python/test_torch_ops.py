@@ -62,6 +62,17 @@ def samples(dev):
         "silu": ((r(9),), {}),
         "sigmoid": ((r(3, 5),), {}),
         "tanh": ((r(6),), {}),
+        "hardtanh": ((r(7),), {"min_val": 0.0, "max_val": 6.0}),
+        "hardsigmoid": ((r(7),), {}),
+        "hardswish": ((r(7),), {}),
+        "neg": ((r(5),), {}),
+        "abs": ((r(5),), {}),
+        "exp": ((r(5),), {}),
+        "log": ((r(5).abs() + 0.1,), {}),
+        "sqrt": ((r(5).abs() + 0.1,), {}),
+        "rsqrt": ((r(5).abs() + 0.1,), {}),
+        "sin": ((r(5),), {}),
+        "cos": ((r(5),), {}),
         "softmax": ((r(4, 33),), {"dim": -1}),
         "layernorm": ((r(3, 8), r(8), r(8)), {"eps": 1e-3}),
         "rmsnorm": ((r(3, 8), r(8)), {}),
@@ -118,7 +129,8 @@ def test_every_daemon_op_is_registered(tc):
         "(Tensor x, *, float a=1.0, float b=0.0) -> Tensor"
     assert ot.torch_schema(tc.ops()["conv2d"]) == (
         "(Tensor x, Tensor weight, Tensor? bias=None, *, int[] stride=[1], "
-        "int[] padding=[0], int[] dilation=[1]) -> Tensor")
+        "int[] padding=[0], int[] dilation=[1], int groups=1, "
+        "str padding_mode=\"explicit\") -> Tensor")
 
 
 @needs_torch24

@@ -74,11 +74,11 @@ int32_t aoti_torch_dtype_int32(void) { return 3; }
 int32_t aoti_torch_dtype_int64(void) { return 4; }
 int32_t aoti_torch_dtype_bool(void) { return 11; }
 
-static boxed_fn registered[256];
-static char reg_names[256][80];
+static boxed_fn registered[512];
+static char reg_names[512][80];
 static int n_registered;
-static boxed_fn cpu_registered[256]; /* the CPU key's, while its library lives */
-static char cpu_names[256][80];
+static boxed_fn cpu_registered[512]; /* the CPU key's, while its library lives */
+static char cpu_names[512][80];
 static int n_cpu, cpu_libs;
 
 int32_t aoti_torch_library_init_impl(const char *ns, const char *k,
@@ -93,9 +93,9 @@ int32_t aoti_torch_delete_library_object(void *lib) {
   return lib == (void *)&cpu_registered ? (cpu_libs--, n_cpu = 0) : 0;
 }
 int32_t aoti_torch_library_impl(void *lib, const char *name, boxed_fn fn) {
-  if (lib == (void *)&cpu_registered) /* n_cpu < 256: the table's own bound */
+  if (lib == (void *)&cpu_registered) /* n_cpu < 512: the table's own bound */
     return snprintf(cpu_names[n_cpu], 80, "%s", name), cpu_registered[n_cpu++] = fn, 0;
-  if (n_registered == 256) return 1;
+  if (n_registered == 512) return 1;
   snprintf(reg_names[n_registered], sizeof reg_names[0], "%s", name);
   registered[n_registered++] = fn;
   return 0;
