@@ -112,7 +112,7 @@ def compile_fx(c, gm, example_inputs, published=None):
     support = Support(ops, devices)
     partitioner = CapabilityBasedPartitioner(gm, support,
                                              allows_single_node_partition=True)
-    parts = _chunks(partitioner.propose_partitions(), values)
+    parts = _chunks(partitioner.propose_partitions(), values, support)
     made = []
     if parts:
         gm = partitioner.fuse_partitions(parts)
@@ -141,9 +141,12 @@ CHUNK_NODES = 512        # of OPD_MAX_GRAPH_NODES (1,024)
 CHUNK_CONSTS = 512       # of OPD_MAX_GRAPH_CONSTS (1,024)
 
 
-def _chunks(parts, values):
-    """The partitions, each over CHUNK_NODES nodes or CHUNK_CONSTS
-    constants cut into runs of consecutive nodes under both."""
+def _chunks(parts, values, support):
+    """The partitions, each cut into runs of consecutive nodes (in the
+    graph's order) under CHUNK_NODES nodes and CHUNK_CONSTS constants, and
+    without the nodes the partitioner pulled in that opd does not take
+    (getitem nodes of a supported producer: Swin's x[..., ::2, ::2, :]),
+    which stay torch's between the runs."""
     from torch.fx.passes.infra.partitioner import Partition
     out, next_id = [], max([p.id for p in parts], default=0) + 1
     order = {}
@@ -152,8 +155,14 @@ def _chunks(parts, values):
             order = {m: i for i, m in enumerate(next(iter(p.nodes)).graph.nodes)}
         nodes = sorted(p.nodes, key=order.__getitem__)
         run, consts = [], set()
-        pieces = []
+        pieces, dropped = [], 0
         for n in nodes:
+            if support.answers.get(n) is not None:   # refused: a boundary
+                dropped += 1
+                if run:
+                    pieces.append(run)
+                run, consts = [], set()
+                continue
             mine = {a for a in n.all_input_nodes if a.name in values}
             if run and (len(run) >= CHUNK_NODES or
                         len(consts | mine) > CHUNK_CONSTS):
@@ -161,12 +170,14 @@ def _chunks(parts, values):
                 run, consts = [], set()
             run.append(n)
             consts |= mine
-        pieces.append(run)
-        if len(pieces) == 1:
+        if run:
+            pieces.append(run)
+        if len(pieces) == 1 and not dropped:
             out.append(p)
             continue
-        log.info("a subgraph of %d nodes cut into %d opd graphs (graph "
-                 "limits)", len(nodes), len(pieces))
+        if not dropped:
+            log.info("a subgraph of %d nodes cut into %d opd graphs (graph "
+                     "limits)", len(nodes), len(pieces))
         for run in pieces:
             out.append(Partition(id=next_id, nodes=run))
             next_id += 1
