@@ -8,7 +8,6 @@
     torch.ops.opd.relu_(x)                # in-place form (OPD_OPF_INPLACE ops)
 
     fast = torch.compile(model, backend="opd")      # opd.dynamo: graphs
-    consts = opd.torch.publish_module(c, model, "name")
 
 DESIGN
 Each op the daemon lists (OPS: built-ins and plugins alike) becomes a
@@ -52,12 +51,7 @@ runs the op in the daemon one way only:
         memory the daemon wrote. cpu_kernels() adds libopd's C kernel for
         the CPU key (_torchcpu.py): calls already in shared memory then
         run with no Python, the others still here.
-CPU tensors that reach the daemon with no copy: those opd.torch.empty,
-zeros, empty_like and clone make (views of the bound client's shared
-memory), the outputs of earlier calls, and tensors torch put in shared
-memory (share_memory_(), either sharing strategy; registered once per
-storage). Any other CPU tensor is copied (staging), counted per process
-(staging()) and in the daemon's STATS.
+Which CPU tensors reach the daemon with no copy: docs/python.md.
 The fake implementation asks the daemon's shape rule (an INFER request,
 cached per shapes and attributes) for the outputs' dtypes and shapes (and
 checks given outputs against them), so torch.compile and opcheck trace
@@ -67,8 +61,7 @@ Registration is process-wide, as torch's is: the first register() (or
 the import, when a daemon answers at the default socket) binds every op
 to one Client; register(client) later rebinds them to another daemon and
 adds the ops that are new there. The import also registers the
-torch.compile backend "opd" (opd.dynamo, on the same Client: each FX
-subgraph of supported ops as one opd graph) and exports publish_module /
+torch.compile backend "opd" (opd.dynamo) and exports publish_module /
 attach_module from there.
 """
 import ctypes
@@ -193,17 +186,15 @@ def inplace_schema(schema):
 
 
 def has_inplace(schema):
-    """True when the op may write its output over its first input (its row
-    is OPD_OPF_INPLACE) and so gets <name>_: one output, a first input that
-    is not variadic."""
+    """True when the op gets <name>_: its row is OPD_OPF_INPLACE, one
+    output, a first input that is not variadic."""
     return (bool(schema.get("inplace")) and len(schema["outputs"]) == 1 and
             bool(schema["inputs"]) and schema["min_inputs"] >= 1 and
             not _variadic(schema))
 
 
 def _infer(c, name, schema, ins, attrs):
-    """[(torch dtype, shape)] of the outputs, from the daemon's shape rule
-    (INFER, cached per shapes and attributes)."""
+    """[(torch dtype, shape)] of the outputs (INFER, cached)."""
     return _torchops.infer(c, name, schema, ins, attrs, _infer_cache)
 
 
@@ -588,8 +579,7 @@ def staging():
 
 
 def flush_staging():
-    """Tells the daemon the staging copies not told yet (they are sent at
-    most every 50 ms otherwise), so that its STATS are current."""
+    """Sends the daemon the staging counts not sent yet (else: 50 ms)."""
     _bound()._arenas.flush_staging()
 
 

@@ -384,10 +384,8 @@ static void check_unary(void) {
       in_spec_t pos = s; /* log, sqrt, rsqrt of positive x */
       pos.lo = 0.01;
       for (const char *op : {"log", "sqrt", "rsqrt"}) run_case(op, "", DTS[d], 1, &pos, no_attrs, a, r);
-      run_case("hardtanh", "[0,6]", DTS[d], 1, &s, [](opd_kcall_t *c) {
-        attr(c, "min_val")->f = 0;
-        attr(c, "max_val")->f = 6;
-      }, a, r);
+      run_case("hardtanh", "[0,6]", DTS[d], 1, &s,
+               [](opd_kcall_t *c) { attr(c, "min_val")->f = 0, attr(c, "max_val")->f = 6; }, a, r);
     }
 }
 
