@@ -7,7 +7,9 @@
  *             contiguous across them, whole runs copied with memcpy (or a
  *             typed strided loop), rows spread over call->exec; a
  *             transpose (the unit-stride dim of one side is not the
- *             last) in 32 x 32 tiles
+ *             last) in TILE x TILE tiles; 4-byte elements whose two
+ *             sides are unit-stride along the two tile dims (a plain
+ *             transpose) through 8 x 8 AVX2 register transposes
  * Test: build/tests/ops, suite copy
  */
 #include <string.h>
@@ -132,6 +134,75 @@ static void copy_rows(void *arg, int64_t b, int64_t e) {
              s_ + l * sl * (int64_t)sizeof(U), sizeof(U));                  \
   }
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+/* An 8 x 8 block of float32 transposed in registers: d[j][i] = s[i][j],
+ * rows ss and ds elements apart (the unpack / shuffle / permute
+ * network). */
+__attribute__((target("avx2"))) static void t8x8(const float *s, int64_t ss,
+                                                float *d, int64_t ds) {
+  __m256 r0 = _mm256_loadu_ps(s), r1 = _mm256_loadu_ps(s + ss),
+         r2 = _mm256_loadu_ps(s + 2 * ss), r3 = _mm256_loadu_ps(s + 3 * ss),
+         r4 = _mm256_loadu_ps(s + 4 * ss), r5 = _mm256_loadu_ps(s + 5 * ss),
+         r6 = _mm256_loadu_ps(s + 6 * ss), r7 = _mm256_loadu_ps(s + 7 * ss);
+  __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1),
+         t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3),
+         t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5),
+         t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+  __m256 u0 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(1, 0, 1, 0)),
+         u1 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(3, 2, 3, 2)),
+         u2 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(1, 0, 1, 0)),
+         u3 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(3, 2, 3, 2)),
+         u4 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(1, 0, 1, 0)),
+         u5 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(3, 2, 3, 2)),
+         u6 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(1, 0, 1, 0)),
+         u7 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(3, 2, 3, 2));
+  _mm256_storeu_ps(d, _mm256_permute2f128_ps(u0, u4, 0x20));
+  _mm256_storeu_ps(d + ds, _mm256_permute2f128_ps(u1, u5, 0x20));
+  _mm256_storeu_ps(d + 2 * ds, _mm256_permute2f128_ps(u2, u6, 0x20));
+  _mm256_storeu_ps(d + 3 * ds, _mm256_permute2f128_ps(u3, u7, 0x20));
+  _mm256_storeu_ps(d + 4 * ds, _mm256_permute2f128_ps(u0, u4, 0x31));
+  _mm256_storeu_ps(d + 5 * ds, _mm256_permute2f128_ps(u1, u5, 0x31));
+  _mm256_storeu_ps(d + 6 * ds, _mm256_permute2f128_ps(u2, u6, 0x31));
+  _mm256_storeu_ps(d + 7 * ds, _mm256_permute2f128_ps(u3, u7, 0x31));
+}
+
+static int have_avx2(void) {
+  static int v = -1;
+  if (v < 0) v = __builtin_cpu_supports("avx2") ? 1 : 0;
+  return v;
+}
+
+/* The TILE x TILE block [k0, k1) x [l0, l1) of a 4-byte transpose whose
+ * one side is unit-stride along K and the other along L, in 8 x 8 register
+ * transposes; 0 if it does not apply (then TILE_LOOP copies it). */
+static int tile_t8(const char *s, char *d, int64_t sk, int64_t sl, int64_t dk,
+                   int64_t dl, int64_t k0, int64_t k1, int64_t l0, int64_t l1) {
+  if ((k1 - k0) % 8 || (l1 - l0) % 8 || !have_avx2()) return 0;
+  const float *fs = (const float *)s;
+  float *fd = (float *)d;
+  if (sl == 1 && dk == 1) { /* src rows along L, dst rows along K */
+    for (int64_t k = k0; k < k1; k += 8)
+      for (int64_t l = l0; l < l1; l += 8) t8x8(fs + k * sk + l, sk, fd + l * dl + k, dl);
+    return 1;
+  }
+  if (sk == 1 && dl == 1) { /* src rows along K, dst rows along L */
+    for (int64_t l = l0; l < l1; l += 8)
+      for (int64_t k = k0; k < k1; k += 8) t8x8(fs + l * sl + k, sl, fd + k * dk + l, dk);
+    return 1;
+  }
+  return 0;
+}
+#else
+static int tile_t8(const char *s, char *d, int64_t sk, int64_t sl, int64_t dk,
+                   int64_t dl, int64_t k0, int64_t k1, int64_t l0, int64_t l1) {
+  (void)s, (void)d, (void)sk, (void)sl, (void)dk, (void)dl;
+  (void)k0, (void)k1, (void)l0, (void)l1;
+  return 0;
+}
+#endif
+
 /* Tiles [b, e) of a copy whose last two dims are transposed between src
  * and dst (one is unit-stride in src, the other in dst): tile r is the
  * r-th TILE rows of dim K at the outer multi-index of the dims before K,
@@ -154,6 +225,7 @@ OPD_FAST static void copy_tiles(void *arg, int64_t b, int64_t e) {
     int64_t k0 = r % kb * TILE, k1 = k0 + TILE < nk ? k0 + TILE : nk;
     for (int64_t l0 = 0; l0 < nl; l0 += TILE) {
       int64_t l1 = l0 + TILE < nl ? l0 + TILE : nl;
+      if (p->esz == 4 && tile_t8(s, d, sk, sl, dk, dl, k0, k1, l0, l1)) continue;
       switch (p->esz) {
         case 1: TILE_LOOP(uint8_t); break;
         case 2: TILE_LOOP(uint16_t); break;

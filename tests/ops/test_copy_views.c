@@ -56,6 +56,9 @@ Test(copy_views, strided_to_strided) {
       {2, {40, 70}, {1, 40}, {70, 1}},       /* transpose gather: tiles */
       {2, {40, 70}, {70, 1}, {1, 40}},       /* transpose scatter: tiles */
       {3, {4, 50, 45}, {50, 1, 200}, {2250, 45, 1}}, /* permute: tiles */
+      {2, {64, 48}, {1, 64}, {48, 1}},       /* gather, whole 8 x 8 blocks */
+      {2, {48, 64}, {64, 1}, {1, 48}},       /* scatter, whole 8 x 8 blocks */
+      {3, {2, 24, 40}, {960, 1, 24}, {960, 40, 1}}, /* blocks and a tail */
   };
   for (int pool = 0; pool < 2; pool++)
     for (size_t d = 0; d < sizeof dts / sizeof dts[0]; d++)
