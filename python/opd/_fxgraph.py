@@ -319,6 +319,20 @@ class Part(torch.nn.Module):
             for _ in range(attrs["n"] - 1):
                 v = g.mul(v, x)
             return v
+        if op == "slices":                # x[::2, 1:, 0]: a slice per dim, a reshape
+            v = self._val(g, ins[0], env)
+            for d, start, end, step in attrs["cuts"]:
+                kw = {"dim": d, "start": start, "step": step}
+                if end is not None:
+                    kw["end"] = end
+                v = g.node("slice", v, **kw)
+            return g.node("reshape", v, shape=attrs["shape"])
+        if op == "roll":                  # per dim: cat(x[n-s:], x[:n-s])
+            v = self._val(g, ins[0], env)
+            for (d, k), size in zip(attrs["rolls"], attrs["sizes"]):
+                v = g.node("cat", g.node("slice", v, dim=d, start=size - k, end=size),
+                           g.node("slice", v, dim=d, start=0, end=size - k), dim=d)
+            return v
         if op == "select":                # x[:, i]: slice, then the dim dropped
             shape = attrs.pop("shape")
             v = g.node("slice", self._val(g, ins[0], env), **attrs)

@@ -265,8 +265,9 @@ def _getitem(n, mod):
     cut = [(d, s) for d, s in enumerate(idx) if s != slice(None)]
     if not cut:
         return "=", [x], {}
-    if len(cut) > 1:
-        raise Unsupported("slices of %d dims: opd's slice takes one" % len(cut))
+    if len(cut) > 1:                        # one slice node per dim (_fxgraph)
+        return "slices", [x], {"cuts": [_cut(meta(x), d, s) for d, s in cut],
+                               "shape": [int(v) for v in meta(n).shape]}
     d, s = cut[0]
     if isinstance(s, int):                  # x[:, i]: a slice of one, that dim dropped
         size = int(meta(x).shape[d])
@@ -281,6 +282,45 @@ def _getitem(n, mod):
     if s.stop is not None:
         attrs["end"] = s.stop
     return "slice", [x], attrs
+
+
+def _cut(x, d, s):
+    """(dim, start, end or None, step) of index s (a slice or an int) of
+    dim d of example tensor x, for one slice node."""
+    if isinstance(s, int):
+        size = int(x.shape[d])
+        if not -size <= s < size:
+            raise Unsupported("index %d of a dim of %d" % (s, size))
+        return (d, s % size, s % size + 1, 1)
+    if not all(v is None or isinstance(v, int) for v in (s.start, s.stop, s.step)):
+        raise Unsupported("a slice with tensor bounds")
+    return (d, s.start or 0, s.stop, s.step or 1)
+
+
+def _roll(n, mod):
+    """torch.roll over given dims: per dim a cat of its last `shift`
+    elements and the rest (two slices and a cat, _fxgraph)."""
+    x, shifts, dims = n.args[0], arg(n, 1, "shifts"), arg(n, 2, "dims")
+    if dims is None or (isinstance(dims, (tuple, list)) and not dims):
+        raise Unsupported("roll of the flattened tensor (no dims)")
+    shifts = shifts if isinstance(shifts, (tuple, list)) else (shifts,)
+    dims = dims if isinstance(dims, (tuple, list)) else (dims,)
+    if len(shifts) != len(dims) or not all(isinstance(v, int) for v in (*shifts, *dims)):
+        raise Unsupported("roll with shifts %r over dims %r" % (shifts, dims))
+    shape = meta(x).shape
+    rolls = [(d % len(shape), k % int(shape[d])) for k, d in zip(shifts, dims)
+             if int(shape[d]) and k % int(shape[d])]
+    if not rolls:
+        return "=", [x], {}
+    return "roll", [x], {"rolls": rolls, "sizes": [int(shape[d]) for d, _ in rolls]}
+
+
+def _pad(n, mod):
+    """F.pad by nothing (Swin's window padding when the size divides): x."""
+    pad = arg(n, 1, "pad")
+    if not isinstance(pad, (tuple, list)) or any(p != 0 for p in pad):
+        raise Unsupported("pad by %r: opd takes a pad of zeros only" % (pad,))
+    return "=", [n.args[0]], {}
 
 
 def _cat(n, mod):
@@ -444,9 +484,10 @@ def _conv2d(n, mod):
 
 
 # pseudo ops: what each needs of the daemon (the rest are daemon ops)
-PSEUDO = {"=": (), "addmm": ("linear",), "pow": ("mul",), "select": ("slice", "reshape")}
+PSEUDO = {"=": (), "addmm": ("linear",), "pow": ("mul",), "select": ("slice", "reshape"),
+          "slices": ("slice", "reshape"), "roll": ("slice", "cat")}
 # ops that move data of any dtype (the rest compute in float32)
-MOVES = {"=", "reshape", "expand", "permute", "slice", "select", "cat"}
+MOVES = {"=", "reshape", "expand", "permute", "slice", "select", "slices", "roll", "cat"}
 
 RULES = {}
 for _keys, _rule in (
@@ -495,6 +536,8 @@ for _keys, _rule in (
         (("transpose", "permute", "t", "swapaxes", "swapdims", torch.transpose,
           torch.permute, torch.t, torch.swapaxes), _permute),
         ((torch.narrow, "narrow"), _narrow),
+        ((torch.roll, "roll"), _roll),
+        ((F.pad, getattr(torch._C._nn, "pad", F.pad)), _pad),
         ((operator.getitem,), _getitem),
         ((torch.cat, torch.concat), _cat),
         ((F.embedding, nn.Embedding), _embedding),

@@ -125,3 +125,20 @@ def test_transformers_models_are_one_graph(c, backend, caplog, name):
     torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
     assert fell == [], fell
     assert len(backend.last.opd_parts) == 1
+
+
+def test_rolls_multi_dim_slices_and_empty_pads_lower(c, backend, caplog):
+    """Swin's window shifts (torch.roll over two dims), patch merging's
+    x[..., 0::2, 1::2, :] and a pad by zeros lower into one graph."""
+    import torch.nn.functional as F
+
+    def fn(x):
+        h = torch.roll(x, shifts=(-3, 2), dims=(1, 2))
+        h = F.pad(h, (0, 0, 0, 0, 0, 0))
+        a, b = h[:, 0::2, 1::2, :], h[:, 1::2, 0::2, :]
+        return torch.cat([a, b], -1) * 2 + x[:, 3, :, 1:].sum()
+    x = torch.randn(2, 8, 6, 4)
+    want, got, fell = _compiled(fn, backend, caplog, x)
+    torch.testing.assert_close(got, want)
+    assert fell == [], fell
+    assert len(backend.last.opd_parts) == 1
