@@ -120,6 +120,12 @@ def test_map_blocks_op_and_function(client):
     z = od.map_blocks(slow_matmul, x, w=p, chunks=(25, 8)).compute()
     assert np.abs(z - ref).max() < 1e-4
     od.unpublish(client, "mw")
+    # a copy made on a named device (the host here: device="cuda" on a GPU
+    # node goes the same way, c.from_numpy(array, device=...))
+    pd_ = od.publish(client, "mwd", w, device="cpu")
+    y = od.map_blocks("matmul", x, pd_, chunks=(25, 8), device="cpu")
+    assert np.abs(y.compute() - ref).max() < 1e-4
+    od.unpublish(client, "mwd")
 
 
 def test_map_partitions_numeric_columns(client):

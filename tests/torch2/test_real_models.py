@@ -142,3 +142,22 @@ def test_rolls_multi_dim_slices_and_empty_pads_lower(c, backend, caplog):
     torch.testing.assert_close(got, want)
     assert fell == [], fell
     assert len(backend.last.opd_parts) == 1
+
+
+def test_pools_and_rolls_opd_cannot_take_stay_with_torch(c, backend, caplog):
+    """avg_pool2d whose windows overlap and a roll of the flattened tensor
+    stay torch's, each logged with its reason; the rest still lowers and
+    the result is eager's."""
+    import torch.nn.functional as F
+
+    def fn(x):
+        a = F.avg_pool2d(x, 2)                    # tiles: adaptive_avg_pool2d
+        b = F.avg_pool2d(x, 3, stride=1)          # overlapping windows
+        return a.sum() + b.sum() + torch.roll(x, 5).relu().sum()
+    x = torch.randn(1, 2, 6, 6)
+    want, got, fell = _compiled(fn, backend, caplog, x)
+    torch.testing.assert_close(got, want)
+    assert any("avg_pool2d other than windows that tile" in f for f in fell), fell
+    assert any("roll of the flattened tensor" in f for f in fell), fell
+    assert len(fell) == 2, fell
+    assert backend.last.opd_parts
