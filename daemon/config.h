@@ -28,6 +28,10 @@ typedef struct opd_limits {
   uint32_t max_inflight;         /* runs queued or running per session */
   uint32_t max_uid_inflight;     /* ... of one uid's sessions */
   uint32_t max_total_inflight;   /* ... of the daemon */
+  uint32_t dev_be_inflight;      /* --device-be-inflight: best-effort runs
+                                    in flight per device while a latency
+                                    client is there (daemon/devq.c; 0: no
+                                    bound) */
   uint32_t max_async;            /* runs enqueued on a GPU and not yet
                                     complete, per session */
   uint32_t word_ahead;           /* a WORD run starts only while fewer of

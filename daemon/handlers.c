@@ -23,6 +23,7 @@
 #include "daemon/ringsvc.h"
 #include "daemon/run/jobs.h"
 #include "daemon/run/validate.h"
+#include "daemon/devq.h"
 #include "daemon/sched.h"
 #include "daemon/sock.h"
 #include "daemon/stats.h"
@@ -88,6 +89,7 @@ static void handle_hello(opd_req_t *r, int type,
     return;
   }
   s->priority = cls == OPD_CLASS_LATENCY;
+  if (s->priority) opd__devq_latency(srv, 1); /* until the session's end */
   s->hello = 1;
 
   msgpack_packer *pk = scratch(srv);

@@ -259,6 +259,11 @@ const opd_opt_row_t opd__opt_rows[] = {
     NUM32("max-async", max_async, 1, 1u << 16, 256,
           "runs a session has enqueued on a GPU that have not completed "
           "(answered at enqueue: OPD_RUN_F_ASYNC); past it the next waits")
+    NUM32("device-be-inflight", dev_be_inflight, 0, 4096, 4,
+          "while a latency-class client is connected, best-effort runs in "
+          "flight on each GPU at most (a session: half of them), so that a "
+          "latency run never queues behind a flood of them (0: no bound; "
+          "docs/scheduling.md)")
     NUM32("word-ahead", word_ahead, 0, 1u << 16, 0,
           "a run that waits on the GPU for its client's stream (WORD) is "
           "submitted only while fewer than this many of the session's "

@@ -188,7 +188,7 @@ static void hist_add(hist_t *h, uint64_t ns) {
 
 void opd__sched_count(opd_server_t *srv, const opd_job_t *job) {
   opd_sched_t *q = srv->sched;
-  if (q == NULL || job->device >= 0) return; /* the GPU's: not yet */
+  if (q == NULL) return;
   int c = opd__job_class(job);
   q->runs[c]++;
   if (job->t_recv != 0 && job->t_start >= job->t_recv)
@@ -217,8 +217,8 @@ void opd__sched_render(const opd_server_t *srv, FILE *f) {
   static const char *const names[] = {"opd_class_queue_wait_seconds",
                                       "opd_class_run_seconds"};
   static const char *const help[] = {
-      "CPU runs' wait from request to kernel start, by class of service",
-      "CPU runs' kernel time, by class of service"};
+      "runs' wait from request to kernel start (GPU: to launch), by class of service",
+      "runs' kernel time (GPU: launch to completion seen), by class of service"};
   for (int k = 0; k < 2; k++) {
     fprintf(f, "# HELP %s %s\n# TYPE %s histogram\n", names[k], help[k], names[k]);
     for (int c = OPD_N_CLASSES - 1; c >= 0; c--)
@@ -255,7 +255,7 @@ static void pack_hist(msgpack_packer *pk, const char *key, const hist_t *h) {
 
 void opd__sched_pack(const opd_server_t *srv, msgpack_packer *pk) {
   const opd_sched_t *q = srv->sched;
-  PACK_STR(pk, "classes"); /* per class of service: CPU runs (sched.c) */
+  PACK_STR(pk, "classes"); /* per class of service: CPU and GPU runs (sched.c) */
   msgpack_pack_map(pk, OPD_N_CLASSES);
   for (int c = OPD_N_CLASSES - 1; c >= 0; c--) {
     static const hist_t none;

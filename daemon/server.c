@@ -34,6 +34,7 @@
 #include "daemon/loop.h"
 #include "daemon/mem/publish.h"
 #include "daemon/ringsvc.h"
+#include "daemon/devq.h"
 #include "daemon/sched.h"
 #include "daemon/schema.h"
 #include "daemon/server.h"
@@ -327,6 +328,7 @@ int opd__server_init(opd_server_t *srv, uv_loop_t *loop,
    * their watchers with it */
   opd__loop_init(srv);
   opd__sessions_init(srv);
+  if (opd__devq_init(srv) != 0) return OPD_ENOMEM;
   if (opd__backend_dev.init(srv) != 0) return OPD_EDEVICE;
   cpu_set_t cpus;
   srv->n_cpus = sched_getaffinity(0, sizeof cpus, &cpus) == 0
@@ -400,6 +402,7 @@ void opd__server_free(opd_server_t *srv) {
   opd__publish_free(srv);
   opd__access_free(srv);
   opd__sched_free(srv);
+  opd__devq_free(srv);
   while (srv->accts) {
     opd_acct_t *a = srv->accts;
     srv->accts = a->next;

@@ -44,6 +44,7 @@
 #include "daemon/graph/table.h"
 #include "daemon/access.h"
 #include "daemon/backend/backend.h"
+#include "daemon/devq.h"
 #include "daemon/handlers.h"
 #include "daemon/limits.h"
 #include "daemon/log.h"
@@ -234,6 +235,8 @@ static void maybe_free(opd_session_t *s) {
   opd__graphs_release_all(s);
   opd__arena_release_all(s);
   opd__backend_dev.session_end(s);
+  opd__devq_session_end(s);
+  if (s->priority) opd__devq_latency(srv, -1); /* counted at hello */
   if (s->prev) s->prev->next = s->next;
   else srv->sessions = s->next;
   if (s->next) s->next->prev = s->prev;

@@ -10,12 +10,13 @@
 #include "common/wire.h"
 #include "daemon/backend/backend.h"
 #include "daemon/mem/shm.h"
+#include "daemon/devq.h"
 #include "daemon/sched.h"
 #include "daemon/stats.h"
 #include "kernels/runtime/registry.h"
 
 void opd__stats_pack(opd_server_t *srv, msgpack_packer *pk) {
-  msgpack_pack_map(pk, 26);
+  msgpack_pack_map(pk, 27);
   PACK_STR(pk, "gpus"); /* the devices as the hello lists them, counters now */
   opd__backend_dev.describe(srv, pk);
   PACK_STR(pk, "imports"); /* CUDA IPC imports made since start */
@@ -110,4 +111,5 @@ void opd__stats_pack(opd_server_t *srv, msgpack_packer *pk) {
     msgpack_pack_uint64(pk, srv->op_stats[i].ns);
   }
   opd__sched_pack(srv, pk); /* "classes", last: the older keys come first */
+  opd__devq_pack(srv, pk);  /* "device_queue" */
 }

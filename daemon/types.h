@@ -170,6 +170,7 @@ struct opd_server {
   opd_exec_t exec;               /* kernel thread pool */
   opd_exec_t exec_be;            /* ... its best-effort view (exec.h) */
   struct opd_sched *sched;       /* classes of service (daemon/sched.c) */
+  struct opd_devq *devq;         /* device admission by class (devq.c) */
   uint64_t start_ns;
   /* stats */
   uint64_t sessions_total, requests, errors, bytes_mapped, arenas;
@@ -258,6 +259,8 @@ struct opd_job {
   uint32_t strided;              /* tensors copied around the kernel
                                     (daemon/run/strided.h bits) */
   int device;                    /* -1: cpu; else the device backend's */
+  int devq_slot;                 /* holds a best-effort slot of its device
+                                    (daemon/devq.c) */
   int by_load;                   /* placed on a GPU by its load ("auto"):
                                     not kept by the run cache */
   uint32_t flags;                /* the request's OPD_RUN_F_* */
@@ -347,6 +350,10 @@ struct opd_session {
   opd_runq_t runq;               /* its runs (jobs.c) */
   int priority;                  /* 1: the latency class (high-priority
                                     streams; daemon/sched.h) */
+  opd_session_t *devq_next;      /* in a device's FIFO of sessions waiting
+                                    for a best-effort slot (devq.c) */
+  int devq_wait;                 /* that device + 1; 0: not waiting */
+  uint16_t devq_held[OPD_MAX_DEVICES]; /* best-effort slots it holds */
   int ring;                      /* 0: socket only; OPD_RING_* */
   opd_ring_t sq, cq;             /* submission (we consume), completion */
   void *ring_base;               /* the mapped region */

@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "common/wire.h"
+#include "daemon/devq.h"
 #include "daemon/graph/graph.h"
 #include "daemon/graph/table.h"
 #include "daemon/limits.h"
@@ -418,6 +419,7 @@ static int graph_class(opd_session_t *s, const msgpack_object *o,
                      "(\"class\"); the daemon grants it to the users and groups "
                      "of --latency-users / --latency-groups", (unsigned)s->uid);
   g->cls = cls == OPD_CLASS_LATENCY ? 2 : 1;
+  if (g->cls == 2) opd__devq_latency(s->srv, 1); /* until opd__graph_free */
   return 0;
 }
 

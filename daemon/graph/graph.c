@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "daemon/devq.h"
 #include "daemon/graph/graph.h"
 #include "daemon/graph/table.h"
 #include "daemon/mem/arena.h"
@@ -59,6 +60,7 @@ int opd__graph_lookup(opd_session_t *s, uint64_t id, opd_graph_t **g,
 
 void opd__graph_free(opd_graph_t *g) {
   if (g == NULL) return;
+  if (g->cls == 2) opd__devq_latency(g->srv, -1); /* counted at define */
   opd__backend_for(g->device)->graph_release(g);
   for (int i = 0; i < g->n_arenas; i++) opd__arena_unref(g->arenas[i]);
   free(g->arenas);

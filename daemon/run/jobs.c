@@ -33,6 +33,7 @@
 #include "common/clock.h" /* opd__now_ns */
 #include "common/wire.h"
 #include "daemon/backend/backend.h"
+#include "daemon/devq.h"
 #include "daemon/graph/table.h"
 #include "daemon/limits.h"
 #include "daemon/mem/arena.h"
@@ -60,6 +61,7 @@ opd_job_t *opd__job_alloc(opd_server_t *srv) {
   j->rc = 0;
   j->ns = 0;
   j->device = -1;
+  j->devq_slot = 0;
   j->flags = 0;
   j->flag_after = 0;
   j->now = 0;
@@ -116,12 +118,13 @@ void opd__job_copy_plan(opd_job_t *dst, const opd_job_t *src) {
 /* ---- replies ---------------------------------------------------------- */
 
 /* Counts the run: its op's calls, time and errors, and the metrics. */
-static void job_count(const opd_job_t *job) {
+static void job_count(opd_job_t *job) {
   opd_op_stats_t *st = &job->s->srv->op_stats[job->op_index];
   if (opd__metrics_on)
     opd__metrics_run(job->op_index, job->via == OPD_VIA_RING, job->rc,
                      opd__now_ns() - job->t_recv);
   opd__sched_count(job->s->srv, job);
+  opd__devq_release(job->s->srv, job);
   st->calls++;
   st->ns += job->ns;
   if (job->rc != 0) st->errors++;
@@ -271,6 +274,9 @@ void opd__runq_start(opd_session_t *s) {
           * the runs before it (nearly) completed */
          (word_ahead > 0 && (j->flags & OPD_RUN_F_WORD) && q->n_async >= word_ahead)))
       break; /* its async_done starts it */
+    /* a best-effort device run while a latency client is there: only
+     * with a slot of its device (daemon/devq.c), which wakes us */
+    if (j->device >= 0 && !opd__devq_admit(s, j)) break;
     q->head = j->next;
     if (q->head == NULL) q->tail = NULL;
     q->running = j;

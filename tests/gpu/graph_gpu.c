@@ -205,6 +205,42 @@ int main(int argc, char **argv) {
   rc |= opd_wait(c, req, 5000);
   rc |= opd_synchronize(c);
   CHECK(rc == 0, "an asynchronous graph run: %s", rc ? opd_last_error() : "ok");
+  /* a latency-class graph in this best-effort session runs on the
+   * session's latency stream: ordered with the runs around it, which stay
+   * on its best-effort stream (daemon/backend/cuda/launch.c class_stream),
+   * all enqueued without waiting; five rounds, each on new inputs */
+  opd_graph_def_t *gl = mlp(w);
+  uint64_t gid_l;
+  rc = opd_graph_def_class(gl, "latency");
+  rc |= opd_graph_define(c, "cuda:0", gl, &gid_l);
+  CHECK(rc == 0, "define with class latency: %s", rc ? opd_last_error() : "ok");
+  int order_ok = rc == 0;
+  for (int r = 0; order_ok && r < 5; r++) {
+    opd_tensor_t zero = tt(d, 4096, 2, 1, 1); /* dy poisoned first */
+    float nan_host[1] = {NAN};
+    memcpy((float *)base + 3072, nan_host, 4);
+    opd_tensor_t hnan = tt(h, 3072 * 4, 2, 1, 1);
+    rc = opd_run_on(c, "cuda", "copy", &hnan, 1, &zero, 1, NULL, 0);
+    x[0] += 0.125f;
+    rc |= opd_run_async(c, "cuda", "copy", &hx, 1, &dx2, 1, NULL, 0);   /* best-effort */
+    rc |= opd_run_async(c, "cuda", "relu", &dx2, 1, &dx, 1, NULL, 0);   /* best-effort */
+    uint64_t rq;
+    rc |= opd_graph_submit(c, gid_l, &dx, 1, &dy, 1, OPD_RUN_ASYNC, &rq); /* latency */
+    rc |= opd_wait(c, rq, 5000);
+    rc |= opd_run_async(c, "cuda", "copy", &dy, 1, &o1, 1, NULL, 0);   /* best-effort */
+    rc |= opd_synchronize(c);
+    /* the same on the host: relu of the inputs, then the graph on the cpu */
+    float *xr = (float *)base + 3072 + 16;
+    for (int i = 0; i < IN; i++) xr[i] = x[i] > 0 ? x[i] : 0.0f;
+    opd_tensor_t hxr = tt(h, (3072 + 16) * 4, 2, 1, IN), hc = tt(h, 4096 + 768, 2, 1, 1);
+    rc |= opd_graph_run(c, gc, &hxr, 1, &hc, 1);
+    float want = ((float *)base)[(4096 + 768) / 4];
+    order_ok = rc == 0 && fabsf(f1[0] - want) <= 1e-4f * (1 + fabsf(want));
+    CHECK(order_ok, "a latency graph between best-effort runs, round %d: %g, want %g (%s)",
+          r, f1[0], want, rc ? opd_last_error() : "ok");
+  }
+  if (rc == 0) opd_graph_destroy(c, gid_l);
+  opd_graph_def_free(gl);
   /* a host constant on a cuda graph is refused, naming it */
   uint64_t bad;
   rc = opd_graph_define(c, "cuda:0", gcpu, &bad);

@@ -11,10 +11,15 @@
 #                                and C over spin), bench_sdpa, bench_dask
 #                                --device cuda (needs .whl carried: docs/dask.md),
 #                                the same graph and GPT-2 runs under MPS
+#   bash tests/gpu/quick.sh C    (after A) issue 39's workload:
+#                                bench_latency_gpu.py, the latency MLP idle and
+#                                under 15 best-effort workers (wait and async),
+#                                with --device-be-inflight 4, 2 and 0, and
+#                                per-process torch under MPS beside it
 # Outputs in $OUT (at most 8 files come back); the key lines are printed.
 # tests/gpu/run.sh is the whole suite (MPS, poison drills, async orders).
 set -u
-part=${1:?usage: quick.sh A|B}
+part=${1:?usage: quick.sh A|B|C}
 out=${OUT:-/tmp/opd-quick}
 mkdir -p "$out"
 export NVCC_ARCH=${NVCC_ARCH:-"-gencode arch=compute_90,code=sm_90"} PYTHONUNBUFFERED=1
@@ -51,6 +56,13 @@ if [ "$part" = A ]; then
     --shapes 1x16,4x256 -n 20 >"$out/compile.txt" 2>&1
   el "compile rc=$?"; tail -n 25 "$out/compile.txt"
   opd_down; tail -n 5 /tmp/opd-quick.log
+  exit 0
+fi
+if [ "$part" = C ]; then
+  timeout 560 python3 bench/bench_latency_gpu.py --latency mlp --calls 3000 --workers 15 \
+    --seconds 5 --config "--device-be-inflight 4;--device-be-inflight 2;--device-be-inflight 0" \
+    --torch --mps >"$out/latency.txt" 2>&1
+  el "latency rc=$?"; grep -vE "^#" "$out/latency.txt" | tail -n 40
   exit 0
 fi
 opd_up "$sock" /tmp/opd-quick-b.log build/opd --socket "$sock" || exit 1

@@ -130,6 +130,11 @@ static int cuda_init(opd_server_t *srv) {
    * stream is waiting for (a client's kernel); a resident daemon pays the
    * load once, up front. The environment may still say otherwise. */
   setenv("CUDA_MODULE_LOADING", "EAGER", 0);
+  /* one hardware work queue per stream for up to 32 streams (the driver's
+   * default is 8): with more sessions than queues, streams share one, and
+   * a latency session's kernel would wait behind a best-effort session's
+   * queued in the same one, whatever the priorities (docs/scheduling.md) */
+  setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
   cudaError_t e = cudaGetDeviceCount(&avail);
   if (e != cudaSuccess) avail = 0;
   int n = parse_devices(srv->cfg.devices, avail, use, &err);

@@ -32,6 +32,7 @@
 #include "daemon/backend/cuda/state.h"
 #include "daemon/log.h"
 #include "daemon/run/strided.h"
+#include "daemon/sched.h"
 #include "kernels/cuda/cuda.h"
 #include "kernels/runtime/opcheck.h"
 
@@ -74,9 +75,36 @@ static int session_dev(opd_session_t *s, int dev, cuda_sess_t **out,
       return opd__errf(err, cuda_code(e), "cuda:%d: cudaStreamCreate: %s",
                        dev, cudaGetErrorString(e));
     }
+    cs->cur_cls = s->priority ? OPD_CLASS_LATENCY : OPD_CLASS_BE;
+    cs->cls_stream[cs->cur_cls] = cs->stream;
     s->backend_session[dev] = cs;
   }
   *out = s->backend_session[dev];
+  return 0;
+}
+
+/* Puts the session's runs on its stream of class cls (a graph of another
+ * class than its session's: daemon/sched.h), made the first time with
+ * that class's priority. The session's runs stay in order: the new stream
+ * waits for everything queued on the other. */
+static int class_stream(opd_session_t *s, cuda_sess_t *cs, int dev, int cls,
+                        opd_err_t *err) {
+  if (cls == cs->cur_cls) return 0;
+  cuda_dev_t *d = &cuda_state(s->srv)->dev[dev];
+  cudaError_t e = cudaSuccess;
+  if (cs->cls_stream[cls] == NULL)
+    e = cudaStreamCreateWithPriority(&cs->cls_stream[cls], cudaStreamNonBlocking,
+                                     cls == OPD_CLASS_LATENCY ? d->prio_high
+                                                              : d->prio_low);
+  if (e == cudaSuccess && cs->switch_ev == NULL)
+    e = cudaEventCreateWithFlags(&cs->switch_ev, cudaEventDisableTiming);
+  if (e == cudaSuccess) e = cudaEventRecord(cs->switch_ev, cs->stream);
+  if (e == cudaSuccess) e = cudaStreamWaitEvent(cs->cls_stream[cls], cs->switch_ev, 0);
+  if (e != cudaSuccess)
+    return opd__errf(err, cuda_code(e), "cuda:%d: the %s class's stream: %s", dev,
+                     opd__class_name(cls), cudaGetErrorString(e));
+  cs->stream = cs->cls_stream[cls];
+  cs->cur_cls = cls;
   return 0;
 }
 
@@ -360,7 +388,10 @@ void opd__cu_session_end(opd_session_t *s) {
     set_device(st->dev[i].index);
     if (cs->flag != NULL && stamps_dir() != NULL) stamps_write(s, i, cs);
     if (cs->flag != NULL) flag_keep(st, s, i, cs); /* records on the stream */
-    cudaStreamDestroy(cs->stream); /* returns at once; work drains */
+    /* each returns at once; work drains (the current one last) */
+    for (int c = 0; c < 2; c++)
+      if (cs->cls_stream[c] != NULL) cudaStreamDestroy(cs->cls_stream[c]);
+    if (cs->switch_ev != NULL) cudaEventDestroy(cs->switch_ev);
     if (cs->wait_ev != NULL) cudaEventDestroy(cs->wait_ev);
     if (cs->signal_ev != NULL) cudaEventDestroy(cs->signal_ev);
     for (int k = 0; k < cs->n_pool; k++) cudaEventDestroy(cs->pool[k]);
@@ -396,6 +427,7 @@ int opd__cu_launch(opd_job_t *job) {
   }
   cuda_sess_t *cs;
   if ((rc = session_dev(s, dev, &cs, &err)) != 0) goto out;
+  if ((rc = class_stream(s, cs, dev, opd__job_class(job), &err)) != 0) goto out;
   stream = cs->stream;
   if ((job->flags & (OPD_RUN_F_WAIT | OPD_RUN_F_SIGNAL | OPD_RUN_F_FLAG)) &&
       cs->wait_ev == NULL) {

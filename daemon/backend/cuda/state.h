@@ -120,7 +120,12 @@ typedef struct cuda_state {
 /* A session's state on one device (s->backend_session[dev]): its stream,
  * and the events that order it with a client's stream (STREAM). */
 typedef struct cuda_sess {
-  cudaStream_t stream;
+  cudaStream_t stream;           /* the one its runs go on now: of its own
+                                    class, or a graph's (class_stream) */
+  cudaStream_t cls_stream[2];    /* per class of service (daemon/sched.h):
+                                    best-effort, latency; NULL until used */
+  int cur_cls;                   /* stream's class */
+  cudaEvent_t switch_ev;         /* orders the runs across the two */
   cudaEvent_t wait_ev;           /* the client's, opened by IPC handle, or
                                     NULL: OPD_RUN_F_WAIT waits for it */
   cudaEvent_t signal_ev;         /* ours, interprocess, or NULL:
