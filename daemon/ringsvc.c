@@ -85,32 +85,38 @@ static double svc_pct(const opd_server_t *srv, double q) {
 }
 
 /* The ring watcher (daemon/loop.h). In a spin window: the submission
- * rings that hold a request are served the moment it is there. */
+ * rings that hold a request are served the moment it is there, the
+ * latency class's sessions first (docs/scheduling.md): a flood of
+ * best-effort requests that came in the same turn waits behind them. */
 static int ring_poll(opd_server_t *srv) {
   int served = 0;
-  for (opd_session_t *s = srv->sessions, *next; s; s = next) {
-    next = s->next;
-    if (!s->ring || s->fd < 0 || s->closing) continue;
-    if (opd__ring_ready(&s->sq) != 0) { /* a request, or corrupt */
-      if ((++srv->svc_seen & (SVC_SAMPLE - 1)) == 0) {
-        uint64_t t0 = opd__ticks();
-        service_session(s);
-        svc_record(srv, opd__ticks_ns(opd__ticks() - t0));
-      } else {
-        service_session(s);
+  for (int pass = 1; pass >= 0; pass--) {
+    for (opd_session_t *s = srv->sessions, *next; s; s = next) {
+      next = s->next;
+      if (!s->ring || s->fd < 0 || s->closing || s->priority != pass) continue;
+      if (opd__ring_ready(&s->sq) != 0) { /* a request, or corrupt */
+        if ((++srv->svc_seen & (SVC_SAMPLE - 1)) == 0) {
+          uint64_t t0 = opd__ticks();
+          service_session(s);
+          svc_record(srv, opd__ticks_ns(opd__ticks() - t0));
+        } else {
+          service_session(s);
+        }
+        served = 1;
       }
-      served = 1;
     }
   }
   return served;
 }
 
-/* After each poll phase: every ring session (overflow, submissions). */
+/* After each poll phase: every ring session (overflow, submissions), the
+ * latency class's first. */
 static void ring_check(opd_server_t *srv) {
-  for (opd_session_t *s = srv->sessions, *next; s; s = next) {
-    next = s->next;
-    service_session(s);
-  }
+  for (int pass = 1; pass >= 0; pass--)
+    for (opd_session_t *s = srv->sessions, *next; s; s = next) {
+      next = s->next;
+      if (s->priority == pass) service_session(s);
+    }
 }
 
 /* now 0: without reading the clock (a linger that has passed counts until
