@@ -193,11 +193,12 @@ static void print_devices(opd_client_t *c) {
   opd_free(info);
 }
 
-/* The classes of service: CPU runs, waiting and running now, and the
- * p50/p99 of their queue wait and kernel time (bucket bounds, us). */
-static void print_classes(const jv_t *cl) {
+/* The classes of service: runs (CPU and GPU), waiting for a kernel
+ * thread and running there now, and the p50/p99 of their queue wait and
+ * kernel time (bucket bounds, us); then the GPU's best-effort bound. */
+static void print_classes(const jv_t *cl, const jv_t *dq) {
   if (cl == NULL) return; /* an older daemon */
-  printf("\n  %-12s %10s %8s %8s %10s %10s %10s %10s\n", "class", "cpu runs",
+  printf("\n  %-12s %10s %8s %8s %10s %10s %10s %10s\n", "class", "runs",
          "waiting", "running", "wait p50", "wait p99", "run p50", "run p99");
   for (int i = 0; i < cl->n; i++) {
     const jv_t *c = cl->vals[i], *w = jget(c, "wait"), *r = jget(c, "run");
@@ -206,6 +207,15 @@ static void print_classes(const jv_t *cl) {
            jstr(jget(w, "p50_us")), jstr(jget(w, "p99_us")),
            jstr(jget(r, "p50_us")), jstr(jget(r, "p99_us")));
   }
+  if (dq == NULL) return; /* an older daemon */
+  const jv_t *on = jget(dq, "active"), *be = jget(dq, "be_inflight"),
+             *wt = jget(dq, "waiting");
+  printf("  gpu best-effort bound %s per device (now %s), deferred %s times\n",
+         jstr(jget(dq, "bound")), on && on->boolean ? "active" : "off: no latency client",
+         jstr(jget(dq, "deferred")));
+  for (int d = 0; be != NULL && d < be->n; d++)
+    printf("    cuda:%d: %s best-effort in flight, %s sessions waiting\n", d,
+           jstr(be->vals[d]), wt && d < wt->n ? jstr(wt->vals[d]) : "0");
 }
 
 static int cmd_stats(opd_client_t *c, int json) {
@@ -262,7 +272,7 @@ static int cmd_stats(opd_client_t *c, int json) {
            "(graphs)", nr, jstr(jget(g, "errors")), gi ? gi->num : 0.0, t / 1e6,
            nr > 0 ? t / nr / 1e3 : 0.0, jstr(jget(g, "live")), jstr(jget(g, "defined")));
   }
-  print_classes(jget(root, "classes"));
+  print_classes(jget(root, "classes"), jget(root, "device_queue"));
   int healthy = h && h->boolean;
   jfree(root);
   opd_free(text);
