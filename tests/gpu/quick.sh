@@ -16,10 +16,14 @@
 #                                under 15 best-effort workers (wait and async),
 #                                with --device-be-inflight 4, 2 and 0, and
 #                                per-process torch under MPS beside it
+#   bash tests/gpu/quick.sh S    one short lease (under 10 minutes): A's build,
+#                                kernels, backend and GPU python tests, then C
+#                                cut down (bounds 4 and 0, 4 s phases, torch
+#                                without MPS)
 # Outputs in $OUT (at most 8 files come back); the key lines are printed.
 # tests/gpu/run.sh is the whole suite (MPS, poison drills, async orders).
 set -u
-part=${1:?usage: quick.sh A|B|C}
+part=${1:?usage: quick.sh A|B|C|S}
 out=${OUT:-/tmp/opd-quick}
 mkdir -p "$out"
 export NVCC_ARCH=${NVCC_ARCH:-"-gencode arch=compute_90,code=sm_90"} PYTHONUNBUFFERED=1
@@ -31,7 +35,7 @@ el() { echo "[t=$(($(date +%s) - T0))s] $*"; }
 sock=/tmp/opd-quick.sock
 export OPD_BIN=$PWD/build/opd OPD_LIB=$PWD/build/libopd.so PYTHONPATH=$PWD/python OPD_SOCKET=$sock
 nvidia-smi -L
-if [ "$part" = A ]; then
+if [ "$part" = A ] || [ "$part" = S ]; then
   # shellcheck disable=SC2086  # deps: make's DEPS=... or nothing
   make -j"$(nproc)" CUDA=1 BLAS=0 BENCH=1 $deps build/opd build/opctl build/tests/daemon_gpu \
     build/tests/graph_gpu build/tests/strided_gpu build/tests/gpu_kernels build/libopd.so \
@@ -49,6 +53,14 @@ if [ "$part" = A ]; then
     tests/python/test_gpu_reduce_ops.py tests/python/test_strided_gpu.py tests/python/test_gpu.py \
     tests/python/test_gpu_async.py tests/python/test_gpu_float64.py >"$out/pytest.txt" 2>&1
   el "pytest rc=$?"; grep -E "FAILED|Error|passed|failed" "$out/pytest.txt" | head -n 30
+  if [ "$part" = S ]; then
+    opd_down; tail -n 3 /tmp/opd-quick.log
+    timeout 260 python3 bench/bench_latency_gpu.py --latency mlp --calls 2000 --workers 15 \
+      --seconds 4 --config "--device-be-inflight 4;--device-be-inflight 0" --torch \
+      >"$out/latency.txt" 2>&1
+    el "latency rc=$?"; grep -vE "^#" "$out/latency.txt" | tail -n 30
+    exit 0
+  fi
   timeout 150 python3 -m pytest -q -p no:cacheprovider tests/torch2 \
     --deselect tests/torch2/test_conformance.py >"$out/torch2.txt" 2>&1
   el "torch2 rc=$?"; grep -E "FAILED|passed|failed" "$out/torch2.txt" | head -n 30
