@@ -88,8 +88,9 @@ static void handle_hello(opd_req_t *r, int type,
                      (unsigned)s->uid, prio);
     return;
   }
-  s->priority = cls == OPD_CLASS_LATENCY;
-  if (s->priority) opd__devq_latency(srv, 1); /* until the session's end */
+  int prio = cls == OPD_CLASS_LATENCY; /* a second hello may change it */
+  if (prio != s->priority) opd__devq_latency(srv, prio ? 1 : -1); /* until the end */
+  s->priority = prio;
   s->hello = 1;
 
   msgpack_packer *pk = scratch(srv);
