@@ -88,9 +88,9 @@ static void handle_hello(opd_req_t *r, int type,
                      (unsigned)s->uid, prio);
     return;
   }
-  int prio = cls == OPD_CLASS_LATENCY; /* a second hello may change it */
-  if (prio != s->priority) opd__devq_latency(srv, prio ? 1 : -1); /* until the end */
-  s->priority = prio;
+  int lat = cls == OPD_CLASS_LATENCY; /* a second hello may change it */
+  if (lat != s->priority) opd__devq_latency(srv, lat ? 1 : -1); /* until the end */
+  s->priority = lat;
   s->hello = 1;
 
   msgpack_packer *pk = scratch(srv);
