@@ -32,12 +32,42 @@
 #include "kernels/common/cast.h"
 #include "kernels/common/cpu.h"
 #include "kernels/common/kutil.h"
+#include "kernels/common/strided.h"
 #include "kernels/norm/dims.h"
 
 OPD_OP_DECLARE(softmax);
 OPD_OP_DECLARE(log_softmax);
 OPD_OP_DECLARE(layernorm);
 OPD_OP_DECLARE(rmsnorm);
+
+/* The CPU kernels as the rows give them (OPD_OPF_CPU_STRIDED): any
+ * strides, through opd__rows_strided's tiles of rows; softmax's rows run
+ * along its dim (made the last in each tile), the norms' over their
+ * trailing dims. */
+static int softmax_rows(opd_kcall_t *call, opd_cpu_fn fn) {
+  const opd_tview_t *x = &call->in[0];
+  if (x->rank == 0) return fn(call);
+  int64_t dim = call->attr[0].i;
+  return opd__rows_strided(call, (int)(dim < 0 ? dim + x->rank : dim), 1, 0, fn);
+}
+
+static int norm_rows(opd_kcall_t *call, opd_cpu_fn fn) {
+  int k = opd__norm_ndims(call);
+  return opd__rows_strided(call, call->in[0].rank - k, k, -1, fn);
+}
+
+#define ROWS_KERNELS(name, driver)                                         \
+  static int name##_ref_strided(opd_kcall_t *call) {                       \
+    return driver(call, opd__##name##_cpu_ref);                            \
+  }                                                                        \
+  static int name##_fast_strided(opd_kcall_t *call) {                      \
+    return driver(call, opd__##name##_cpu_fast);                           \
+  }
+
+ROWS_KERNELS(softmax, softmax_rows)
+ROWS_KERNELS(log_softmax, softmax_rows)
+ROWS_KERNELS(layernorm, norm_rows)
+ROWS_KERNELS(rmsnorm, norm_rows)
 
 /* The row of norm op `op` (its shape rule is <op>_shape); the remaining
  * arguments are the row's own fields: summary, inputs, output, attribute,
@@ -47,10 +77,10 @@ OPD_OP_DECLARE(rmsnorm);
     .name = #op,                                                           \
     .n_in_min = 1,                                                         \
     .n_out = 1,                                                            \
-    .flags = OPD_OPF_INPLACE,                                              \
+    .flags = OPD_OPF_INPLACE | OPD_OPF_CPU_STRIDED,                        \
     .cpu_dtypes = OPD_DT_FLOATS64,                                         \
     .shape = op##_shape,                                                   \
-    OPD_ROW_KERNELS(op),                                                   \
+    OPD_ROW_KERNELS_STRIDED(op),                                           \
     .cuda_dtypes = OPD_DT_FLOATS64,                                        \
     __VA_ARGS__                                                            \
   }
