@@ -16,7 +16,8 @@
  * (softmax of a transpose into a transposed out runs the kernel's
  * other-dim path, which sums in another order).
  *
- * Usage: build/bench/bench_strided_kern [threads [reps]]  (default 0 30)
+ * Usage: build/bench/bench_strided_kern [threads [reps [op [layout]]]]
+ *        (default 0 30, every op and layout)
  * Output: one line per case:
  *   strided_kern op=relu shape=1024x1024 layout=transpose threads=0 \
  *     contig_us=... strided_us=... ratio=... check=ok
@@ -104,8 +105,10 @@ int main(int argc, char **argv) {
     for (int64_t c = 0; c < C; c++) w[c] = 1.0f + 0.001f * (float)c;
     for (size_t o = 0; o < sizeof ops / sizeof ops[0]; o++) {
       const opd_op_def_t *op = opd__op_find(ops[o]);
+      if (argc > 3 && strcmp(argv[3], ops[o]) != 0) continue;
       for (size_t l = 0; l < sizeof layouts / sizeof layouts[0]; l++) {
         const char *lay = layouts[l];
+        if (argc > 4 && strcmp(argv[4], lay) != 0) continue;
         opd_kcall_t kc, ks;
         setup(&kc, op, ex), setup(&ks, op, ex);
         view(&kc.in[0], a, R, C, C, 1);

@@ -214,7 +214,7 @@ OPD_FAST static void ew_range(void *arg, int64_t b, int64_t e) {
       if (!direct[t] && t < call->n_in) { /* gather the input's block */
         opd_tview_t src, dst;
         int64_t ss[2] = {sk[t], p->st[t][L]};
-        int64_t ds[2] = {(int64_t)(p->pitch[t] / p->esz[t]), 1};
+        int64_t ds[2] = {p->rows ? (int64_t)(p->pitch[t] / p->esz[t]) : ml, 1};
         mkview(&src, ptr[t], p->dtype[t], 2, tshape, ss);
         mkview(&dst, buf + off[t], p->dtype[t], 2, tshape, ds);
         opd__copy_views_cpu(&serial, &dst, &src);
@@ -238,7 +238,7 @@ OPD_FAST static void ew_range(void *arg, int64_t b, int64_t e) {
     for (int t = call->n_in; t < p->nt; t++) { /* scatter the outputs' */
       if (direct[t]) continue;
       opd_tview_t src, dst;
-      int64_t ss[2] = {(int64_t)(p->pitch[t] / p->esz[t]), 1};
+      int64_t ss[2] = {p->rows ? (int64_t)(p->pitch[t] / p->esz[t]) : ml, 1};
       int64_t ds[2] = {sk[t], p->st[t][L]};
       mkview(&src, buf + off[t], p->dtype[t], 2, tshape, ss);
       mkview(&dst, ptr[t], p->dtype[t], 2, tshape, ds);

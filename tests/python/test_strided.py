@@ -257,3 +257,69 @@ def test_elementwise_ops_on_one_dense_layout_copy_nothing(c):
     assert c.stats()["strided"]["copies"] == before
     c.run("add", xt, c.from_numpy(b), out=c.empty((48, 80)))   # layouts differ:
     assert c.stats()["strided"]["copies"] == before             # read in tiles
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16"])
+def test_cpu_strided_ops_read_numpy_views_without_copies(c, dtype):
+    """The ops whose CPU kernels read strides (cpu_strided: element-wise,
+    softmax, the norms) on numpy views of arena memory (a transpose, a
+    3-D permute, a step slice, a stride-0 broadcast) and into out= slices
+    of a bigger arena array: numpy's answer, no strided copy counted."""
+    tol = {"float32": 1e-5, "float64": 1e-12, "float16": 3e-3}[dtype]
+    rng = np.random.default_rng(21)
+
+    def arena(shape):
+        return c.from_numpy(rng.standard_normal(shape).astype(dtype)).numpy()
+
+    base, p3, wide = arena((300, 40)), arena((6, 4, 290)), arena((40, 600))
+    w, b = arena((300,)), arena((300,))
+    views = {"transpose": base.T,                         # (40, 300)
+             "permute": p3.transpose(2, 0, 1)[:40, 1, :],  # (40, 4) of (290, 6, 4)
+             "step": wide[:, ::2],                        # (40, 300)
+             "broadcast": np.broadcast_to(base[:, :1], (300, 40)).T}  # rows of stride 0
+    n0 = c.stats()["strided"]["copies"]
+    for name, x in views.items():
+        assert not x.flags.c_contiguous, name
+        x64 = x.astype(np.float64)
+        C = x.shape[-1]
+        big = c.zeros((x.shape[0], C + 7), dtype).numpy()
+        out = big[:, 3:3 + C]                              # an out= slice
+        mu, var = x64.mean(-1, keepdims=True), x64.var(-1, keepdims=True)
+        wC, bC = w[:C], b[:C]
+        w64, b64 = wC.astype(np.float64), bC.astype(np.float64)
+        refs = [  # (op, inputs, attrs, numpy's answer)
+            ("relu", (x,), {}, np.maximum(x64, 0)),
+            ("gelu", (x,), {"approximate": "tanh"},
+             0.5 * x64 * (1 + np.tanh(np.sqrt(2 / np.pi) * (x64 + 0.044715 * x64 ** 3)))),
+            ("add", (x, x[0]), {}, x64 + x64[0]),
+            ("mul", (x, x), {}, x64 * x64),
+            ("softmax", (x,), {}, softmax_np(x64)),
+            ("softmax", (x,), {"dim": 0}, softmax_np(x64, 0)),
+            ("log_softmax", (x,), {}, np.log(softmax_np(x64))),
+            ("layernorm", (x, wC, bC), {}, (x64 - mu) / np.sqrt(var + 1e-5) * w64 + b64),
+            ("rmsnorm", (x, wC), {},
+             x64 / np.sqrt((x64 ** 2).mean(-1, keepdims=True) + np.finfo(np.float32).eps) * w64),
+        ]
+        for op, ins, attrs, want in refs:
+            what = "%s%s of %s (%s)" % (op, attrs, name, dtype)
+            big[...] = 9
+            getattr(c, op)(*ins, out=out, **attrs)
+            np.testing.assert_allclose(out.astype(np.float64), want, rtol=tol, atol=tol,
+                                       err_msg=what)
+            assert (big[:, :3] == 9).all() and (big[:, 3 + C:] == 9).all(), what
+            y = getattr(c, op)(*ins, **attrs)             # functional
+            np.testing.assert_allclose(y.numpy().astype(np.float64), want, rtol=tol,
+                                       atol=tol, err_msg=what)
+    assert c.stats()["strided"]["copies"] == n0       # read in tiles, no copy
+
+
+def test_cpu_strided_in_place_on_a_view(c):
+    a = rand(40, 300, seed=22)
+    t = c.from_numpy(a).numpy()
+    v = t[::2].T                                      # (300, 20), strided
+    c.softmax(v, dim=0, out=v)
+    np.testing.assert_allclose(t[::2].T, softmax_np(a[::2].T, 0), rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(t[1::2], a[1::2])   # rows not in the view
+    c.layernorm(t.T, out=t.T)                         # normalize the columns
+    ref = t.copy()
+    np.testing.assert_allclose(ref.mean(0), 0, atol=1e-5)
