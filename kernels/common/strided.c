@@ -1,34 +1,30 @@
-/* The strided drivers in front of the element-wise and row-wise CPU
- * kernels (kernels/common/strided.h).
+/* The element-wise strided driver in front of the unary and binary CPU
+ * kernels (kernels/common/strided.h); the row-wise one is strided_rows.c.
  *
  * DESIGN
- * Element-wise (opd__ew_strided): the tensors are put in output 0's
- * shape (a broadcast input gets stride 0), dims of extent 1 dropped, the
- * dims sorted by output 0's strides (its memory order is the walk's),
- * neighbours merged where every tensor is contiguous across them. The
- * last dim L is the tile's row; the tile's other dim K is the one along
- * which a transposed input is unit-stride (moved next to L), else the
- * dim before L. Tiles are TILE_BYTES per tensor: a transposed input is
- * read in 16 x (up to 16K / 16) blocks (16 float32: one cache line per
- * column), gathered with the copy family's 8 x 8 register transposes
- * (kernels/copy/copy.h), while the output's block stays one contiguous
- * run its kernel writes directly. When every tensor is unit-stride along
- * a row of at least ROW_DIRECT elements (a step over rows, a slice of
- * wider rows), each tile is a piece of one row and no tensor is copied.
- *
- * Row-wise (opd__rows_strided): a tile is a block of consecutive rows
- * along the last batch dim (the dims outside the normalized ones), about
- * TILE_BYTES of x; x's block is gathered when it is not contiguous (a
- * transpose: 8 x 8 register transposes again), the output's block written
- * through the buffer when it is not; rows that are contiguous in both
- * tensors and at least ROW_DIRECT long go one kernel call per row, with
- * no copy. A weight or bias that is strided is copied once per call (it
- * is one row).
- *
- * The per-thread buffer is kept between calls (the kernel threads live as
- * long as the daemon) up to BUF_KEEP bytes; a larger one is freed after
- * its tiles. Tiles run the kernel with a serial exec: the parallelism is
- * over tiles, spread over call->exec (a best-effort run's view included).
+ * The tensors are put in output 0's shape (a broadcast input gets stride
+ * 0), dims of extent 1 dropped, the dims sorted by output 0's strides
+ * (its memory order is the walk's) and neighbours merged where every
+ * tensor is contiguous across them. The last dim L is the tiles' rows;
+ * their other dim K is the one along which a transposed input is
+ * unit-stride (moved next to L), else the dim before L. A tile is
+ * TILE_BYTES of the widest dtype: 16 x (up to 16K / 16) when an input is
+ * transposed (16 float32 along K: one cache line per column read),
+ * gathered with the copy family's 8 x 8 register transposes
+ * (kernels/copy/copy.h).
+ *   Rows of at least ROW_DIRECT elements: the kernel runs on each row of
+ * the tile, in memory for every tensor unit-stride along L (an output in
+ * its place, a slice of wider rows, a stride-0 broadcast of rows), else
+ * in the tensor's buffer, whose rows are a cache line longer than they
+ * need: rows a multiple of 4 KiB apart make the transposes' stores alias
+ * the loads after them, 3x slower (2-core VM, 2026-12-07,
+ * bench/results/2026-12-07-vm-strided-2.txt). When every tensor is
+ * unit-stride along L, a tile is a piece of one row and nothing is
+ * copied.
+ *   Shorter rows: the kernel runs once on the whole tile, each tensor in
+ * memory where the tile is contiguous there, else in its buffer.
+ * Outputs in a buffer are scattered after the kernel, so a failed tile
+ * leaves the output's later tiles as they were.
  */
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -36,110 +32,13 @@
 
 #include "kernels/common/kutil.h"
 #include "kernels/common/strided.h"
+#include "kernels/common/tile.h"
 #include "kernels/copy/copy.h"
 
-#define TILE_BYTES ((int64_t)64 << 10) /* per tensor: a few fit in L2 */
-#define ROW_DIRECT 256                 /* contiguous rows this long: no copy */
-#define BUF_KEEP ((size_t)1 << 20)     /* per-thread buffer kept */
+#define TILE_BYTES OPD_TILE_BYTES
+#define ROW_DIRECT OPD_ROW_DIRECT
 #define MAXT OPD_MAX_TENSORS
 #define MAXR OPD_MAX_RANK
-
-static void serial_for(const opd_exec_t *ex, int64_t n, int64_t grain,
-                       opd_range_fn fn, void *arg) {
-  (void)ex, (void)grain;
-  if (n > 0) fn(arg, 0, n);
-}
-
-/* The tiles' exec: each tile's kernel runs on the thread of its tile. */
-static const opd_exec_t serial = {serial_for, 1, NULL};
-
-int opd__kview_contiguous(const opd_tview_t *v) {
-  int64_t expect = 1;
-  for (int i = v->rank - 1; i >= 0; i--) {
-    if (v->shape[i] == 1) continue;
-    if (v->shape[i] == 0) return 1; /* no element: any strides */
-    if (v->strides[i] != expect) return 0;
-    expect *= v->shape[i];
-  }
-  return 1;
-}
-
-static int call_contiguous(const opd_kcall_t *call) {
-  for (int i = 0; i < call->n_in; i++)
-    if (!opd__kview_contiguous(&call->in[i])) return 0;
-  for (int i = 0; i < call->n_out; i++)
-    if (!opd__kview_contiguous(&call->out[i])) return 0;
-  return 1;
-}
-
-/* ---- the per-thread buffer --------------------------------------------- */
-
-static _Thread_local char *tl_buf;   /* this thread's tile buffer */
-static _Thread_local size_t tl_cap;  /* its bytes */
-static _Thread_local int tl_busy;    /* a driver holds it */
-
-/* A buffer of `bytes` (64-byte aligned) for one range of tiles: the
- * thread's own, or a private one (*own = 1) if the thread's is held;
- * NULL when memory is short. */
-static char *buf_take(size_t bytes, int *own) {
-  bytes = (bytes + 63) & ~(size_t)63;
-  *own = tl_busy;
-  if (*own) return aligned_alloc(64, bytes ? bytes : 64);
-  if (bytes > tl_cap) {
-    free(tl_buf);
-    tl_buf = aligned_alloc(64, bytes);
-    tl_cap = tl_buf != NULL ? bytes : 0;
-    if (tl_buf == NULL) return NULL;
-  }
-  tl_busy = 1;
-  return tl_buf;
-}
-
-static void buf_give(char *buf, int own) {
-  if (own) {
-    free(buf);
-    return;
-  }
-  tl_busy = 0;
-  if (tl_cap > BUF_KEEP) {
-    free(tl_buf);
-    tl_buf = NULL;
-    tl_cap = 0;
-  }
-}
-
-/* A view of `rank` dims at data. */
-static void mkview(opd_tview_t *v, void *data, int32_t dtype, int rank,
-                   const int64_t *shape, const int64_t *strides) {
-  v->data = data;
-  v->dtype = dtype;
-  v->rank = rank;
-  v->numel = 1;
-  for (int d = 0; d < rank; d++) {
-    v->shape[d] = shape[d];
-    v->strides[d] = strides[d];
-    v->numel *= shape[d];
-  }
-}
-
-/* The C-contiguous view of v's shape at data. */
-static void contig_like(opd_tview_t *dst, const opd_tview_t *v, void *data) {
-  int64_t st[MAXR], s = 1;
-  for (int d = v->rank - 1; d >= 0; d--) {
-    st[d] = s;
-    s *= v->shape[d];
-  }
-  mkview(dst, data, v->dtype, v->rank, v->shape, st);
-}
-
-/* Records the first failure of a tile. */
-static void fail(_Atomic int *rc, char *err, const char *msg, int code) {
-  int zero = 0;
-  if (atomic_compare_exchange_strong(rc, &zero, code))
-    snprintf(err, 256, "%s", msg);
-}
-
-/* ---- element-wise ------------------------------------------------------ */
 
 typedef struct ew_plan {
   opd_kcall_t *call;               /* the whole call */
@@ -169,22 +68,22 @@ static int block_contig(int64_t mk, int64_t ml, int64_t sk, int64_t sl) {
   return sl == 1 && (mk == 1 || sk == ml);
 }
 
-/* Tile row kk's pointer of tensor t: in memory when t is unit-stride
- * along L (or the block is contiguous), else in its buffer. */
+/* Tiles [b, e): tile i is block (i / nlb) % nkb along K and i % nlb
+ * along L at the outer multi-index i / nlb / nkb. */
 OPD_FAST static void ew_range(void *arg, int64_t b, int64_t e) {
   ew_plan_t *p = arg;
   opd_kcall_t *call = p->call;
   opd_kcall_t sub = *call;
-  sub.exec = &serial;
+  sub.exec = &opd__tile_serial;
   size_t off[MAXT], need = 0;
   for (int t = 0; t < p->nt; t++) {
     off[t] = need;
     need += (size_t)p->tk * p->pitch[t];
   }
   int own;
-  char *buf = buf_take(need, &own);
+  char *buf = opd__tile_buf_take(need, &own);
   if (buf == NULL) {
-    fail(&p->rc, p->err, "out of memory for a strided tile", OPD_ENOMEM);
+    opd__tile_fail(&p->rc, p->err, "out of memory for a strided tile", OPD_ENOMEM);
     return;
   }
   const int K = p->rank - 2, L = p->rank - 1;
@@ -215,9 +114,9 @@ OPD_FAST static void ew_range(void *arg, int64_t b, int64_t e) {
         opd_tview_t src, dst;
         int64_t ss[2] = {sk[t], p->st[t][L]};
         int64_t ds[2] = {p->rows ? (int64_t)(p->pitch[t] / p->esz[t]) : ml, 1};
-        mkview(&src, ptr[t], p->dtype[t], 2, tshape, ss);
-        mkview(&dst, buf + off[t], p->dtype[t], 2, tshape, ds);
-        opd__copy_views_cpu(&serial, &dst, &src);
+        opd__tile_view(&src, ptr[t], p->dtype[t], 2, tshape, ss);
+        opd__tile_view(&dst, buf + off[t], p->dtype[t], 2, tshape, ds);
+        opd__copy_views_cpu(&opd__tile_serial, &dst, &src);
       }
     }
     /* the kernel: on each row of the tile (rows), or on the whole tile */
@@ -226,12 +125,12 @@ OPD_FAST static void ew_range(void *arg, int64_t b, int64_t e) {
       for (int t = 0; t < p->nt; t++) {
         char *at = direct[t] ? ptr[t] + kk * sk[t] * (int64_t)p->esz[t]
                              : buf + off[t] + (size_t)kk * p->pitch[t];
-        mkview(tensor(&sub, t), at, p->dtype[t], 1, &m, &one);
+        opd__tile_view(tensor(&sub, t), at, p->dtype[t], 1, &m, &one);
       }
       sub.err[0] = '\0';
       int rc = p->fn(&sub);
       if (rc != 0) {
-        fail(&p->rc, p->err, sub.err, rc);
+        opd__tile_fail(&p->rc, p->err, sub.err, rc);
         goto out;
       }
     }
@@ -240,13 +139,13 @@ OPD_FAST static void ew_range(void *arg, int64_t b, int64_t e) {
       opd_tview_t src, dst;
       int64_t ss[2] = {p->rows ? (int64_t)(p->pitch[t] / p->esz[t]) : ml, 1};
       int64_t ds[2] = {sk[t], p->st[t][L]};
-      mkview(&src, buf + off[t], p->dtype[t], 2, tshape, ss);
-      mkview(&dst, ptr[t], p->dtype[t], 2, tshape, ds);
-      opd__copy_views_cpu(&serial, &dst, &src);
+      opd__tile_view(&src, buf + off[t], p->dtype[t], 2, tshape, ss);
+      opd__tile_view(&dst, ptr[t], p->dtype[t], 2, tshape, ds);
+      opd__copy_views_cpu(&opd__tile_serial, &dst, &src);
     }
   }
 out:
-  buf_give(buf, own);
+  opd__tile_buf_give(buf, own);
 }
 
 /* Swaps walk dims a and b of every tensor. */
@@ -314,7 +213,7 @@ static int ew_dims(ew_plan_t *p) {
 }
 
 int opd__ew_strided(opd_kcall_t *call, opd_cpu_fn fn) {
-  if (call_contiguous(call)) return fn(call);
+  if (opd__call_contiguous(call)) return fn(call);
   if (call->out[0].numel == 0) return 0;
   ew_plan_t *p = malloc(sizeof *p);
   if (p == NULL) return opd__kerr(call, OPD_ENOMEM, "out of memory for a strided plan");
@@ -361,243 +260,6 @@ int opd__ew_strided(opd_kcall_t *call, opd_cpu_fn fn) {
   call->exec->parallel_for(call->exec, tiles, 1, ew_range, p);
   int rc = atomic_load(&p->rc);
   if (rc != 0) snprintf(call->err, sizeof call->err, "%s", p->err);
-  free(p);
-  return rc;
-}
-
-/* ---- row-wise ---------------------------------------------------------- */
-
-typedef struct rows_plan {
-  opd_kcall_t *call;               /* the whole call */
-  opd_cpu_fn fn;                   /* its contiguous kernel */
-  int dim_attr;                    /* attribute set to -1 in tiles, or -1 */
-  int k;                           /* normalized dims */
-  int lead;                        /* 1: tiles have a leading rows dim */
-  int64_t rshape[MAXR];            /* the normalized dims' extents */
-  int64_t rowlen;                  /* their product */
-  int nb;                          /* batch dims (merged), >= 1 */
-  int64_t bshape[MAXR];            /* their extents; the last is J */
-  int64_t bst[2][MAXR];            /* batch strides of x (0), out (1) */
-  int64_t rst[2][MAXR];            /* normalized dims' strides */
-  char *base[2];                   /* x's, out's first element */
-  size_t esz[2];                   /* element bytes */
-  int32_t dtype[2];                /* dtypes */
-  int64_t tb, ntb;                 /* rows per tile along J, tiles along J */
-  int rows;                        /* 1: the kernel runs on each row */
-  int row_contig[2];               /* x's, out's rows are contiguous */
-  size_t pitch[2];                 /* bytes between rows of a buffer */
-  opd_tview_t side[MAXT];          /* inputs after x, contiguous */
-  _Atomic int rc;                  /* the first failure */
-  char err[256];                   /* its message */
-} rows_plan_t;
-
-OPD_FAST static void rows_range(void *arg, int64_t b, int64_t e) {
-  rows_plan_t *p = arg;
-  opd_kcall_t *call = p->call;
-  opd_kcall_t sub = *call;
-  sub.exec = &serial;
-  if (p->dim_attr >= 0) sub.attr[p->dim_attr].i = -1;
-  for (int i = 1; i < call->n_in; i++) sub.in[i] = p->side[i];
-  size_t off1 = (size_t)p->tb * p->pitch[0];
-  int own;
-  char *buf = buf_take(off1 + (size_t)p->tb * p->pitch[1], &own);
-  if (buf == NULL) {
-    fail(&p->rc, p->err, "out of memory for a strided tile", OPD_ENOMEM);
-    return;
-  }
-  char *tbuf[2] = {buf, buf + off1};
-  const int J = p->nb - 1, r = p->lead + p->k;
-  for (int64_t i = b; i < e && atomic_load_explicit(&p->rc, memory_order_relaxed) == 0; i++) {
-    int64_t j0 = i % p->ntb * p->tb, o = i / p->ntb;
-    int64_t m = p->bshape[J] - j0 < p->tb ? p->bshape[J] - j0 : p->tb;
-    int64_t shape[MAXR];
-    shape[0] = m;
-    memcpy(shape + p->lead, p->rshape, sizeof(int64_t) * (size_t)p->k);
-    opd_tview_t blk[2], bv[2]; /* the block in memory, in the buffer */
-    int direct[2];
-    for (int t = 0; t < 2; t++) {
-      int64_t at = j0 * p->bst[t][J], rem = o, st[MAXR], cs[MAXR], c = 1;
-      for (int d = J - 1; d >= 0; d--) {
-        at += rem % p->bshape[d] * p->bst[t][d];
-        rem /= p->bshape[d];
-      }
-      st[0] = p->bst[t][J];
-      memcpy(st + p->lead, p->rst[t], sizeof(int64_t) * (size_t)p->k);
-      mkview(&blk[t], p->base[t] + at * (int64_t)p->esz[t], p->dtype[t], r, shape, st);
-      for (int d = r - 1; d >= p->lead; d--) cs[d] = c, c *= shape[d];
-      cs[0] = (int64_t)(p->pitch[t] / p->esz[t]);
-      mkview(&bv[t], tbuf[t], p->dtype[t], r, shape, cs);
-      direct[t] = p->rows ? p->row_contig[t] : opd__kview_contiguous(&blk[t]);
-      if (t == 0 && !direct[0]) opd__copy_views_cpu(&serial, &bv[0], &blk[0]);
-    }
-    /* the kernel: on each row (rows), or on the block */
-    int64_t calls = p->rows ? m : 1;
-    for (int64_t kk = 0; kk < calls; kk++) {
-      for (int t = 0; t < 2; t++) {
-        opd_tview_t *v = t == 0 ? &sub.in[0] : &sub.out[0];
-        const opd_tview_t *from = direct[t] ? &blk[t] : &bv[t];
-        contig_like(v, from, (char *)from->data +
-                                 kk * from->strides[0] * (int64_t)p->esz[t]);
-        if (p->rows && p->lead) { /* one row */
-          v->numel /= v->shape[0];
-          v->shape[0] = 1;
-        }
-      }
-      sub.err[0] = '\0';
-      int rc = p->fn(&sub);
-      if (rc != 0) {
-        fail(&p->rc, p->err, sub.err, rc);
-        goto out;
-      }
-    }
-    if (!direct[1]) opd__copy_views_cpu(&serial, &blk[1], &bv[1]);
-  }
-out:
-  buf_give(buf, own);
-}
-
-/* Whether dims [d0, d0 + k) of strides st over shape are C-contiguous. */
-static int dims_contig(const int64_t *shape, const int64_t *st, int d0, int k) {
-  int64_t expect = 1;
-  for (int d = d0 + k - 1; d >= d0; d--) {
-    if (shape[d] == 1) continue;
-    if (st[d] != expect) return 0;
-    expect *= shape[d];
-  }
-  return 1;
-}
-
-/* A softmax-like call (its dim in an attribute, k == 1) whose x and
- * output share one dense layout (a permutation of contiguous): the views
- * in that layout's order, C-contiguous, the dim renumbered; fn once on
- * them (its own dim != -1 path). 1 when it ran (*rc its result), 0 when
- * the layouts do not allow it. */
-static int rows_permuted(opd_kcall_t *call, int d0, int dim_attr,
-                         opd_cpu_fn fn, int *rc) {
-  const opd_tview_t *x = &call->in[0], *y = &call->out[0];
-  if (call->n_in != 1 || call->n_out != 1 ||
-      memcmp(x->strides, y->strides, sizeof(int64_t) * (size_t)x->rank) != 0)
-    return 0;
-  int order[MAXR];
-  for (int d = 0; d < x->rank; d++) { /* by stride, largest first, stable */
-    int j = d;
-    for (; j > 0 && x->strides[order[j - 1]] < x->strides[d]; j--) order[j] = order[j - 1];
-    order[j] = d;
-  }
-  opd_kcall_t *c = malloc(sizeof *c);
-  if (c == NULL) return 0;
-  *c = *call;
-  int nd = 0;
-  for (int j = 0; j < x->rank; j++) {
-    int d = order[j];
-    if (d == d0) nd = j;
-    c->in[0].shape[j] = x->shape[d], c->in[0].strides[j] = x->strides[d];
-  }
-  if (!opd__kview_contiguous(&c->in[0])) {
-    free(c);
-    return 0;
-  }
-  contig_like(&c->in[0], &c->in[0], x->data);
-  contig_like(&c->out[0], &c->in[0], y->data);
-  c->out[0].dtype = y->dtype;
-  c->attr[dim_attr].i = nd;
-  *rc = fn(c);
-  if (*rc != 0) snprintf(call->err, sizeof call->err, "%s", c->err);
-  free(c);
-  return 1;
-}
-
-int opd__rows_strided(opd_kcall_t *call, int d0, int k, int dim_attr,
-                      opd_cpu_fn fn) {
-  if (call_contiguous(call)) return fn(call);
-  const opd_tview_t *x = &call->in[0], *y = &call->out[0];
-  if (x->numel == 0) return 0;
-  int prc;
-  if (dim_attr >= 0 && k == 1 && rows_permuted(call, d0, dim_attr, fn, &prc))
-    return prc;
-  rows_plan_t *p = malloc(sizeof *p);
-  if (p == NULL) return opd__kerr(call, OPD_ENOMEM, "out of memory for a strided plan");
-  int rc = 0;
-  void *copies[MAXT] = {0};
-  p->call = call;
-  p->fn = fn;
-  p->dim_attr = dim_attr;
-  p->k = k;
-  p->lead = k < x->rank;
-  p->rowlen = 1;
-  const opd_tview_t *xy[2] = {x, y};
-  for (int t = 0; t < 2; t++) {
-    p->base[t] = xy[t]->data;
-    p->dtype[t] = xy[t]->dtype;
-    p->esz[t] = opd__dtype_size(xy[t]->dtype);
-  }
-  for (int d = 0; d < k; d++) {
-    p->rshape[d] = x->shape[d0 + d];
-    p->rowlen *= p->rshape[d];
-    for (int t = 0; t < 2; t++) p->rst[t][d] = xy[t]->strides[d0 + d];
-  }
-  p->nb = 0; /* the batch dims, merged where both tensors allow */
-  for (int d = 0; d < x->rank; d++) {
-    if ((d >= d0 && d < d0 + k) || x->shape[d] == 1) continue;
-    int j = p->nb - 1;
-    if (j >= 0 && p->bst[0][j] == x->strides[d] * x->shape[d] &&
-        p->bst[1][j] == y->strides[d] * x->shape[d]) {
-      p->bshape[j] *= x->shape[d];
-      p->bst[0][j] = x->strides[d], p->bst[1][j] = y->strides[d];
-      continue;
-    }
-    p->bshape[p->nb] = x->shape[d];
-    p->bst[0][p->nb] = x->strides[d], p->bst[1][p->nb] = y->strides[d];
-    p->nb++;
-  }
-  if (p->nb == 0) {
-    p->nb = 1;
-    p->bshape[0] = 1;
-    p->bst[0][0] = p->bst[1][0] = 0;
-  }
-  for (int i = 1; i < call->n_in; i++) { /* weight, bias: contiguous */
-    const opd_tview_t *v = &call->in[i];
-    if (opd__kview_contiguous(v)) {
-      p->side[i] = *v;
-      continue;
-    }
-    copies[i] = malloc((size_t)v->numel * opd__dtype_size(v->dtype) + 1);
-    if (copies[i] == NULL) {
-      rc = opd__kerr(call, OPD_ENOMEM, "out of memory for a copy of input %d", i);
-      goto done;
-    }
-    contig_like(&p->side[i], v, copies[i]);
-    opd__copy_views_cpu(call->exec, &p->side[i], v);
-  }
-  int J = p->nb - 1;
-  size_t emax = p->esz[0] > p->esz[1] ? p->esz[0] : p->esz[1];
-  int64_t tb = TILE_BYTES / (int64_t)emax / (p->rowlen > 0 ? p->rowlen : 1);
-  if (tb < 1) tb = 1;
-  if (tb >= 8) tb -= tb % 8;
-  int rows_contig = 1, blocks_contig = 1;
-  for (int t = 0; t < 2; t++) {
-    p->row_contig[t] = dims_contig(x->shape, xy[t]->strides, d0, k);
-    rows_contig &= p->row_contig[t];
-    blocks_contig &= p->bst[t][J] == p->rowlen;
-  }
-  if (rows_contig && !blocks_contig && p->rowlen >= ROW_DIRECT) tb = 1;
-  if (!p->lead || tb > p->bshape[J]) tb = p->lead ? p->bshape[J] : 1;
-  /* rows of at least ROW_DIRECT: the kernel runs on each, in memory where
-     it is contiguous, else in a buffer whose rows are a cache line longer
-     than they need (see ew_range) */
-  p->rows = p->rowlen >= ROW_DIRECT;
-  for (int t = 0; t < 2; t++)
-    p->pitch[t] = (size_t)p->rowlen * p->esz[t] + (p->rows ? 64 : 0);
-  p->tb = tb;
-  p->ntb = (p->bshape[J] + tb - 1) / tb;
-  int64_t tiles = p->ntb;
-  for (int d = 0; d < J; d++) tiles *= p->bshape[d];
-  atomic_init(&p->rc, 0);
-  call->exec->parallel_for(call->exec, tiles, 1, rows_range, p);
-  rc = atomic_load(&p->rc);
-  if (rc != 0) snprintf(call->err, sizeof call->err, "%s", p->err);
-done:
-  for (int i = 0; i < MAXT; i++) free(copies[i]);
   free(p);
   return rc;
 }

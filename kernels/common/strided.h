@@ -10,12 +10,14 @@
  * (unary, binary) and row-wise (norm) families stay single loops over
  * contiguous memory; these drivers sit in front of them: a call whose
  * tensors are all C-contiguous goes straight to the kernel, any other is
- * cut into tiles that fit in L2 (a block of rows of the output, a square
- * of a transpose), each tensor of a tile that is not contiguous there
- * copied into a per-thread buffer (inputs; outputs from it after the
- * kernel), and the kernel called on the tile with contiguous views and a
- * serial exec, tiles spread over call->exec. Every element is read and
- * written once in memory; the tile copies stay in cache.
+ * cut into tiles of about 64 KiB a tensor (a block of rows of the
+ * output, 16 rows of a transpose), each tensor of a tile that is not
+ * contiguous there copied into a per-thread buffer (inputs; outputs from
+ * it after the kernel: kernels/common/tile.h), and the kernel runs on the
+ * tile with contiguous views and a serial exec, tiles spread over
+ * call->exec. Every element is read and written once in memory; the
+ * tile copies stay in cache. The drivers are strided.c (element-wise) and
+ * strided_rows.c (row-wise).
  */
 #ifndef OPD_KERNELS_COMMON_STRIDED_H
 #define OPD_KERNELS_COMMON_STRIDED_H
