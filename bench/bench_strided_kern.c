@@ -61,6 +61,14 @@ static void setup(opd_kcall_t *k, const opd_op_def_t *op, const opd_exec_t *ex) 
   for (int a = 0; a < op->n_attrs; a++) k->attr[a] = op->attrs[a].def;
 }
 
+/* 64-byte aligned, as arena tensors are (a tensor's rows then start on
+ * cache lines). */
+static float *falloc(int64_t n) {
+  float *p = aligned_alloc(64, ((size_t)n * sizeof(float) + 63) & ~(size_t)63);
+  if (p == NULL) abort();
+  return p;
+}
+
 static double time_run(opd_kcall_t *k, int reps) {
   double *t = malloc(sizeof(double) * (size_t)reps);
   for (int i = 0; i < reps; i++) {
@@ -89,10 +97,8 @@ int main(int argc, char **argv) {
   int bad = 0;
   for (int s = 0; s < 2; s++) {
     int64_t R = shapes[s][0], C = shapes[s][1], n = R * C;
-    float *a = malloc(sizeof(float) * (size_t)n), *at = malloc(sizeof(float) * (size_t)n);
-    float *b = malloc(sizeof(float) * (size_t)n), *bt = malloc(sizeof(float) * (size_t)n);
-    float *wide = malloc(sizeof(float) * (size_t)(2 * n)), *w = malloc(sizeof(float) * (size_t)C);
-    float *y = malloc(sizeof(float) * (size_t)n), *ys = malloc(sizeof(float) * (size_t)(2 * n));
+    float *a = falloc(n), *at = falloc(n), *b = falloc(n), *bt = falloc(n);
+    float *wide = falloc(2 * n), *w = falloc(C), *y = falloc(n), *ys = falloc(2 * n);
     for (int64_t i = 0; i < n; i++) {
       a[i] = (float)sin((double)i * 0.37) * 3.0f;
       b[i] = (float)cos((double)i * 0.11) * 2.0f;
@@ -141,14 +147,14 @@ int main(int argc, char **argv) {
         }
         view(&ks.out[0], sy + yoff, R, C, ysr, ysc);
         /* the reference: the same values contiguous */
-        float *xr = malloc(sizeof(float) * (size_t)n), *br = NULL;
+        float *xr = falloc(n), *br = NULL;
         opd_kcall_t kr = kc;
         for (int64_t r = 0; r < R; r++)
           for (int64_t c = 0; c < C; c++)
             xr[r * C + c] = ((float *)ks.in[0].data)[r * ks.in[0].strides[0] + c * ks.in[0].strides[1]];
         kr.in[0].data = xr;
         if (op->n_in_min == 2) {
-          br = malloc(sizeof(float) * (size_t)n);
+          br = falloc(n);
           for (int64_t r = 0; r < R; r++)
             for (int64_t c = 0; c < C; c++)
               br[r * C + c] = ((float *)ks.in[1].data)[r * ks.in[1].strides[0] + c * ks.in[1].strides[1]];
