@@ -46,6 +46,12 @@ int opd__ew_strided(opd_kcall_t *call, opd_cpu_fn fn);
 int opd__rows_strided(opd_kcall_t *call, int d0, int k, int dim_attr,
                       opd_cpu_fn fn);
 
+/* Whether input 0 and output 0 of call share one dense layout (a
+ * permutation of contiguous, the same strides); then, in that layout's
+ * memory order, x is (outer, C, inner) around dim d0. */
+int opd__rows_dense(const opd_kcall_t *call, int d0, int64_t *outer,
+                    int64_t *C, int64_t *inner);
+
 /* Static cpu_ref / cpu_fast entry points of op `name` behind
  * opd__ew_strided: name##_ref_strided and name##_fast_strided, for the
  * row (OPD_OPF_CPU_STRIDED). */

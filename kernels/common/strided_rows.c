@@ -173,6 +173,32 @@ static int rows_permuted(opd_kcall_t *call, int d0, int dim_attr,
   return 1;
 }
 
+int opd__rows_dense(const opd_kcall_t *call, int d0, int64_t *outer,
+                    int64_t *C, int64_t *inner) {
+  const opd_tview_t *x = &call->in[0], *y = &call->out[0];
+  if (call->n_out != 1 ||
+      memcmp(x->strides, y->strides, sizeof(int64_t) * (size_t)x->rank) != 0)
+    return 0;
+  opd_tview_t v = *x; /* x's dims in memory order */
+  int order[MAXR], nd = 0;
+  for (int d = 0; d < x->rank; d++) {
+    int j = d;
+    for (; j > 0 && x->strides[order[j - 1]] < x->strides[d]; j--) order[j] = order[j - 1];
+    order[j] = d;
+  }
+  *outer = *inner = 1;
+  for (int j = 0; j < x->rank; j++) {
+    v.shape[j] = x->shape[order[j]], v.strides[j] = x->strides[order[j]];
+    if (order[j] == d0) nd = j;
+  }
+  if (!opd__kview_contiguous(&v)) return 0;
+  for (int j = 0; j < x->rank; j++)
+    if (j < nd) *outer *= v.shape[j];
+    else if (j > nd) *inner *= v.shape[j];
+  *C = x->shape[d0];
+  return 1;
+}
+
 int opd__rows_strided(opd_kcall_t *call, int d0, int k, int dim_attr,
                       opd_cpu_fn fn) {
   if (opd__call_contiguous(call)) return fn(call);

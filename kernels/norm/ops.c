@@ -33,6 +33,7 @@
 #include "kernels/common/cpu.h"
 #include "kernels/common/kutil.h"
 #include "kernels/common/strided.h"
+#include "kernels/norm/cols.h"
 #include "kernels/norm/dims.h"
 
 OPD_OP_DECLARE(softmax);
@@ -64,10 +65,34 @@ static int norm_rows(opd_kcall_t *call, opd_cpu_fn fn) {
     return driver(call, opd__##name##_cpu_fast);                           \
   }
 
+/* The norms' fast entry: x and y laid out alike with the normalized dim
+ * not innermost in memory (a transposed x into a transposed out) run as
+ * columns on the memory as it is (kernels/norm/cols.h), else the tiles. */
+static int norm_fast(opd_kcall_t *call, opd_cpu_fn fn, int rms) {
+  int64_t outer, C, inner;
+  const opd_tview_t *x = &call->in[0];
+  if (x->rank > 0 && x->numel > 0 && !opd__kview_contiguous(x) &&
+      opd__norm_cols_ok(call) && opd__rows_dense(call, x->rank - 1, &outer, &C, &inner) &&
+      inner > 1)
+    return opd__norm_cols(call, outer, C, inner, rms);
+  return norm_rows(call, fn);
+}
+
 ROWS_KERNELS(softmax, softmax_rows)
 ROWS_KERNELS(log_softmax, softmax_rows)
-ROWS_KERNELS(layernorm, norm_rows)
-ROWS_KERNELS(rmsnorm, norm_rows)
+
+static int layernorm_ref_strided(opd_kcall_t *call) {
+  return norm_rows(call, opd__layernorm_cpu_ref);
+}
+static int layernorm_fast_strided(opd_kcall_t *call) {
+  return norm_fast(call, opd__layernorm_cpu_fast, 0);
+}
+static int rmsnorm_ref_strided(opd_kcall_t *call) {
+  return norm_rows(call, opd__rmsnorm_cpu_ref);
+}
+static int rmsnorm_fast_strided(opd_kcall_t *call) {
+  return norm_fast(call, opd__rmsnorm_cpu_fast, 1);
+}
 
 /* The row of norm op `op` (its shape rule is <op>_shape); the remaining
  * arguments are the row's own fields: summary, inputs, output, attribute,
