@@ -103,6 +103,8 @@ typedef struct scase {
   void (*attrs)(opd_kcall_t *c);
 } scase_t;
 
+static double shift; /* added to every input value */
+
 static double tol(int32_t dt) {
   switch (dt) {
     case OPD_DTYPE_FLOAT64: return 1e-12;
@@ -121,7 +123,7 @@ static void run_case(const scase_t *k, int32_t dt, const char *what) {
     src[i] = malloc((size_t)k->in[i].storage * esz);
     for (int64_t e = 0; e < k->in[i].storage; e++) {
       s = s * 6364136223846793005ull + 1442695040888963407ull;
-      put(src[i], dt, e, (double)((s >> 40) % 20000) / 2000.0 - 5.0);
+      put(src[i], dt, e, (double)((s >> 40) % 20000) / 2000.0 - 5.0 + shift);
     }
     int64_t n = numel(&k->in[i]);
     flat[i] = malloc((size_t)n * esz + 1);
@@ -331,6 +333,15 @@ Test(strided, norms) {
       snprintf(what, sizeof what, "norm case %zu shape %zu", i, s);
       all_dtypes(&cases[i], what);
     }
+  }
+  /* laid out alike, far from 0: the columns' mean kept as hi + lo */
+  for (int rms = 0; rms < 2; rms++) {
+    sv_t t = permuted(2, OT_SHAPE(40, 300), T2);
+    scase_t k = {rms ? "rmsnorm" : "layernorm", 1, {t}, t, 0, NULL};
+    shift = 1e5;
+    run_case(&k, OPD_DTYPE_FLOAT32, rms ? "rmsnorm alike, shifted" : "layernorm alike, shifted");
+    run_case(&k, OPD_DTYPE_FLOAT64, rms ? "rmsnorm alike, shifted" : "layernorm alike, shifted");
+    shift = 0;
   }
   /* over two trailing dims, x permuted */
   sv_t t3 = permuted(3, OT_SHAPE(4, 6, 5), P3);
