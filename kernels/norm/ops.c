@@ -11,7 +11,11 @@
  * its inputs, attributes and shape rule (layernorm and rmsnorm share
  * theirs: norm_shape; softmax and log_softmax: softmax_shape). A new op
  * of the family is its row here plus its section in cpu.c and cuda.cu
- * (and its X line in kernels/runtime/registry.c).
+ * (and its X line in kernels/runtime/registry.c). The rows set
+ * OPD_OPF_CPU_STRIDED: their CPU kernels sit behind the row-wise strided
+ * driver (kernels/common/strided.h), and a layernorm or rmsnorm whose x
+ * and y are laid out alike with the normalized dim not innermost in
+ * memory runs as columns (kernels/norm/cols.h).
  *
  * softmax, log_softmax: torch.softmax / torch.log_softmax(x, dim,
  * dtype=): any dim (default -1, negative from the end); dtype "" keeps
