@@ -49,9 +49,9 @@ static _Thread_local int tl_busy;    /* a driver holds it */
  * thread's own, or a private one (*own = 1) if the thread's is held;
  * NULL when memory is short. */
 char *opd__tile_buf_take(size_t bytes, int *own) {
-  bytes = (bytes + 63) & ~(size_t)63;
+  bytes = bytes ? (bytes + 63) & ~(size_t)63 : 64; /* never NULL for 0 */
   *own = tl_busy;
-  if (*own) return aligned_alloc(64, bytes ? bytes : 64);
+  if (*own) return aligned_alloc(64, bytes);
   if (bytes > tl_cap) {
     free(tl_buf);
     tl_buf = aligned_alloc(64, bytes);
