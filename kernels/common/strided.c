@@ -121,12 +121,12 @@ OPD_FAST static void ew_range(void *arg, int64_t b, int64_t e) {
     }
     /* the kernel: on each row of the tile (rows), or on the whole tile */
     int64_t calls = p->rows ? mk : 1, m = p->rows ? ml : mk * ml, one = 1;
+    for (int t = 0; t < p->nt; t++) /* the views; each call moves data */
+      opd__tile_view(tensor(&sub, t), NULL, p->dtype[t], 1, &m, &one);
     for (int64_t kk = 0; kk < calls; kk++) {
-      for (int t = 0; t < p->nt; t++) {
-        char *at = direct[t] ? ptr[t] + kk * sk[t] * (int64_t)p->esz[t]
-                             : buf + off[t] + (size_t)kk * p->pitch[t];
-        opd__tile_view(tensor(&sub, t), at, p->dtype[t], 1, &m, &one);
-      }
+      for (int t = 0; t < p->nt; t++)
+        tensor(&sub, t)->data = direct[t] ? ptr[t] + kk * sk[t] * (int64_t)p->esz[t]
+                                          : buf + off[t] + (size_t)kk * p->pitch[t];
       sub.err[0] = '\0';
       int rc = p->fn(&sub);
       if (rc != 0) {

@@ -98,16 +98,19 @@ OPD_FAST static void rows_range(void *arg, int64_t b, int64_t e) {
     }
     /* the kernel: on each row (rows), or on the block */
     int64_t calls = p->rows ? m : 1;
+    for (int t = 0; t < 2; t++) { /* the views; each row moves data */
+      opd_tview_t *v = t == 0 ? &sub.in[0] : &sub.out[0];
+      opd__tile_contig_like(v, direct[t] ? &blk[t] : &bv[t], NULL);
+      if (p->rows && p->lead) { /* one row */
+        v->numel /= v->shape[0];
+        v->shape[0] = 1;
+      }
+    }
     for (int64_t kk = 0; kk < calls; kk++) {
       for (int t = 0; t < 2; t++) {
-        opd_tview_t *v = t == 0 ? &sub.in[0] : &sub.out[0];
         const opd_tview_t *from = direct[t] ? &blk[t] : &bv[t];
-        opd__tile_contig_like(v, from, (char *)from->data +
-                                 kk * from->strides[0] * (int64_t)p->esz[t]);
-        if (p->rows && p->lead) { /* one row */
-          v->numel /= v->shape[0];
-          v->shape[0] = 1;
-        }
+        (t == 0 ? &sub.in[0] : &sub.out[0])->data =
+            (char *)from->data + kk * from->strides[0] * (int64_t)p->esz[t];
       }
       sub.err[0] = '\0';
       int rc = p->fn(&sub);
