@@ -10,7 +10,11 @@
  * cuda.cu), whose per-op entry points each row names. A new op of the
  * family is one BINARY_ROW here plus its operation in cpu.c and cuda.cu
  * (and its X line in kernels/runtime/registry.c). add and sub take
- * torch's alpha (out = a + alpha b, a - alpha b).
+ * torch's alpha (out = a + alpha b, a - alpha b). The rows set
+ * OPD_OPF_CPU_STRIDED: the CPU entry points are cpu.c's behind the
+ * element-wise strided driver (OPD_EW_STRIDED_KERNELS,
+ * kernels/common/strided.h), so a transposed, stepped or stride-0 operand
+ * and a strided out= are read and written as they are.
  */
 #include "kernels/common/cast.h"
 #include "kernels/common/cpu.h"

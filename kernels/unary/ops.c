@@ -9,7 +9,10 @@
  * range loops, cuda.cu's packed tiles over a functor. A row adds only
  * what is its own: the name, the summary, attributes. A new op of the
  * family is one UNARY_ROW here plus its function in cpu.c and cuda.cu (and
- * its X line in kernels/runtime/registry.c).
+ * its X line in kernels/runtime/registry.c). The rows set
+ * OPD_OPF_CPU_STRIDED: the CPU entry points are cpu.c's behind the
+ * element-wise strided driver (OPD_EW_STRIDED_KERNELS,
+ * kernels/common/strided.h), which takes any strides.
  *
  * relu: y = max(x, 0); NaN stays NaN (torch).
  * gelu: F.gelu(x, approximate="none"|"tanh"). The attribute is a string
