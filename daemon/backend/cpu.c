@@ -101,9 +101,9 @@ static uint64_t mix(uint64_t h, uint64_t v) {
   return h;
 }
 
-/* The run's signature: op, dtypes, shapes and attribute values, and the
- * strides of a run with contiguous copies around its kernel (they cost
- * what its layout makes them cost); nonzero. */
+/* The run's signature: op, dtypes, shapes, strides (a strided run costs
+ * what its layout makes it cost, copied around its kernel or read by it:
+ * OPD_OPF_CPU_STRIDED) and attribute values; nonzero. */
 static uint64_t signature(const opd_job_t *job) {
   const opd_kcall_t *c = &job->call;
   uint64_t h = mix(0x6f7064, (uint64_t)job->op_index);
@@ -111,7 +111,7 @@ static uint64_t signature(const opd_job_t *job) {
     const opd_tview_t *t = i < c->n_in ? &c->in[i] : &c->out[i - c->n_in];
     h = mix(h, ((uint64_t)(uint32_t)t->dtype << 32) | (uint32_t)t->rank);
     for (int d = 0; d < t->rank; d++) h = mix(h, (uint64_t)t->shape[d]);
-    for (int d = 0; job->strided && d < t->rank; d++)
+    for (int d = 0; d < t->rank; d++)
       h = mix(h, (uint64_t)t->strides[d]);
   }
   for (int a = 0; a < c->op->n_attrs && a < OPD_MAX_ATTRS; a++) {

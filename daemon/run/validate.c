@@ -290,6 +290,8 @@ static int prepare(opd_session_t *s, const opd_op_def_t *op,
 
   job->strided = opd__strided_flatten(call, job->strided);
   if ((rc = place(job, req, in, out, err)) != 0) return rc;
+  if (job->device < 0 && (op->flags & OPD_OPF_CPU_STRIDED))
+    job->strided = 0; /* its CPU kernels read the strides themselves */
 
   /* hold each distinct arena while the job exists */
   job->n_arenas = 0;

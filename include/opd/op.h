@@ -52,7 +52,9 @@ typedef struct opd_tview {
   int32_t rank;                    /* 0..OPD_MAX_RANK */
   int64_t shape[OPD_MAX_RANK];     /* extents, >= 0 */
   int64_t strides[OPD_MAX_RANK];   /* in elements; C-contiguous unless the
-                                      op sets OPD_OPF_STRIDED */
+                                      op sets OPD_OPF_STRIDED (inputs) or,
+                                      for the CPU kernels,
+                                      OPD_OPF_CPU_STRIDED (all tensors) */
   int64_t numel;                   /* product of shape (1 for rank 0) */
 } opd_tview_t;
 
@@ -181,6 +183,18 @@ typedef struct opd_io_spec {
                                     transpose, torch's channels-last), the
                                     daemon gives the kernel flat 1-D views
                                     of their memory instead of copies */
+#define OPD_OPF_CPU_STRIDED 0x40u /* the CPU kernels (cpu_ref and cpu_fast)
+                                    take every input and output with any
+                                    strides (stride 0 in inputs: a
+                                    broadcast; outputs never overlap
+                                    themselves): on the CPU backend the
+                                    daemon hands them the views as they
+                                    are, with no contiguous copy around
+                                    them (kernels/common/strided.h has
+                                    drivers for element-wise and row-wise
+                                    kernels). The CUDA kernel still gets
+                                    contiguous copies unless the op also
+                                    sets OPD_OPF_STRIDED */
 
 /* Shape rule: from call->in (shapes/dtypes, data NULL) and call->attr, fill
  * out[0..n_out) with the outputs the op writes. Returns 0, or OPD_ESHAPE /

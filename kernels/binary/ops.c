@@ -10,11 +10,16 @@
  * cuda.cu), whose per-op entry points each row names. A new op of the
  * family is one BINARY_ROW here plus its operation in cpu.c and cuda.cu
  * (and its X line in kernels/runtime/registry.c). add and sub take
- * torch's alpha (out = a + alpha b, a - alpha b).
+ * torch's alpha (out = a + alpha b, a - alpha b). The rows set
+ * OPD_OPF_CPU_STRIDED: the CPU entry points are cpu.c's behind the
+ * element-wise strided driver (OPD_EW_STRIDED_KERNELS,
+ * kernels/common/strided.h), so a transposed, stepped or stride-0 operand
+ * and a strided out= are read and written as they are.
  */
 #include "kernels/common/cast.h"
 #include "kernels/common/cpu.h"
 #include "kernels/common/kutil.h"
+#include "kernels/common/strided.h"
 
 /* Shape rule: out = broadcast(a, b) in a's dtype; OPD_EDTYPE when a and b
  * differ in dtype ("a is float16 but b is float32": no implicit
@@ -63,11 +68,11 @@ static int binary_shape(opd_kcall_t *call, opd_tshape_t *out) {
     .in = {{"a", OPD_DT_FLOATS64, "(...) broadcastable with b"},           \
            {"b", OPD_DT_FLOATS64, "(...) broadcastable with a"}},          \
     .out = {{"out", OPD_DT_FLOATS64, "broadcast shape of a and b"}},       \
-    .flags = OPD_OPF_INPLACE | OPD_OPF_ELEMENTWISE,                        \
+    .flags = OPD_OPF_INPLACE | OPD_OPF_ELEMENTWISE | OPD_OPF_CPU_STRIDED,  \
     .cpu_dtypes = OPD_DT_FLOATS64,                                         \
     .shape_doc = "a (...), b (...) -> out (broadcast(a, b))",              \
     .shape = binary_shape,                                                 \
-    OPD_ROW_KERNELS(op),                                                   \
+    OPD_ROW_KERNELS_STRIDED(op),                                           \
     .cuda_dtypes = OPD_DT_FLOATS64,                                        \
     __VA_ARGS__                                                            \
   }
@@ -81,9 +86,13 @@ static int binary_shape(opd_kcall_t *call, opd_tshape_t *out) {
              .doc = "multiplies b first: a + alpha*b (sub: a - alpha*b)"}}
 
 OPD_OP_DECLARE(add);
+OPD_EW_STRIDED_KERNELS(add)
 OPD_OP_DECLARE(mul);
+OPD_EW_STRIDED_KERNELS(mul)
 OPD_OP_DECLARE(sub);
+OPD_EW_STRIDED_KERNELS(sub)
 OPD_OP_DECLARE(div);
+OPD_EW_STRIDED_KERNELS(div)
 
 const opd_op_def_t opd__op_add = BINARY_ROW(add, "+", "torch.add", ALPHA_ATTR);
 const opd_op_def_t opd__op_mul = BINARY_ROW(mul, "*", "torch.mul", );

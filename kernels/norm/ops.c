@@ -11,7 +11,11 @@
  * its inputs, attributes and shape rule (layernorm and rmsnorm share
  * theirs: norm_shape; softmax and log_softmax: softmax_shape). A new op
  * of the family is its row here plus its section in cpu.c and cuda.cu
- * (and its X line in kernels/runtime/registry.c).
+ * (and its X line in kernels/runtime/registry.c). The rows set
+ * OPD_OPF_CPU_STRIDED: their CPU kernels sit behind the row-wise strided
+ * driver (kernels/common/strided.h), and a layernorm or rmsnorm whose x
+ * and y are laid out alike with the normalized dim not innermost in
+ * memory runs as columns (kernels/norm/cols.h).
  *
  * softmax, log_softmax: torch.softmax / torch.log_softmax(x, dim,
  * dtype=): any dim (default -1, negative from the end); dtype "" keeps
@@ -32,12 +36,67 @@
 #include "kernels/common/cast.h"
 #include "kernels/common/cpu.h"
 #include "kernels/common/kutil.h"
+#include "kernels/common/strided.h"
+#include "kernels/norm/cols.h"
 #include "kernels/norm/dims.h"
 
 OPD_OP_DECLARE(softmax);
 OPD_OP_DECLARE(log_softmax);
 OPD_OP_DECLARE(layernorm);
 OPD_OP_DECLARE(rmsnorm);
+
+/* The CPU kernels as the rows give them (OPD_OPF_CPU_STRIDED): any
+ * strides, through opd__rows_strided's tiles of rows; softmax's rows run
+ * along its dim (made the last in each tile), the norms' over their
+ * trailing dims. */
+static int softmax_rows(opd_kcall_t *call, opd_cpu_fn fn) {
+  const opd_tview_t *x = &call->in[0];
+  if (x->rank == 0) return fn(call);
+  int64_t dim = call->attr[0].i;
+  return opd__rows_strided(call, (int)(dim < 0 ? dim + x->rank : dim), 1, 0, fn);
+}
+
+static int norm_rows(opd_kcall_t *call, opd_cpu_fn fn) {
+  int k = opd__norm_ndims(call);
+  return opd__rows_strided(call, call->in[0].rank - k, k, -1, fn);
+}
+
+#define ROWS_KERNELS(name, driver)                                         \
+  static int name##_ref_strided(opd_kcall_t *call) {                       \
+    return driver(call, opd__##name##_cpu_ref);                            \
+  }                                                                        \
+  static int name##_fast_strided(opd_kcall_t *call) {                      \
+    return driver(call, opd__##name##_cpu_fast);                           \
+  }
+
+/* The norms' fast entry: x and y laid out alike with the normalized dim
+ * not innermost in memory (a transposed x into a transposed out) run as
+ * columns on the memory as it is (kernels/norm/cols.h), else the tiles. */
+static int norm_fast(opd_kcall_t *call, opd_cpu_fn fn, int rms) {
+  int64_t outer, C, inner;
+  const opd_tview_t *x = &call->in[0];
+  if (x->rank > 0 && x->numel > 0 && !opd__kview_contiguous(x) &&
+      opd__norm_cols_ok(call) && opd__rows_dense(call, x->rank - 1, &outer, &C, &inner) &&
+      inner > 1)
+    return opd__norm_cols(call, outer, C, inner, rms);
+  return norm_rows(call, fn);
+}
+
+ROWS_KERNELS(softmax, softmax_rows)
+ROWS_KERNELS(log_softmax, softmax_rows)
+
+static int layernorm_ref_strided(opd_kcall_t *call) {
+  return norm_rows(call, opd__layernorm_cpu_ref);
+}
+static int layernorm_fast_strided(opd_kcall_t *call) {
+  return norm_fast(call, opd__layernorm_cpu_fast, 0);
+}
+static int rmsnorm_ref_strided(opd_kcall_t *call) {
+  return norm_rows(call, opd__rmsnorm_cpu_ref);
+}
+static int rmsnorm_fast_strided(opd_kcall_t *call) {
+  return norm_fast(call, opd__rmsnorm_cpu_fast, 1);
+}
 
 /* The row of norm op `op` (its shape rule is <op>_shape); the remaining
  * arguments are the row's own fields: summary, inputs, output, attribute,
@@ -47,10 +106,10 @@ OPD_OP_DECLARE(rmsnorm);
     .name = #op,                                                           \
     .n_in_min = 1,                                                         \
     .n_out = 1,                                                            \
-    .flags = OPD_OPF_INPLACE,                                              \
+    .flags = OPD_OPF_INPLACE | OPD_OPF_CPU_STRIDED,                        \
     .cpu_dtypes = OPD_DT_FLOATS64,                                         \
     .shape = op##_shape,                                                   \
-    OPD_ROW_KERNELS(op),                                                   \
+    OPD_ROW_KERNELS_STRIDED(op),                                           \
     .cuda_dtypes = OPD_DT_FLOATS64,                                        \
     __VA_ARGS__                                                            \
   }

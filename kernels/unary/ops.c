@@ -9,7 +9,10 @@
  * range loops, cuda.cu's packed tiles over a functor. A row adds only
  * what is its own: the name, the summary, attributes. A new op of the
  * family is one UNARY_ROW here plus its function in cpu.c and cuda.cu (and
- * its X line in kernels/runtime/registry.c).
+ * its X line in kernels/runtime/registry.c). The rows set
+ * OPD_OPF_CPU_STRIDED: the CPU entry points are cpu.c's behind the
+ * element-wise strided driver (OPD_EW_STRIDED_KERNELS,
+ * kernels/common/strided.h), which takes any strides.
  *
  * relu: y = max(x, 0); NaN stays NaN (torch).
  * gelu: F.gelu(x, approximate="none"|"tanh"). The attribute is a string
@@ -26,6 +29,7 @@
 #include "kernels/common/cast.h"
 #include "kernels/common/cpu.h"
 #include "kernels/common/kutil.h"
+#include "kernels/common/strided.h"
 
 /* The row of unary op `op`; the remaining arguments are the row's own
  * fields (attributes). */
@@ -38,23 +42,31 @@
     .n_out = 1,                                                            \
     .in = {{"x", OPD_DT_FLOATS64, "(...)"}},                               \
     .out = {{"y", OPD_DT_FLOATS64, "(...) same shape as x"}},              \
-    .flags = OPD_OPF_INPLACE | OPD_OPF_ELEMENTWISE,                        \
+    .flags = OPD_OPF_INPLACE | OPD_OPF_ELEMENTWISE | OPD_OPF_CPU_STRIDED,  \
     .cpu_dtypes = OPD_DT_FLOATS64,                                         \
     .shape_doc = "x (...) -> y (...)",                                     \
     .shape = opd__same_shape,                                              \
-    OPD_ROW_KERNELS(op),                                                   \
+    OPD_ROW_KERNELS_STRIDED(op),                                           \
     .cuda_dtypes = OPD_DT_FLOATS64,                                        \
     __VA_ARGS__                                                            \
   }
 
 OPD_OP_DECLARE(relu);
+OPD_EW_STRIDED_KERNELS(relu)
 OPD_OP_DECLARE(gelu);
+OPD_EW_STRIDED_KERNELS(gelu)
 OPD_OP_DECLARE(silu);
+OPD_EW_STRIDED_KERNELS(silu)
 OPD_OP_DECLARE(sigmoid);
+OPD_EW_STRIDED_KERNELS(sigmoid)
 OPD_OP_DECLARE(tanh);
+OPD_EW_STRIDED_KERNELS(tanh)
 OPD_OP_DECLARE(hardtanh);
+OPD_EW_STRIDED_KERNELS(hardtanh)
 OPD_OP_DECLARE(hardsigmoid);
+OPD_EW_STRIDED_KERNELS(hardsigmoid)
 OPD_OP_DECLARE(hardswish);
+OPD_EW_STRIDED_KERNELS(hardswish)
 
 const opd_op_def_t opd__op_relu =
     UNARY_ROW(relu, "elementwise max(x, 0) (torch.relu; NaN propagates)");
@@ -98,13 +110,21 @@ const opd_op_def_t opd__op_hardswish =
 
 /* neg, abs, exp, log, sqrt, rsqrt, sin, cos (kernels/unary/math.c) */
 OPD_OP_DECLARE(neg);
+OPD_EW_STRIDED_KERNELS(neg)
 OPD_OP_DECLARE(abs);
+OPD_EW_STRIDED_KERNELS(abs)
 OPD_OP_DECLARE(exp);
+OPD_EW_STRIDED_KERNELS(exp)
 OPD_OP_DECLARE(log);
+OPD_EW_STRIDED_KERNELS(log)
 OPD_OP_DECLARE(sqrt);
+OPD_EW_STRIDED_KERNELS(sqrt)
 OPD_OP_DECLARE(rsqrt);
+OPD_EW_STRIDED_KERNELS(rsqrt)
 OPD_OP_DECLARE(sin);
+OPD_EW_STRIDED_KERNELS(sin)
 OPD_OP_DECLARE(cos);
+OPD_EW_STRIDED_KERNELS(cos)
 
 const opd_op_def_t opd__op_neg = UNARY_ROW(neg, "-x (torch.neg)");
 const opd_op_def_t opd__op_abs = UNARY_ROW(abs, "|x| (torch.abs)");

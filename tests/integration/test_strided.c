@@ -1,7 +1,9 @@
-/* Integration: strided tensors through libopd and the daemon's generic
- * copies (daemon/run/strided.h): a transposed input, a stride-0 broadcast
- * input, a permuted input and a strided out= inside a bigger tensor, each
- * against a plain C reference; the copies in STATS and in `opctl stats`. */
+/* Integration: strided tensors through libopd, read by the CPU kernels
+ * that take strides (OPD_OPF_CPU_STRIDED) or copied by the daemon around
+ * those that do not (daemon/run/strided.h): a transposed input, a
+ * stride-0 broadcast input, a permuted input and a strided out= inside a
+ * bigger tensor, each against a plain C reference; the copies in STATS
+ * and in `opctl stats`. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
@@ -76,8 +78,27 @@ Test(strided, transposed_input_into_a_strided_out) {
       else
         cr_assert_eq(got, -1.0f, "(%d, %d) outside the out= slice was written", i, j);
     }
-  cr_assert_eq(n1 - n0, 2, "one gather and one scatter: %lld", (long long)(n1 - n0));
-  cr_assert_eq(b1 - b0, 2 * R * C * 4);
+  /* softmax's CPU kernel reads and writes the strides itself
+     (OPD_OPF_CPU_STRIDED): no copy */
+  cr_assert_eq(n1 - n0, 0, "softmax made %lld copies", (long long)(n1 - n0));
+  cr_assert_eq(b1 - b0, 0);
+  /* matmul's does not: xt @ I (R, R) into the same slice is a gather of
+     xt and a scatter into out */
+  float *eye = want + 1024;
+  for (int i = 0; i < R * R; i++) eye[i] = i % (R + 1) == 0 ? 1.0f : 0.0f;
+  opd_tensor_t ab[2] = {xt, th_f32(a, (uint64_t)(eye - x) * 4, 2, (int64_t)R, (int64_t)R)};
+  cr_assert_eq(opd_run(c, "matmul", ab, 2, &out, 1, NULL, 0), 0, "%s", opd_last_error());
+  strided_stats(&n0, &b0);
+  for (int i = 0; i < C; i++)
+    for (int j = 0; j < BIG; j++) {
+      float got = big[i * BIG + j];
+      if (j >= 10 && j < 10 + R)
+        cr_assert_float_eq(got, x[(j - 10) * C + i], 1e-6, "(%d, %d)", i, j);
+      else
+        cr_assert_eq(got, -1.0f, "(%d, %d) outside the out= slice was written", i, j);
+    }
+  cr_assert_eq(n0 - n1, 2, "one gather and one scatter: %lld", (long long)(n0 - n1));
+  cr_assert_eq(b0 - b1, 2 * R * C * 4);
   opd_close(c);
 }
 
