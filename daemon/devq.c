@@ -106,7 +106,7 @@ take:
 
 void opd__devq_release(opd_server_t *srv, opd_job_t *j) {
   opd_devq_t *q = srv->devq;
-  if (!j->devq_slot || q == NULL) return;
+  if (!j->devq_slot || q == NULL || j->device < 0) return;
   j->devq_slot = 0;
   int dev = j->device;
   if (q->out[dev] > 0) q->out[dev]--;

@@ -71,6 +71,7 @@ int opd__run_cached(const opd_req_t *r, const unsigned char *body,
     now.t_recv = opd__now_ns(); /* the class's queue wait (sched.c) */
     now.rc = 0;
     now.ns = 0;
+    now.devq_slot = 0; /* a host run: never a device's slot (devq.c) */
     if (opd__runq_now(s, &now)) return 1;
   }
   opd_job_t *job = opd__job_alloc(srv);
