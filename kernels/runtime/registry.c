@@ -58,6 +58,7 @@
   X(cat)           \
   X(embedding)     \
   X(where)         \
+  X(gather)        \
   X(expand)        \
   X(sum)           \
   X(mean)          \

@@ -24,18 +24,10 @@ import numbers
 import torch
 import torch.nn.functional as F
 
+from ._fxbase import Unsupported, _is_tensor, _static, arg, meta  # noqa: F401
+from ._fxindex import INDEX_MOVES, INDEX_RULES
+
 nn = torch.nn
-
-
-class Unsupported(Exception):
-    """The node stays in torch; str() is the reason."""
-
-
-def arg(node, i, name, default=None):
-    """The node's argument i (positional) or `name` (keyword)."""
-    if len(node.args) > i:
-        return node.args[i]
-    return node.kwargs.get(name, default)
 
 
 def _unary(op):
@@ -487,7 +479,8 @@ def _conv2d(n, mod):
 PSEUDO = {"=": (), "addmm": ("linear",), "pow": ("mul",), "select": ("slice", "reshape"),
           "slices": ("slice", "reshape"), "roll": ("slice", "cat")}
 # ops that move data of any dtype (the rest compute in float32)
-MOVES = {"=", "reshape", "expand", "permute", "slice", "select", "slices", "roll", "cat"}
+MOVES = {"=", "reshape", "expand", "permute", "slice", "select", "slices", "roll",
+         "cat"} | INDEX_MOVES
 
 RULES = {}
 for _keys, _rule in (
@@ -551,24 +544,9 @@ for _k in (getattr(F, "rms_norm", None), getattr(torch, "rms_norm", None)):
         RULES[_k] = _rms_norm
 if hasattr(nn, "RMSNorm"):
     RULES[nn.RMSNorm] = _rms_norm
+RULES.update(INDEX_RULES)
 del _keys, _rule, _k
 
 DTYPES = {torch.float32, torch.float16, torch.bfloat16, torch.float64,
           torch.int8, torch.uint8, torch.int32, torch.int64, torch.bool}
 
-
-def meta(x):
-    """The example (fake) tensor of FX node x, or None."""
-    m = getattr(x, "meta", None)
-    if m is None:
-        return None
-    v = m.get("example_value", m.get("val"))
-    return v if isinstance(v, torch.Tensor) else None
-
-
-def _is_tensor(x):
-    return isinstance(x, torch.Tensor) or meta(x) is not None
-
-
-def _static(x):
-    return getattr(x, "meta", {}).get("opd_const", False)

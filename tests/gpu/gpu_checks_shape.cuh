@@ -1,6 +1,6 @@
 /* Part of tests/gpu/gpu_kernels.cu, included there (one translation unit:
  * its helpers and counts): the data movement ops (permute, reshape, slice,
- * cat, expand, embedding, where) against their CPU reference, byte for
+ * cat, expand, embedding, gather, where) against their CPU reference, byte for
  * byte, over element sizes 1, 2, 4 and 8 (bool, int8, float16, bfloat16,
  * float32, int64, float64), awkward shapes (empty, a dim of 1, odd
  * widths, 15 cat inputs), pointers moved off 16-byte alignment
@@ -167,6 +167,12 @@ static void check_shape_ops(void) {
       move_case("embedding", "[moved]", {mv_rand(dt, {20, 16}), mv_index(it, {9}, 20)},
                 no_attrs, esz);
     }
+    move_case("gather", "", {mv_rand(dt, {4, 5, 6}), mv_index(OPD_DTYPE_INT64, {4, 9, 6}, 5)},
+              [](opd_kcall_t *c) { set_int(c, "dim", 1); });
+    move_case("gather", "[narrow]", {mv_rand(dt, {2, 12}), mv_index(OPD_DTYPE_INT64, {1, 30}, 12)},
+              [](opd_kcall_t *c) { set_int(c, "dim", -1); });
+    move_case("gather", "", {mv_rand(dt, {64, 33}), mv_index(OPD_DTYPE_INT64, {7, 33}, 64)},
+              [](opd_kcall_t *c) { set_int(c, "dim", 0); });
   }
   /* embedding: an index out of [0, V) gives a row of zeros on CUDA */
   if (!wanted("embedding")) return;

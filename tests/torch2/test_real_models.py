@@ -99,11 +99,12 @@ def test_transformers_gpt2_is_one_graph(c, backend, caplog):
     assert len(backend.last.opd_parts) == 1
 
 
-@pytest.mark.parametrize("name", ["llama", "t5", "distilbert"])
+@pytest.mark.parametrize("name", ["llama", "t5", "distilbert", "bert"])
 def test_transformers_models_are_one_graph(c, backend, caplog, name):
     """LLaMA (rms_norm, rotary cos/sin, repeat_kv's x[:, :, None],
     grouped-query sdpa, SwiGLU MLP), the T5 encoder (its layer norm
-    written out with rsqrt) and DistilBERT, small configs."""
+    written out with rsqrt), DistilBERT and BERT (its token type ids
+    taken with torch.gather), small configs."""
     tf = pytest.importorskip("transformers")
     torch.manual_seed(0)
     if name == "llama":
@@ -113,6 +114,9 @@ def test_transformers_models_are_one_graph(c, backend, caplog, name):
     elif name == "t5":
         m = tf.T5EncoderModel(tf.T5Config(vocab_size=100, d_model=64, d_kv=16, d_ff=128,
                                           num_layers=2, num_heads=4))
+    elif name == "bert":
+        m = tf.BertModel(tf.BertConfig(vocab_size=100, hidden_size=64, num_hidden_layers=2,
+                                       num_attention_heads=4, intermediate_size=128))
     else:
         m = tf.DistilBertModel(tf.DistilBertConfig(vocab_size=100, dim=64, n_layers=2,
                                                    n_heads=4, hidden_dim=128))
