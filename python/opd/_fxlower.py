@@ -74,7 +74,9 @@ def spec(node, ops, devices):
             not (op == "linear" and "matmul" in ops and "add" in ops):
         raise Unsupported("the daemon has no %s op" % "/".join(
             o for o in need if o not in ops))
-    if out.requires_grad:
+    if out.requires_grad and not node.meta.get("opd_no_grad"):
+        # (compiled with grad off, dynamo guarding it: a view of a parameter
+        # still says requires_grad in its fake value)
         raise Unsupported("its output needs autograd: opd graphs run forward "
                           "only (call under torch.no_grad() or "
                           "torch.inference_mode())")

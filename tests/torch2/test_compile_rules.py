@@ -46,3 +46,123 @@ def test_gather_lowers(c, backend, caplog):
     torch.testing.assert_close(got, want)
     assert fell == [], fell
     assert len(backend.last.opd_parts) == 1
+
+
+class _Attn(nn.Module):
+    """nn.MultiheadAttention called as a model would, with its options."""
+
+    def __init__(self, batch_first, cross=False, **call):
+        super().__init__()
+        self.mha = nn.MultiheadAttention(32, 4, batch_first=batch_first,
+                                         kdim=24 if cross else None, vdim=24 if cross else None)
+        self.cross, self.call = cross, call
+
+    def forward(self, x, mem):
+        kv = mem if self.cross else x
+        out, w = self.mha(x, kv, kv, **self.call)
+        return out if w is None else (out, w)
+
+
+def _mha_case(batch_first, **kw):
+    g = torch.Generator().manual_seed(0)
+    shape = (2, 5, 32) if batch_first else (5, 2, 32)
+    x = torch.randn(*shape, generator=g)
+    mem = torch.randn(*(shape[:2] + (24,)), generator=g)
+    return x, mem
+
+
+@pytest.mark.parametrize("batch_first", [False, True])
+@pytest.mark.parametrize("case", ["self", "cross", "bool_mask", "float_mask", "causal",
+                                  "unbatched"])
+def test_multihead_attention_lowers(c, backend, caplog, batch_first, case):
+    """nn.MultiheadAttention without its weights (need_weights=False):
+    one opd graph (linear, views, sdpa, linear), eager's result."""
+    torch.manual_seed(0)
+    x, mem = _mha_case(batch_first)
+    call = {"need_weights": False}
+    if case == "bool_mask":
+        call["attn_mask"] = torch.rand(5, 5) < 0.3
+        call["attn_mask"][:, 0] = False            # every query sees a key
+    elif case == "float_mask":
+        call["attn_mask"] = torch.randn(2 * 4, 5, 5)
+    elif case == "causal":
+        call["attn_mask"] = nn.Transformer.generate_square_subsequent_mask(5)
+        call["is_causal"] = True
+    m = _Attn(batch_first, cross=case == "cross", **call).eval()
+    if case == "unbatched":
+        x = x[0] if batch_first else x[:, 0]
+    want, got, fell = _compiled(m, backend, caplog, x, mem)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    assert fell == [], fell
+    assert len(backend.last.opd_parts) == 1
+
+
+@pytest.mark.parametrize("average", [True, False])
+def test_multihead_attention_weights_are_written_out(c, backend, caplog, average):
+    """need_weights=True with the weights read: softmax(q kᵀ / √D + mask)
+    written out, averaged over heads or not; outputs and weights equal
+    eager's."""
+    torch.manual_seed(0)
+    x, mem = _mha_case(False)
+    m = _Attn(False, need_weights=True, average_attn_weights=average,
+              attn_mask=torch.randn(5, 5)).eval()
+    want, got, fell = _compiled(m, backend, caplog, x, mem)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    assert fell == [], fell
+    assert len(backend.last.opd_parts) == 1
+
+
+def test_multihead_attention_it_cannot_write_out_stays_torch(c, backend, caplog):
+    """A key_padding_mask keeps the fused call in torch, named in the log;
+    the result is eager's."""
+    torch.manual_seed(0)
+    x, mem = _mha_case(False)
+    m = _Attn(False, need_weights=False,
+              key_padding_mask=torch.tensor([[False] * 4 + [True]] * 2)).eval()
+    want, got, fell = _compiled(m, backend, caplog, x, mem)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    assert any("multi_head_attention_forward: no opd op" in f for f in fell), fell
+
+
+def test_masks_pads_and_indexing_by_a_buffer_lower(c, backend, caplog):
+    """Swin's pieces: masked_fill and torch.where with numbers, zeros_like,
+    F.pad by positive and negative amounts (value too), and a table
+    indexed by an int64 buffer (its relative position bias)."""
+    import torch.nn.functional as F
+
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.table = nn.Parameter(torch.randn(13, 3))
+            self.register_buffer("index", (torch.arange(20) * 7) % 13)
+            self.register_buffer("cube", torch.randn(4, 5, 6))
+            self.register_buffer("two", torch.tensor([3, 1]))
+            self.register_buffer("hole", torch.rand(4, 5, 3) < 0.3)
+
+        def forward(self, x):
+            bias = self.table[self.index].view(4, 5, 3)              # (4, 5, 3)
+            h = x.masked_fill(self.hole, -100.0) + bias
+            h = torch.where(self.hole[:1], 0.0, h) + torch.zeros_like(h)
+            p = F.pad(h, (1, 2, 0, -1), value=0.25)                  # (4, 4, 6)
+            t = self.cube[self.two]                                  # (2, 5, 6)
+            return p.sum(0) + F.pad(x, (0, 0, 1, 0)).sum() + t.sum(0)[:4]
+    x = torch.randn(4, 5, 3)
+    want, got, fell = _compiled(M().eval(), backend, caplog, x)
+    torch.testing.assert_close(got, want)
+    assert fell == [], fell
+    assert len(backend.last.opd_parts) == 1
+
+
+def test_indexing_by_a_runtime_tensor_stays_torch(c, backend, caplog):
+    """x[i] with i an input (its negative values would wrap in torch) and
+    F.pad in reflect mode stay torch's, logged; the result is eager's."""
+    import torch.nn.functional as F
+
+    def fn(x, i):
+        return x[i].relu() + F.pad(x, (1, 1), mode="reflect")[:, 1:-1][i]
+    x, i = torch.randn(5, 4), torch.tensor([0, -1, 3])
+    want, got, fell = _compiled(fn, backend, caplog, x, i)
+    torch.testing.assert_close(got, want)
+    assert any("not a constant of the graph" in f for f in fell), fell
+    assert any("'reflect' mode" in f for f in fell), fell
