@@ -146,6 +146,12 @@ def _binary(op):
         for x in (a, b):
             if not _is_tensor(x) and not isinstance(x, (int, float)):
                 raise Unsupported("%s of %s" % (op, type(x).__name__))
+        out = meta(n)
+        if out is not None and out.dtype in INTS and op != "div":
+            # integer arithmetic: a number as a constant of the result's
+            # dtype (torch's promotion keeps an int tensor's dtype for an int)
+            a, b = (torch.tensor(x, dtype=out.dtype, device=out.device)
+                    if isinstance(x, int) and not isinstance(x, bool) else x for x in (a, b))
         return op, [a, b], {} if alpha == 1 else {"alpha": float(alpha)}
     return rule
 
@@ -567,6 +573,7 @@ if hasattr(nn, "RMSNorm"):
 RULES.update(INDEX_RULES)
 del _keys, _rule, _k
 
+INTS = {torch.int8, torch.uint8, torch.int32, torch.int64}   # add / sub / mul take
 DTYPES = {torch.float32, torch.float16, torch.bfloat16, torch.float64,
           torch.int8, torch.uint8, torch.int32, torch.int64, torch.bool}
 

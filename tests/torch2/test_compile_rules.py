@@ -166,3 +166,34 @@ def test_indexing_by_a_runtime_tensor_stays_torch(c, backend, caplog):
     torch.testing.assert_close(got, want)
     assert any("not a constant of the graph" in f for f in fell), fell
     assert any("'reflect' mode" in f for f in fell), fell
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.uint8])
+def test_integer_arithmetic_lowers(c, backend, caplog, dtype):
+    """add / sub (alpha too) / mul of integer tensors and Python ints
+    (torch's promotion keeps the tensor's dtype): one graph, eager's
+    values to the bit, wraparound included."""
+    def fn(i, j):
+        k = i * 3 + j - 1
+        return torch.sub(k * j, i, alpha=2) + 7
+    g = torch.Generator().manual_seed(0)
+    hi = 200 if dtype == torch.uint8 else 2 ** 20
+    i = torch.randint(0, hi, (4, 6), generator=g).to(dtype)
+    j = torch.randint(0, hi, (6,), generator=g).to(dtype)
+    want, got, fell = _compiled(fn, backend, caplog, i, j)
+    assert got.dtype == dtype
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    assert fell == [], fell
+    assert len(backend.last.opd_parts) == 1
+
+
+def test_mixed_integer_dtypes_stay_torch(c, backend, caplog):
+    """int32 + int64 (torch promotes to int64; opd's add takes one dtype)
+    and an int tensor times a float number (a float result) stay torch's."""
+    def fn(i, j):
+        return (i + j) * 2, i * 0.5
+    i, j = torch.arange(6, dtype=torch.int32), torch.arange(6)
+    want, got, fell = _compiled(fn, backend, caplog, i, j)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert any("dtype int32" in f for f in fell), fell
