@@ -1,14 +1,15 @@
-"""opd._fxindex: the torch.compile backend's rules for indexing and
-selecting by tensors (part of the support table, opd._fxrules):
-torch.gather, masked_fill, torch.where, and zeros_like / ones_like /
-full_like.
+"""opd._fxindex: the torch.compile backend's rules for indexing,
+selecting and comparing (part of the support table, opd._fxrules):
+torch.gather, masked_fill, torch.where, zeros_like / ones_like /
+full_like, x[index], and ==, !=, <, <=, >, >= (torch.eq ... torch.ge).
 
 DESIGN
 Each rule reads the node as the table's others do (opd._fxbase) and
-returns (opd op, inputs, attrs) or raises Unsupported. The ops here move
+returns (opd op, inputs, attrs) or raises Unsupported. The ops here take
 elements of any dtype (INDEX_MOVES: _fxlower checks their dtypes as the
 data movement ops'); gather's index tensors are int64, where's condition
-bool, as torch's. A number operand becomes a 0-d constant tensor of the
+bool, as torch's; a comparison's operands share one dtype and its result
+is bool. A number operand becomes a 0-d constant tensor of the
 node's result dtype (torch's promotion of a number against a tensor of
 that dtype: the result is the tensor's dtype), given to the graph as
 its constant:
@@ -22,8 +23,14 @@ its constant:
   rows, embedding by index, reshaped to index's shape + x's trailing
   extents (_fxgraph). torch wraps a negative index, embedding refuses it
   (CPU) or gives zeros (CUDA): the index must be a constant of the graph
-  (a parameter or buffer) whose values are in [0, n0), checked here.
+  (a parameter or buffer) whose values are in [0, n0), checked here;
+- a comparison of a tensor with a number takes the number as a constant
+  of the tensor's dtype (torch's promotion, where the number's kind does
+  not widen it: a float number against an integer tensor, or an integer
+  outside the dtype's range, stays torch's).
 """
+import operator
+
 import torch
 
 from ._fxbase import Unsupported, arg, meta
@@ -102,12 +109,45 @@ def _full_like(n, mod):
         {"shape": [int(d) for d in out.shape]}
 
 
-INDEX_MOVES = {"gather", "where", "take"}
+def _compare(op):
+    def rule(n, mod):
+        a, b = n.args[0], arg(n, 1, "other")
+        like = meta(a) if meta(a) is not None else meta(b)
+        if like is None:
+            raise Unsupported("%s of two numbers" % op)
+        ins = []
+        for x in (a, b):
+            if isinstance(x, (bool, int, float)):
+                if isinstance(x, float) and not like.is_floating_point():
+                    raise Unsupported("%s of an integer tensor and a float" % op)
+                if isinstance(x, int) and not isinstance(x, bool) and \
+                        not like.is_floating_point() and like.dtype != torch.bool:
+                    info = torch.iinfo(like.dtype)
+                    if not info.min <= x <= info.max:
+                        raise Unsupported("%s with %d, outside %s" % (op, x, like.dtype))
+                x = torch.tensor(x, dtype=like.dtype, device=like.device)
+            elif meta(x) is None:
+                raise Unsupported("%s of %s" % (op, type(x).__name__))
+            elif meta(x).dtype != like.dtype:
+                raise Unsupported("%s of %s and %s tensors" % (op, like.dtype, meta(x).dtype))
+            ins.append(x)
+        return op, ins, {}
+    return rule
+
+
+COMPARES = {"eq": (operator.eq, torch.eq, "eq", "__eq__"),
+            "ne": (operator.ne, torch.ne, "ne", "__ne__"),
+            "lt": (operator.lt, torch.lt, torch.less, "lt", "less"),
+            "le": (operator.le, torch.le, "le"),
+            "gt": (operator.gt, torch.gt, torch.greater, "gt", "greater"),
+            "ge": (operator.ge, torch.ge, "ge")}
+INDEX_MOVES = {"gather", "where", "take"} | set(COMPARES)
 INDEX_RULES = {}
 for _keys, _rule in (((torch.gather, "gather"), _gather),
                      ((torch.masked_fill, "masked_fill"), _masked_fill),
                      ((torch.where, "where"), _where),
-                     ((torch.zeros_like, torch.ones_like, torch.full_like), _full_like)):
+                     ((torch.zeros_like, torch.ones_like, torch.full_like), _full_like)) + \
+        tuple((keys, _compare(op)) for op, keys in COMPARES.items()):
     for _k in _keys:
         INDEX_RULES[_k] = _rule
 del _keys, _rule, _k

@@ -5,7 +5,8 @@
  * float32, int64, float64), awkward shapes (empty, a dim of 1, odd
  * widths, 15 cat inputs), pointers moved off 16-byte alignment
  * ("[moved]": the narrower units of kernels/shape/move.cuh), add / sub /
- * mul of integers (compared byte for byte the same way) and, for
+ * mul of integers and the compare ops (checked byte for byte the same
+ * way) and, for
  * embedding, out-of-range indices, which the CUDA kernel turns into rows
  * of zeros ("[bad-index]"). */
 
@@ -175,6 +176,13 @@ static void check_shape_ops(void) {
     move_case("gather", "", {mv_rand(dt, {64, 33}), mv_index(OPD_DTYPE_INT64, {7, 33}, 64)},
               [](opd_kcall_t *c) { set_int(c, "dim", 0); });
   }
+  /* eq ... ge (kernels/compare/cuda.cu): bool results byte for byte as
+   * the CPU's, every element size, NaN patterns included (random bytes) */
+  for (int dt : MV_DTS)
+    for (const char *op : {"eq", "ne", "lt", "le", "gt", "ge"}) {
+      move_case(op, "[compare]", {mv_rand(dt, {64, 1, 33}), mv_rand(dt, {5, 33})}, no_attrs);
+      move_case(op, "[compare]", {mv_rand(dt, {1000}), mv_rand(dt, {})}, no_attrs);
+    }
   /* add, sub, mul of integers (kernels/binary/int.cu): wrapping
    * arithmetic, byte for byte as the CPU's, broadcast, with alpha */
   for (int it : {OPD_DTYPE_INT8, OPD_DTYPE_UINT8, OPD_DTYPE_INT32, OPD_DTYPE_INT64})

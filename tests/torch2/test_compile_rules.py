@@ -197,3 +197,21 @@ def test_mixed_integer_dtypes_stay_torch(c, backend, caplog):
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
     assert any("dtype int32" in f for f in fell), fell
+
+
+def test_comparisons_lower(c, backend, caplog):
+    """==, !=, <, <=, >, >= of tensors and of a tensor and a number (float
+    and integer tensors), as operators, torch functions and methods,
+    feeding where / masked_fill: one graph, eager's values."""
+    def fn(x, y, i):
+        a = torch.where(x > 0.5, x, -x) + torch.where(i == 3, 1.0, 0.0)
+        b = x.masked_fill(x.lt(-0.2), 0.0) * torch.where(torch.ge(x, y), 2.0, 1.0)
+        e = torch.where((i != 2) == (i <= 4), x, y)
+        return a + b + e + torch.where(0.1 >= y, y, x)
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(3, 8, generator=g), torch.randn(8, generator=g)
+    i = torch.randint(0, 6, (3, 1), generator=g)
+    want, got, fell = _compiled(fn, backend, caplog, x, y, i)
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    assert fell == [], fell
+    assert len(backend.last.opd_parts) == 1
