@@ -210,7 +210,6 @@ def mha(gm):
         try:
             done += _rewrite(gm, n, mode)
         except (ValueError, RuntimeError, TypeError):   # noqa: PERF203 (torch keeps it)
-            continue
-    if done:
-        gm.graph.eliminate_dead_code()
+            continue                # the nodes added so far are dead: removed below
+    gm.graph.eliminate_dead_code()
     return done
