@@ -2,8 +2,9 @@
 the element-wise and row-wise ops (opd._fxindex, opd._fxmha): each lowers
 into one opd graph with nothing left to torch and gives eager's result,
 on the CPU: torch.gather (BERT's token type ids), nn.MultiheadAttention
-(torchvision's ViT), masked_fill and slice writes into a fresh tensor
-(Swin's attention mask), integer arithmetic."""
+(torchvision's ViT), masked_fill, torch.where, zeros_like, constant pads
+and a table indexed by a buffer (Swin's pieces), comparisons, integer
+arithmetic; and what stays torch's, logged with its reason."""
 import logging
 
 import pytest
