@@ -15,14 +15,15 @@ unbatched (L, E) is taken as N = 1 and given back as (L, E)):
     o -> permute (L, N, H, D) -> reshape (L, N, E) -> linear(W_o, b_o)
 with the mask as torch's MHA reads it (a bool attn_mask is True where a
 key may NOT be attended: its logical_not goes to sdpa; a float one is
-added; (L, S) or (N*H, L, S), the latter reshaped to (N, H, L, S)), and
-is_causal as sdpa's. When the attention weights are read
+added; (L, S) or (N*H, L, S), the latter reshaped to (N, H, L, S); a
+key_padding_mask (N, S) is added as (N, 1, 1, S), a bool one as -inf
+where True), and is_causal as sdpa's. When the attention weights are read
 (need_weights=True and the tuple's element 1 has users), the attention
 is written out instead of sdpa: softmax(q kᵀ / sqrt(D) + mask) (N, H, L,
 S), the weights averaged over heads (average_attn_weights) or not, times
 v. Calls with what this does not write out (bias_k / bias_v,
-add_zero_attn, a key_padding_mask, static_k / static_v, dropout in
-training) stay as they are, and so in torch.
+add_zero_attn, static_k / static_v, dropout in training) stay as they
+are, and so in torch.
 
 Each new node gets its meta value (node.meta["val"] and
 ["example_value"]) by running its target on the fake values of its
@@ -97,7 +98,7 @@ def _args(n):
 def _plain(a):
     """True when the call is one this rewrite writes out."""
     return (a["bias_k"] is None and a["bias_v"] is None and not a["add_zero_attn"]
-            and a["key_padding_mask"] is None and a["static_k"] is None
+            and a["static_k"] is None
             and a["static_v"] is None and isinstance(a["num_heads"], int)
             and (not a["training"] or a["dropout_p"] in (0, 0.0)))
 
@@ -124,15 +125,20 @@ def _projections(b, a, E):
 
 
 def _mask(b, a, N, H, L, S):
-    """The mask sdpa takes (bool: True attends; float: added), or None."""
-    m = a["attn_mask"]
-    if m is None:
-        return None
-    if meta(m).dtype == torch.bool:
-        m = b(torch.logical_not, m)
-    if meta(m).dim() == 3:
+    """The mask sdpa takes (bool: True attends; float: added), or None:
+    attn_mask ((L, S) or (N*H, L, S)) and key_padding_mask ((N, S), as
+    (N, 1, 1, S)) as torch's MHA reads them (bool: True is NOT attended),
+    added together when both are given."""
+    m, kpm = a["attn_mask"], a["key_padding_mask"]
+    if m is not None and meta(m).dim() == 3:
         m = b(torch.reshape, m, (N, H, L, S))
-    return m
+    if kpm is None:
+        return b(torch.logical_not, m) if m is not None and meta(m).dtype == torch.bool else m
+    if m is not None and meta(m).dtype == torch.bool:
+        m = b(torch.where, m, -math.inf, 0.0)
+    k = b(torch.where, kpm, -math.inf, 0.0) if meta(kpm).dtype == torch.bool else kpm
+    k = b(torch.reshape, k, (N, 1, 1, S))
+    return k if m is None else b(operator.add, m, k)
 
 
 def _rewrite(gm, n, mode):

@@ -6,6 +6,7 @@ on the CPU: torch.gather (BERT's token type ids), nn.MultiheadAttention
 and a table indexed by a buffer (Swin's pieces), comparisons, integer
 arithmetic; and what stays torch's, logged with its reason."""
 import logging
+import math
 
 import pytest
 
@@ -74,7 +75,7 @@ def _mha_case(batch_first, **kw):
 
 @pytest.mark.parametrize("batch_first", [False, True])
 @pytest.mark.parametrize("case", ["self", "cross", "bool_mask", "float_mask", "causal",
-                                  "unbatched"])
+                                  "unbatched", "padding", "padding_and_mask"])
 def test_multihead_attention_lowers(c, backend, caplog, batch_first, case):
     """nn.MultiheadAttention without its weights (need_weights=False):
     one opd graph (linear, views, sdpa, linear), eager's result."""
@@ -89,6 +90,11 @@ def test_multihead_attention_lowers(c, backend, caplog, batch_first, case):
     elif case == "causal":
         call["attn_mask"] = nn.Transformer.generate_square_subsequent_mask(5)
         call["is_causal"] = True
+    if case.startswith("padding"):                 # the last key of batch 1 ignored
+        call["key_padding_mask"] = torch.tensor([[False] * 5, [False] * 4 + [True]])
+        if case == "padding_and_mask":
+            call["attn_mask"] = torch.rand(5, 5) < 0.3
+            call["attn_mask"][:, 0] = False
     m = _Attn(batch_first, cross=case == "cross", **call).eval()
     if case == "unbatched":
         x = x[0] if batch_first else x[:, 0]
@@ -101,12 +107,13 @@ def test_multihead_attention_lowers(c, backend, caplog, batch_first, case):
 @pytest.mark.parametrize("average", [True, False])
 def test_multihead_attention_weights_are_written_out(c, backend, caplog, average):
     """need_weights=True with the weights read: softmax(q kᵀ / √D + mask)
-    written out, averaged over heads or not; outputs and weights equal
-    eager's."""
+    written out (a float attn_mask and a key_padding_mask), averaged over
+    heads or not; outputs and weights equal eager's."""
     torch.manual_seed(0)
     x, mem = _mha_case(False)
     m = _Attn(False, need_weights=True, average_attn_weights=average,
-              attn_mask=torch.randn(5, 5)).eval()
+              attn_mask=torch.randn(5, 5),
+              key_padding_mask=torch.tensor([[0.0] * 4 + [-math.inf], [0.0] * 5])).eval()
     want, got, fell = _compiled(m, backend, caplog, x, mem)
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
@@ -115,12 +122,12 @@ def test_multihead_attention_weights_are_written_out(c, backend, caplog, average
 
 
 def test_multihead_attention_it_cannot_write_out_stays_torch(c, backend, caplog):
-    """A key_padding_mask keeps the fused call in torch, named in the log;
-    the result is eager's."""
+    """bias_k / bias_v (add_bias_kv) keep the fused call in torch, named in
+    the log; the result is eager's."""
     torch.manual_seed(0)
     x, mem = _mha_case(False)
-    m = _Attn(False, need_weights=False,
-              key_padding_mask=torch.tensor([[False] * 4 + [True]] * 2)).eval()
+    m = _Attn(False, need_weights=False).eval()
+    m.mha = nn.MultiheadAttention(32, 4, add_bias_kv=True).eval()
     want, got, fell = _compiled(m, backend, caplog, x, mem)
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
     assert any("multi_head_attention_forward: no opd op" in f for f in fell), fell
