@@ -87,7 +87,10 @@ def _masked_fill(n, mod):
 
 
 def _where(n, mod):
-    cond, a, b = n.args[0], arg(n, 1, "input", arg(n, 1, "self")), arg(n, 2, "other")
+    if n.op == "call_method":               # x.where(cond, y)
+        a, cond, b = n.args[0], arg(n, 1, "condition"), arg(n, 2, "other")
+    else:                                   # torch.where(cond, x, y)
+        cond, a, b = arg(n, 0, "condition"), arg(n, 1, "input"), arg(n, 2, "other")
     if a is None or b is None:
         raise Unsupported("torch.where(cond) (the indices of its True elements)")
     if meta(cond) is None or meta(cond).dtype not in (torch.bool, torch.uint8):

@@ -214,7 +214,7 @@ def test_comparisons_lower(c, backend, caplog):
     def fn(x, y, i):
         a = torch.where(x > 0.5, x, -x) + torch.where(i == 3, 1.0, 0.0)
         b = x.masked_fill(x.lt(-0.2), 0.0) * torch.where(torch.ge(x, y), 2.0, 1.0)
-        e = torch.where((i != 2) == (i <= 4), x, y)
+        e = torch.where((i != 2) == (i <= 4), x, y) + x.where(x > 0, -1.0)
         return a + b + e + torch.where(0.1 >= y, y, x)
     g = torch.Generator().manual_seed(0)
     x, y = torch.randn(3, 8, generator=g), torch.randn(8, generator=g)
