@@ -69,8 +69,8 @@
 #include "client/torch/cpukern.h"
 
 #define T opd__torch
-#define MAX_OPS 400       /* kernels one process registers (47 ops and
-                             their forms and overloads: about 170) */
+#define MAX_OPS 400       /* kernels one process registers (54 ops and
+                             their forms and overloads: about 200) */
 #define FORM_KIND OPD_TORCH_FORM_KIND
 
 /* ---- kernels and their plans ---------------------------------------------- */

@@ -35,6 +35,7 @@
  * BINARY_KERNELS line at the end.
  * Test: build/tests/ops, suite binary (tests/ops/test_binary.c).
  */
+#include "kernels/binary/int.h"
 #include "kernels/common/cast.h"
 #include "kernels/common/cpu.h"
 #include "kernels/common/kutil.h"
@@ -332,12 +333,16 @@ static int binary64(opd_kcall_t *call, opd_binop_t op) {
   OPD_OP_DECLARE(name);                                                  \
   static int name##64(opd_kcall_t *call) { return binary64(call, op); }  \
   int opd__##name##_cpu_ref(opd_kcall_t *call) {                         \
+    if (OPD_BIN_IS_INT(call->out[0].dtype))                    \
+      return opd__binary_int_cpu(call); /* int.c */                      \
     OPD_CAST_DISPATCH(call, opd__##name##_cpu_ref, name##64);            \
     float al;                                                            \
     opd_binop_t o = with_alpha(call, op, &al);                           \
     return binary_ref(call, o, al);                                      \
   }                                                                      \
   int opd__##name##_cpu_fast(opd_kcall_t *call) {                        \
+    if (OPD_BIN_IS_INT(call->out[0].dtype))                    \
+      return opd__binary_int_cpu(call);                                  \
     OPD_CAST_DISPATCH(call, opd__##name##_cpu_fast, name##64);           \
     float al;                                                            \
     opd_binop_t o = with_alpha(call, op, &al);                           \

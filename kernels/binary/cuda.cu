@@ -28,6 +28,7 @@
  * BINARY_CUDA line at the end.
  * Test: build/tests/gpu_kernels (op=add, op=mul).
  */
+#include "kernels/binary/int.h"
 #include "kernels/cuda/common.cuh"
 
 struct AddF {
@@ -175,12 +176,16 @@ static int binary_run(opd_kcall_t *call, const opd_cuda_ctx_t *ctx, F f) {
 /* add and sub: alpha (attribute 0) other than 1 runs AxpyF. */
 #define ALPHA_CUDA(name, F, sign)                                              \
   extern "C" int opd__##name##_cuda(opd_kcall_t *call, const opd_cuda_ctx_t *ctx) { \
+    if (OPD_BIN_IS_INT(call->out[0].dtype)) return opd__binary_int_cuda(call, ctx); \
     double al = call->attr[0].f;                                               \
     if (al != 1.0) return binary_run(call, ctx, AxpyF{sign al});               \
     return binary_run(call, ctx, F());                                         \
   }
 
 ALPHA_CUDA(add, AddF, +)
-BINARY_CUDA(mul, MulF)
+extern "C" int opd__mul_cuda(opd_kcall_t *call, const opd_cuda_ctx_t *ctx) {
+  if (OPD_BIN_IS_INT(call->out[0].dtype)) return opd__binary_int_cuda(call, ctx);
+  return binary_run(call, ctx, MulF());
+}
 ALPHA_CUDA(sub, SubF, -)
 BINARY_CUDA(div, DivF)

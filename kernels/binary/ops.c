@@ -1,6 +1,8 @@
 /* The binary family's table: broadcasting elementwise ops a, b -> out,
  * one row per op (add, mul, sub, div), float32, float64, float16 and
- * bfloat16 on both backends (the CPU computes halves in float32).
+ * bfloat16 on both backends (the CPU computes halves in float32); add,
+ * sub and mul also int8, uint8, int32 and int64 (kernels/binary/int.h:
+ * wraparound, an integral alpha).
  *
  * DESIGN
  * The ops of the family differ only in the scalar operation, so their rows
@@ -16,6 +18,7 @@
  * kernels/common/strided.h), so a transposed, stepped or stride-0 operand
  * and a strided out= are read and written as they are.
  */
+#include "kernels/binary/int.h"
 #include "kernels/common/cast.h"
 #include "kernels/common/cpu.h"
 #include "kernels/common/kutil.h"
@@ -52,28 +55,32 @@ static int binary_shape(opd_kcall_t *call, opd_tshape_t *out) {
   }
   out[0].rank = rank;
   out[0].dtype = a->dtype;
+  if (OPD_BIN_IS_INT(a->dtype) && call->op->n_attrs >= 1 &&
+      call->attr[0].f != (double)(int64_t)call->attr[0].f)
+    return opd__kerr(call, OPD_EATTR, "alpha = %g is not an integer, which %s tensors need "
+                     "(as torch)", call->attr[0].f, opd__kdtype_name(a->dtype));
   return 0;
 }
 
 /* The row of binary op `op`: `sym` is its operator in the summary,
- * `torch` the torch function it matches; more fields (attributes) may
- * follow. */
-#define BINARY_ROW(op, sym, torch, ...)                                    \
+ * `torch` the torch function it matches, DTS its dtypes; more fields
+ * (attributes) may follow. */
+#define BINARY_ROW(op, sym, torch, DTS, ...)                               \
   {                                                                        \
     .name = #op,                                                           \
     .summary = "elementwise a " sym " b with broadcasting (" torch ")",    \
     .n_in_min = 2,                                                         \
     .n_in_max = 2,                                                         \
     .n_out = 1,                                                            \
-    .in = {{"a", OPD_DT_FLOATS64, "(...) broadcastable with b"},           \
-           {"b", OPD_DT_FLOATS64, "(...) broadcastable with a"}},          \
-    .out = {{"out", OPD_DT_FLOATS64, "broadcast shape of a and b"}},       \
+    .in = {{"a", DTS, "(...) broadcastable with b"},                       \
+           {"b", DTS, "(...) broadcastable with a, a's dtype"}},          \
+    .out = {{"out", DTS, "broadcast shape of a and b"}},                   \
     .flags = OPD_OPF_INPLACE | OPD_OPF_ELEMENTWISE | OPD_OPF_CPU_STRIDED,  \
-    .cpu_dtypes = OPD_DT_FLOATS64,                                         \
+    .cpu_dtypes = DTS,                                                     \
     .shape_doc = "a (...), b (...) -> out (broadcast(a, b))",              \
     .shape = binary_shape,                                                 \
     OPD_ROW_KERNELS_STRIDED(op),                                           \
-    .cuda_dtypes = OPD_DT_FLOATS64,                                        \
+    .cuda_dtypes = DTS,                                                    \
     __VA_ARGS__                                                            \
   }
 
@@ -94,7 +101,9 @@ OPD_EW_STRIDED_KERNELS(sub)
 OPD_OP_DECLARE(div);
 OPD_EW_STRIDED_KERNELS(div)
 
-const opd_op_def_t opd__op_add = BINARY_ROW(add, "+", "torch.add", ALPHA_ATTR);
-const opd_op_def_t opd__op_mul = BINARY_ROW(mul, "*", "torch.mul", );
-const opd_op_def_t opd__op_sub = BINARY_ROW(sub, "-", "torch.sub", ALPHA_ATTR);
-const opd_op_def_t opd__op_div = BINARY_ROW(div, "/", "torch.div", );
+#define INT_DTS (OPD_DT_FLOATS64 | OPD_DT_BIN_INTS)
+
+const opd_op_def_t opd__op_add = BINARY_ROW(add, "+", "torch.add", INT_DTS, ALPHA_ATTR);
+const opd_op_def_t opd__op_mul = BINARY_ROW(mul, "*", "torch.mul", INT_DTS, );
+const opd_op_def_t opd__op_sub = BINARY_ROW(sub, "-", "torch.sub", INT_DTS, ALPHA_ATTR);
+const opd_op_def_t opd__op_div = BINARY_ROW(div, "/", "torch.div", OPD_DT_FLOATS64, );

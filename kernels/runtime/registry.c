@@ -58,6 +58,7 @@
   X(cat)           \
   X(embedding)     \
   X(where)         \
+  X(gather)        \
   X(expand)        \
   X(sum)           \
   X(mean)          \
@@ -68,7 +69,13 @@
   X(batch_norm)    \
   X(sdpa)          \
   X(rope)          \
-  X(swiglu)
+  X(swiglu)        \
+  X(eq)            \
+  X(ne)            \
+  X(lt)            \
+  X(le)            \
+  X(gt)            \
+  X(ge)
 
 /* Operators of test builds only (make TEST_OPS=1): see kernels/fault and
  * kernels/hostsync. */

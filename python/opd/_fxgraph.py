@@ -95,11 +95,17 @@ def compile_fx(c, gm, example_inputs, published=None):
     ops, devices = set(c.ops()), c.devices()
     rewrites = _fxnorm.normalize(gm)
     log.debug("rewrites: %s", rewrites)
+    if not torch.is_grad_enabled() and not any(
+            n.op == "call_function" and n.target is torch._C._set_grad_enabled
+            for n in gm.graph.nodes):
+        for n in gm.graph.nodes:          # dynamo guards the grad mode: no
+            n.meta["opd_no_grad"] = True  # output of this graph needs autograd
     values = {}                           # constant node name -> its tensor
     phs = [n for n in gm.graph.nodes if n.op == "placeholder"]
     for n, ex in zip(phs, example_inputs):
         if _static(ex):
             n.meta["opd_const"] = True
+            n.meta["opd_value"] = ex        # rules may read a constant's values
             values[n.name] = ex
     for n in gm.graph.nodes:
         if n.op == "get_attr":
@@ -108,6 +114,7 @@ def compile_fx(c, gm, example_inputs, published=None):
                 v = getattr(v, a)
             if isinstance(v, torch.Tensor):
                 n.meta["opd_const"] = True
+                n.meta["opd_value"] = v
                 values[n.name] = v
     support = Support(ops, devices)
     partitioner = CapabilityBasedPartitioner(gm, support,
@@ -333,6 +340,18 @@ class Part(torch.nn.Module):
                 v = g.node("cat", g.node("slice", v, dim=d, start=size - k, end=size),
                            g.node("slice", v, dim=d, start=0, end=size - k), dim=d)
             return v
+        if op == "pad":                   # per dim: cat(value block, x, value block)
+            return self._pad(g, n, ins, attrs, env)
+        if op == "take":                  # x[index]: embedding of x's rows
+            x, idx = self._val(g, ins[0], env), self._val(g, ins[1], env)
+            xs = [int(d) for d in meta(ins[0]).shape]
+            if len(xs) != 2:
+                rest = 1
+                for d in xs[1:]:
+                    rest *= d
+                x = g.node("reshape", x, shape=[xs[0], rest])
+            v = g.node("embedding", x, idx)
+            return v if len(xs) == 2 else g.node("reshape", v, shape=attrs["shape"])
         if op == "select":                # x[:, i]: slice, then the dim dropped
             shape = attrs.pop("shape")
             v = g.node("slice", self._val(g, ins[0], env), **attrs)
@@ -358,6 +377,26 @@ class Part(torch.nn.Module):
             return v
         v = g.matmul(self._val(g, x, env), self._val(g, w, env, transpose=True))
         return v if b is None else g.add(v, self._val(g, b, env))
+
+    def _pad(self, g, n, ins, attrs, env):
+        """F.pad by constants: a negative pad cuts (slice), a positive one
+        joins a constant block of the value (cat), dim by dim."""
+        v, shape = self._val(g, ins[0], env), list(attrs["shape"])
+        x = meta(ins[0])
+        for d, lo, hi in attrs["pads"]:
+            if lo < 0 or hi < 0:
+                v = g.node("slice", v, dim=d, start=max(-lo, 0),
+                           end=shape[d] - max(-hi, 0))
+                shape[d] -= max(-lo, 0) + max(-hi, 0)
+                lo, hi = max(lo, 0), max(hi, 0)
+            parts = []
+            for k in (lo, hi):
+                blk = shape[:d] + [k] + shape[d + 1:]
+                parts.append(g.const(torch.full(blk, attrs["value"], dtype=x.dtype,
+                                                device=x.device)) if k else None)
+            v = g.node("cat", *[p for p in (parts[0], v, parts[1]) if p is not None], dim=d)
+            shape[d] += lo + hi
+        return v
 
     def _addmm(self, g, n, ins, env, ops, devices, done):
         """x @ w + b: opd's linear with w transposed once where w is a

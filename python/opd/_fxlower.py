@@ -7,7 +7,8 @@ torch, logged "no opd op") and adds the checks every node shares: the op
 is one the daemon lists (so an op added to the daemon later is picked
 up, and one it lacks falls back), every tensor is float32 with a static
 shape (the data movement ops take any dtype, embedding's indices are
-integers, sdpa's mask may be bool), on the CPU or on a CUDA device the
+integers, sdpa's mask may be bool, add / sub / mul take integer tensors
+of one dtype), on the CPU or on a CUDA device the
 daemon has, and the output is one tensor that needs no autograd (opd
 graphs run forward only: a node whose output requires grad stays torch's,
 so training still differentiates). The same spec() serves the
@@ -20,8 +21,8 @@ becomes matmul with the weight transposed once (a constant) plus add.
 """
 import torch
 
-from ._fxrules import (DTYPES, MOVES, PSEUDO, RULES, Unsupported, _is_tensor,  # noqa: F401
-                       _static, arg, meta)
+from ._fxrules import (DTYPES, INTS, MOVES, PSEUDO, RULES, Unsupported,  # noqa: F401
+                       _is_tensor, _static, arg, meta)
 
 
 ACTS = {"relu": "relu", "silu": "silu"}    # op -> linear's act (gelu: below)
@@ -74,7 +75,9 @@ def spec(node, ops, devices):
             not (op == "linear" and "matmul" in ops and "add" in ops):
         raise Unsupported("the daemon has no %s op" % "/".join(
             o for o in need if o not in ops))
-    if out.requires_grad:
+    if out.requires_grad and not node.meta.get("opd_no_grad"):
+        # (compiled with grad off, dynamo guarding it: a view of a parameter
+        # still says requires_grad in its fake value)
         raise Unsupported("its output needs autograd: opd graphs run forward "
                           "only (call under torch.no_grad() or "
                           "torch.inference_mode())")
@@ -87,6 +90,8 @@ def spec(node, ops, devices):
                 op == "sdpa" and k == 4 and x.dtype == torch.bool):
             if x.dtype not in DTYPES:
                 raise Unsupported("dtype %s" % str(x.dtype).replace("torch.", ""))
+        elif op in ("add", "sub", "mul") and x.dtype in INTS and x.dtype == out.dtype:
+            pass                          # integer arithmetic, one dtype
         elif x.dtype != torch.float32:
             raise Unsupported("dtype %s: the opd backend takes float32"
                               % str(x.dtype).replace("torch.", ""))

@@ -13,7 +13,9 @@ run on every graph whatever the daemon has:
   opd receives them as graph constants (GPT-2's position ids). A
   parameter or an input's values never fold (a parameter may be updated
   in place, which a folded copy would miss); random and in-place calls
-  never fold.
+  never fold. A tensor written in place folds with its writes only when
+  each is a setitem of constants and torch reads it after the last one
+  (Swin's attention mask: x.new_zeros() then filled slice by slice).
 - split_getitem(): getitem(split(x, size, dim), i) and chunk's become
   torch.narrow(x, dim, start, length), one node per piece (opd's slice).
 - cat_empty(): torch.cat drops inputs with no elements (the empty KV cache
@@ -32,6 +34,9 @@ run on every graph whatever the daemon has:
   written x is through x itself; every user of x after the call then
   reads the call's result instead. Otherwise the call stays in place and in torch
   (its rule refuses it, naming it).
+- mha() (opd._fxmha, first): nn.MultiheadAttention's fused
+  F.multi_head_attention_forward written out as linears, views and
+  scaled_dot_product_attention.
 The graph is linted and recompiled after the rewrites.
 """
 import math
@@ -39,6 +44,8 @@ import operator
 
 import torch
 import torch.nn.functional as F
+
+from . import _fxmha
 
 FACTORIES = {torch.arange, torch.tensor, torch.zeros, torch.ones, torch.full,
              torch.eye, torch.linspace}
@@ -75,17 +82,68 @@ def _nodes_in(args):
 
 def fold(gm):
     """Evaluates the nodes computed from no runtime tensor; returns how many
-    became constants. A node that an in-place call writes (directly or
-    through a view: Swin's attention mask, x.new_zeros() then filled
-    by setitem) is never folded, nor what is computed from it: folding
-    would evaluate its readers before the writes (and a folded buffer
-    would carry the writes into the next call)."""
-    env, made = {}, 0
-    written = _written(gm)
+    became constants. A tensor written in place (directly or through a
+    view) folds with its writes only when each write is a setitem of
+    constant indices and values (Swin's attention mask: x.new_zeros()
+    then filled slice by slice) and every reader that stays comes after
+    the last write: the setitems are evaluated in order, with the rest,
+    and removed, so nothing writes a folded buffer at run time. Any other
+    write (an in-place call, a setitem of runtime values) keeps the
+    written tensor, and what is computed from it, torch's: folding would
+    evaluate its readers before the writes (and a folded buffer would
+    carry the writes into the next call)."""
+    groups = _write_groups(gm)
+    bad = set()
+    while True:
+        env, wrote, worse = _evaluate(gm, groups, bad)
+        if not worse:
+            break
+        bad |= worse
+    made = 0
+    for n in wrote:
+        gm.graph.erase_node(n)
+    for n, v in env.items():
+        if not n.users or all(u in env for u in n.users):
+            continue                    # only what a kept node reads
+        name = "_opd_folded_%d" % made
+        made += 1
+        gm.register_buffer(name, v.detach().clone().contiguous(), persistent=False)
+        with gm.graph.inserting_before(n):
+            c = gm.graph.get_attr(name)
+        c.meta = dict(n.meta)
+        c.meta["example_value"] = getattr(gm, name)
+        n.replace_all_uses_with(c)
+    if made or wrote:
+        gm.graph.eliminate_dead_code()
+    return made
+
+
+def _evaluate(gm, groups, bad):
+    """One folding pass: (env: node -> its value, the setitems done, the
+    groups (roots) that cannot fold after all), leaving out the groups
+    in bad."""
+    env, wrote, worse = {}, [], set()
+    skip = {m for r in bad for m in groups[r][0]}
+    member = {m: r for r, (ms, _) in groups.items() for m in ms}
+    writer = {w: r for r, (_, ws) in groups.items() for w in ws}
     for n in list(gm.graph.nodes):
-        if n.op not in ("call_function", "call_method") or n in written:
+        if n.op not in ("call_function", "call_method") or n in skip:
             continue
         deps = _nodes_in((n.args, n.kwargs))
+        if n in writer:
+            r = writer[n]
+            if not (n.op == "call_function" and n.target is operator.setitem) or \
+                    any(d not in env for d in deps):
+                worse.add(r)
+                continue
+            try:
+                with torch.no_grad():
+                    operator.setitem(*_map(n.args, env))
+            except Exception:           # noqa: BLE001 (torch says why at run)
+                worse.add(r)
+                continue
+            wrote.append(n)
+            continue
         newm = n.op == "call_method" and n.target in NEW_METHODS
         if newm:
             like = _val(n.args[0])
@@ -115,20 +173,18 @@ def fold(gm):
         if not isinstance(v, torch.Tensor) or v.numel() * v.element_size() > FOLD_BYTES:
             continue
         env[n] = v
-    for n, v in env.items():
-        if not n.users or all(u in env for u in n.users):
-            continue                    # only what a kept node reads
-        name = "_opd_folded_%d" % made
-        made += 1
-        gm.register_buffer(name, v.detach().clone().contiguous(), persistent=False)
-        with gm.graph.inserting_before(n):
-            c = gm.graph.get_attr(name)
-        c.meta = dict(n.meta)
-        c.meta["example_value"] = getattr(gm, name)
-        n.replace_all_uses_with(c)
-    if made:
-        gm.graph.eliminate_dead_code()
-    return made
+    order = {n: i for i, n in enumerate(gm.graph.nodes)}
+    done = set(wrote)
+    for r, (ms, writers) in groups.items():
+        if r in bad or r in worse or not writers:
+            continue
+        last = max(order[w] for w in writers)
+        if any(m not in env and m not in done for m in ms
+               if m.op in ("call_function", "call_method")) or any(
+                u not in env and u not in done and order[u] < last
+                for m in ms for u in m.users):
+            worse.add(r)                # a reader torch runs before a write
+    return env, [w for w in wrote if writer[w] not in worse], worse
 
 
 def _split_pieces(n):
@@ -378,16 +434,16 @@ def _aliases(gm, n):
     return False
 
 
-def _written(gm):
-    """The nodes whose memory an in-place call writes: the written node
-    and every node sharing memory with it (union of alias edges)."""
+def _write_groups(gm):
+    """The tensors written in place, by memory: {root node: (the nodes
+    sharing its memory (union of alias edges), the nodes writing it)}."""
     up = {}
 
     def root(a):
         while up.get(a, a) is not a:
             a = up[a]
         return a
-    hit = []
+    hits = []
     for n in gm.graph.nodes:
         x = n.args[0] if n.args and isinstance(n.args[0], torch.fx.Node) else None
         if x is None:
@@ -395,9 +451,15 @@ def _written(gm):
         if _aliases(gm, n):
             up[root(n)] = root(x)
         if _writes(n):
-            hit.append(x)
-    marked = {root(x) for x in hit}
-    return {n for n in gm.graph.nodes if root(n) in marked}
+            hits.append(n)
+    groups = {}
+    for w in hits:
+        groups.setdefault(root(w.args[0]), (set(), []))[1].append(w)
+    for n in gm.graph.nodes:
+        r = root(n)
+        if r in groups:
+            groups[r][0].add(n)
+    return groups
 
 
 def inplace(gm):
@@ -428,7 +490,7 @@ def inplace(gm):
 
 def normalize(gm):
     """All the rewrites, in order; returns {rewrite: count}."""
-    counts = {"inplace": inplace(gm), "fold": fold(gm), "split": split_getitem(gm),
+    counts = {"mha": _fxmha.mha(gm), "inplace": inplace(gm), "fold": fold(gm), "split": split_getitem(gm),
               "cat": cat_empty(gm), "gelu_tanh": gelu_tanh(gm)}
     gm.graph.lint()
     gm.recompile()

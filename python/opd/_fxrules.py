@@ -12,9 +12,12 @@ slices, expand) become opd's data movement ops, which copy (a reshape of
 an intermediate shares its memory in a graph: OPD_OPF_VIEW); nodes that
 change nothing in a graph of contiguous values (contiguous, clone,
 dropout outside training, a .to() to the same dtype and device) are the
-pseudo op "=", and two more pseudo ops are built from daemon ops at
-emission (_fxgraph.py): addmm (transformers' Conv1D: linear with the
-weight transposed once) and pow with a small integer exponent (muls).
+pseudo op "=", and more pseudo ops are built from daemon ops at
+emission (_fxgraph.py; PSEUDO names what each needs): addmm
+(transformers' Conv1D: linear with the weight transposed once), pow with
+a small integer exponent (muls), select / slices (slices and a reshape),
+roll (slices and a cat), pad (cats of constant blocks) and take
+(x[index]: an embedding of x's rows, _fxindex.py).
 """
 import operator
 
@@ -24,18 +27,10 @@ import numbers
 import torch
 import torch.nn.functional as F
 
+from ._fxbase import Unsupported, _is_tensor, _static, arg, meta  # noqa: F401
+from ._fxindex import INDEX_MOVES, INDEX_RULES, _take
+
 nn = torch.nn
-
-
-class Unsupported(Exception):
-    """The node stays in torch; str() is the reason."""
-
-
-def arg(node, i, name, default=None):
-    """The node's argument i (positional) or `name` (keyword)."""
-    if len(node.args) > i:
-        return node.args[i]
-    return node.kwargs.get(name, default)
 
 
 def _unary(op):
@@ -151,6 +146,12 @@ def _binary(op):
         for x in (a, b):
             if not _is_tensor(x) and not isinstance(x, (int, float)):
                 raise Unsupported("%s of %s" % (op, type(x).__name__))
+        out = meta(n)
+        if out is not None and out.dtype in INTS and op != "div":
+            # integer arithmetic: a number as a constant of the result's
+            # dtype (torch's promotion keeps an int tensor's dtype for an int)
+            a, b = (torch.tensor(x, dtype=out.dtype, device=out.device)
+                    if isinstance(x, int) and not isinstance(x, bool) else x for x in (a, b))
         return op, [a, b], {} if alpha == 1 else {"alpha": float(alpha)}
     return rule
 
@@ -253,6 +254,8 @@ def _getitem(n, mod):
     if None in idx and all(i is None or i == slice(None) or i is Ellipsis
                            for i in idx):    # x[:, None]: new dims, a reshape
         return "reshape", [x], {"shape": [int(d) for d in meta(n).shape]}
+    if len(idx) == 1 and meta(idx[0]) is not None:     # x[index]: rows by index
+        return _take(n, x, idx[0])
     if any(not isinstance(i, (slice, int)) or isinstance(i, bool)
            for i in idx if i is not Ellipsis):
         raise Unsupported("indexing with %s: opd takes slices and ints" %
@@ -316,11 +319,25 @@ def _roll(n, mod):
 
 
 def _pad(n, mod):
-    """F.pad by nothing (Swin's window padding when the size divides): x."""
-    pad = arg(n, 1, "pad")
-    if not isinstance(pad, (tuple, list)) or any(p != 0 for p in pad):
-        raise Unsupported("pad by %r: opd takes a pad of zeros only" % (pad,))
-    return "=", [n.args[0]], {}
+    """F.pad in constant mode: by nothing (Swin's window padding when the
+    size divides) x itself; else per padded dim a cat with constant blocks
+    of the value (a negative pad: a slice), the pseudo op "pad"."""
+    pad, mode = arg(n, 1, "pad"), arg(n, 2, "mode", "constant")
+    value = arg(n, 3, "value")
+    if mode != "constant":
+        raise Unsupported("pad in %r mode: opd pads with a constant" % (mode,))
+    if not isinstance(pad, (tuple, list)) or len(pad) % 2 or \
+            not all(isinstance(p, int) for p in pad):
+        raise Unsupported("pad by %r" % (pad,))
+    if value is not None and not isinstance(value, (int, float)):
+        raise Unsupported("pad with a tensor value")
+    if all(p == 0 for p in pad):
+        return "=", [n.args[0]], {}
+    x = meta(n.args[0])
+    pads = [(x.dim() - 1 - i // 2, pad[i], pad[i + 1]) for i in range(0, len(pad), 2)
+            if pad[i] or pad[i + 1]]
+    return "pad", [n.args[0]], {"pads": pads, "value": float(value or 0),
+                                "shape": [int(d) for d in x.shape]}
 
 
 def _cat(n, mod):
@@ -485,9 +502,11 @@ def _conv2d(n, mod):
 
 # pseudo ops: what each needs of the daemon (the rest are daemon ops)
 PSEUDO = {"=": (), "addmm": ("linear",), "pow": ("mul",), "select": ("slice", "reshape"),
-          "slices": ("slice", "reshape"), "roll": ("slice", "cat")}
+          "slices": ("slice", "reshape"), "roll": ("slice", "cat"),
+          "pad": ("slice", "cat"), "take": ("embedding", "reshape")}
 # ops that move data of any dtype (the rest compute in float32)
-MOVES = {"=", "reshape", "expand", "permute", "slice", "select", "slices", "roll", "cat"}
+MOVES = {"=", "reshape", "expand", "permute", "slice", "select", "slices", "roll",
+         "cat"} | INDEX_MOVES
 
 RULES = {}
 for _keys, _rule in (
@@ -551,24 +570,10 @@ for _k in (getattr(F, "rms_norm", None), getattr(torch, "rms_norm", None)):
         RULES[_k] = _rms_norm
 if hasattr(nn, "RMSNorm"):
     RULES[nn.RMSNorm] = _rms_norm
+RULES.update(INDEX_RULES)
 del _keys, _rule, _k
 
+INTS = {torch.int8, torch.uint8, torch.int32, torch.int64}   # add / sub / mul take
 DTYPES = {torch.float32, torch.float16, torch.bfloat16, torch.float64,
           torch.int8, torch.uint8, torch.int32, torch.int64, torch.bool}
 
-
-def meta(x):
-    """The example (fake) tensor of FX node x, or None."""
-    m = getattr(x, "meta", None)
-    if m is None:
-        return None
-    v = m.get("example_value", m.get("val"))
-    return v if isinstance(v, torch.Tensor) else None
-
-
-def _is_tensor(x):
-    return isinstance(x, torch.Tensor) or meta(x) is not None
-
-
-def _static(x):
-    return getattr(x, "meta", {}).get("opd_const", False)

@@ -1,10 +1,12 @@
 /* Part of tests/gpu/gpu_kernels.cu, included there (one translation unit:
  * its helpers and counts): the data movement ops (permute, reshape, slice,
- * cat, expand, embedding, where) against their CPU reference, byte for
+ * cat, expand, embedding, gather, where) against their CPU reference, byte for
  * byte, over element sizes 1, 2, 4 and 8 (bool, int8, float16, bfloat16,
  * float32, int64, float64), awkward shapes (empty, a dim of 1, odd
  * widths, 15 cat inputs), pointers moved off 16-byte alignment
- * ("[moved]": the narrower units of kernels/shape/move.cuh) and, for
+ * ("[moved]": the narrower units of kernels/shape/move.cuh), add / sub /
+ * mul of integers and the compare ops (checked byte for byte the same
+ * way) and, for
  * embedding, out-of-range indices, which the CUDA kernel turns into rows
  * of zeros ("[bad-index]"). */
 
@@ -167,7 +169,34 @@ static void check_shape_ops(void) {
       move_case("embedding", "[moved]", {mv_rand(dt, {20, 16}), mv_index(it, {9}, 20)},
                 no_attrs, esz);
     }
+    move_case("gather", "", {mv_rand(dt, {4, 5, 6}), mv_index(OPD_DTYPE_INT64, {4, 9, 6}, 5)},
+              [](opd_kcall_t *c) { set_int(c, "dim", 1); });
+    move_case("gather", "[narrow]", {mv_rand(dt, {2, 12}), mv_index(OPD_DTYPE_INT64, {1, 30}, 12)},
+              [](opd_kcall_t *c) { set_int(c, "dim", -1); });
+    move_case("gather", "", {mv_rand(dt, {64, 33}), mv_index(OPD_DTYPE_INT64, {7, 33}, 64)},
+              [](opd_kcall_t *c) { set_int(c, "dim", 0); });
   }
+  /* eq ... ge (kernels/compare/cuda.cu): bool results byte for byte as
+   * the CPU's, every element size, NaN patterns included (random bytes) */
+  for (int dt : MV_DTS)
+    for (const char *op : {"eq", "ne", "lt", "le", "gt", "ge"}) {
+      move_case(op, "[compare]", {mv_rand(dt, {64, 1, 33}), mv_rand(dt, {5, 33})}, no_attrs);
+      move_case(op, "[compare]", {mv_rand(dt, {1000}), mv_rand(dt, {})}, no_attrs);
+    }
+  /* add, sub, mul of integers (kernels/binary/int.cu): wrapping
+   * arithmetic, byte for byte as the CPU's, broadcast, with alpha */
+  for (int it : {OPD_DTYPE_INT8, OPD_DTYPE_UINT8, OPD_DTYPE_INT32, OPD_DTYPE_INT64})
+    for (const char *op : {"add", "sub", "mul"}) {
+      move_case(op, "[int]", {mv_rand(it, {64, 1, 33}), mv_rand(it, {5, 33})}, no_attrs);
+      move_case(op, "[int]", {mv_rand(it, {}), mv_rand(it, {1000})}, no_attrs);
+      if (strcmp(op, "mul") != 0)
+        move_case(op, "[int alpha]", {mv_rand(it, {7, 9}), mv_rand(it, {7, 9})},
+                  [](opd_kcall_t *c) {
+                    opd_attr_val_t *a = attr(c, "alpha");
+                    a->type = OPD_ATTR_FLOAT;
+                    a->f = -3.0;
+                  });
+    }
   /* embedding: an index out of [0, V) gives a row of zeros on CUDA */
   if (!wanted("embedding")) return;
   const int64_t V = 6, D = 5, n = 4;

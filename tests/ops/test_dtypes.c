@@ -7,7 +7,7 @@
 #define F3 (OPD_DT(FLOAT32) | OPD_DT(FLOAT16) | OPD_DT(BFLOAT16))
 #define F4 (F3 | OPD_DT(FLOAT64))
 
-static const char *const float_ops[] = {"add",       "mul",     "relu",   "gelu",
+static const char *const float_ops[] = {"div",       "relu",   "gelu",
                                         "softmax",   "layernorm", "rmsnorm", "matmul",
                                         "linear",    "mean",    "amax"};
 
@@ -19,6 +19,14 @@ Test(dtypes, schema_lists_every_float_dtype_on_the_cpu) {
     for (int k = 0; k < op->n_in_max; k++)
       cr_assert_eq(op->in[k].dtypes, F4, "%s input %d", float_ops[i], k);
     cr_assert_eq(op->out[0].dtypes, F4, "%s", float_ops[i]);
+  }
+  /* add, sub, mul: the float dtypes and the integer ones (kernels/binary/int.h) */
+  const char *int_ops[] = {"add", "sub", "mul"};
+  uint32_t ints = OPD_DT(INT8) | OPD_DT(UINT8) | OPD_DT(INT32) | OPD_DT(INT64);
+  for (int i = 0; i < 3; i++) {
+    const opd_op_def_t *op = opd__op_find(int_ops[i]);
+    cr_assert_eq(op->cpu_dtypes, F4 | ints, "%s", int_ops[i]);
+    cr_assert_eq(op->out[0].dtypes, F4 | ints, "%s", int_ops[i]);
   }
   const opd_op_def_t *conv = opd__op_find("conv2d");
   cr_assert_eq(conv->cpu_dtypes, OPD_DT_FLOAT);

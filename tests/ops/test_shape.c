@@ -5,6 +5,7 @@
  * refusals naming what was wrong. */
 #include <string.h>
 
+#include "common/dtype.h"
 #include "tests/ops/optest.h"
 
 /* n int32 values 0, 1, 2, ... (the value says where it came from), from
@@ -339,4 +340,80 @@ Test(shape, where_refusals) {
   ot_expect_err(c, OPD_EDTYPE, "x is float32 but y is float16", NULL);
   ot_in(c, 2, OPD_DTYPE_FLOAT32, 1, OT_SHAPE(4), NULL);
   ot_expect_err(c, OPD_ESHAPE, "cond [3], x [3] and y [4] do not broadcast together", NULL);
+}
+
+/* gather against index math: out[i][j] = x[idx[i][j]][j] (dim 0) and
+ * x[i][idx[i][j]] (dim 1, index narrower than x on dim 0 and wider on 1) */
+Test(shape, gather_matches_index_math) {
+  int32_t *x = iota32(4 * 5);                            /* (4, 5) */
+  int64_t i0[3 * 5], i1[2 * 7];
+  for (int k = 0; k < 15; k++) i0[k] = (k * 7) % 4;
+  for (int k = 0; k < 14; k++) i1[k] = (k * 3) % 5;
+  opd_kcall_t *c = ot_new("gather");
+  ot_in(c, 0, OPD_DTYPE_INT32, 2, OT_SHAPE(4, 5), x);
+  ot_in(c, 1, OPD_DTYPE_INT64, 2, OT_SHAPE(3, 5), i0);
+  ot_set_int(c, "dim", 0);
+  ot_ready(c);
+  cr_assert(c->out[0].rank == 2 && c->out[0].shape[0] == 3 && c->out[0].shape[1] == 5);
+  const int32_t *y = run32(c);
+  for (int i = 0; i < 3; i++)
+    for (int j = 0; j < 5; j++) cr_assert_eq(y[i * 5 + j], x[i0[i * 5 + j] * 5 + j]);
+  opd_kcall_t *d = ot_new("gather");
+  ot_in(d, 0, OPD_DTYPE_INT32, 2, OT_SHAPE(4, 5), x);
+  ot_in(d, 1, OPD_DTYPE_INT64, 2, OT_SHAPE(2, 7), i1);
+  ot_set_int(d, "dim", -1);
+  ot_ready(d);
+  y = run32(d);
+  for (int i = 0; i < 2; i++)
+    for (int j = 0; j < 7; j++) cr_assert_eq(y[i * 7 + j], x[i * 5 + i1[i * 7 + j]]);
+  /* 0-d x and index; every element size over the pool (3-d, middle dim) */
+  int64_t z = 0;
+  opd_kcall_t *s = ot_new("gather");
+  ot_in(s, 0, OPD_DTYPE_INT32, 0, NULL, x + 9);
+  ot_in(s, 1, OPD_DTYPE_INT64, 0, NULL, &z);
+  ot_set_int(s, "dim", 0);
+  ot_ready(s);
+  cr_assert_eq(run32(s)[0], 9);
+  static uint8_t xb[8 * 64 * 100 * 8];
+  static int64_t ib[8 * 50 * 100];
+  for (size_t k = 0; k < sizeof xb; k++) xb[k] = (uint8_t)(k * 31 + 7);
+  for (int k = 0; k < 8 * 50 * 100; k++) ib[k] = (k * 2654435761u) % 64;
+  int32_t dts[] = {OPD_DTYPE_BOOL, OPD_DTYPE_BFLOAT16, OPD_DTYPE_FLOAT32, OPD_DTYPE_FLOAT64};
+  for (int t = 0; t < 4; t++) {
+    opd_kcall_t *b = ot_new("gather");
+    ot_in(b, 0, dts[t], 3, OT_SHAPE(8, 64, 100), xb);
+    ot_in(b, 1, OPD_DTYPE_INT64, 3, OT_SHAPE(8, 50, 100), ib);
+    ot_set_int(b, "dim", 1);
+    ot_ready(b);
+    ot_check_fast(b, 0, 0);
+    size_t es = opd__dtype_size(dts[t]);
+    const uint8_t *o = b->out[0].data;
+    int64_t k = (3 * 50 + 17) * 100 + 42;              /* out[3][17][42] */
+    cr_assert(memcmp(o + k * es, xb + ((3 * 64 + ib[k]) * 100 + 42) * es, es) == 0);
+    ot_free(b);
+  }
+}
+
+Test(shape, gather_refusals) {
+  int32_t x[6] = {0};
+  int64_t idx[3] = {0, 3, 1};
+  opd_kcall_t *c = ot_new("gather");
+  ot_in(c, 0, OPD_DTYPE_INT32, 2, OT_SHAPE(2, 3), x);
+  ot_in(c, 1, OPD_DTYPE_INT64, 2, OT_SHAPE(1, 3), idx);
+  ot_set_int(c, "dim", 1);
+  ot_ready(c);
+  for (int fast = 0; fast < 2; fast++) {
+    cr_assert_eq(ot_run(c, fast, &opd__exec_serial), OPD_EINVAL);
+    cr_assert(strstr(c->err, "index[1] (flat) = 3 is out of range [0, 3) of x's dim 1"), "%s",
+              c->err);
+  }
+  opd_kcall_t *s = ot_new("gather");
+  ot_in(s, 0, OPD_DTYPE_FLOAT32, 2, OT_SHAPE(2, 3), NULL);
+  ot_in(s, 1, OPD_DTYPE_INT64, 1, OT_SHAPE(3), NULL);
+  ot_set_int(s, "dim", 0);
+  ot_expect_err(s, OPD_ESHAPE, "index has rank 1 but x has rank 2", NULL);
+  ot_in(s, 1, OPD_DTYPE_INT64, 2, OT_SHAPE(2, 4), NULL);
+  ot_expect_err(s, OPD_ESHAPE, "index [2,4] is larger than x [2,3] on dim 1", NULL);
+  ot_set_int(s, "dim", 2);
+  ot_expect_err(s, OPD_EATTR, "dim = 2 is out of range for x's rank 2", NULL);
 }

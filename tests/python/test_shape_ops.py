@@ -100,6 +100,17 @@ def test_embedding(c, rng, dtype, itype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+def test_gather(c, rng, dtype):
+    """np.take_along_axis is torch.gather where index has x's extents off
+    dim; torch also lets them be smaller (x cut to them first)."""
+    x = arr(rng, (3, 6, 4), dtype)
+    for dim, ishape in ((1, (3, 9, 4)), (0, (5, 6, 4)), (-1, (3, 6, 2)), (1, (2, 4, 3))):
+        i = rng.integers(0, x.shape[dim], size=ishape).astype(np.int64)
+        cut = tuple(slice(None) if d == dim % 3 else slice(0, ishape[d]) for d in range(3))
+        same(c.gather(x, i, dim=dim), np.take_along_axis(x[cut], i, axis=dim))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_where(c, rng, dtype):
     x, y = arr(rng, (2, 1, 5), dtype), arr(rng, (3, 1), dtype)
     for cond in (rng.random((3, 5)) < 0.5, (rng.random((5,)) < 0.5).astype(np.uint8),

@@ -143,7 +143,7 @@ def test_an_in_place_call_seen_through_a_view_stays():
     torch.testing.assert_close(out, fn(x))
 
 
-def test_a_constant_written_in_place_is_not_folded():
+def test_a_constant_filled_by_setitems_folds_with_its_writes():
     def fn(x):           # Swin's shifted-window mask: new_zeros, then filled
         m = x.new_zeros((4, 4))
         m[:2, :2] = 1.0
@@ -151,8 +151,31 @@ def test_a_constant_written_in_place_is_not_folded():
         return x + m.view(16).sum()
     x = torch.randn(3)
     counts, targets, out = _rewritten(fn, x)
+    assert counts["fold"] == 1 and operator.setitem not in targets, targets
     torch.testing.assert_close(out, fn(x))
     torch.testing.assert_close(out, x + 12.0)
     out2 = torch.compile(fn, backend=lambda gm, ex: (_fxnorm.normalize(gm), gm.forward)[1],
                          dynamic=False)(x)
     torch.testing.assert_close(out2, x + 12.0)    # a second call: nothing carried
+
+
+def test_a_constant_written_with_runtime_values_or_read_before_is_not_folded():
+    def runtime(x):      # the value written comes from x: stays torch's
+        m = x.new_zeros((3,))
+        m[1:3] = x[0]
+        return x.sum() + m
+    x = torch.randn(3)
+    counts, targets, out = _rewritten(runtime, x)
+    assert operator.setitem in targets and counts["fold"] == 0, (counts, targets)
+    torch.testing.assert_close(out, runtime(x))
+
+    def early(x):        # a view read by torch before the last write
+        m = x.new_zeros((3,))
+        v = m[1:]
+        a = x[1:] * v    # torch reads the view before the writes
+        m[0] = 5.0
+        m[1] = 2.0
+        return a.sum() + m
+    counts, targets, out = _rewritten(early, x)
+    assert operator.setitem in targets, targets
+    torch.testing.assert_close(out, early(x))

@@ -1,5 +1,5 @@
 """The data movement ops as torch.ops.opd.* (torch >= 2.4): permute,
-reshape, slice, cat, embedding, where, expand pass torch.library.opcheck
+reshape, slice, cat, embedding, where, expand, gather pass torch.library.opcheck
 (schema, fake implementation against the real one, PT2 tracing) on CPU
 tensors (and CUDA ones where the daemon has a GPU), with int and bool
 dtypes too; their results equal torch's own ops; bad input raises the
@@ -35,6 +35,7 @@ def samples(dev):
     w, idx = r(10, 6), torch.randint(0, 10, (2, 5), generator=g).to(dev)
     cond, a, b = r(3, 4, dtype=torch.bool), r(2, 1, 4), r(4)
     col = r(3, 1, dtype=torch.float16)
+    gi = torch.randint(0, 3, (2, 5, 4), generator=g).to(dev)     # along x's dim 1
     return [
         ("permute", (x,), {"dims": [2, 0, 1]}, x.permute(2, 0, 1)),
         ("permute", (xi,), {"dims": [-1, 1, 0]}, xi.permute(-1, 1, 0)),
@@ -49,6 +50,9 @@ def samples(dev):
         ("where", (cond, a, b), {}, torch.where(cond, a, b)),
         ("where", (cond, xi[0, :, 0:1], xi[1, 0]), {}, torch.where(cond, xi[0, :, 0:1], xi[1, 0])),
         ("expand", (col,), {"shape": [2, -1, 5]}, col.expand(2, -1, 5)),
+        ("gather", (x, gi), {"dim": 1}, torch.gather(x, 1, gi)),
+        ("gather", (xi, gi[:1, :, :2]), {"dim": -2}, torch.gather(xi, -2, gi[:1, :, :2])),
+        ("gather", (xb, gi[:, :2] % 4), {"dim": 2}, torch.gather(xb, 2, gi[:, :2] % 4)),
     ]
 
 
@@ -60,7 +64,8 @@ def test_opcheck_the_shape_ops(tc, devs):
                          for a in args)
             torch.library.opcheck(getattr(torch.ops.opd, name).default, args, kwargs)
             ran.add(name)
-    assert ran == {"permute", "reshape", "slice", "cat", "embedding", "where", "expand"}
+    assert ran == {"permute", "reshape", "slice", "cat", "embedding", "where", "expand",
+                   "gather"}
 
 
 def test_results_equal_torch(tc, devs):
@@ -82,6 +87,12 @@ def test_bad_input_raises_the_daemons_message(tc):
     with pytest.raises(opd.BadArgumentError, match=r"embedding: indices\[2\] \(flat\) = 7 is "
                        r"out of range \[0, 5\)"):
         torch.ops.opd.embedding(torch.zeros(5, 3), torch.tensor([0, 1, 7]))
+    with pytest.raises(opd.BadArgumentError, match=r"gather: index\[1\] \(flat\) = 3 is "
+                       r"out of range \[0, 3\) of x's dim 1"):
+        torch.ops.opd.gather(torch.zeros(2, 3), torch.tensor([[0, 3]]), dim=1)
+    with pytest.raises(opd.BadArgumentError, match=r"gather: index \[3,2\] is larger than x "
+                       r"\[2,3\] on dim 0"):
+        torch.ops.opd.gather(torch.zeros(2, 3), torch.zeros(3, 2, dtype=torch.int64), dim=1)
 
 
 def test_compiled_trace_through_the_fakes(tc):

@@ -76,12 +76,15 @@ def test_integer_inputs_torch_computes_in_float(tc):
          torch.log_softmax(xi2, 0, dtype=torch.float32))
 
 
-def test_integer_results_are_refused_naming_the_dtype(tc):
+def test_integer_arithmetic_and_refusals_naming_the_dtype(tc):
+    """add / sub / mul of integers compute as torch (an int number keeps
+    the tensor's dtype, mixed ints promote); ops with no integer kernel
+    refuse naming the dtype."""
     xi = torch.arange(6)
-    with pytest.raises(errors.OpdError, match="int64"):
-        O.add(xi, xi)
-    with pytest.raises(errors.OpdError, match="int64"):
-        O.add(xi, 2)
+    same(O.add(xi, xi), xi + xi)
+    same(O.add(xi, 2), xi + 2)
+    same(O.sub(xi, xi.to(torch.int32), alpha=3), torch.sub(xi, xi.to(torch.int32), alpha=3))
+    same(O.mul(xi.to(torch.uint8), 100), xi.to(torch.uint8) * 100)     # wraps, as torch
     with pytest.raises(errors.OpdError, match="int64"):
         O.relu(xi)
 
