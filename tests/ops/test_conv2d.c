@@ -53,6 +53,10 @@ Test(conv2d, fast_matches_ref) {
       {{0, 3, 5, 5}, {2, 3, 3, 3}, 1, {1}, {0}, {1}, 1},   /* N = 0 */
       {{2, 3, 5, 5}, {0, 3, 3, 3}, 1, {1}, {0}, {1}, 0},   /* K = 0 */
       {{1, 16, 32, 32}, {8, 16, 3, 3}, 1, {1}, {1}, {1}, 1},
+      /* tiles of 15 output rows (col of 576 rows in 1 MiB) and a last
+       * one of 1 */
+      {{1, 64, 31, 29}, {8, 64, 3, 3}, 1, {1}, {1}, {1}, 1},
+      {{2, 32, 40, 40}, {6, 32, 3, 3}, 1, {2}, {1}, {1}, 0},
   };
   for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
     opd_kcall_t *c = ot_new("conv2d");
