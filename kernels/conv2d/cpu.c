@@ -26,6 +26,7 @@
 #include "kernels/common/kutil.h"
 #include "kernels/conv2d/depthwise.h"
 #include "kernels/conv2d/plan.h"
+#include "kernels/conv2d/wino.h"
 
 OPD_OP_DECLARE(conv2d);
 
@@ -167,6 +168,7 @@ int opd__conv2d_cpu_fast(opd_kcall_t *call) {
   if (PQ > INT_MAX || CRS > INT_MAX || p.K > INT_MAX)
     return opd__conv2d_cpu_ref(call); /* beyond BLAS's int sizes */
   if (p.N == 0 || p.K == 0 || PQ == 0) return 0;
+  if (opd__conv2d_wino_fits(&p)) return opd__conv2d_cpu_wino(call, &p);
   conv_job_t j = {.p = &p, .x = call->in[0].data, .w = call->in[1].data,
                   .bias = p.has_bias ? call->in[2].data : NULL,
                   .y = call->out[0].data};
