@@ -4,7 +4,8 @@
  * Variants:
  *   cpu_ref   direct 7-deep loop, double accumulation (truth)
  *   cpu_fast  depthwise (one input channel per group, Cg = 1): the direct
- *             kernel of depthwise.c. Else in tiles of output rows of one
+ *             kernel of depthwise.c. 3x3, stride 1, dilation 1, one group,
+ *             C and K >= 16: Winograd F(2x2, 3x3) (wino_cpu.c). Else in tiles of output rows of one
  *             image and group, spread over call->exec: im2col of the
  *             tile into a per-chunk col (Cg*R*S, T), T pixels, about
  *             TILE_BYTES (so it stays in L2 for the sgemm), then y's tile
