@@ -47,7 +47,7 @@ OPD_V8 float opd__exp_inf(float t) { return t > 88.3f ? INFINITY : opd__expf_fas
  * chain is about half of the Numerical Recipes form it replaced
  * (t e^(P(t) - z^2), P of degree 9 by Horner, inside the exponential):
  * 0.70 against 1.29 ns per element in cache on one core (2026-12-07,
- * results in bench/results/2026-12-07-vm-cpu-vs-torch-2.txt). */
+ * docs/records/2026-12-07-gelu-erfc-fit/README.md). */
 #define OPD_GELU_Q 0.3046875f
 #define OPD_GELU_TQ(t, t2)                                                    \
   ((2.430264416e-01f + 2.447468245e-01f * (t)) +                              \
