@@ -10,8 +10,9 @@ panel's title: e.g. one section with 2 threads on each side, one with 1).
 Per section, one panel: for each op and shape, a bar at the median ratio
 opd / torch over the section's runs and a dot per run (the spread), on a
 log axis; a red tick at the op's target from issue 41 (gelu, conv2d and
-matmul <= 1.0, softmax <= 0.8) and a dashed line at parity. Below 1 opd
-is faster. Needs Debian's python3-matplotlib.
+matmul <= 1.0, softmax <= 0.8) and a dashed line at parity; for matmul
+also opd / numpy per run (blue diamonds: the issue's bar for matmul is
+OpenBLAS through numpy). Below 1 opd is faster. Needs Debian's python3-matplotlib.
 """
 import re
 import statistics
@@ -26,20 +27,24 @@ OPS = ("relu", "add", "gelu", "gelu_tanh", "softmax", "layernorm", "matmul", "co
 
 
 def read(src):
-    """[(section title, {(op, shape): [ratio, ...]})] in file order, and
-    the file's first `# machine:` line."""
+    """[(section title, {(op, shape): [ratio, ...]}, {(op, shape):
+    [ratio_numpy, ...]})] in file order, and the file's first `# machine:`
+    line."""
     sections, machine = [], ""
     for line in open(src):
         if line.startswith("# machine:"):
             machine = machine or line[2:].strip()
         if line.startswith("## "):
-            sections.append((line[3:].strip(), {}))
+            sections.append((line[3:].strip(), {}, {}))
         if not line.startswith("cpu "):
             continue
         if not sections:
-            sections.append(("", {}))
+            sections.append(("", {}, {}))
         kv = dict(p.split("=", 1) for p in line.split()[1:] if "=" in p)
-        sections[-1][1].setdefault((kv["op"], kv["shape"]), []).append(float(kv["ratio"]))
+        key = (kv["op"], kv["shape"])
+        sections[-1][1].setdefault(key, []).append(float(kv["ratio"]))
+        if "ratio_numpy" in kv:
+            sections[-1][2].setdefault(key, []).append(float(kv["ratio_numpy"]))
     return [s for s in sections if s[1]], machine
 
 
@@ -60,7 +65,7 @@ def main():
         sys.exit("%s: no `cpu op=...` lines" % src)
     fig, axes = plt.subplots(len(sections), 1, figsize=(13, 4.6 * len(sections)),
                              squeeze=False)
-    for ax, (title, ratios) in zip(axes[:, 0], sections):
+    for ax, (title, ratios, vs_numpy) in zip(axes[:, 0], sections):
         keys = sorted(ratios, key=lambda k: (OPS.index(k[0]) if k[0] in OPS else len(OPS),
                                              k[0], numel(k[1])))
         xs = range(len(keys))
@@ -70,9 +75,15 @@ def main():
         ax.bar(list(xs), med, color=colors, width=0.7)
         for x, k in zip(xs, keys):
             ax.scatter([x] * len(ratios[k]), ratios[k], color="black", s=10, zorder=3)
+            if k in vs_numpy:
+                ax.scatter([x + 0.2] * len(vs_numpy[k]), vs_numpy[k], marker="D",
+                           facecolors="none", edgecolors="#4c72b0", s=22, zorder=3,
+                           label="opd / numpy (OpenBLAS)" if k == min(vs_numpy) else None)
             if k[0] in TARGETS:
                 ax.hlines(TARGETS[k[0]], x - 0.4, x + 0.4, color="red", linewidth=2, zorder=4)
         ax.axhline(1.0, color="gray", linestyle="--", linewidth=1)
+        if vs_numpy:
+            ax.legend(loc="upper right", fontsize=8)
         ax.set_yscale("log")
         ax.set_xticks(list(xs))
         ax.set_xticklabels(["%s\n%s" % k for k in keys], rotation=60, ha="right", fontsize=7)

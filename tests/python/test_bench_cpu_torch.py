@@ -24,6 +24,7 @@ def test_every_small_case_runs_and_matches_torch(sock):
     ops = [re.search(r"op=(\S+)", l).group(1) for l in lines]
     assert ops == ["relu", "add", "gelu", "gelu_tanh", "softmax", "layernorm",
                    "matmul", "conv2d"], r.stdout
+    assert "numpy_us=" in lines[6] and "ratio_numpy=" in lines[6], lines[6]
     for l in lines:
         kv = dict(re.findall(r"(\w+)=(\S+)", l))
         assert kv["check"] == "ok", l
@@ -49,7 +50,8 @@ def test_plot_draws_the_table_as_a_png(tmp_path):
     src.write_text("# machine: test\n## 2 threads\n"
                    "cpu op=gelu shape=2048x2048 opd_us=9 torch_us=10 ratio=0.90 check=ok\n"
                    "cpu op=gelu shape=2048x2048 opd_us=11 torch_us=10 ratio=1.10 check=ok\n"
-                   "cpu op=matmul shape=256x256 opd_us=5 torch_us=4 ratio=1.25 check=ok\n"
+                   "cpu op=matmul shape=256x256 opd_us=5 torch_us=4 ratio=1.25 check=ok"
+                   " numpy_us=5 ratio_numpy=1.00\n"
                    "## 1 thread\n"
                    "cpu op=softmax shape=2048x2048 opd_us=7 torch_us=10 ratio=0.70 check=ok\n")
     out = tmp_path / "r.png"
