@@ -26,6 +26,8 @@
 
 #ifndef OPD_NO_BLAS
 #include <cblas.h>
+#include <pthread.h>
+#include <unistd.h>
 #endif
 #include <limits.h>
 
@@ -160,16 +162,45 @@ int opd__gemm_fits(int64_t M, int64_t N, int64_t K) {
  * and sched_yield spinning showed in perf) against ~250 in-process on one
  * thread (2026-12-07, bench/results/2026-12-07-vm-cpu-vs-torch-2.txt). */
 void openblas_set_num_threads(int);
+
+/* At most one OpenBLAS call per CPU at a time (the others wait here):
+ * OpenBLAS maps a 128 MiB buffer for each call in progress at once and
+ * keeps it, and with the pool's threads calling it beside libuv's, the
+ * number of such buffers would follow whatever concurrency the clients
+ * reached (the chaos tests saw 1-2 more after their warm-up). More calls
+ * than CPUs at once only share the cores. */
+static pthread_mutex_t blas_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t blas_cv = PTHREAD_COND_INITIALIZER;
+static int blas_free = 1;          /* calls that may start now */
+
 __attribute__((constructor)) static void blas_one_thread(void) {
   openblas_set_num_threads(1);
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  blas_free = n > 1 ? (int)n : 1;
+}
+
+static void blas_enter(void) {
+  pthread_mutex_lock(&blas_mu);
+  while (blas_free == 0) pthread_cond_wait(&blas_cv, &blas_mu);
+  blas_free--;
+  pthread_mutex_unlock(&blas_mu);
+}
+
+static void blas_leave(void) {
+  pthread_mutex_lock(&blas_mu);
+  blas_free++;
+  pthread_cond_signal(&blas_cv);
+  pthread_mutex_unlock(&blas_mu);
 }
 
 void opd__sgemm_ld(int trans_b, int64_t M, int64_t N, int64_t K,
                    const float *A, int64_t lda, const float *B, int64_t ldb,
                    float beta, float *C, int64_t ldc) {
+  blas_enter();
   cblas_sgemm(CblasRowMajor, CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
               (blasint)M, (blasint)N, (blasint)K, 1.0f, A, (blasint)lda, B,
               (blasint)ldb, beta, C, (blasint)ldc);
+  blas_leave();
 }
 
 void opd__sgemm(int trans_b, int64_t M, int64_t N, int64_t K, const float *A,
@@ -297,9 +328,11 @@ void opd__dgemm(int trans_b, int64_t M, int64_t N, int64_t K, const double *A,
                 const double *B, double *C) {
 #ifndef OPD_NO_BLAS
   if (opd__gemm_fits(M, N, K) && K > 0) {
+    blas_enter();
     cblas_dgemm(CblasRowMajor, CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
                 (blasint)M, (blasint)N, (blasint)K, 1.0, A, (blasint)K, B,
                 (blasint)(trans_b ? K : N), 0.0, C, (blasint)N);
+    blas_leave();
     return;
   }
 #endif
