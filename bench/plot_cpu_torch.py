@@ -92,8 +92,8 @@ def main():
         ax.set_title("%s (%d run%s; dots: each run; red ticks: issue 41's targets; "
                      "green: target met)" % (title or "opd CPU vs torch CPU", runs,
                                              "s" if runs > 1 else ""), fontsize=9)
-    fig.suptitle(machine, fontsize=9)
-    fig.tight_layout()
+    fig.suptitle(machine if len(machine) <= 160 else machine[:157] + "...", fontsize=9)
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.35 / fig.get_figheight()))
     fig.savefig(out, dpi=100)
     print(out)
 
