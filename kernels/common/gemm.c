@@ -155,12 +155,14 @@ int opd__gemm_fits(int64_t M, int64_t N, int64_t K) {
 #ifndef OPD_NO_BLAS
 /* OpenBLAS on one thread, for the whole process: every product is spread
  * over the caller's exec instead (opd__sgemm_ex), so that a call takes its
- * threads from the pool as every CPU kernel does, and concurrent calls
- * from the pool's threads do not queue on OpenBLAS's own thread server
- * (its threaded level 3 runs one call at a time). matmul 256^2 took
- * 360-545 us through OpenBLAS's two threads in the daemon (its waking
- * and sched_yield spinning showed in perf) against ~250 in-process on one
- * thread (2026-12-07, bench/results/2026-12-07-vm-cpu-vs-torch-2.txt). */
+ * threads from the pool as every CPU kernel does, and the pool's threads
+ * can each run a sgemm at once (conv2d's tiles and Winograd blocks), which
+ * OpenBLAS's threaded level 3 would run one call at a time. For matmul
+ * alone it is neither faster nor slower on the loaded 2-vCPU VM: 256^2
+ * 395-440 us against 364-404 through OpenBLAS's own two threads, 1024^2
+ * 18.9 ms against 16.6-17.7 (2026-12-07, bench/results/
+ * 2026-12-07-vm-cpu-vs-torch-2.txt; OpenBLAS's threads showed sched_yield
+ * spinning in perf there before). */
 void openblas_set_num_threads(int);
 
 /* At most one OpenBLAS call per CPU at a time (the others wait here):
