@@ -215,7 +215,7 @@ all: check-deps $(BINS) $(EXAMPLES) cuda
 DEB_PKGS := build-essential pkg-config libuv1-dev libmsgpack-dev \
             libopenblas-pthread-dev libcriterion-dev \
             python3 python3-numpy python3-pytest python3-torch python3-venv clang libclang-rt-14-dev \
-            python3-dask python3-distributed \
+            python3-dask python3-distributed python3-matplotlib \
             libinih-dev libsystemd-dev libmicrohttpd-dev scdoc \
             python3-prometheus-client debhelper systemd
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)

@@ -26,7 +26,8 @@ other orders). A mismatch fails the run (exit 1).
 Cases (--sizes picks among small, medium, large): relu, add, gelu (erf and
 tanh forms), softmax and layernorm over the last dim, on 8x1024 (small),
 256x1024 (medium) and 2048x2048 (large); matmul on 64, 256 and 1024
-squares; conv2d 3x3 (padding 1) on 1x16x32x32 -> 16, 1x64x56x56 -> 64 and
+squares, also timed through numpy (np.matmul with out=, OpenBLAS on
+Debian: issue 41's bar for matmul; numpy_us=, ratio_numpy= opd / numpy); conv2d 3x3 (padding 1) on 1x16x32x32 -> 16, 1x64x56x56 -> 64 and
 8x64x28x28 -> 128. Needs numpy and torch; $OPD_SOCKET or --socket names the
 daemon.
 
@@ -62,16 +63,17 @@ def timed(fn, reps):
     return out
 
 
-def compare(fo, ft, reps):
-    """Medians (us) of fo (opd) and ft (torch), alternating in blocks."""
-    fo()
-    ft()
-    to, tt = [], []
+def compare(fs, reps):
+    """Medians (us) of each callable of fs (opd, torch[, numpy]),
+    alternating in blocks."""
+    for f in fs:
+        f()
+    ts = [[] for _ in fs]
     per = max(1, reps // BLOCKS)
     for _ in range(BLOCKS):
-        to += timed(fo, per)
-        tt += timed(ft, per)
-    return statistics.median(to) * 1e6, statistics.median(tt) * 1e6
+        for f, t in zip(fs, ts):
+            t += timed(f, per)
+    return [statistics.median(t) * 1e6 for t in ts]
 
 
 def cases(c, size, ops, rng):
@@ -119,8 +121,10 @@ def cases(c, size, ops, rng):
         q = rng.standard_normal((m, m), dtype=np.float32)
         xp, xq, ym = c.from_numpy(p), c.from_numpy(q), c.empty((m, m), "float32")
         tp, tq, tm = torch.from_numpy(p.copy()), torch.from_numpy(q.copy()), torch.empty(m, m)
+        np_out = np.empty((m, m), np.float32)
         out.append(("matmul", "%dx%d" % (m, m), lambda: c.matmul(xp, xq, out=ym),
-                    lambda: torch.matmul(tp, tq, out=tm), ym, lambda: tm, 1e-3))
+                    lambda: torch.matmul(tp, tq, out=tm), ym, lambda: tm, 1e-3,
+                    lambda: np.matmul(p, q, out=np_out)))
     if "conv2d" in ops:
         n, ci, h, k = CONV[size]
         u = rng.standard_normal((n, ci, h, h), dtype=np.float32)
@@ -158,15 +162,17 @@ def main():
               % (opd.__version__, c.transport,
                  torch.__version__, torch.get_num_threads(), os.cpu_count()))
         for size in sizes:
-            for op, shape, fo, ft, yo, yt, tol in cases(c, size, ops, rng):
-                mo, mt = compare(fo, ft, args.reps)
+            for op, shape, fo, ft, yo, yt, tol, *fn in cases(c, size, ops, rng):
+                mo, mt, *mn = compare([fo, ft] + fn, args.reps)
                 kept_want = yt()
                 got, want = yo.numpy(), kept_want.numpy()
                 err = float(np.max(np.abs(got - want))) if want.size else 0.0
                 ok = err <= tol + tol * float(np.max(np.abs(want)))
                 failed += not ok
+                extra = "".join(" numpy_us=%.1f ratio_numpy=%.2f" % (n, mo / n) for n in mn)
                 print("cpu op=%s shape=%s opd_us=%.1f torch_us=%.1f ratio=%.2f max_abs=%.2e "
-                      "check=%s" % (op, shape, mo, mt, mo / mt, err, "ok" if ok else "FAILED"))
+                      "check=%s%s" % (op, shape, mo, mt, mo / mt, err, "ok" if ok else "FAILED",
+                                      extra))
                 sys.stdout.flush()
     return 1 if failed else 0
 

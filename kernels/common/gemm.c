@@ -14,7 +14,8 @@
  *   gemv2     two rows of A at a time against four of B (linear's batches
  *             4..9 through opd__sgemv_rows_t, spread as opd__sgemv_t)
  *   tiles     batches 10..64 of C = A B^T: gemm_wt.c (opd__sgemm_wt)
- *   BLAS      cblas_sgemm (threaded by OpenBLAS itself)
+ *   BLAS      cblas_sgemm on one thread (set at load), a large product
+ *             cut into blocks of rows over the caller's exec (opd__sgemm_ex)
  *   OPD_NO_BLAS  plain float loops: gemv for every row of A against B^T;
  *             for B, rows of C accumulated as C[i,:] += A[i,k] * B[k,:]
  *   dgemm     float64 (opd__dgemm): cblas_dgemm, or with OPD_NO_BLAS (and
@@ -25,6 +26,8 @@
 
 #ifndef OPD_NO_BLAS
 #include <cblas.h>
+#include <pthread.h>
+#include <unistd.h>
 #endif
 #include <limits.h>
 
@@ -150,26 +153,89 @@ int opd__gemm_fits(int64_t M, int64_t N, int64_t K) {
 }
 
 #ifndef OPD_NO_BLAS
+/* OpenBLAS on one thread, for the whole process: every product is spread
+ * over the caller's exec instead (opd__sgemm_ex), so that a call takes its
+ * threads from the pool as every CPU kernel does, and the pool's threads
+ * can each run a sgemm at once (conv2d's tiles and Winograd blocks), which
+ * OpenBLAS's threaded level 3 would run one call at a time. For matmul
+ * alone it is neither faster nor slower on the loaded 2-vCPU VM: 256^2
+ * 395-440 us against 364-404 through OpenBLAS's own two threads, 1024^2
+ * 18.9 ms against 16.6-17.7 (2026-12-07, bench/results/
+ * 2026-12-07-vm-cpu-vs-torch-2.txt; OpenBLAS's threads showed sched_yield
+ * spinning in perf there before). */
+void openblas_set_num_threads(int);
+
+/* At most one OpenBLAS call per CPU at a time (the others wait here):
+ * OpenBLAS maps a 128 MiB buffer for each call in progress at once and
+ * keeps it, and with the pool's threads calling it beside libuv's, the
+ * number of such buffers would follow whatever concurrency the clients
+ * reached (the chaos tests saw 1-2 more after their warm-up). More calls
+ * than CPUs at once only share the cores. */
+static pthread_mutex_t blas_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t blas_cv = PTHREAD_COND_INITIALIZER;
+static int blas_free = 1;          /* calls that may start now */
+
+__attribute__((constructor)) static void blas_one_thread(void) {
+  openblas_set_num_threads(1);
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  blas_free = n > 1 ? (int)n : 1;
+}
+
+static void blas_enter(void) {
+  pthread_mutex_lock(&blas_mu);
+  while (blas_free == 0) pthread_cond_wait(&blas_cv, &blas_mu);
+  blas_free--;
+  pthread_mutex_unlock(&blas_mu);
+}
+
+static void blas_leave(void) {
+  pthread_mutex_lock(&blas_mu);
+  blas_free++;
+  pthread_cond_signal(&blas_cv);
+  pthread_mutex_unlock(&blas_mu);
+}
+
+void opd__sgemm_ld(int trans_b, int64_t M, int64_t N, int64_t K,
+                   const float *A, int64_t lda, const float *B, int64_t ldb,
+                   float beta, float *C, int64_t ldc) {
+  blas_enter();
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
+              (blasint)M, (blasint)N, (blasint)K, 1.0f, A, (blasint)lda, B,
+              (blasint)ldb, beta, C, (blasint)ldc);
+  blas_leave();
+}
+
 void opd__sgemm(int trans_b, int64_t M, int64_t N, int64_t K, const float *A,
                 const float *B, float beta, float *C) {
   if (trans_b && M == 1) {
     opd__sgemv_t(NULL, N, K, A, B, beta, C);
     return;
   }
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
-              (blasint)M, (blasint)N, (blasint)K, 1.0f, A, (blasint)K, B,
-              (blasint)(trans_b ? K : N), beta, C, (blasint)N);
+  opd__sgemm_ld(trans_b, M, N, K, A, K, B, trans_b ? K : N, beta, C, N);
 }
 #else
 OPD_FAST static void axpy_rows(int64_t M, int64_t N, int64_t K, const float *A,
-                               const float *B, float beta, float *C) {
+                               const float *B, int64_t ldb, float beta, float *C) {
   for (int64_t i = 0; i < M; i++) {
     float *c = C + i * N;
     for (int64_t j = 0; j < N; j++) c[j] = beta == 0.0f ? 0.0f : beta * c[j];
     for (int64_t k = 0; k < K; k++) {
       float a = A[i * K + k];
-      const float *b = B + k * N;
+      const float *b = B + k * ldb;
       for (int64_t j = 0; j < N; j++) c[j] += a * b[j];
+    }
+  }
+}
+
+void opd__sgemm_ld(int trans_b, int64_t M, int64_t N, int64_t K,
+                   const float *A, int64_t lda, const float *B, int64_t ldb,
+                   float beta, float *C, int64_t ldc) {
+  for (int64_t i = 0; i < M; i++) {
+    if (trans_b) {
+      for (int64_t j = 0; j < N; j++)
+        gemv(1, K, A + i * lda, B + j * ldb, beta, C + i * ldc + j);
+    } else {
+      axpy_rows(1, N, K, A + i * lda, B, ldb, beta, C + i * ldc);
     }
   }
 }
@@ -177,12 +243,67 @@ OPD_FAST static void axpy_rows(int64_t M, int64_t N, int64_t K, const float *A,
 void opd__sgemm(int trans_b, int64_t M, int64_t N, int64_t K, const float *A,
                 const float *B, float beta, float *C) {
   if (!trans_b) {
-    axpy_rows(M, N, K, A, B, beta, C);
+    axpy_rows(M, N, K, A, B, N, beta, C);
     return;
   }
   for (int64_t i = 0; i < M; i++) gemv(N, K, A + i * K, B, beta, C + i * N);
 }
 #endif /* OPD_NO_BLAS */
+
+/* Multiply-adds below which opd__sgemm_ex stays on the calling thread
+ * (~10 us of sgemm), and the fewest rows of a block (OpenBLAS's sgemm
+ * kernels take rows 16 at a time). */
+#define SGEMM_GRAIN (1 << 20)
+#define SGEMM_MB 16
+
+typedef struct sgemm_job {
+  int trans_b;                     /* B is (N, K) */
+  int64_t M, N, K;                 /* the product */
+  const float *A, *B;              /* operands */
+  float beta;
+  float *C;                        /* C (M, N) */
+  int64_t rows;                    /* rows of C per block (split by rows), or 0 */
+  int64_t cols;                    /* columns of C per block (split by columns) */
+} sgemm_job_t;
+
+/* Blocks [b, e) of C: rows [b*rows, e*rows) or columns [b*cols, e*cols). */
+static void sgemm_blocks(void *arg, int64_t b, int64_t e) {
+  const sgemm_job_t *j = arg;
+  if (j->rows) {
+    int64_t r0 = b * j->rows, r1 = e * j->rows < j->M ? e * j->rows : j->M;
+    opd__sgemm(j->trans_b, r1 - r0, j->N, j->K, j->A + r0 * j->K, j->B, j->beta,
+               j->C + r0 * j->N);
+    return;
+  }
+  int64_t c0 = b * j->cols, c1 = e * j->cols < j->N ? e * j->cols : j->N;
+  opd__sgemm_ld(j->trans_b, j->M, c1 - c0, j->K, j->A, j->K,
+                j->B + (j->trans_b ? c0 * j->K : c0), j->trans_b ? j->K : j->N,
+                j->beta, j->C + c0, j->N);
+}
+
+void opd__sgemm_ex(const opd_exec_t *ex, int trans_b, int64_t M, int64_t N,
+                   int64_t K, const float *A, const float *B, float beta,
+                   float *C) {
+  int nt = ex ? ex->nthreads : 1;
+  if (nt <= 1 || M * N * K <= SGEMM_GRAIN || (M == 1 && trans_b)) {
+    opd__sgemm(trans_b, M, N, K, A, B, beta, C);
+    return;
+  }
+  /* two blocks per thread: a thread that another process holds back
+     leaves the caller the rest, at a block's cost */
+  sgemm_job_t j = {trans_b, M, N, K, A, B, beta, C, 0, 0};
+  int64_t want = 2 * (int64_t)nt, n;
+  if (M >= want * SGEMM_MB) {
+    j.rows = (M + want - 1) / want;
+    j.rows = (j.rows + SGEMM_MB - 1) / SGEMM_MB * SGEMM_MB;
+    n = (M + j.rows - 1) / j.rows;
+  } else {
+    j.cols = (N + want - 1) / want;
+    j.cols = j.cols < 64 ? 64 : (j.cols + 15) / 16 * 16;
+    n = (N + j.cols - 1) / j.cols;
+  }
+  ex->parallel_for(ex, n, 1, sgemm_blocks, &j);
+}
 
 /* The float64 product in plain loops: C[i,:] += A[i,k] * B[k,:] for B
  * (K, N), a dot product per element for B (N, K). */
@@ -209,9 +330,11 @@ void opd__dgemm(int trans_b, int64_t M, int64_t N, int64_t K, const double *A,
                 const double *B, double *C) {
 #ifndef OPD_NO_BLAS
   if (opd__gemm_fits(M, N, K) && K > 0) {
+    blas_enter();
     cblas_dgemm(CblasRowMajor, CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
                 (blasint)M, (blasint)N, (blasint)K, 1.0, A, (blasint)K, B,
                 (blasint)(trans_b ? K : N), 0.0, C, (blasint)N);
+    blas_leave();
     return;
   }
 #endif

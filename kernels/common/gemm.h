@@ -3,7 +3,8 @@
  *
  * DESIGN
  * One place calls OpenBLAS (cblas_sgemm), so that every op multiplies
- * matrices the same way; built with OPD_NO_BLAS (make BLAS=0) the same
+ * matrices the same way; OpenBLAS runs on one thread and a large product
+ * is cut into blocks of rows over the caller's exec (opd__sgemm_ex); built with OPD_NO_BLAS (make BLAS=0) the same
  * functions run plain float loops (vectorized by OPD_FAST). B comes either as (K, N) (matmul) or as
  * (N, K), torch's weight layout (linear, gru_cell: y = x @ W^T); the
  * (N, K) form with M == 1 is a matrix-vector product, done by our own
@@ -30,6 +31,21 @@ int opd__gemm_fits(int64_t M, int64_t N, int64_t K);
  * ignores what C held (NaN included). M, N, K >= 1. */
 void opd__sgemm(int trans_b, int64_t M, int64_t N, int64_t K, const float *A,
                 const float *B, float beta, float *C);
+
+/* opd__sgemm with leading dims (lda, ldb, ldc: the row strides of A, B
+ * and C), for blocks of a larger matrix. M, N, K >= 1. */
+void opd__sgemm_ld(int trans_b, int64_t M, int64_t N, int64_t K,
+                   const float *A, int64_t lda, const float *B, int64_t ldb,
+                   float beta, float *C, int64_t ldc);
+
+/* opd__sgemm spread over ex's threads (ex NULL: the calling thread): C's
+ * rows in blocks (of 16 rows or more; its columns where M is small), one
+ * single-threaded OpenBLAS call per chunk of blocks. OpenBLAS itself runs
+ * on one thread in opd (gemm.c sets it at load): every large product goes
+ * through here. Products below ~1M multiply-adds stay on the caller. */
+void opd__sgemm_ex(const opd_exec_t *ex, int trans_b, int64_t M, int64_t N,
+                   int64_t K, const float *A, const float *B, float beta,
+                   float *C);
 
 /* C (M, N) = A (M, K) @ op(B) in float64, op(B) as opd__sgemm's: OpenBLAS
  * dgemm, or plain loops (OPD_NO_BLAS, or sizes past BLAS's int). M, N,

@@ -124,8 +124,10 @@ int opd__gru_cell_cpu_fast(opd_kcall_t *call) {
     if (d.I == 0)
       memset(gi, 0, (size_t)(3 * d.B * d.H) * sizeof(float));
     else
-      opd__sgemm(1, d.B, 3 * d.H, d.I, call->in[0].data, call->in[2].data, 0.0f, gi);
-    opd__sgemm(1, d.B, 3 * d.H, d.H, call->in[1].data, call->in[3].data, 0.0f, gh);
+      opd__sgemm_ex(call->exec, 1, d.B, 3 * d.H, d.I, call->in[0].data, call->in[2].data,
+                    0.0f, gi);
+    opd__sgemm_ex(call->exec, 1, d.B, 3 * d.H, d.H, call->in[1].data, call->in[3].data, 0.0f,
+                  gh);
   }
   gru_job_t j = {&d, gi, gh, d.has_bih ? call->in[4].data : NULL,
                  d.has_bhh ? call->in[5].data : NULL, call->in[1].data,

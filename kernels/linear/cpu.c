@@ -152,7 +152,8 @@ int opd__linear_cpu_fast(opd_kcall_t *call) {
     if (p.act == OPD_ACT_NONE || p.act == OPD_ACT_RELU) return 0; /* fused */
     j.b = NULL; /* added by the tiles */
   } else
-    opd__sgemm(1, p.M, p.N, p.K, call->in[0].data, call->in[1].data, 0.0f, j.y);
+    opd__sgemm_ex(call->exec, 1, p.M, p.N, p.K, call->in[0].data, call->in[1].data, 0.0f,
+                  j.y);
   if (j.b || p.act != OPD_ACT_NONE) /* rows of 8-lane loops */
     call->exec->parallel_for(call->exec, p.M, opd__row_grain(p.N), epilogue, &j);
   return 0;

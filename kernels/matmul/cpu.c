@@ -2,13 +2,14 @@
  *
  * Variants:
  *   cpu_ref   triple loop per batch item, double accumulation (truth)
- *   cpu_fast  OpenBLAS sgemm (opd__sgemm, kernels/common/gemm.h), or
+ *   cpu_fast  OpenBLAS sgemm in blocks of rows over call->exec
+ *             (opd__sgemm_ex, kernels/common/gemm.h), or
  *             for 10..64 columns and 16+ rows the register tiles
  *             (opd__sgemm_nn_small, on call->exec when not per item): one
  *             call for the whole batch when b
  *             has no batch dims (a's batch folds into M); else one call
  *             per item, items spread over call->exec when each product is
- *             small (large products are threaded by OpenBLAS itself)
+ *             small (a large product's rows spread over it instead)
  * Built with OPD_NO_BLAS (make BLAS=0: the GPU machine has no OpenBLAS),
  * cpu_fast is cpu_ref.
  * float64 (both variants): opd__dgemm per batch item (OpenBLAS dgemm, or
@@ -28,7 +29,7 @@
 OPD_OP_DECLARE(matmul);
 
 /* Per-item products at most this many multiply-adds run one per pool
- * chunk; larger ones leave threading to OpenBLAS. */
+ * chunk; larger ones each spread their rows over the pool. */
 #define SMALL_GEMM (1 << 18)
 
 /* float64: one opd__dgemm per batch item. */
@@ -75,15 +76,18 @@ int opd__matmul_cpu_fast(opd_kcall_t *call) { return opd__matmul_cpu_ref(call); 
 #else
 typedef struct mm_job {
   const mm_plan_t *p;              /* the plan */
+  const opd_exec_t *ex;            /* each product's threads (NULL: items
+                                      spread over the pool instead) */
   const float *A, *B;              /* operands */
   float *Y;                        /* output (nbatch, M, N) */
 } mm_job_t;
 
 /* Small N (a few columns, as the MLP's matmul form x^T): the tiles on ex
- * (kernels/common/gemm_wt.c); else OpenBLAS. */
+ * (kernels/common/gemm_wt.c); else OpenBLAS in blocks of rows on ex. */
 static void gemm(const opd_exec_t *ex, int64_t M, int64_t N, int64_t K,
                  const float *a, const float *b, float *y) {
-  if (!opd__sgemm_nn_small(ex, M, N, K, a, b, y)) opd__sgemm(0, M, N, K, a, b, 0.0f, y);
+  if (!opd__sgemm_nn_small(ex, M, N, K, a, b, y))
+    opd__sgemm_ex(ex, 0, M, N, K, a, b, 0.0f, y);
 }
 
 static void mm_items(void *arg, int64_t b, int64_t e) {
@@ -92,7 +96,7 @@ static void mm_items(void *arg, int64_t b, int64_t e) {
   for (int64_t t = b; t < e; t++) {
     int64_t ia, ib;
     opd__matmul_batch_index(p, t, &ia, &ib);
-    gemm(NULL, p->M, p->N, p->K, j->A + ia * p->M * p->K, j->B + ib * p->K * p->N,
+    gemm(j->ex, p->M, p->N, p->K, j->A + ia * p->M * p->K, j->B + ib * p->K * p->N,
          j->Y + t * p->M * p->N);
   }
 }
@@ -102,7 +106,7 @@ int opd__matmul_cpu_fast(opd_kcall_t *call) {
   mm_plan_t p;
   int rc = opd__matmul_plan(call, &p, NULL);
   if (rc) return rc;
-  mm_job_t j = {&p, call->in[0].data, call->in[1].data, call->out[0].data};
+  mm_job_t j = {&p, NULL, call->in[0].data, call->in[1].data, call->out[0].data};
   int64_t M = p.M, K = p.K, N = p.N;
   if (p.nbatch == 0 || M == 0 || N == 0) return 0;
   if (K == 0) {
@@ -123,6 +127,7 @@ int opd__matmul_cpu_fast(opd_kcall_t *call) {
     call->exec->parallel_for(call->exec, p.nbatch, grain < 1 ? 1 : grain,
                              mm_items, &j);
   } else {
+    j.ex = call->exec;
     mm_items(&j, 0, p.nbatch);
   }
   return 0;

@@ -108,8 +108,11 @@ static inline __attribute__((always_inline)) void sm_row(const float *x, float *
   opd_v8f s0 = opd__v8_splat(0.0f), s1 = s0, mv = opd__v8_splat(m);
   int64_t i = 0;
   for (; i + 16 <= C; i += 16) {
-    opd_v8f e0 = opd__v8_expf(opd__v8_load(x + i) - mv);
-    opd_v8f e1 = opd__v8_expf(opd__v8_load(x + i + 8) - mv);
+    /* the next row (softmax's rows are contiguous), a line per 16
+       elements, while this one's exponentials keep the core busy */
+    __builtin_prefetch(x + C + i);
+    opd_v8f e0 = opd__v8_expf_neg(opd__v8_load(x + i) - mv);
+    opd_v8f e1 = opd__v8_expf_neg(opd__v8_load(x + i + 8) - mv);
     if (!lg) {
       opd__v8_store(y + i, e0);
       opd__v8_store(y + i + 8, e1);

@@ -53,6 +53,10 @@ Test(conv2d, fast_matches_ref) {
       {{0, 3, 5, 5}, {2, 3, 3, 3}, 1, {1}, {0}, {1}, 1},   /* N = 0 */
       {{2, 3, 5, 5}, {0, 3, 3, 3}, 1, {1}, {0}, {1}, 0},   /* K = 0 */
       {{1, 16, 32, 32}, {8, 16, 3, 3}, 1, {1}, {1}, {1}, 1},
+      /* tiles of 15 output rows (col of 576 rows in 1 MiB) and a last
+       * one of 1 */
+      {{1, 64, 31, 29}, {8, 64, 3, 3}, 1, {1}, {1}, {1}, 1},
+      {{2, 32, 40, 40}, {6, 32, 3, 3}, 1, {2}, {1}, {1}, 0},
   };
   for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
     opd_kcall_t *c = ot_new("conv2d");
@@ -94,4 +98,35 @@ Test(conv2d, shape_errors) {
   ot_set_ints(c, "dilation", 1, OT_SHAPE(1));
   ot_in(c, 0, OPD_DTYPE_FLOAT32, 2, OT_SHAPE(8, 8), NULL); /* 3 dims: unbatched */
   ot_expect_err(c, OPD_ESHAPE, "4 dims", NULL);
+}
+
+Test(conv2d, winograd_matches_ref) {
+  /* 3x3, stride 1, one group, C and K >= 16: cpu_fast is Winograd
+   * F(2x2, 3x3) (kernels/conv2d/wino_cpu.c); odd P and Q (clipped tiles),
+   * padding 0, 1, 2 and asymmetric, several blocks of tile rows per image
+   * (64 channels of 56x56: rows of 3 tiles at 1.5 MiB per block), batches */
+  struct {
+    int64_t x[4], k;
+    int n;                         /* padding given as n ints */
+    int64_t pad[4];
+    int bias;
+  } cases[] = {
+      {{1, 16, 8, 8}, 16, 1, {1}, 1},
+      {{2, 16, 9, 7}, 24, 1, {0}, 0},           /* P = 7, Q = 5 */
+      {{1, 20, 11, 13}, 17, 1, {2}, 1},
+      {{1, 16, 6, 10}, 16, 4, {0, 1, 2, 0}, 1}, /* asymmetric */
+      {{1, 64, 56, 56}, 64, 1, {1}, 1},
+      {{3, 32, 15, 15}, 40, 2, {1, 0}, 0},
+  };
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    int64_t w[4] = {cases[k].k, cases[k].x[1], 3, 3};
+    opd_kcall_t *c = ot_new("conv2d");
+    ot_in_rand(c, 0, 4, cases[k].x, 900 + k, -1, 1);
+    ot_in_rand(c, 1, 4, w, 950 + k, -1, 1);
+    if (cases[k].bias) ot_in_rand(c, 2, 1, &w[0], 990 + k, -1, 1);
+    ot_set_ints(c, "padding", cases[k].n, cases[k].pad);
+    ot_ready(c);
+    ot_check_fast(c, 1e-5, 1e-4);
+    ot_free(c);
+  }
 }

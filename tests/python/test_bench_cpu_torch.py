@@ -24,6 +24,7 @@ def test_every_small_case_runs_and_matches_torch(sock):
     ops = [re.search(r"op=(\S+)", l).group(1) for l in lines]
     assert ops == ["relu", "add", "gelu", "gelu_tanh", "softmax", "layernorm",
                    "matmul", "conv2d"], r.stdout
+    assert "numpy_us=" in lines[6] and "ratio_numpy=" in lines[6], lines[6]
     for l in lines:
         kv = dict(re.findall(r"(\w+)=(\S+)", l))
         assert kv["check"] == "ok", l
@@ -39,3 +40,22 @@ def test_options_are_checked(sock):
     assert r.returncode == 2 and "unknown tanh" in r.stderr, r.stderr
     r = run(sock, "--reps", "0")
     assert r.returncode == 2 and "--reps must be at least 1" in r.stderr, r.stderr
+
+
+def test_plot_draws_the_table_as_a_png(tmp_path):
+    """bench/plot_cpu_torch.py: two sections, two runs of one: a PNG."""
+    import pytest
+    pytest.importorskip("matplotlib")
+    src = tmp_path / "r.txt"
+    src.write_text("# machine: test\n## 2 threads\n"
+                   "cpu op=gelu shape=2048x2048 opd_us=9 torch_us=10 ratio=0.90 check=ok\n"
+                   "cpu op=gelu shape=2048x2048 opd_us=11 torch_us=10 ratio=1.10 check=ok\n"
+                   "cpu op=matmul shape=256x256 opd_us=5 torch_us=4 ratio=1.25 check=ok"
+                   " numpy_us=5 ratio_numpy=1.00\n"
+                   "## 1 thread\n"
+                   "cpu op=softmax shape=2048x2048 opd_us=7 torch_us=10 ratio=0.70 check=ok\n")
+    out = tmp_path / "r.png"
+    r = subprocess.run([sys.executable, os.path.join(REPO, "bench", "plot_cpu_torch.py"),
+                        str(src), str(out)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
