@@ -133,6 +133,11 @@ void opd__devq_latency(opd_server_t *srv, int delta) {
   }
 }
 
+void opd__devq_class(opd_session_t *s, int latency) {
+  if (latency != s->priority) opd__devq_latency(s->srv, latency ? 1 : -1);
+  s->priority = latency; /* the count drops again at the session's end */
+}
+
 /* Wakes the sessions waiting where a slot is free, first come first: each
  * leaves the FIFO and its queue moves on (its admit lets it pass the
  * others, as its turn); one that needs a slot again after that waits at

@@ -38,6 +38,10 @@ void opd__devq_session_end(opd_session_t *s);
  * graph defined with class latency. The bound holds while any is alive. */
 void opd__devq_latency(opd_server_t *srv, int delta);
 
+/* Sets the session's class at hello (s->priority), keeping the count of
+ * latency users right when a second hello changes it. */
+void opd__devq_class(opd_session_t *s, int latency);
+
 /* STATS' "device_queue" entry (one map key and its value). */
 void opd__devq_pack(const opd_server_t *srv, msgpack_packer *pk);
 

@@ -28,7 +28,6 @@
 #include "daemon/sock.h"
 #include "daemon/stats.h"
 
-
 /* The packer for srv->scratch, emptied. Loop thread only. */
 static msgpack_packer *scratch(opd_server_t *srv) {
   static msgpack_packer pk;
@@ -88,9 +87,7 @@ static void handle_hello(opd_req_t *r, int type,
                      (unsigned)s->uid, prio);
     return;
   }
-  int lat = cls == OPD_CLASS_LATENCY; /* a second hello may change it */
-  if (lat != s->priority) opd__devq_latency(srv, lat ? 1 : -1); /* until the end */
-  s->priority = lat;
+  opd__devq_class(s, cls == OPD_CLASS_LATENCY); /* a second hello may change it */
   s->hello = 1;
 
   msgpack_packer *pk = scratch(srv);
