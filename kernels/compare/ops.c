@@ -13,6 +13,7 @@
  */
 #include "kernels/common/cpu.h"
 #include "kernels/common/kutil.h"
+#include "kernels/common/strided.h"
 #include "kernels/compare/compare.h"
 
 static int compare_shape(opd_kcall_t *call, opd_tshape_t *out) {
@@ -41,16 +42,23 @@ static int compare_shape(opd_kcall_t *call, opd_tshape_t *out) {
       .out = {{"out", OPD_DT(BOOL), "broadcast shape of a and b, bool"}},  \
       .shape_doc = "a (...), b (...) -> out (broadcast(a, b)) bool",       \
       .shape = compare_shape,                                              \
-      OPD_ROW_KERNELS(op),                                                 \
+      .flags = OPD_OPF_CPU_STRIDED, /* behind the element-wise driver */   \
+      OPD_ROW_KERNELS_STRIDED(op),                                         \
       .cuda_dtypes = OPD_DT_CMP,                                           \
   }
 
 OPD_OP_DECLARE(eq);
+OPD_EW_STRIDED_KERNELS(eq)
 OPD_OP_DECLARE(ne);
+OPD_EW_STRIDED_KERNELS(ne)
 OPD_OP_DECLARE(lt);
+OPD_EW_STRIDED_KERNELS(lt)
 OPD_OP_DECLARE(le);
+OPD_EW_STRIDED_KERNELS(le)
 OPD_OP_DECLARE(gt);
+OPD_EW_STRIDED_KERNELS(gt)
 OPD_OP_DECLARE(ge);
+OPD_EW_STRIDED_KERNELS(ge)
 
 const opd_op_def_t opd__op_eq = COMPARE_ROW(eq, "==");
 const opd_op_def_t opd__op_ne = COMPARE_ROW(ne, "!=");

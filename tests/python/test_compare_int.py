@@ -30,6 +30,23 @@ def test_compare_ops_equal_numpy(c, rng, dtype):
         np.testing.assert_array_equal(got, fn(a, b), err_msg=name)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "int32", "uint8", "bool"])
+def test_compare_ops_read_views_as_they_are(c, rng, dtype):
+    """A transposed operand, a step slice and a row broadcast: the CPU
+    kernels read the strides (cpu_strided), no copy is made or counted."""
+    a, b = vals(rng, (40, 24), dtype), vals(rng, (24, 40), dtype)
+    ta, tb = c.from_numpy(a), c.from_numpy(b)
+    before = c.stats()["strided"]["copies"]
+    for name, fn in NP.items():
+        got = c.run(name, ta, tb.T).numpy()
+        np.testing.assert_array_equal(got, fn(a, b.T), err_msg=name + " transpose")
+        got = c.run(name, ta[:, ::2], ta[:, 1::2]).numpy()
+        np.testing.assert_array_equal(got, fn(a[:, ::2], a[:, 1::2]), err_msg=name + " step")
+        got = c.run(name, ta, ta[3:4]).numpy()
+        np.testing.assert_array_equal(got, fn(a, a[3:4]), err_msg=name + " row")
+    assert c.stats()["strided"]["copies"] == before
+
+
 @pytest.mark.parametrize("dtype", ["int8", "uint8", "int32", "int64"])
 def test_integer_add_sub_mul_wrap_as_numpy(c, rng, dtype):
     info = np.iinfo(dtype)
