@@ -20,6 +20,8 @@
 #                                kernels, backend and GPU python tests, then C
 #                                cut down (bounds 4 and 0, 4 s phases, torch
 #                                without MPS)
+# First, on this machine: bash tests/gpu/prepare.sh (makes .deps/gpu and .whl,
+# which a fresh checkout lacks and the GPU machine cannot fetch).
 # Outputs in $OUT (at most 8 files come back); the key lines are printed.
 # tests/gpu/run.sh is the whole suite (MPS, poison drills, async orders).
 set -u
