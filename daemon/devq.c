@@ -133,6 +133,10 @@ void opd__devq_latency(opd_server_t *srv, int delta) {
   }
 }
 
+int opd__devq_latency_users(const opd_server_t *srv) {
+  return srv->devq != NULL ? srv->devq->latency : 0;
+}
+
 void opd__devq_class(opd_session_t *s, int latency) {
   if (latency != s->priority) opd__devq_latency(s->srv, latency ? 1 : -1);
   s->priority = latency; /* the count drops again at the session's end */

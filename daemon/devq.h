@@ -42,6 +42,10 @@ void opd__devq_latency(opd_server_t *srv, int delta);
  * latency users right when a second hello changes it. */
 void opd__devq_class(opd_session_t *s, int latency);
 
+/* The latency users alive (sessions of the class, latency graphs): 0
+ * when the latency class has no one to serve first. */
+int opd__devq_latency_users(const opd_server_t *srv);
+
 /* STATS' "device_queue" entry (one map key and its value). */
 void opd__devq_pack(const opd_server_t *srv, msgpack_packer *pk);
 

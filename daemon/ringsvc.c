@@ -35,6 +35,7 @@
 #include "common/memfd.h"
 #include "common/clock.h" /* opd__now_ns */
 #include "common/wire.h"
+#include "daemon/devq.h"
 #include "daemon/limits.h"
 #include "daemon/log.h"
 #include "daemon/loop.h"
@@ -87,13 +88,14 @@ static double svc_pct(const opd_server_t *srv, double q) {
 /* The ring watcher (daemon/loop.h). In a spin window: the submission
  * rings that hold a request are served the moment it is there, the
  * latency class's sessions first (docs/scheduling.md): a flood of
- * best-effort requests that came in the same turn waits behind them. */
+ * best-effort requests that came in the same turn waits behind them. With
+ * no latency user, one pass over the sessions, as before. */
 static int ring_poll(opd_server_t *srv) {
-  int served = 0;
-  for (int pass = 1; pass >= 0; pass--) {
+  int served = 0, two = opd__devq_latency_users(srv) > 0;
+  for (int pass = two; pass >= 0; pass--) {
     for (opd_session_t *s = srv->sessions, *next; s; s = next) {
       next = s->next;
-      if (!s->ring || s->fd < 0 || s->closing || s->priority != pass) continue;
+      if (!s->ring || s->fd < 0 || s->closing || (two && s->priority != pass)) continue;
       if (opd__ring_ready(&s->sq) != 0) { /* a request, or corrupt */
         if ((++srv->svc_seen & (SVC_SAMPLE - 1)) == 0) {
           uint64_t t0 = opd__ticks();
@@ -112,10 +114,11 @@ static int ring_poll(opd_server_t *srv) {
 /* After each poll phase: every ring session (overflow, submissions), the
  * latency class's first. */
 static void ring_check(opd_server_t *srv) {
-  for (int pass = 1; pass >= 0; pass--)
+  int two = opd__devq_latency_users(srv) > 0;
+  for (int pass = two; pass >= 0; pass--)
     for (opd_session_t *s = srv->sessions, *next; s; s = next) {
       next = s->next;
-      if (s->priority == pass) service_session(s);
+      if (!two || s->priority == pass) service_session(s);
     }
 }
 

@@ -92,6 +92,16 @@ static opd_job_t *launch_held(int i) {
   return &held[n_held++];
 }
 
+/* A latency user there, and sessions 0 and 1 holding two slots each: the
+ * device's four are taken. */
+static void fill_device(void) {
+  opd__devq_latency(srv, 1);
+  for (int i = 0; i < 2; i++) {
+    launch_held(i);
+    launch_held(i);
+  }
+}
+
 TestSuite(devq, .init = setup, .fini = teardown);
 
 Test(devq, no_latency_user_no_bound) {
@@ -111,7 +121,7 @@ Test(devq, bound_and_share) {
   launch_held(1);
   queue_run(2);
   cr_assert_not(try_launch(&sess[2]), "the device holds at most 4");
-  /* session 3 comes later: it queues behind 0 and 2 */
+  /* sess[3] comes later: it queues behind sess[0] and sess[2] */
   queue_run(3);
   cr_assert_not(try_launch(&sess[3]));
   /* a release never calls back into a session */
@@ -151,11 +161,7 @@ Test(devq, share_does_not_block_others) {
 
 Test(devq, latency_runs_never_wait) {
   n_held = 0;
-  opd__devq_latency(srv, 1);
-  for (int i = 0; i < 2; i++) {
-    launch_held(i);
-    launch_held(i);
-  }
+  fill_device();
   sess[3].priority = 1; /* a latency session */
   queue_run(3);
   cr_assert(try_launch(&sess[3]));
@@ -166,11 +172,7 @@ Test(devq, latency_runs_never_wait) {
 
 Test(devq, bound_off_wakes_everyone) {
   n_held = 0;
-  opd__devq_latency(srv, 1);
-  for (int i = 0; i < 2; i++) {
-    launch_held(i);
-    launch_held(i);
-  }
+  fill_device();
   queue_run(2);
   queue_run(3);
   cr_assert_not(try_launch(&sess[2]));
@@ -183,11 +185,7 @@ Test(devq, bound_off_wakes_everyone) {
 
 Test(devq, session_end_leaves_the_queue) {
   n_held = 0;
-  opd__devq_latency(srv, 1);
-  for (int i = 0; i < 2; i++) {
-    launch_held(i);
-    launch_held(i);
-  }
+  fill_device();
   queue_run(2);
   cr_assert_not(try_launch(&sess[2]));
   queue_run(3);
