@@ -68,7 +68,7 @@ int opd__ops_pack(opd_server_t *srv) {
   msgpack_pack_array(&pk, (size_t)opd__n_ops);
   for (int i = 0; i < opd__n_ops; i++) {
     const opd_op_def_t *op = opd__ops[i];
-    msgpack_pack_map(&pk, 12);
+    msgpack_pack_map(&pk, 13);
     PACK_STR(&pk, "name");
     PACK_STR(&pk, op->name);
     PACK_STR(&pk, "min_inputs");
@@ -121,6 +121,9 @@ int opd__ops_pack(opd_server_t *srv) {
     else msgpack_pack_false(&pk);
     PACK_STR(&pk, "cpu_strided");
     if (op->flags & OPD_OPF_CPU_STRIDED) msgpack_pack_true(&pk);
+    else msgpack_pack_false(&pk);
+    PACK_STR(&pk, "steady_cost");
+    if (op->flags & OPD_OPF_STEADY_COST) msgpack_pack_true(&pk);
     else msgpack_pack_false(&pk);
   }
   if (sb.size > srv->cfg.limits.max_frame - 64) {

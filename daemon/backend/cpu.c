@@ -6,11 +6,17 @@
  * A run whose tensors total at most --inline-bytes executes on the loop
  * thread: a thread hand-off would cost more than its kernel, and launch
  * returns OPD_LAUNCH_DONE. So does a larger run (up to 16 MiB) of an op
- * flagged OPD_OPF_INPLACE (one pass over contiguous data: relu, add, mul,
- * gelu, softmax, the norms) once earlier runs of the same signature (op,
- * dtypes, shapes, attribute values) say its kernel takes at most
- * --inline-us serially: the hand-off and back cost 60-90 us on the 2-core
- * VM, where a 64 KiB add takes 3 (bench/results, "bench_cpu_torch.py").
+ * whose time its signature sets (OPD_OPF_STEADY_COST: products,
+ * convolutions, poolings, reductions, gathers; or OPD_OPF_INPLACE, one
+ * pass over contiguous data: relu, add, mul, gelu, softmax, the norms)
+ * once earlier runs of the same signature (op, dtypes, shapes, strides,
+ * attribute values) say its kernel takes at most --inline-us serially:
+ * the hand-off and back cost 60-90 us on the 2-core VM, where a 64 KiB
+ * add takes 3 (bench/results, "bench_cpu_torch.py"), and a thread's
+ * wake-up alone about 45 there (a futex round trip between two threads,
+ * two wake-ups, 85 us at p50 on 2026-12-08; a 64x64 matmul, 10-16 us of
+ * kernel, took 110-130 us a call through the threads and 52-78 on the
+ * loop).
  * The estimate (cpu_learn, on the loop thread as each run
  * completes) is a moving mean of the kernel's time (each run weighs 1/8;
  * a maximum followed every stray slow run and kept a 3 us relu on the
@@ -24,8 +30,8 @@
  * first. What is left is what the data does to one signature's time
  * (denormals), which the next run's estimate takes in; a run of at most
  * --inline-bytes already runs inline whatever its data. Ops whose time
- * does not follow their bytes (matmul, conv2d, nms, plugins without the
- * flag) never come inline this way. Any other run goes to libuv's pool
+ * the values set (nms, plugins without either flag) never come inline
+ * this way. Any other run goes to libuv's pool
  * (uv_queue_work), so one client's big op never stalls another client's
  * I/O; after_work_cb calls the job's completion callback on the loop.
  * While such runs are out (srv->pool_jobs), the loop scheduler naps
@@ -125,14 +131,16 @@ static uint64_t signature(const opd_job_t *job) {
   return h ? h : 1;
 }
 
-/* Whether runs of this job's op may go inline by measure: one pass over
- * contiguous data (OPD_OPF_INPLACE, not OPD_OPF_STRIDED), on the CPU,
- * more than --inline-bytes and at most INLINE_MAX_BYTES. */
+/* Whether runs of this job's op may go inline by measure: a time its
+ * signature sets (OPD_OPF_STEADY_COST, or one pass over contiguous data:
+ * OPD_OPF_INPLACE, not OPD_OPF_STRIDED), on the CPU, at most
+ * INLINE_MAX_BYTES. */
 static int learns(const opd_job_t *job) {
   if (job->graph != NULL) return 1; /* its own estimate: graph->cost_ns */
   uint32_t f = job->call.op->flags;
-  return job->device < 0 && (f & OPD_OPF_INPLACE) && !(f & OPD_OPF_STRIDED) &&
-         job->bytes <= INLINE_MAX_BYTES;
+  int steady = (f & OPD_OPF_STEADY_COST) ||
+               ((f & OPD_OPF_INPLACE) && !(f & OPD_OPF_STRIDED));
+  return job->device < 0 && steady && job->bytes <= INLINE_MAX_BYTES;
 }
 
 /* Whether a run is cheap enough to execute on the loop thread

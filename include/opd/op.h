@@ -195,6 +195,16 @@ typedef struct opd_io_spec {
                                     kernels). The CUDA kernel still gets
                                     contiguous copies unless the op also
                                     sets OPD_OPF_STRIDED */
+#define OPD_OPF_STEADY_COST 0x80u /* the CPU kernel's time is set by the
+                                    run's signature (op, dtypes, shapes,
+                                    strides, attribute values), not by the
+                                    values it reads (a product, a
+                                    convolution, a pooling; not NMS, whose
+                                    work follows the boxes' overlaps): the
+                                    daemon learns it per signature and runs
+                                    the fast ones on its event loop, with
+                                    no thread hand-off (--inline-us).
+                                    OPD_OPF_INPLACE ops are taken as such */
 
 /* Shape rule: from call->in (shapes/dtypes, data NULL) and call->attr, fill
  * out[0..n_out) with the outputs the op writes. Returns 0, or OPD_ESHAPE /

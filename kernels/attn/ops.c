@@ -134,6 +134,7 @@ const opd_op_def_t opd__op_sdpa = {
     .shape_doc = "q (B, H, Tq, D), k (B, H, Tk, D), v (B, H, Tk, Dv), mask? -> "
                  "out (B, H, Tq, Dv)",
     .shape = sdpa_shape,
+    .flags = OPD_OPF_STEADY_COST,
     OPD_ROW_KERNELS(sdpa),
     .cuda_dtypes = OPD_DT_FLOATS,
 };
@@ -179,6 +180,7 @@ const opd_op_def_t opd__op_rope = {
     .cpu_dtypes = OPD_DT_FLOAT,
     .shape_doc = "x (..., T, D), cos (T, D), sin (T, D) -> out (..., T, D)",
     .shape = rope_shape,
+    .flags = OPD_OPF_STEADY_COST,
     OPD_ROW_KERNELS(rope),
     .cuda_dtypes = OPD_DT_FLOATS,
 };
@@ -209,6 +211,7 @@ const opd_op_def_t opd__op_swiglu = {
     .cpu_dtypes = OPD_DT_FLOAT,
     .shape_doc = "x (..., 2d) -> out (..., d)",
     .shape = swiglu_shape,
+    .flags = OPD_OPF_STEADY_COST,
     OPD_ROW_KERNELS(swiglu),
     .cuda_dtypes = OPD_DT_FLOATS,
 };

@@ -59,7 +59,7 @@ const opd_op_def_t opd__op_batch_norm = {
                .type = OPD_ATTR_FLOAT,
                .def = {.type = OPD_ATTR_FLOAT, .f = 1e-5},
                .doc = "added to the variance before the square root"}},
-    .flags = OPD_OPF_INPLACE,
+    .flags = OPD_OPF_INPLACE | OPD_OPF_STEADY_COST,
     .shape_doc = "x (N, C, ...), mean (C), var (C), weight (C)?, bias (C)? "
                  "-> y (N, C, ...)",
     .shape = batch_norm_shape,

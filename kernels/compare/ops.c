@@ -42,7 +42,8 @@ static int compare_shape(opd_kcall_t *call, opd_tshape_t *out) {
       .out = {{"out", OPD_DT(BOOL), "broadcast shape of a and b, bool"}},  \
       .shape_doc = "a (...), b (...) -> out (broadcast(a, b)) bool",       \
       .shape = compare_shape,                                              \
-      .flags = OPD_OPF_CPU_STRIDED, /* behind the element-wise driver */   \
+      .flags = OPD_OPF_CPU_STRIDED | OPD_OPF_STEADY_COST, /* behind the    \
+                                           element-wise driver */          \
       OPD_ROW_KERNELS_STRIDED(op),                                         \
       .cuda_dtypes = OPD_DT_CMP,                                           \
   }

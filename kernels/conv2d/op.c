@@ -83,7 +83,8 @@ const opd_op_def_t opd__op_conv2d = {
     .shape = conv2d_shape,
     .cpu_ref = opd__conv2d_cpu_ref,
     .cpu_fast = opd__conv2d_cpu_fast,
-    .flags = OPD_OPF_CUDA_BLASLT, /* the CUDA kernel runs cuBLASLt */
+    .flags = OPD_OPF_CUDA_BLASLT | /* the CUDA kernel runs cuBLASLt */
+             OPD_OPF_STEADY_COST,
     .cuda = opd__conv2d_cuda,
     .cuda_dtypes = OPD_DT(FLOAT32) | OPD_DT(FLOAT16) | OPD_DT(BFLOAT16),
     .cuda_workspace = opd__conv2d_cuda_workspace,

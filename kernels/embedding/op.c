@@ -44,6 +44,7 @@ const opd_op_def_t opd__op_embedding = {
     .out = {{"y", OPD_DT_ANY, "(..., D) dtype of weight"}},
     .shape_doc = "weight (V, D), indices (...) -> y (..., D)",
     .shape = embedding_shape,
+    .flags = OPD_OPF_STEADY_COST,
     OPD_ROW_KERNELS(embedding),
     .cuda_dtypes = OPD_DT_ANY,
 };

@@ -60,6 +60,7 @@ const opd_op_def_t opd__op_gather = {
                .doc = "the dim indexed (negative counts from the end)"}},
     .shape_doc = "x (...), index (...) of x's rank -> out (index's shape)",
     .shape = gather_shape,
+    .flags = OPD_OPF_STEADY_COST,
     OPD_ROW_KERNELS(gather),
     .cuda_dtypes = OPD_DT_ANY,
 };

@@ -92,7 +92,8 @@ const opd_op_def_t opd__op_gru_cell = {
     .shape = gru_shape,
     .cpu_ref = opd__gru_cell_cpu_ref,
     .cpu_fast = opd__gru_cell_cpu_fast,
-    .flags = OPD_OPF_CUDA_BLASLT, /* the CUDA kernel runs cuBLASLt */
+    .flags = OPD_OPF_CUDA_BLASLT | /* the CUDA kernel runs cuBLASLt */
+             OPD_OPF_STEADY_COST,
     .cuda = opd__gru_cell_cuda,
     .cuda_dtypes = OPD_DT(FLOAT32) | OPD_DT(FLOAT16) | OPD_DT(BFLOAT16),
     .cuda_workspace = opd__gru_cell_cuda_workspace,

@@ -49,7 +49,8 @@ const opd_op_def_t opd__op_linear = {
     .shape = linear_shape,
     .cpu_ref = opd__linear_cpu_ref,
     .cpu_fast = opd__linear_cpu_fast,
-    .flags = OPD_OPF_CUDA_BLASLT, /* the CUDA kernel runs cuBLASLt */
+    .flags = OPD_OPF_CUDA_BLASLT | /* the CUDA kernel runs cuBLASLt */
+             OPD_OPF_STEADY_COST,
     .cuda = opd__linear_cuda,
     .cuda_dtypes = OPD_DT_FLOATS64,
 };

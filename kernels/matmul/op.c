@@ -37,7 +37,8 @@ const opd_op_def_t opd__op_matmul = {
     .shape = matmul_shape,
     .cpu_ref = opd__matmul_cpu_ref,
     .cpu_fast = opd__matmul_cpu_fast,
-    .flags = OPD_OPF_CUDA_BLASLT, /* the CUDA kernel runs cuBLASLt */
+    .flags = OPD_OPF_CUDA_BLASLT | /* the CUDA kernel runs cuBLASLt */
+             OPD_OPF_STEADY_COST,
     .cuda = opd__matmul_cuda,
     .cuda_dtypes = OPD_DT_FLOATS64,
 };

@@ -53,6 +53,7 @@ static int adaptive_avg_pool2d_shape(opd_kcall_t *call, opd_tshape_t *out) {
     .out = {{"y", OPD_DT_FLOATS, "(N, C, OH, OW) or (C, OH, OW)"}},         \
     .cpu_dtypes = OPD_DT_FLOAT,                                             \
     .shape = op##_shape,                                                    \
+    .flags = OPD_OPF_STEADY_COST,                                           \
     OPD_ROW_KERNELS(op),                                                    \
     .cuda_dtypes = OPD_DT(FLOAT32) | OPD_DT(FLOAT16) | OPD_DT(BFLOAT16),    \
     __VA_ARGS__                                                             \

@@ -101,6 +101,7 @@ static int amax_shape(opd_kcall_t *call, opd_tshape_t *out) {
     .shape_doc = "x (...) -> out (x's shape without dims, or 1 there with " \
                  "keepdim)",                                                \
     .shape = op##_shape,                                                    \
+    .flags = OPD_OPF_STEADY_COST,                                           \
     OPD_ROW_KERNELS(op),                                                    \
     .cuda_workspace = opd__##op##_cuda_workspace,                           \
     __VA_ARGS__                                                             \

@@ -33,7 +33,7 @@ static const uint32_t valid_dtypes = 0
 static const uint32_t known_flags =
     OPD_OPF_STRIDED | OPD_OPF_INPLACE | OPD_OPF_CUDA_BLASLT |
     OPD_OPF_NO_CAPTURE | OPD_OPF_VIEW | OPD_OPF_ELEMENTWISE |
-    OPD_OPF_CPU_STRIDED;
+    OPD_OPF_CPU_STRIDED | OPD_OPF_STEADY_COST;
 
 static int dtype_size(int dtype) {
   switch (dtype) {

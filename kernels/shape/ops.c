@@ -148,7 +148,7 @@ const opd_op_def_t opd__op_permute = {
                .type = OPD_ATTR_INTS,
                .required = 1,
                .doc = "a permutation of x's dims (negative count from the end)"}},
-    .flags = OPD_OPF_STRIDED,
+    .flags = OPD_OPF_STRIDED | OPD_OPF_STEADY_COST,
     .shape_doc = "x (d0, ..., dn) -> y (d[dims[0]], ..., d[dims[n]])",
     .shape = permute_shape,
     OPD_ROW_KERNELS(permute),
@@ -202,7 +202,7 @@ const opd_op_def_t opd__op_slice = {
                .type = OPD_ATTR_INT,
                .def = {.type = OPD_ATTR_INT, .i = 1},
                .doc = "stride between taken indices, >= 1"}},
-    .flags = OPD_OPF_STRIDED,
+    .flags = OPD_OPF_STRIDED | OPD_OPF_STEADY_COST,
     .shape_doc = "x (..., n, ...) -> y (..., len(range(start, end, step)), ...)",
     .shape = slice_shape,
     OPD_ROW_KERNELS(slice),
@@ -226,6 +226,7 @@ const opd_op_def_t opd__op_cat = {
     .shape_doc = "x (1 to 15 tensors: (..., n0, ...), (..., n1, ...), ...) -> "
                  "y (..., n0+n1+..., ...)",
     .shape = cat_shape,
+    .flags = OPD_OPF_STEADY_COST,
     OPD_ROW_KERNELS(cat),
     .cuda_dtypes = OPD_DT_ANY,
 };
@@ -244,7 +245,7 @@ const opd_op_def_t opd__op_expand = {
                .required = 1,
                .doc = "the extents, right aligned with x's; -1 keeps x's; x's dims of "
                       "extent 1 and new leading dims take any"}},
-    .flags = OPD_OPF_STRIDED,
+    .flags = OPD_OPF_STRIDED | OPD_OPF_STEADY_COST,
     .shape_doc = "x (...) -> y (shape)",
     .shape = expand_shape,
     OPD_ROW_KERNELS(expand),

@@ -45,6 +45,7 @@ const opd_op_def_t opd__op_where = {
     .out = {{"out", OPD_DT_ANY, "(...) the broadcast shape, dtype of x"}},
     .shape_doc = "cond (...), x (...), y (...) -> out (broadcast of the three)",
     .shape = where_shape,
+    .flags = OPD_OPF_STEADY_COST,
     OPD_ROW_KERNELS(where),
     .cuda_dtypes = OPD_DT(BOOL) | OPD_DT(UINT8),
 };

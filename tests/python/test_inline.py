@@ -1,8 +1,9 @@
 """Which CPU runs the daemon executes on its event loop instead of its
 kernel threads (daemon/backend/cpu.c): at most --inline-bytes of tensors
-always; larger runs of one-pass ops (OPD_OPF_INPLACE: add, relu, softmax,
-...) up to 16 MiB once the measured kernel time of earlier runs of the same
-signature (op, dtypes, shapes, attributes) is within --inline-us. STATS counts them per op ("inline"). The budgets here are
+always; larger runs of ops whose time their signature sets (OPD_OPF_INPLACE:
+add, relu, softmax, ...; OPD_OPF_STEADY_COST: matmul, conv2d, ...) up to
+16 MiB once the measured kernel time of earlier runs of the same signature
+(op, dtypes, shapes, strides, attributes) is within --inline-us; never nms. STATS counts them per op ("inline"). The budgets here are
 extreme (1 s, or 0) so that no machine's speed changes the answer."""
 import numpy as np
 
@@ -41,13 +42,21 @@ def test_one_pass_ops_learn_to_run_on_the_loop(start_daemon):
         for approximate in ("none", "tanh", "tanh", "none"):
             c.gelu(z, approximate=approximate, out=g)
         assert ops(c)["gelu"]["inline"] == 2
-        # not one pass (matmul): on the threads, however fast
+        # a time its shapes set (matmul: steady_cost), learnt the same way
         a = c.from_numpy(np.eye(64, dtype=np.float32))       # 3 x 16 KiB
         m = c.empty((64, 64))
         for _ in range(5):
             c.matmul(a, a, out=m)
-        assert ops(c)["matmul"]["inline"] == 0
+        assert ops(c)["matmul"]["inline"] == 4
         np.testing.assert_array_equal(m.numpy(), np.eye(64))
+        # a time the values set (nms): on the threads, however fast
+        boxes = np.zeros((2048, 4), np.float32)
+        boxes[:, 2:] = 1
+        bx = c.from_numpy(boxes)
+        sc = c.from_numpy(np.linspace(1, 0, 2048, dtype=np.float32))
+        for _ in range(3):
+            c.nms(bx, sc, iou_threshold=0.5)
+        assert ops(c)["nms"]["calls"] == 3 and ops(c)["nms"]["inline"] == 0
         # 16 MiB and more: past the size classes, on the threads
         big = c.zeros((1024, 4096))
         for _ in range(3):
