@@ -77,8 +77,8 @@ Test(opcheck, malformed_rows_are_refused_naming_the_field) {
   refused(&op, "choices are for str attributes only");
   op = good(), op.n_attrs = 2, op.attrs[1] = op.attrs[0];
   refused(&op, "attribute \"mode\" is listed twice");
-  op = good(), op.flags = 0x80;
-  refused(&op, "unknown flags 0x80");
+  op = good(), op.flags = 0x100;
+  refused(&op, "unknown flags 0x100");
   op = good(), op.shape = NULL;
   refused(&op, "no shape rule");
   op = good(), op.cpu_ref = NULL;
