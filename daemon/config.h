@@ -60,6 +60,11 @@ typedef struct opd_limits {
                                     this long (0: only inline_bytes) */
   uint32_t graph_inline_us;      /* a CPU graph run learnt to take at most
                                     this runs on the loop (graphs.md) */
+  uint32_t idle_inline_us;       /* while the kernel threads are idle and
+                                    no latency-class client is connected,
+                                    a CPU run learnt to hold the loop at
+                                    most this long runs on it, the kernel
+                                    threads helping (0: off) */
 } opd_limits_t;
 
 #define OPD_MAX_DEVICES 16

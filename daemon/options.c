@@ -300,6 +300,12 @@ const opd_opt_row_t opd__opt_rows[] = {
           "of its earlier runs) executes on the event loop: a model's one "
           "request without a thread hand-off (0: graphs go by "
           "--inline-bytes only)")
+    NUM32("idle-inline-us", idle_inline_us, 0, 1000000, 500,
+          "while the kernel threads are idle and no latency-class client "
+          "is connected, a CPU run or graph whose earlier runs took at "
+          "most this (on all kernel threads) executes on the event loop "
+          "with the kernel threads helping: no thread hand-off, at the "
+          "cost of other clients' requests waiting that long (0: off)")
     {"pid-file", 0, "PATH", p_str, OFF(svc.pid_file), 0,
      sizeof(((opd_config_t *)0)->svc.pid_file), 0, 2,
      "write the daemon's pid here once it serves; removed at exit"},

@@ -341,6 +341,7 @@ int opd__server_init(opd_server_t *srv, uv_loop_t *loop,
     return OPD_ENOMEM;
   }
   (void)opd__exec_pool_view(&srv->exec, &srv->exec_be); /* a pool: 0 */
+  srv->exec_loop = srv->exec;
 
   srv->listen_fd = listen_on(cfg->socket_path);
   if (srv->listen_fd < 0) return OPD_EIO;

@@ -169,6 +169,10 @@ struct opd_server {
   uint64_t next_session_id, next_arena_id;
   opd_exec_t exec;               /* kernel thread pool */
   opd_exec_t exec_be;            /* ... its best-effort view (exec.h) */
+  opd_exec_t exec_loop;          /* ... a copy at another address: the runs
+                                    the loop thread executes with the
+                                    kernel threads helping (backend/cpu.c,
+                                    --idle-inline-us) */
   struct opd_sched *sched;       /* classes of service (daemon/sched.c) */
   struct opd_devq *devq;         /* device admission by class (devq.c) */
   uint64_t start_ns;

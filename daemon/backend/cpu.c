@@ -31,7 +31,15 @@
  * (denormals), which the next run's estimate takes in; a run of at most
  * --inline-bytes already runs inline whatever its data. Ops whose time
  * the values set (nms, plugins without either flag) never come inline
- * this way. Any other run goes to libuv's pool
+ * this way. While nothing runs on the kernel threads (srv->pool_jobs 0)
+ * and no latency-class client is connected, a run whose estimate (the
+ * threads' time times their number, divided by it again: how long the
+ * loop would be held) is within --idle-inline-us executes on the loop
+ * too, through exec_loop (the pool, this thread its caller, the workers
+ * helping): a VM's two thread wake-ups each way cost ~45 us apiece, a
+ * large part of a run of a few hundred, and the only one kept waiting
+ * is a request that comes meanwhile, for at most that long. Any other
+ * run goes to libuv's pool
  * (uv_queue_work), so one client's big op never stalls another client's
  * I/O; after_work_cb calls the job's completion callback on the loop.
  * While such runs are out (srv->pool_jobs), the loop scheduler naps
@@ -53,6 +61,7 @@
 #include "common/clock.h" /* opd__now_ns */
 #include "common/wire.h"
 #include "daemon/backend/backend.h"
+#include "daemon/devq.h" /* opd__devq_latency_users */
 #include "daemon/graph/graph.h"
 #include "daemon/run/strided.h"
 #include "daemon/sched.h"
@@ -158,6 +167,27 @@ static int runs_inline(const opd_server_t *srv, const opd_job_t *job) {
   return e->sig == sig && e->ns <= srv->cfg.limits.inline_us * 1000ull;
 }
 
+/* Whether a run executes on the loop thread with the kernel threads
+ * helping (--idle-inline-us): nothing runs on them, no latency-class
+ * client is there to wait for the loop, and the run's estimate (its
+ * signature's, or its graph's: the threads' time times their number)
+ * says it holds the loop at most that long. */
+static int runs_on_idle_loop(const opd_server_t *srv, const opd_job_t *job) {
+  uint64_t lim = srv->cfg.limits.idle_inline_us * 1000ull, est;
+  if (lim == 0 || job->device >= 0 || srv->pool_jobs > 0 || !learns(job) ||
+      opd__devq_latency_users(srv) > 0)
+    return 0;
+  if (job->graph != NULL) {
+    est = job->graph->cost_ns;
+  } else {
+    uint64_t sig = signature(job);
+    const opd_cost_t *e = &srv->cost[sig % OPD_COST_SLOTS];
+    est = e->sig == sig ? e->ns : 0;
+  }
+  uint64_t n = srv->exec.nthreads > 1 ? (uint64_t)srv->exec.nthreads : 1;
+  return est > 0 && est / n <= lim;
+}
+
 /* A completed CPU run's kernel time into its signature's estimate (on the
  * loop thread, as the run completes, before its job->done or launch's
  * OPD_LAUNCH_DONE: the backend learns from its own runs). */
@@ -222,6 +252,12 @@ static int cpu_launch(opd_job_t *job) {
     if (urgent) opd__exec_urgent(&srv->exec, 1);
     run_kernel(job);
     if (urgent) opd__exec_urgent(&srv->exec, -1);
+    cpu_learn(srv, job);
+    return OPD_LAUNCH_DONE;
+  }
+  if (!urgent && runs_on_idle_loop(srv, job)) {
+    job->call.exec = &srv->exec_loop; /* the pool, this thread its caller */
+    run_kernel(job);
     cpu_learn(srv, job);
     return OPD_LAUNCH_DONE;
   }

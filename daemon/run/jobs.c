@@ -129,7 +129,9 @@ static void job_count(opd_job_t *job) {
   st->ns += job->ns;
   if (job->rc != 0) st->errors++;
   else if (job->strided) opd__strided_count(job->s->srv, &job->call, job->strided);
-  if (job->device < 0) st->inlined += job->call.exec == &opd__exec_serial;
+  if (job->device < 0)
+    st->inlined += job->call.exec == &opd__exec_serial ||
+                   job->call.exec == &job->s->srv->exec_loop;
 }
 
 /* The session's async error, reported (as request id's error) and

@@ -45,7 +45,7 @@ def test_the_const_limit_is_taken_and_one_more_is_refused(c):
 
 
 def test_graph_inline_us_0_runs_every_graph_on_the_pool(start_daemon):
-    dm = start_daemon("--graph-inline-us", "0")
+    dm = start_daemon("--graph-inline-us", "0", "--idle-inline-us", "0")
     with opd.connect(dm.socket) as c:
         g, want = _chain(c, 8)
         x, y = c.from_numpy(np.ones(4, np.float32)), c.empty((4,))

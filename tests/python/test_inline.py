@@ -15,7 +15,7 @@ def ops(c):
 
 
 def test_one_pass_ops_learn_to_run_on_the_loop(start_daemon):
-    dm = start_daemon("--inline-us", "1000000")
+    dm = start_daemon("--inline-us", "1000000", "--idle-inline-us", "0")
     with opd.connect(dm.socket) as c:
         x = c.from_numpy(np.ones((8, 1024), np.float32))     # 32 KiB: 96 with y
         y = c.empty((8, 1024))
@@ -65,7 +65,7 @@ def test_one_pass_ops_learn_to_run_on_the_loop(start_daemon):
 
 
 def test_inline_us_0_keeps_them_on_the_threads(start_daemon):
-    dm = start_daemon("--inline-us", "0")
+    dm = start_daemon("--inline-us", "0", "--idle-inline-us", "0")
     with opd.connect(dm.socket) as c:
         x = c.from_numpy(np.ones((8, 1024), np.float32))
         y = c.empty((8, 1024))
@@ -75,7 +75,7 @@ def test_inline_us_0_keeps_them_on_the_threads(start_daemon):
 
 
 def test_small_runs_go_inline_by_their_bytes(start_daemon):
-    dm = start_daemon("--inline-us", "0")                    # bytes alone
+    dm = start_daemon("--inline-us", "0", "--idle-inline-us", "0")  # bytes alone
     with opd.connect(dm.socket) as c:
         x = c.from_numpy(np.ones((1, 1024), np.float32))     # 3 x 4 KiB
         y = c.empty((1, 1024))
@@ -86,6 +86,44 @@ def test_small_runs_go_inline_by_their_bytes(start_daemon):
         m = c.empty((32, 32))
         c.matmul(a, a, out=m)                                # any op, by bytes
         assert ops(c)["matmul"]["inline"] == 1
+
+
+def test_an_idle_daemon_runs_learnt_runs_on_the_loop(start_daemon):
+    """--idle-inline-us: while nothing runs on the kernel threads and no
+    latency-class client is connected, a run learnt to hold the loop at
+    most that long runs on it (the threads helping), whatever its op's
+    flags say; a latency-class client turns it off; 0 turns it off."""
+    dm = start_daemon("--inline-us", "0", "--idle-inline-us", "1000000")
+    with opd.connect(dm.socket) as c:
+        a = c.from_numpy(np.eye(256, dtype=np.float32))      # 3 x 256 KiB
+        m = c.empty((256, 256))
+        for _ in range(5):
+            c.matmul(a, a, out=m)
+        # the first on the kernel threads (nothing learnt yet), then the loop
+        assert ops(c)["matmul"] == dict(ops(c)["matmul"], calls=5, inline=4)
+        np.testing.assert_array_equal(m.numpy(), np.eye(256))
+        boxes = np.zeros((2048, 4), np.float32)
+        boxes[:, 2:] = 1
+        bx = c.from_numpy(boxes)
+        sc = c.from_numpy(np.linspace(1, 0, 2048, dtype=np.float32))
+        for _ in range(3):
+            c.nms(bx, sc, iou_threshold=0.5)
+        assert ops(c)["nms"]["inline"] == 0                  # never learnt
+        with opd.connect(dm.socket, priority="latency") as lat:
+            for _ in range(3):
+                c.matmul(a, a, out=m)
+            assert ops(c)["matmul"]["inline"] == 4
+            assert lat.relu(np.ones(3, np.float32)).tolist() == [1, 1, 1]
+        for _ in range(3):                                   # gone: on again
+            c.matmul(a, a, out=m)
+        assert ops(c)["matmul"]["inline"] == 7
+    dm = start_daemon("--inline-us", "0", "--idle-inline-us", "0")
+    with opd.connect(dm.socket) as c:
+        a = c.from_numpy(np.eye(256, dtype=np.float32))
+        m = c.empty((256, 256))
+        for _ in range(5):
+            c.matmul(a, a, out=m)
+        assert ops(c)["matmul"]["inline"] == 0
 
 
 def test_inline_us_is_checked_and_shown():
