@@ -20,7 +20,11 @@
  * (daemon/limits.c); the list's bytes count toward --max-reply-bytes, past
  * which the socket is not read either (a client that sends on the socket
  * and never reads its completion ring), so a client that stops consuming
- * costs bounded memory. Every
+ * costs bounded memory. Nor does it cost a core: while its completion ring
+ * stays full the loop looks again every OVER_RETRY_MS (and at every turn
+ * something else wakes it for: the client's next request rings the
+ * doorbell), where it used to keep itself from blocking and spun at 100%
+ * for as long as the client did not read. Every
  * entry is copied out of the ring before it is parsed (opd__ring_pop); a
  * corrupt counter or length closes that session with a goodbye.
  */
@@ -45,6 +49,7 @@
 #include "daemon/ticks.h"
 
 #define RING_BUDGET 64 /* requests per session per loop iteration */
+#define OVER_RETRY_MS 1 /* a full completion ring's next look, at most */
 
 typedef struct overflow {
   struct overflow *next;
@@ -129,12 +134,17 @@ static int ring_wants_spin(const opd_server_t *srv, uint64_t now) {
          (srv->linger_until != 0 && (now == 0 || now < srv->linger_until));
 }
 
-/* Before the loop blocks: adaptive rings must ring the doorbell. */
+/* Before the loop blocks: adaptive rings must ring the doorbell. A
+ * session held back (replies waiting for its completion ring, or its runs
+ * at a limit) is not looked at: its submissions wait on purpose, and what
+ * frees it wakes the loop itself (the retry timer, a run's completion). */
 static int ring_arm(opd_server_t *srv) {
   int woke = 0;
   if (srv->n_ring == 0) return 0;
   for (opd_session_t *s = srv->sessions; s; s = s->next) {
-    if (s->ring != OPD_RING_ADAPTIVE || s->fd < 0) continue;
+    if (s->ring != OPD_RING_ADAPTIVE || s->fd < 0 || s->ring_over != NULL ||
+        opd__limit_inflight(s))
+      continue;
     if (opd__ring_arm_sleep(&s->sq) != 0) woke = 1;
   }
   return woke;
@@ -392,10 +402,15 @@ static int drain_overflow(opd_session_t *s) {
   return 0;
 }
 
+static void on_over_retry(uv_timer_t *t) {
+  opd__loop_kick(t->data); /* the check phase serves the rings */
+}
+
 static void service_session(opd_session_t *s) {
   if (s->fd < 0 || !s->ring) return;
   int had_over = s->ring_over != NULL;
-  if (drain_overflow(s)) opd__loop_kick(s->srv);
+  if (drain_overflow(s) && !uv_is_active((uv_handle_t *)&s->srv->over_timer))
+    uv_timer_start(&s->srv->over_timer, on_over_retry, OVER_RETRY_MS, 0);
   if (s->fd < 0) return;
   if (had_over && s->ring_over == NULL) s->cb->ready(s); /* read again */
   if (s->fd < 0) return;
@@ -420,6 +435,9 @@ static void service_session(opd_session_t *s) {
 
 void opd__ring_init_server(opd_server_t *srv) {
   opd__loop_watch(srv, &ring_watcher);
+  uv_timer_init(srv->loop, &srv->over_timer);
+  srv->over_timer.data = srv;
+  uv_unref((uv_handle_t *)&srv->over_timer);
 }
 
 /* At close: stop the doorbell; the mapping goes in opd__ring_free. */

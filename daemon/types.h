@@ -155,6 +155,9 @@ struct opd_server {
   uv_timer_t poison_timer;       /* grace before a poisoned daemon stops */
   uv_timer_t sweep_timer;        /* handshake and partial-frame timeouts */
   uv_timer_t accept_timer;       /* resumes a listener paused on EMFILE */
+  uv_timer_t over_timer;         /* looks again at completion rings too
+                                    full for their waiting replies
+                                    (daemon/ringsvc.c) */
   uint64_t fd_short_logged;      /* when "out of fds" was last logged */
   uint64_t fd_short_count;       /* pauses since that line */
   uint32_t n_reserved;           /* sessions on reserved slots */

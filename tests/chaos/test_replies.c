@@ -18,7 +18,11 @@
  * parsed) and the reply being packed fit in 3x; the kernel's socket
  * buffers are not the daemon's memory. The daemon that walked an unbounded
  * reply list held +169 MB after 30,000 of them and stalled every client
- * for 23.8 s.
+ * for 23.8 s. Nor may the stalled flooder cost the daemon a core: over
+ * the last second, with the flood standing still, the daemon's CPU time
+ * must stay under half a second (the daemon that kept its loop from
+ * blocking while a completion ring stayed full spun at 100% for as long
+ * as the client did not read; 2026-12-08).
  */
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -128,6 +132,10 @@ static void unread_replies(int rings) {
     if (p.vm_rss > peak) peak = p.vm_rss;
     ch_sleep_ms(20);
   }
+  /* a second with the flood standing still: the daemon's CPU time */
+  double cpu0 = ch_cpu_seconds(th_d.pid), w0 = ch_now();
+  ch_sleep_ms(1000);
+  double busy = (ch_cpu_seconds(th_d.pid) - cpu0) / (ch_now() - w0);
   long taken = *sent;
   kill(pid, SIGKILL);
   waitpid(pid, NULL, 0);
@@ -139,11 +147,15 @@ static void unread_replies(int rings) {
     printf("unread replies (%s): %ld ops requests sent before the daemon "
            "stopped reading; VmRSS peak %.1f MiB over the baseline (bound "
            "%.1f MiB = 3 x --max-reply-bytes %.1f MiB + %.1f MiB); %d pings, "
-           "slowest %.1f ms\n", rings ? "completion ring" : "socket", taken,
+           "slowest %.1f ms; daemon CPU while stalled %.0f%%\n",
+           rings ? "completion ring" : "socket", taken,
            (double)grew / MiB, (double)bound / MiB, (double)MAX_REPLY / MiB,
-           (double)tol.rss / MiB, pings, worst * 1e3);
+           (double)tol.rss / MiB, pings, worst * 1e3, busy * 100);
   cr_assert(!late, "%s (%ld requests sent): ping %d got no reply within "
             "%d ms", what, taken, pings, PING_TIMEOUT_MS);
+  cr_expect(busy < 0.5, "%s: the daemon used %.0f%% of a core while the "
+            "flood stood still (nothing to do but wait for the client)", what,
+            busy * 100);
   cr_expect(grew <= bound, "%s: VmRSS grew by %.1f MiB (%ld requests sent), "
             "more than %.1f MiB (3 x --max-reply-bytes + %.1f MiB)", what,
             (double)grew / MiB, taken, (double)bound / MiB,
@@ -161,4 +173,50 @@ Test(chaos, unread_completion_ring_is_bounded, .timeout = 120) {
 
 Test(chaos, unread_socket_is_bounded, .timeout = 120) {
   unread_replies(0);
+}
+
+/* A libopd client on adaptive rings submits runs answered at once (on the
+ * loop: 16 floats) and never reads a reply: its completion ring fills,
+ * the rest wait in the session's overflow, the daemon stops taking its
+ * submissions and the client blocks in opd_submit. The daemon then has
+ * nothing to do until the client reads: over a second it must use less
+ * than half a core. The daemon that kept its loop from blocking while a
+ * completion ring stayed full spun at 100% here for as long as the client
+ * stood (2026-12-08: found when runs that used to go to the kernel
+ * threads began to run on the loop). */
+Test(chaos, a_full_completion_ring_costs_no_core, .timeout = 60) {
+  th_start(NULL);
+  pid_t pid = fork();
+  cr_assert(pid >= 0);
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    opd_client_t *c = th_connect();
+    void *mem;
+    uint64_t a = th_arena(c, 4096, &mem);
+    opd_tensor_t x = th_f32(a, 0, 1, (int64_t)16);
+    opd_tensor_t y = th_f32(a, 64, 1, (int64_t)16);
+    for (int i = 0; i < 100000; i++) {
+      uint64_t req;
+      if (opd_submit(c, "relu", &x, 1, &y, 1, NULL, 0, &req) != 0) _exit(3);
+    }
+    _exit(0); /* not reached: the daemon stops taking them first */
+  }
+  ch_sleep_ms(1500); /* the ring fills and the client blocks */
+  int status;
+  cr_assert_eq(waitpid(pid, &status, WNOHANG), 0, "the client exited (status "
+               "%d): the daemon took 100,000 runs from a client that reads "
+               "no reply", status);
+  double cpu0 = ch_cpu_seconds(th_d.pid), w0 = ch_now();
+  ch_sleep_ms(1000);
+  double busy = (ch_cpu_seconds(th_d.pid) - cpu0) / (ch_now() - w0);
+  if (ch_verbose())
+    printf("a full completion ring: the daemon used %.0f%% of a core over "
+           "1 s while its client stood\n", busy * 100);
+  cr_expect(busy < 0.5, "the daemon used %.0f%% of a core while its only "
+            "client, whose completion ring is full, read nothing", busy * 100);
+  th_raw_hello(th_raw_connect()); /* still serving */
+  kill(pid, SIGKILL);
+  waitpid(pid, NULL, 0);
+  th_assert_alive();
+  th_stop();
 }
