@@ -114,9 +114,16 @@ def test_an_idle_daemon_runs_learnt_runs_on_the_loop(start_daemon):
                 c.matmul(a, a, out=m)
             assert ops(c)["matmul"]["inline"] == 4
             assert lat.relu(np.ones(3, np.float32)).tolist() == [1, 1, 1]
-        for _ in range(3):                                   # gone: on again
+        # gone (once the daemon has seen it close: over spin rings c's
+        # next request may come first): on the loop again
+        for _ in range(200):
             c.matmul(a, a, out=m)
-        assert ops(c)["matmul"]["inline"] == 7
+            if ops(c)["matmul"]["inline"] > 4:
+                break
+        n = ops(c)["matmul"]["inline"]
+        for _ in range(3):
+            c.matmul(a, a, out=m)
+        assert n > 4 and ops(c)["matmul"]["inline"] == n + 3
     dm = start_daemon("--inline-us", "0", "--idle-inline-us", "0")
     with opd.connect(dm.socket) as c:
         a = c.from_numpy(np.eye(256, dtype=np.float32))
