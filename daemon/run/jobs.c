@@ -167,15 +167,20 @@ static void job_reply(opd_job_t *job) {
 /* A run's end: answered, the job back to the pool; the session's queue
  * moves on. */
 /* Whether the loop should stay awake for the session's next request after
- * this run: a graph (a model's request, whose client sends the next one as
- * soon as it has the answer) that ran on the loop thread or on a GPU. Not
- * one that ran on the kernel threads: a linger there takes a core from the
- * next run's kernels (on the 2-vCPU VM the MLP at batch 32 went from 1.21x
- * to 1.63x torch's time with it, batch 1 from 1.84x to 0.54x;
- * bench/results/2026-12-07-vm-graph-linger.txt). */
+ * this run: any run that ran on the loop thread (a model's graph, or one
+ * op of a program that sends its ops one by one: its next request comes as
+ * soon as it has the answer, and the loop's wake-up would cost it ~45 us
+ * on a VM), and a graph on a GPU. Not one that ran on the kernel threads:
+ * a linger there takes a core from the next run's kernels (on the 2-vCPU
+ * VM the MLP at batch 32 went from 1.21x to 1.63x torch's time with it,
+ * batch 1 from 1.84x to 0.54x; bench/results/2026-12-07-vm-graph-linger.txt).
+ * The MLP sent op by op went from 5.2-6.4x torch's time to 0.59-0.66x at
+ * batch 1 once single runs on the loop lingered too
+ * (bench/results/2026-12-08-vm-linger-ops.txt). */
 static int lingers(const opd_job_t *job) {
-  return job->graph != NULL &&
-         (job->device >= 0 || job->call.exec == &opd__exec_serial);
+  if (job->device >= 0) return job->graph != NULL;
+  return job->call.exec == &opd__exec_serial ||
+         job->call.exec == &job->s->srv->exec_loop;
 }
 
 static void job_finish(opd_job_t *job) {
