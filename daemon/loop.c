@@ -117,6 +117,7 @@ static void on_check(uv_check_t *h) {
 /* Before the loop blocks: watchers whose peers must be told to wake us. */
 static void on_prepare(uv_prepare_t *h) {
   opd_server_t *srv = h->data;
+  srv->turn_ns = opd__now_ns();
   if (srv->loop_kick || uv_is_active((uv_handle_t *)&srv->loop_idle))
     return; /* the loop will not block */
   for (int i = 0; i < srv->n_watchers; i++)

@@ -201,6 +201,8 @@ struct opd_server {
   const opd_watcher_t *watchers[OPD_MAX_WATCHERS];
   int n_watchers;
   int loop_kick;                 /* work left for the next iteration */
+  uint64_t turn_ns;              /* when the loop's current turn began
+                                    (its prepare, before it looks at I/O) */
   int n_ring, n_spin;            /* ring sessions, spinning ones */
   int n_cpus;                    /* CPUs the daemon may run on */
   int pool_jobs;                 /* CPU runs on the kernel threads now: the

@@ -169,13 +169,16 @@ static int runs_inline(const opd_server_t *srv, const opd_job_t *job) {
 
 /* Whether a run executes on the loop thread with the kernel threads
  * helping (--idle-inline-us): nothing runs on them, no latency-class
- * client is there to wait for the loop, and the run's estimate (its
- * signature's, or its graph's: the threads' time times their number)
- * says it holds the loop at most that long. */
+ * client is there to wait for the loop, the loop's current turn has not
+ * spent that long already (a client that queued many runs would hold the
+ * others' requests for all of them: past it, its runs go to the threads
+ * and the loop moves on), and the run's estimate (its signature's, or its
+ * graph's: the threads' time times their number) says it holds the loop
+ * at most that long. */
 static int runs_on_idle_loop(const opd_server_t *srv, const opd_job_t *job) {
   uint64_t lim = srv->cfg.limits.idle_inline_us * 1000ull, est;
   if (lim == 0 || job->device >= 0 || srv->pool_jobs > 0 || !learns(job) ||
-      opd__devq_latency_users(srv) > 0)
+      opd__devq_latency_users(srv) > 0 || opd__now_ns() - srv->turn_ns > lim)
     return 0;
   if (job->graph != NULL) {
     est = job->graph->cost_ns;

@@ -133,6 +133,32 @@ def test_an_idle_daemon_runs_learnt_runs_on_the_loop(start_daemon):
         assert ops(c)["matmul"]["inline"] == 0
 
 
+def test_a_queue_of_runs_does_not_hold_the_loop(start_daemon):
+    """Runs sent without waiting queue up faster than the loop executes
+    them: once a turn of the loop has spent --idle-inline-us on them, the
+    rest go to the kernel threads (the loop moves on to the other
+    clients' requests) instead of all running on the loop back to back."""
+    dm = start_daemon("--inline-us", "0", "--idle-inline-us", "1000")
+    with opd.connect(dm.socket) as c:
+        a = c.from_numpy(np.eye(128, dtype=np.float32))
+        m = c.empty((128, 128))
+        for _ in range(100):                                 # learnt: loop
+            c.matmul(a, a, out=m)
+            if ops(c)["matmul"]["inline"] >= 2:
+                break
+        before = ops(c)["matmul"]
+        assert before["inline"] >= 2, before
+        reqs = [c.submit("matmul", a, a, out=m) for _ in range(300)]
+        for r in reqs:
+            r.wait()
+        st = ops(c)["matmul"]
+        assert st["calls"] == before["calls"] + 300, st
+        # some of the 300 ran on the threads (without the turn's budget,
+        # every one of them would have run on the loop)
+        assert st["inline"] - before["inline"] < 300, (before, st)
+        np.testing.assert_array_equal(m.numpy(), np.eye(128))
+
+
 def test_inline_us_is_checked_and_shown():
     """A bad value is refused naming the option and its range; the
     effective value shows in --check-config."""
