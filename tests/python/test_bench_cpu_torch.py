@@ -59,3 +59,25 @@ def test_plot_draws_the_table_as_a_png(tmp_path):
                         str(src), str(out)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plot_handoff_draws_the_pairs_as_a_png(tmp_path):
+    """bench/plot_handoff.py: before/after pairs in both units: a PNG; a
+    file with none of its lines: a clear refusal."""
+    import pytest
+    pytest.importorskip("matplotlib")
+    src = tmp_path / "h.txt"
+    src.write_text("# a header\n"
+                   "handoff step=a case=matmul unit=us before=100,90 after=30,28 torch=4,6\n"
+                   "handoff step=b case=mlp unit=ratio before=5.2,6.4 after=0.6,0.7 torch=1,1\n")
+    out = tmp_path / "h.png"
+    plot = os.path.join(REPO, "bench", "plot_handoff.py")
+    r = subprocess.run([sys.executable, plot, str(src), str(out)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    empty = tmp_path / "e.txt"
+    empty.write_text("# nothing\n")
+    r = subprocess.run([sys.executable, plot, str(empty)], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode != 0 and "no handoff lines" in r.stderr, r.stderr
