@@ -168,8 +168,9 @@ void opd__ring_report(opd_server_t *srv) {
              (unsigned long long)srv->svc_seen, SVC_SAMPLE, svc_pct(srv, 0.5),
              svc_pct(srv, 0.99));
   if (srv->lingers > 0)
-    LOG_INFO("spin: %llu asynchronous GPU runs of adaptive clients kept the "
-             "loop serving the rings for %u us after them (--linger-us)",
+    LOG_INFO("spin: %llu runs of adaptive clients (asynchronous GPU runs, "
+             "graph runs, CPU runs on the loop) kept the loop serving the "
+             "rings for %u us after them (--linger-us)",
              (unsigned long long)srv->lingers, srv->cfg.linger_ns / 1000);
   free(srv->svc_hist);
   srv->svc_hist = NULL;
