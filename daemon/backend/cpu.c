@@ -152,19 +152,26 @@ static int learns(const opd_job_t *job) {
   return job->device < 0 && steady && job->bytes <= INLINE_MAX_BYTES;
 }
 
+/* What earlier runs say this one takes (cpu_learn's moving mean: its
+ * graph's, or its signature's), 0 when nothing was learnt. */
+static uint64_t learnt_ns(const opd_server_t *srv, const opd_job_t *job) {
+  if (job->graph != NULL) return job->graph->cost_ns;
+  if (!learns(job)) return 0;
+  uint64_t sig = signature(job);
+  const opd_cost_t *e = &srv->cost[sig % OPD_COST_SLOTS];
+  return e->sig == sig ? e->ns : 0;
+}
+
 /* Whether a run is cheap enough to execute on the loop thread
- * (--inline-bytes, --inline-us). */
-static int runs_inline(const opd_server_t *srv, const opd_job_t *job) {
+ * (--inline-bytes, --inline-us); est: learnt_ns. */
+static int runs_inline(const opd_server_t *srv, const opd_job_t *job,
+                       uint64_t est) {
   if (job->device >= 0) return 0;
   if (job->graph != NULL) /* a model's request: by its own time alone (its
                              tensors' bytes say nothing of its nodes') */
-    return job->graph->cost_ns > 0 &&
-           job->graph->cost_ns <= srv->cfg.limits.graph_inline_us * 1000ull;
+    return est > 0 && est <= srv->cfg.limits.graph_inline_us * 1000ull;
   if (job->bytes <= srv->cfg.limits.inline_bytes) return 1;
-  if (srv->cfg.limits.inline_us == 0 || !learns(job)) return 0;
-  uint64_t sig = signature(job);
-  const opd_cost_t *e = &srv->cost[sig % OPD_COST_SLOTS];
-  return e->sig == sig && e->ns <= srv->cfg.limits.inline_us * 1000ull;
+  return est > 0 && est <= srv->cfg.limits.inline_us * 1000ull;
 }
 
 /* Whether a run executes on the loop thread with the kernel threads
@@ -175,20 +182,13 @@ static int runs_inline(const opd_server_t *srv, const opd_job_t *job) {
  * and the loop moves on), and the run's estimate (its signature's, or its
  * graph's: the threads' time times their number) says it holds the loop
  * at most that long. */
-static int runs_on_idle_loop(const opd_server_t *srv, const opd_job_t *job) {
-  uint64_t lim = srv->cfg.limits.idle_inline_us * 1000ull, est;
-  if (lim == 0 || job->device >= 0 || srv->pool_jobs > 0 || !learns(job) ||
-      opd__devq_latency_users(srv) > 0 || opd__now_ns() - srv->turn_ns > lim)
-    return 0;
-  if (job->graph != NULL) {
-    est = job->graph->cost_ns;
-  } else {
-    uint64_t sig = signature(job);
-    const opd_cost_t *e = &srv->cost[sig % OPD_COST_SLOTS];
-    est = e->sig == sig ? e->ns : 0;
-  }
+static int runs_on_idle_loop(const opd_server_t *srv, const opd_job_t *job,
+                             uint64_t est) {
+  uint64_t lim = srv->cfg.limits.idle_inline_us * 1000ull;
   uint64_t n = srv->exec.nthreads > 1 ? (uint64_t)srv->exec.nthreads : 1;
-  return est > 0 && est / n <= lim;
+  return lim > 0 && est > 0 && est / n <= lim && job->device < 0 &&
+         srv->pool_jobs == 0 && opd__devq_latency_users(srv) == 0 &&
+         opd__now_ns() - srv->turn_ns <= lim;
 }
 
 /* A completed CPU run's kernel time into its signature's estimate (on the
@@ -250,7 +250,11 @@ static int cpu_plan(opd_job_t *job, const opd_tplace_t *in,
 static int cpu_launch(opd_job_t *job) {
   opd_server_t *srv = job->s->srv;
   int urgent = opd__job_class(job) == OPD_CLASS_LATENCY;
-  if (runs_inline(srv, job)) {
+  /* the estimate once (a signature's hash), not for a run small enough
+     by its bytes */
+  uint64_t est = job->graph == NULL && job->bytes <= srv->cfg.limits.inline_bytes
+                     ? 0 : learnt_ns(srv, job);
+  if (runs_inline(srv, job, est)) {
     job->call.exec = &opd__exec_serial;
     if (urgent) opd__exec_urgent(&srv->exec, 1);
     run_kernel(job);
@@ -258,7 +262,7 @@ static int cpu_launch(opd_job_t *job) {
     cpu_learn(srv, job);
     return OPD_LAUNCH_DONE;
   }
-  if (!urgent && runs_on_idle_loop(srv, job)) {
+  if (!urgent && runs_on_idle_loop(srv, job, est)) {
     job->call.exec = &srv->exec_loop; /* the pool, this thread its caller */
     run_kernel(job);
     cpu_learn(srv, job);

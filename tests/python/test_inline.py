@@ -14,6 +14,17 @@ def ops(c):
     return c.stats()["ops"]
 
 
+def _nms_thrice(c):
+    """Three runs of nms (its time follows the boxes' overlaps: never
+    learnt) on 2048 identical unit boxes."""
+    boxes = np.zeros((2048, 4), np.float32)
+    boxes[:, 2:] = 1
+    bx = c.from_numpy(boxes)
+    sc = c.from_numpy(np.linspace(1, 0, 2048, dtype=np.float32))
+    for _ in range(3):
+        c.nms(bx, sc, iou_threshold=0.5)
+
+
 def test_one_pass_ops_learn_to_run_on_the_loop(start_daemon):
     dm = start_daemon("--inline-us", "1000000", "--idle-inline-us", "0")
     with opd.connect(dm.socket) as c:
@@ -50,12 +61,7 @@ def test_one_pass_ops_learn_to_run_on_the_loop(start_daemon):
         assert ops(c)["matmul"]["inline"] == 4
         np.testing.assert_array_equal(m.numpy(), np.eye(64))
         # a time the values set (nms): on the threads, however fast
-        boxes = np.zeros((2048, 4), np.float32)
-        boxes[:, 2:] = 1
-        bx = c.from_numpy(boxes)
-        sc = c.from_numpy(np.linspace(1, 0, 2048, dtype=np.float32))
-        for _ in range(3):
-            c.nms(bx, sc, iou_threshold=0.5)
+        _nms_thrice(c)
         assert ops(c)["nms"]["calls"] == 3 and ops(c)["nms"]["inline"] == 0
         # 16 MiB and more: past the size classes, on the threads
         big = c.zeros((1024, 4096))
@@ -102,12 +108,7 @@ def test_an_idle_daemon_runs_learnt_runs_on_the_loop(start_daemon):
         # the first on the kernel threads (nothing learnt yet), then the loop
         assert ops(c)["matmul"] == dict(ops(c)["matmul"], calls=5, inline=4)
         np.testing.assert_array_equal(m.numpy(), np.eye(256))
-        boxes = np.zeros((2048, 4), np.float32)
-        boxes[:, 2:] = 1
-        bx = c.from_numpy(boxes)
-        sc = c.from_numpy(np.linspace(1, 0, 2048, dtype=np.float32))
-        for _ in range(3):
-            c.nms(bx, sc, iou_threshold=0.5)
+        _nms_thrice(c)
         assert ops(c)["nms"]["inline"] == 0                  # never learnt
         with opd.connect(dm.socket, priority="latency") as lat:
             for _ in range(3):
@@ -159,17 +160,26 @@ def test_a_queue_of_runs_does_not_hold_the_loop(start_daemon):
         np.testing.assert_array_equal(m.numpy(), np.eye(128))
 
 
+def test_the_schema_says_which_ops_learn(c):
+    """OPS's steady_cost: the ops whose time their signature sets."""
+    sch = c.ops()
+    assert sch["matmul"]["steady_cost"] and sch["conv2d"]["steady_cost"]
+    assert not sch["nms"]["steady_cost"] and not sch["relu"]["steady_cost"]
+
+
 def test_inline_us_is_checked_and_shown():
     """A bad value is refused naming the option and its range; the
-    effective value shows in --check-config."""
+    effective value shows in --check-config (--inline-us and
+    --idle-inline-us)."""
     import subprocess
     from conftest import OPD_BIN
-    for bad in ("2000000", "-1", "abc"):
-        r = subprocess.run([OPD_BIN, "--inline-us", bad, "--check-config"],
+    for opt in ("--inline-us", "--idle-inline-us"):
+        for bad in ("2000000", "-1", "abc"):
+            r = subprocess.run([OPD_BIN, opt, bad, "--check-config"],
+                               capture_output=True, text=True, timeout=30)
+            assert r.returncode == 1, (opt, bad, r.stdout, r.stderr)
+            assert "%s expects a number from 0 to 1000000, got \"%s\"" % (opt, bad) \
+                in r.stderr, r.stderr
+        r = subprocess.run([OPD_BIN, opt, "7", "--check-config"],
                            capture_output=True, text=True, timeout=30)
-        assert r.returncode == 1, (bad, r.stdout, r.stderr)
-        assert "--inline-us expects a number from 0 to 1000000, got \"%s\"" % bad \
-            in r.stderr, r.stderr
-    r = subprocess.run([OPD_BIN, "--inline-us", "7", "--check-config"],
-                       capture_output=True, text=True, timeout=30)
-    assert r.returncode == 0 and "inline-us = 7" in r.stdout, (r.stdout, r.stderr)
+        assert r.returncode == 0 and "%s = 7" % opt[2:] in r.stdout, (r.stdout, r.stderr)
